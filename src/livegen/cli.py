@@ -1,0 +1,138 @@
+"""The ``livegen`` command: serve, list models, and the lazily loaded tools.
+
+Subcommands that pull in heavy modules (clients, training, benchmarks) are
+named here by import path and imported only when run, so ``livegen --help``
+and ``livegen serve`` start fast. Add a tool by adding a line to ``TOOLS`` or
+``BENCHES``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any
+
+import click
+
+#: Subcommand name -> "module:click_command", loaded on use.
+TOOLS: dict[str, str] = {}
+
+#: ``livegen bench <name>`` -> "module:click_command", loaded on use.
+BENCHES: dict[str, str] = {}
+
+
+class LazyGroup(click.Group):
+    """A click group whose subcommands are imported only when invoked or listed in help."""
+
+    def __init__(self, *args: Any, lazy: dict[str, str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy = lazy if lazy is not None else {}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.lazy:
+            module_name, _, attribute = self.lazy[cmd_name].partition(":")
+            command: click.Command = getattr(importlib.import_module(module_name), attribute)
+            return command
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=LazyGroup, lazy=TOOLS, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="livegen")
+def main() -> None:
+    """livegen: a realtime session engine for streaming generative models.
+
+    Voice sessions speak the OpenAI Realtime protocol at /v1/realtime; world
+    sessions stream generated frames at /v1/worlds. Start with `livegen serve`
+    and open http://127.0.0.1:8000/ in a browser.
+    """
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535), help="TCP port.")
+@click.option(
+    "--api-key",
+    envvar="LIVEGEN_API_KEY",
+    default=None,
+    help="Require 'Authorization: Bearer KEY' on every route but /health [env: LIVEGEN_API_KEY].",
+)
+@click.option(
+    "--voice-model",
+    default="auto",
+    show_default=True,
+    help="Voice model to serve at /v1/realtime: a name from `livegen models`, 'auto' or 'none'.",
+)
+@click.option(
+    "--world-model",
+    default="auto",
+    show_default=True,
+    help="World model to serve at /v1/worlds: a name from `livegen models`, 'auto' or 'none'.",
+)
+@click.option(
+    "--log-level",
+    default="info",
+    show_default=True,
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    help="Lowest level of log lines written to stderr.",
+)
+@click.option(
+    "--max-sessions", default=64, show_default=True, type=click.IntRange(1), help="Sessions of each kind."
+)
+@click.option(
+    "--llm-base-url",
+    envvar="LIVEGEN_LLM_BASE_URL",
+    default=None,
+    help="OpenAI-compatible chat endpoint for voice replies, e.g. http://127.0.0.1:11434/v1.",
+)
+@click.option("--llm-model", envvar="LIVEGEN_LLM_MODEL", default=None, help="Model name at --llm-base-url.")
+def serve(**options: Any) -> None:
+    """Serve voice and world sessions over WebSockets, with the demo page at /."""
+    import uvicorn
+
+    from livegen import logs
+    from livegen.errors import ConfigError
+    from livegen.server import ServerConfig, create_app
+
+    logs.configure(options["log_level"])
+    config = ServerConfig(**options)
+    try:
+        app = create_app(config)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from exc
+    uvicorn.run(
+        app,
+        host=config.host,
+        port=config.port,
+        log_config=None,
+        log_level=config.log_level,
+        ws_max_size=16 * 1024 * 1024,
+    )
+
+
+@main.command()
+def models() -> None:
+    """List the registered models, their kind, and whether they can load here."""
+    from livegen.models import Kind, default_registry
+
+    registry = default_registry()
+    entries = registry.entries()
+    if not entries:
+        click.echo("no models registered")
+        return
+    defaults = {registry.default(kind) for kind in Kind}
+    for entry in entries:
+        status = "available" if entry.is_available() else f"needs {', '.join(entry.missing())}"
+        marker = " (default)" if entry in defaults else ""
+        click.echo(f"{entry.name:<20} {entry.kind.value:<6} {status}{marker}  {entry.description}")
+
+
+@main.group(cls=LazyGroup, lazy=BENCHES)
+def bench() -> None:
+    """Benchmarks: each prints medians and ratios against a baseline run in the same process."""
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

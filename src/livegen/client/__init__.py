@@ -1,0 +1,1 @@
+"""Python clients for voice and world sessions."""

@@ -1,0 +1,73 @@
+"""Structured logs: one line per event, with the session id on every line of a session.
+
+Lines are logfmt (``key=value``), greppable and readable. The session id comes
+from a context variable that the session's task sets once (``bind_session``),
+so code deep in a session never has to pass it along to log it.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+session_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "livegen_session_id", default=None
+)
+
+
+@contextmanager
+def bind_session(session_id: str) -> Iterator[None]:
+    """Tag every log line written inside this block (and tasks it starts) with the session id."""
+    token = session_id_var.set(session_id)
+    try:
+        yield
+    finally:
+        session_id_var.reset(token)
+
+
+def _quote(value: Any) -> str:
+    text = str(value)
+    if text == "" or any(c in text for c in ' ="\n'):
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    return text
+
+
+class LogfmtFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+        parts = [
+            f"ts={stamp}.{int(record.msecs):03d}Z",
+            f"level={record.levelname.lower()}",
+            f"logger={record.name}",
+        ]
+        session_id = getattr(record, "session_id", None) or session_id_var.get()
+        if session_id:
+            parts.append(f"session={session_id}")
+        parts.append(f"event={_quote(record.getMessage())}")
+        fields: dict[str, Any] = getattr(record, "fields", {})
+        parts.extend(f"{key}={_quote(value)}" for key, value in fields.items())
+        if record.exc_info:
+            parts.append(f"exc={_quote(self.formatException(record.exc_info))}")
+        return " ".join(parts)
+
+
+def log_event(logger: logging.Logger, event: str, level: int = logging.INFO, **fields: Any) -> None:
+    """Write one structured line: ``event=<event> key=value ...``."""
+    if logger.isEnabledFor(level):
+        logger.log(level, event, extra={"fields": fields})
+
+
+def configure(level: str = "info") -> None:
+    """Send livegen's and uvicorn's logs to stderr as logfmt lines."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(LogfmtFormatter())
+    for name in ("livegen", "uvicorn", "uvicorn.error", "uvicorn.access"):
+        logger = logging.getLogger(name)
+        logger.handlers[:] = [handler]
+        logger.setLevel(level.upper())
+        logger.propagate = False

@@ -1,0 +1,191 @@
+"""The procedural room game: rules and renderer behind ``procedural-world``.
+
+Small on purpose: the embedded neural world model (``tiny-world``) learns this
+game from its frames, so every rule is local and visible in the picture. A
+32x32 room with walls and a checker floor, an interior wall bar, a crate
+(solid), a coin (gone once touched) and a 4x4 agent that moves 2 px per frame.
+The prompt picks one of six colour themes; the seed fixes the layout.
+
+Pure functions over a frozen ``State``: ``new_game``, ``step``, ``render``.
+No clock, no global randomness: the layout comes from a generator seeded by the
+caller, so one seed always gives one room.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+import numpy as np
+import numpy.typing as npt
+
+SIZE = 32
+WALL = 2
+AGENT = 4
+CRATE = 4
+COIN = 2
+STEP_PX = 2
+
+THEMES: tuple[str, ...] = ("forest", "ocean", "desert", "lava", "snow", "night")
+ACTIONS: tuple[str, ...] = ("none", "up", "down", "left", "right")
+_MOVES = {"none": (0, 0), "up": (0, -1), "down": (0, 1), "left": (-1, 0), "right": (1, 0)}
+
+# wall, floor a, floor b, bar, crate, coin, agent
+_PALETTES: dict[str, tuple[tuple[int, int, int], ...]] = {
+    "forest": (
+        (34, 68, 34),
+        (110, 160, 80),
+        (96, 144, 70),
+        (70, 50, 30),
+        (150, 100, 50),
+        (250, 220, 40),
+        (230, 40, 40),
+    ),
+    "ocean": (
+        (20, 40, 110),
+        (60, 140, 200),
+        (50, 125, 185),
+        (230, 220, 170),
+        (120, 80, 60),
+        (250, 220, 40),
+        (250, 120, 30),
+    ),
+    "desert": (
+        (150, 100, 50),
+        (230, 200, 140),
+        (215, 185, 125),
+        (180, 120, 70),
+        (110, 80, 50),
+        (250, 240, 90),
+        (40, 90, 200),
+    ),
+    "lava": (
+        (50, 20, 20),
+        (200, 70, 20),
+        (180, 55, 15),
+        (30, 30, 30),
+        (120, 110, 100),
+        (250, 230, 60),
+        (60, 220, 240),
+    ),
+    "snow": (
+        (150, 170, 190),
+        (240, 245, 250),
+        (225, 232, 242),
+        (110, 130, 160),
+        (140, 100, 70),
+        (250, 200, 30),
+        (200, 30, 60),
+    ),
+    "night": (
+        (15, 15, 40),
+        (45, 45, 80),
+        (38, 38, 70),
+        (90, 90, 130),
+        (100, 80, 60),
+        (250, 230, 90),
+        (120, 250, 120),
+    ),
+}
+
+Rect = tuple[int, int, int, int]  # x, y, width, height
+Frame = npt.NDArray[np.uint8]
+
+
+@dataclass(frozen=True)
+class State:
+    theme: str
+    agent: tuple[int, int]
+    crate: tuple[int, int]
+    coin: tuple[int, int] | None
+    bar: Rect
+
+
+def theme_from_prompt(prompt: str, current: str = THEMES[0]) -> str:
+    """The first theme word the prompt names, else the current theme."""
+    for word in re.findall(r"[a-z]+", prompt.lower()):
+        if word in THEMES:
+            return str(word)
+    return current
+
+
+def new_game(seed: int, theme: str = THEMES[0]) -> State:
+    """A room laid out by ``seed``; the agent, crate and coin never start overlapping."""
+    rng = np.random.default_rng(seed)
+    inner = SIZE - 2 * WALL
+    horizontal = bool(rng.integers(2))
+    length = int(rng.integers(8, 15))
+    along = int(rng.integers(WALL + 2, SIZE - WALL - length - 1))
+    across = int(rng.integers(WALL + 8, SIZE - WALL - 10))
+    bar = (along, across, length, 2) if horizontal else (across, along, 2, length)
+    taken: list[Rect] = [bar]
+
+    def place(size: int) -> tuple[int, int]:
+        while True:
+            x, y = (int(v) * 2 + WALL for v in rng.integers(0, (inner - size) // 2 + 1, size=2))
+            rect = (x, y, size, size)
+            if not any(_overlap(rect, _grow(other, 1)) for other in taken):
+                taken.append(rect)
+                return x, y
+
+    agent = place(AGENT)
+    crate = place(CRATE)
+    coin = place(COIN)
+    return State(theme=theme, agent=agent, crate=crate, coin=coin, bar=bar)
+
+
+def step(state: State, action: str) -> State:
+    """One frame of play: move the agent unless a wall, the bar or the crate blocks it."""
+    dx, dy = _MOVES.get(action, (0, 0))
+    if dx == dy == 0:
+        return state
+    x, y = state.agent[0] + dx * STEP_PX, state.agent[1] + dy * STEP_PX
+    moved = (x, y, AGENT, AGENT)
+    if not _inside(moved) or _overlap(moved, state.bar) or _overlap(moved, (*state.crate, CRATE, CRATE)):
+        return state
+    coin = state.coin
+    if coin is not None and _overlap(moved, (*coin, COIN, COIN)):
+        coin = None
+    return replace(state, agent=(x, y), coin=coin)
+
+
+def render(state: State) -> Frame:
+    """The frame for a state: (32, 32, 3) uint8."""
+    wall, floor_a, floor_b, bar, crate, coin, agent = _PALETTES[state.theme]
+    frame = np.empty((SIZE, SIZE, 3), dtype=np.uint8)
+    ys, xs = np.indices((SIZE, SIZE))
+    checker = ((xs // 4 + ys // 4) % 2).astype(bool)
+    frame[:] = floor_a
+    frame[checker] = floor_b
+    frame[:WALL], frame[-WALL:], frame[:, :WALL], frame[:, -WALL:] = wall, wall, wall, wall
+    _fill(frame, state.bar, bar)
+    _fill(frame, (*state.crate, CRATE, CRATE), crate)
+    frame[
+        state.crate[1] + 1 : state.crate[1] + CRATE - 1, state.crate[0] + 1 : state.crate[0] + CRATE - 1
+    ] = (np.array(crate) * 0.7).astype(np.uint8)
+    if state.coin is not None:
+        _fill(frame, (*state.coin, COIN, COIN), coin)
+    _fill(frame, (*state.agent, AGENT, AGENT), agent)
+    return frame
+
+
+def agent_centre(state: State) -> tuple[float, float]:
+    return state.agent[0] + AGENT / 2, state.agent[1] + AGENT / 2
+
+
+def _fill(frame: Frame, rect: Rect, colour: tuple[int, int, int]) -> None:
+    x, y, w, h = rect
+    frame[y : y + h, x : x + w] = colour
+
+
+def _overlap(a: Rect, b: Rect) -> bool:
+    return a[0] < b[0] + b[2] and b[0] < a[0] + a[2] and a[1] < b[1] + b[3] and b[1] < a[1] + a[3]
+
+
+def _grow(rect: Rect, by: int) -> Rect:
+    return (rect[0] - by, rect[1] - by, rect[2] + 2 * by, rect[3] + 2 * by)
+
+
+def _inside(rect: Rect) -> bool:
+    x, y, w, h = rect
+    return x >= WALL and y >= WALL and x + w <= SIZE - WALL and y + h <= SIZE - WALL

@@ -1,0 +1,108 @@
+"""The registry of models a server can serve: names, kinds, availability, loading.
+
+Entries name their loader by import path, so that listing models (``livegen
+models``, ``GET /v1/models``) imports nothing heavy, and a model whose extra is
+not installed shows as unavailable instead of breaking the server. Loading
+happens once per process; sessions share the loaded model and keep their state
+in it per session (see ``models/voice.py`` and ``models/world.py``).
+
+The registry offers only real models. Test doubles live in ``tests/``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from livegen.errors import ConfigError
+
+
+class Kind(StrEnum):
+    VOICE = "voice"
+    WORLD = "world"
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    name: str
+    kind: Kind
+    #: ``"package.module:function"``; the function takes no argument and returns the model.
+    loader: str
+    description: str
+    #: Modules that must be importable (an extra's packages) for the model to load.
+    requires: tuple[str, ...] = ()
+    #: Default-model preference: lower wins among available models of a kind.
+    priority: int = 100
+    aliases: tuple[str, ...] = field(default=())
+
+    def is_available(self) -> bool:
+        return all(importlib.util.find_spec(module) is not None for module in self.requires)
+
+    def missing(self) -> list[str]:
+        return [module for module in self.requires if importlib.util.find_spec(module) is None]
+
+
+class Registry:
+    """Model entries by name; loads each model at most once."""
+
+    def __init__(self, entries: Iterable[ModelInfo] = ()) -> None:
+        self._entries: dict[str, ModelInfo] = {}
+        self._loaded: dict[str, Any] = {}
+        for entry in entries:
+            self.add(entry)
+
+    def add(self, entry: ModelInfo) -> None:
+        for name in (entry.name, *entry.aliases):
+            if name in self._entries:
+                raise ConfigError(f"model name {name!r} is registered twice")
+            self._entries[name] = entry
+
+    def entries(self, kind: Kind | None = None) -> list[ModelInfo]:
+        unique = {id(e): e for e in self._entries.values()}.values()
+        return sorted((e for e in unique if kind is None or e.kind == kind), key=lambda e: e.name)
+
+    def get(self, name: str) -> ModelInfo:
+        try:
+            return self._entries[name]
+        except KeyError:
+            known = ", ".join(e.name for e in self.entries()) or "none"
+            raise ConfigError(f"unknown model {name!r}; registered models: {known}") from None
+
+    def default(self, kind: Kind) -> ModelInfo | None:
+        """The available model of this kind with the lowest priority, if any."""
+        available = [e for e in self.entries(kind) if e.is_available()]
+        return min(available, key=lambda e: (e.priority, e.name), default=None)
+
+    def resolve(self, kind: Kind, name: str | None) -> ModelInfo | None:
+        """The entry for a ``--voice-model``/``--world-model`` value; 'auto' or None picks the default."""
+        if name in (None, "auto"):
+            return self.default(kind)
+        if name == "none":
+            return None
+        entry = self.get(name)
+        if entry.kind != kind:
+            raise ConfigError(f"model {name!r} is a {entry.kind} model, not a {kind} model")
+        if not entry.is_available():
+            raise ConfigError(
+                f"model {name!r} needs {', '.join(entry.missing())}; install livegen[{entry.kind}]"
+            )
+        return entry
+
+    def load(self, name: str) -> Any:
+        entry = self.get(name)
+        if entry.name not in self._loaded:
+            self._loaded[entry.name] = _import_loader(entry.loader)()
+        return self._loaded[entry.name]
+
+    def is_loaded(self, name: str) -> bool:
+        return self.get(name).name in self._loaded
+
+
+def _import_loader(path: str) -> Callable[[], Any]:
+    module_name, _, attribute = path.partition(":")
+    loader: Callable[[], Any] = getattr(importlib.import_module(module_name), attribute)
+    return loader

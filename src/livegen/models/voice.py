@@ -1,0 +1,147 @@
+"""The voice-model contract: a stream per session, inputs tagged by epoch.
+
+A voice model opens one ``VoiceStream`` per session. The runtime feeds it input
+audio in wire order, end-of-turn commits, response requests and cancels, each
+tagged with the session epoch in force when the client asked; the stream yields
+``VoiceOutput`` items, each tagged with the epoch of the request it answers.
+The session core drops outputs of an older epoch (the epoch fence, DESIGN.md
+section 1, voice promise 2), so a model never has to be perfectly prompt at
+cancelling: it only has to tag honestly.
+
+Both shapes of speech model fit:
+
+- a cascade (voice activity, speech recognition, a reply, speech synthesis)
+  emits ``SPEECH_STARTED``/``SPEECH_STOPPED`` from its detector, a transcript
+  per committed item, then text and audio deltas per response;
+- a native full-duplex model stepping fixed frames emits the same kinds, and
+  ``LISTEN`` when it chose not to speak.
+
+Audio is PCM16 little-endian mono: input at ``input_rate``, output at
+``output_rate``; the protocol layer resamples to and from the wire format.
+Models never see WebSockets, wire events or base64.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol, runtime_checkable
+
+
+class OutputKind(StrEnum):
+    #: The model's detector heard speech start; ``audio_ms`` is where, in input audio.
+    SPEECH_STARTED = "speech_started"
+    #: Speech stopped at ``audio_ms``; under server VAD this ends the user's turn.
+    SPEECH_STOPPED = "speech_stopped"
+    #: Part of the transcript of user item ``item_id``.
+    TRANSCRIPT_DELTA = "transcript_delta"
+    #: The whole transcript of user item ``item_id``.
+    TRANSCRIPT_DONE = "transcript_done"
+    #: Assistant text for response ``response_id``.
+    TEXT_DELTA = "text_delta"
+    #: Assistant audio (PCM16 at ``output_rate``) for response ``response_id``.
+    AUDIO_DELTA = "audio_delta"
+    #: A duplex model chose to listen rather than speak.
+    LISTEN = "listen"
+    #: Response ``response_id`` ended; ``status`` is completed, incomplete or failed.
+    RESPONSE_DONE = "response_done"
+    #: The model failed; ``text`` says why. The session fails the affected response.
+    ERROR = "error"
+
+
+@dataclass(frozen=True)
+class VoiceOutput:
+    kind: OutputKind
+    epoch: int
+    response_id: str | None = None
+    item_id: str | None = None
+    text: str = ""
+    audio: bytes = field(default=b"", repr=False)
+    audio_ms: int = 0
+    status: str = ""
+
+
+@dataclass(frozen=True)
+class TurnDetection:
+    """Server VAD settings, OpenAI's defaults."""
+
+    threshold: float = 0.5
+    prefix_padding_ms: int = 300
+    silence_duration_ms: int = 500
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    instructions: str = ""
+    voice: str = ""
+    #: None means the client commits turns itself (turn_detection: null).
+    turn_detection: TurnDetection | None = field(default_factory=TurnDetection)
+    transcription_model: str = ""
+
+
+@dataclass(frozen=True)
+class HistoryTurn:
+    """One conversation item as the listener heard it (already truncated)."""
+
+    role: str
+    text: str
+
+
+@dataclass(frozen=True)
+class ResponseRequest:
+    response_id: str
+    history: Sequence[HistoryTurn] = ()
+    instructions: str = ""
+    modalities: tuple[str, ...] = ("audio", "text")
+    voice: str = ""
+
+
+@runtime_checkable
+class VoiceStream(Protocol):
+    """One session's view of a voice model. Calls come from one task, in order."""
+
+    async def append(self, epoch: int, pcm: bytes) -> None:
+        """Take input audio, in wire order. May raise; the runtime compensates."""
+        ...
+
+    async def commit(self, epoch: int, item_id: str) -> None:
+        """The input since the last commit is user item ``item_id``: transcribe it."""
+        ...
+
+    async def clear(self, epoch: int) -> None:
+        """Drop uncommitted input audio."""
+        ...
+
+    async def respond(self, epoch: int, request: ResponseRequest) -> None:
+        """Start a response; outputs follow, ended by ``RESPONSE_DONE``."""
+        ...
+
+    async def cancel(self, epoch: int) -> None:
+        """Stop work of epochs before ``epoch``; their outputs are dropped anyway."""
+        ...
+
+    async def update(self, config: StreamConfig) -> None:
+        """Apply a new session configuration."""
+        ...
+
+    def outputs(self) -> AsyncIterator[VoiceOutput]:
+        """Everything the model says, in order, until ``aclose``."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release the stream's resources; outputs() ends."""
+        ...
+
+
+@runtime_checkable
+class VoiceModel(Protocol):
+    name: str
+    #: Rate of the PCM16 the model takes.
+    input_rate: int
+    #: Rate of the PCM16 the model emits.
+    output_rate: int
+    #: Whether the stream emits SPEECH_STARTED/STOPPED itself (server VAD).
+    has_vad: bool
+
+    async def open(self, session_id: str, config: StreamConfig) -> VoiceStream: ...

@@ -1,0 +1,148 @@
+"""The world-model contract: a spec, and a batched step over ticks.
+
+A world model knows nothing of sessions, queues or sockets. The runtime hands it
+a batch of ticks, one per due session, each naming the chunk to generate and the
+control state to generate it under; the model returns one chunk of frames per
+tick and echoes the tick's metadata unchanged, so that the session core can
+check the chunk belongs to the transaction it opened (DESIGN.md section 1,
+world promise 3).
+
+KV state: a model that declares a ``KVGeometry`` gets its attention cache from
+the runtime's paged pool (``runtime/``), nano-vllm style: the pool is plain
+Python bookkeeping (which pages a session holds, which to evict), the tensors
+live in one place, the model, allocated once by ``new_kv_storage``. Each tick
+names the pages that hold its context frames (sink frames first, then the
+window, oldest first) and the pages to write this chunk's frames into. A model
+without KV geometry (``kv is None``) keeps its small per-session state itself.
+
+Either way a model holds per-session state that the runtime must release:
+``release(session_id)`` on reset, close, failure and disconnect. A model asked
+to continue a session whose state it no longer has raises ``StateEvicted``;
+it never silently restarts the world.
+
+Calls are synchronous and may take milliseconds: the runtime runs them in a
+worker thread (or a Ray actor), never on the event loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+#: Frames are RGB, uint8, shaped (num_frames, height, width, 3).
+Frames = npt.NDArray[np.uint8]
+
+
+@dataclass(frozen=True)
+class ControlTrack:
+    """One control input a model understands, e.g. track ``action``."""
+
+    name: str
+    #: Versioned schema name clients send, e.g. ``livegen.action.v1``.
+    schema: str
+    #: JSON Schema of the ``data`` field, shown to clients in ``session.created``.
+    json_schema: Mapping[str, Any]
+    #: The value in force before any event sets this track.
+    default: Any
+    #: Whether the value holds until changed (a held key) or applies for one chunk.
+    is_sticky: bool = False
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class KVGeometry:
+    """Size of one KV page (one latent frame) and how many a session keeps."""
+
+    num_layers: int
+    num_heads: int
+    head_dim: int
+    tokens_per_frame: int
+    #: Most recent frames kept in attention; older ones are evicted.
+    window_frames: int
+    #: First frames of a rollout that are never evicted.
+    sink_frames: int
+    bytes_per_element: int = 4
+
+    @property
+    def page_bytes(self) -> int:
+        """Bytes of K and V for one frame across all layers."""
+        per_layer = 2 * self.num_heads * self.tokens_per_frame * self.head_dim
+        return self.num_layers * per_layer * self.bytes_per_element
+
+
+@dataclass(frozen=True)
+class WorldSpec:
+    """What a world model generates and what it listens to."""
+
+    width: int
+    height: int
+    fps: float
+    frames_per_chunk: int
+    controls: tuple[ControlTrack, ...]
+    kv: KVGeometry | None = None
+    description: str = ""
+
+    def track(self, name: str) -> ControlTrack | None:
+        return next((t for t in self.controls if t.name == name), None)
+
+
+@dataclass(frozen=True)
+class TickMeta:
+    """The identity of one chunk execution; a model echoes it unchanged."""
+
+    session_id: str
+    request_id: str
+    chunk_index: int
+    applied_event_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Tick:
+    """One session's share of a batched step: generate chunk ``meta.chunk_index``."""
+
+    meta: TickMeta
+    seed: int
+    prompt: str
+    #: Reduced control state, track name -> data, after this chunk's events.
+    controls: Mapping[str, Any]
+    #: Pages holding the context frames' KV (sinks, then window, oldest first).
+    context_pages: tuple[int, ...] = ()
+    #: Pages to write this chunk's frames' KV into, one per frame.
+    write_pages: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A model's answer to one tick."""
+
+    meta: TickMeta
+    frames: Frames = field(repr=False)
+
+
+@runtime_checkable
+class WorldModel(Protocol):
+    """What the world runtime needs of a model."""
+
+    name: str
+    spec: WorldSpec
+
+    def new_kv_storage(self, num_pages: int) -> Any:
+        """Allocate the pool's tensors for ``num_pages`` pages (models without KV return None)."""
+        ...
+
+    def step(self, ticks: Sequence[Tick], kv_storage: Any) -> list[Chunk]:
+        """Generate one chunk per tick, in one batch where the model can.
+
+        Raises ``StateEvicted`` for a tick with ``chunk_index > 0`` whose
+        session state the model no longer holds; any other exception fails
+        the ticks of this batch.
+        """
+        ...
+
+    def release(self, session_id: str) -> None:
+        """Forget a session's model-side state (reset, close, failure, disconnect)."""
+        ...

@@ -1,0 +1,141 @@
+"""The ASGI app: health, model list, metrics, auth, and the services' routes.
+
+Built by ``create_app(config)``. Services (one per kind of session) are
+started in the background after the server is listening, so that ``/health``
+can answer 503 with what is still loading instead of the server refusing
+connections while a model loads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from livegen.logs import log_event
+from livegen.models import Kind, ModelInfo, Registry, default_registry
+from livegen.server.auth import APIKeyMiddleware
+from livegen.server.config import ServerConfig
+from livegen.server.metrics import CONTENT_TYPE_LATEST, Metrics
+from livegen.server.service import Service
+
+logger = logging.getLogger("livegen.server")
+
+
+class State:
+    """What every route and service of one app shares."""
+
+    def __init__(self, config: ServerConfig, registry: Registry) -> None:
+        self.config = config
+        self.registry = registry
+        self.metrics = Metrics()
+        self.services: list[Service] = []
+        #: Service name -> error message, for services whose start failed.
+        self.failed: dict[str, str] = {}
+        self.starting: asyncio.Task[None] | None = None
+        #: The models chosen for each kind, or None when that kind is not served.
+        self.voice_model: ModelInfo | None = None
+        self.world_model: ModelInfo | None = None
+
+
+def create_app(config: ServerConfig | None = None, registry: Registry | None = None) -> Starlette:
+    config = config or ServerConfig()
+    state = State(config, registry or default_registry())
+    # Resolve model names now, so a typo fails `livegen serve` before it listens.
+    state.voice_model = state.registry.resolve(Kind.VOICE, config.voice_model)
+    state.world_model = state.registry.resolve(Kind.WORLD, config.world_model)
+    state.services = _services(state)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        state.starting = asyncio.create_task(_start_services(state))
+        try:
+            yield
+        finally:
+            state.starting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await state.starting
+            for service in state.services:
+                await service.stop()
+
+    routes: list[BaseRoute] = [
+        Route("/health", _health, methods=["GET"]),
+        Route("/v1/models", _list_models, methods=["GET"]),
+        Route("/metrics", _metrics, methods=["GET"]),
+    ]
+    for service in state.services:
+        routes.extend(service.routes())
+    app = Starlette(
+        routes=routes,
+        middleware=[Middleware(APIKeyMiddleware, api_key=config.api_key)],
+        lifespan=lifespan,
+    )
+    app.state.livegen = state
+    return app
+
+
+def _services(state: State) -> list[Service]:
+    """One service per kind of session whose model is configured."""
+    services: list[Service] = []
+    return services
+
+
+async def _start_services(state: State) -> None:
+    for service in state.services:
+        try:
+            await service.start()
+            log_event(logger, "service.started", service=service.name)
+        except Exception as exc:  # a broken model must not take the server down
+            state.failed[service.name] = f"{type(exc).__name__}: {exc}"
+            log_event(logger, "service.failed", logging.ERROR, service=service.name, error=str(exc))
+
+
+def _state(request: Request) -> State:
+    state: State = request.app.state.livegen
+    return state
+
+
+async def _health(request: Request) -> Response:
+    state = _state(request)
+    services: dict[str, Any] = {}
+    for service in state.services:
+        report = dict(service.health())
+        if service.name in state.failed:
+            report.update(ready=False, error=state.failed[service.name])
+        services[service.name] = report
+    is_ready = all(report.get("ready") for report in services.values())
+    body = {"status": "ok" if is_ready else "unavailable", "services": services}
+    return JSONResponse(body, status_code=200 if is_ready else 503)
+
+
+async def _list_models(request: Request) -> Response:
+    registry = _state(request).registry
+    data = [
+        {
+            "id": entry.name,
+            "object": "model",
+            "created": 0,
+            "owned_by": "livegen",
+            "kind": entry.kind.value,
+            "available": entry.is_available(),
+            "loaded": registry.is_loaded(entry.name),
+            "description": entry.description,
+        }
+        for entry in registry.entries()
+    ]
+    return JSONResponse({"object": "list", "data": data})
+
+
+async def _metrics(request: Request) -> Response:
+    return Response(_state(request).metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+
+__all__ = ["Kind", "ServerConfig", "State", "create_app"]

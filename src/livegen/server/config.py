@@ -1,0 +1,24 @@
+"""The server's configuration: one frozen value built by the CLI or by tests."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    #: Required as a bearer token on every route but /health when set.
+    api_key: str | None = field(default_factory=lambda: os.environ.get("LIVEGEN_API_KEY") or None)
+    #: A registered voice model name, "auto" (the best available) or "none".
+    voice_model: str = "auto"
+    #: A registered world model name, "auto" (the best available) or "none".
+    world_model: str = "auto"
+    log_level: str = "info"
+    #: Most sessions of each kind served at once; more are refused with a clear error.
+    max_sessions: int = 64
+    #: OpenAI-compatible chat endpoint for the voice model's replies (optional).
+    llm_base_url: str | None = None
+    llm_model: str | None = None

@@ -1,0 +1,71 @@
+"""The `livegen` command: help texts, model listing, and a real `serve` process."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+from click.testing import CliRunner
+
+from livegen.cli import main
+
+
+def test_help_lists_commands() -> None:
+    result = CliRunner().invoke(main, ["--help"])
+    assert result.exit_code == 0
+    for command in ("serve", "models", "bench"):
+        assert command in result.output
+
+
+def test_serve_help_documents_every_option() -> None:
+    result = CliRunner().invoke(main, ["serve", "--help"])
+    assert result.exit_code == 0
+    for option in ("--host", "--port", "--api-key", "--voice-model", "--world-model", "--log-level"):
+        assert option in result.output
+
+
+def test_serve_rejects_unknown_model() -> None:
+    result = CliRunner().invoke(main, ["serve", "--world-model", "no-such-model"])
+    assert result.exit_code == 2
+    assert "unknown model 'no-such-model'" in result.output
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_serve_process_answers_health_and_enforces_key() -> None:
+    port = _free_port()
+    env = {**os.environ, "LIVEGEN_API_KEY": "from-env"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "livegen", "serve", "--host", "127.0.0.1", "--port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(f"{base}/health").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert process.poll() is None, process.stdout.read().decode() if process.stdout else ""
+            assert time.monotonic() < deadline, "server did not become ready"
+            time.sleep(0.2)
+        assert httpx.get(f"{base}/v1/models").status_code == 401
+        listed = httpx.get(f"{base}/v1/models", headers={"Authorization": "Bearer from-env"})
+        assert listed.status_code == 200
+        assert listed.json()["object"] == "list"
+    finally:
+        process.terminate()
+        output = process.communicate(timeout=30)[0].decode()
+    assert "level=info" in output and "logger=" in output
