@@ -19,6 +19,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 import numpy.typing as npt
 
+from livegen.models.world import ControlTrack, KVGeometry, WorldSpec
+
 SIZE = 32
 WALL = 2
 AGENT = 4
@@ -87,6 +89,38 @@ _PALETTES: dict[str, tuple[tuple[int, int, int], ...]] = {
         (120, 250, 120),
     ),
 }
+
+#: Both world models of this game (procedural-world, tiny-world) share this timing.
+FPS = 16.0
+FRAMES_PER_CHUNK = 4
+
+ACTION_TRACK = ControlTrack(
+    name="action",
+    schema="livegen.action.v1",
+    json_schema={
+        "type": "object",
+        "properties": {"action": {"enum": list(ACTIONS)}},
+        "required": ["action"],
+        "additionalProperties": False,
+    },
+    default={"action": "none"},
+    is_sticky=True,
+    description="Move the agent 2 px per frame while held; send 'none' to stop.",
+)
+
+
+def room_spec(kv: KVGeometry | None = None, description: str = "") -> WorldSpec:
+    """The spec both models of the room game serve: same frames, timing and controls."""
+    return WorldSpec(
+        width=SIZE,
+        height=SIZE,
+        fps=FPS,
+        frames_per_chunk=FRAMES_PER_CHUNK,
+        controls=(ACTION_TRACK,),
+        kv=kv,
+        description=description,
+    )
+
 
 Rect = tuple[int, int, int, int]  # x, y, width, height
 Frame = npt.NDArray[np.uint8]
