@@ -15,10 +15,14 @@ from typing import Any
 import click
 
 #: Subcommand name -> "module:click_command", loaded on use.
-TOOLS: dict[str, str] = {}
+TOOLS: dict[str, str] = {
+    "train-world": "livegen.models.tinyworld.train:command",
+}
 
 #: ``livegen bench <name>`` -> "module:click_command", loaded on use.
-BENCHES: dict[str, str] = {}
+BENCHES: dict[str, str] = {
+    "world-model": "livegen.bench.world_model:command",
+}
 
 
 class LazyGroup(click.Group):

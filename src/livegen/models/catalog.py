@@ -8,7 +8,16 @@ from __future__ import annotations
 
 from livegen.models.registry import Kind, ModelInfo, Registry
 
-CATALOG: list[ModelInfo] = []
+CATALOG: list[ModelInfo] = [
+    ModelInfo(
+        name="tiny-world",
+        kind=Kind.WORLD,
+        loader="livegen.models.tinyworld.model:load",
+        description="Embedded AR-diffusion world model of the room game (1 M params, CPU)",
+        requires=("torch",),
+        priority=10,
+    ),
+]
 
 
 def default_registry() -> Registry:

@@ -1,0 +1,109 @@
+"""Training data and the action-following probe for tiny-world, both from the room game.
+
+The data is generated on the fly from ``models/game.py`` (never stored): each
+sample is a short clip of consecutive frames from a random room and theme,
+after a random walk so that the agent, coin and crate are anywhere, under
+sticky random actions (a held key, as players do). A few clips switch theme
+mid-clip, so the model learns to repaint the room when the prompt changes.
+
+The probe finds the agent in a frame by its theme colour, which is how the
+figures of action following compare a generated rollout with the game's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import cache
+
+import numpy as np
+import numpy.typing as npt
+
+from livegen.models import game
+
+ACTION_INDEX = {name: i for i, name in enumerate(game.ACTIONS)}
+THEME_INDEX = {name: i for i, name in enumerate(game.THEMES)}
+
+
+@dataclass(frozen=True)
+class Clip:
+    """A batch of clips: frames (B, T, 32, 32, 3) uint8, and per frame the action that led to it,
+    its theme, and a mask of its sprite pixels (agent and coin)."""
+
+    frames: npt.NDArray[np.uint8]
+    actions: npt.NDArray[np.int64]
+    themes: npt.NDArray[np.int64]
+    sprites: npt.NDArray[np.bool_]
+
+
+def sticky_actions(rng: np.random.Generator, num: int, keep: float = 0.75) -> list[str]:
+    """Random actions that are mostly held, like a player's keys."""
+    actions: list[str] = []
+    current = str(rng.choice(game.ACTIONS))
+    for _ in range(num):
+        if rng.random() > keep:
+            current = str(rng.choice(game.ACTIONS))
+        actions.append(current)
+    return actions
+
+
+def sample_clips(rng: np.random.Generator, batch: int, length: int, theme_switch_prob: float = 0.05) -> Clip:
+    frames = np.empty((batch, length, game.SIZE, game.SIZE, 3), dtype=np.uint8)
+    actions = np.zeros((batch, length), dtype=np.int64)
+    themes = np.zeros((batch, length), dtype=np.int64)
+    sprites = np.zeros((batch, length, game.SIZE, game.SIZE), dtype=np.bool_)
+    for b in range(batch):
+        theme = str(rng.choice(game.THEMES))
+        state = game.new_game(int(rng.integers(2**31)), theme)
+        walk = sticky_actions(rng, int(rng.integers(0, 48)) + length)
+        for action in walk[:-length]:
+            state = game.step(state, action)
+        switch_at = int(rng.integers(1, length)) if rng.random() < theme_switch_prob else -1
+        for i, action in enumerate(walk[-length:]):
+            if i == switch_at:
+                state = replace(state, theme=str(rng.choice(game.THEMES)))
+            if i > 0:
+                state = game.step(state, action)
+            frames[b, i] = game.render(state)
+            actions[b, i] = ACTION_INDEX[action] if i > 0 else 0
+            themes[b, i] = THEME_INDEX[state.theme]
+            sprites[b, i] = sprite_mask(state)
+    return Clip(frames, actions, themes, sprites)
+
+
+def sprite_mask(state: game.State) -> npt.NDArray[np.bool_]:
+    mask = np.zeros((game.SIZE, game.SIZE), dtype=np.bool_)
+    x, y = state.agent
+    mask[y : y + game.AGENT, x : x + game.AGENT] = True
+    if state.coin is not None:
+        cx, cy = state.coin
+        mask[cy : cy + game.COIN, cx : cx + game.COIN] = True
+    return mask
+
+
+@cache
+def agent_colour(theme: str) -> tuple[int, int, int]:
+    """The agent's colour in a theme, read from a rendered frame."""
+    state = game.new_game(0, theme)
+    x, y = state.agent
+    r, g, b = game.render(state)[y + 1, x + 1]
+    return int(r), int(g), int(b)
+
+
+def find_agent(frame: npt.NDArray[np.uint8], theme: str, tolerance: int = 60) -> tuple[float, float] | None:
+    """Centre (x, y) of the pixels of the agent's colour, or None if fewer than a quarter of it shows."""
+    distance = np.abs(frame.astype(np.int32) - np.array(agent_colour(theme))).sum(axis=-1)
+    ys, xs = np.nonzero(distance < tolerance)
+    if len(xs) < game.AGENT * game.AGENT // 4:
+        return None
+    return float(xs.mean()) + 0.5, float(ys.mean()) + 0.5
+
+
+def agent_errors(frames: npt.NDArray[np.uint8], states: list[game.State]) -> npt.NDArray[np.float64]:
+    """Per frame: px from the agent found in ``frames`` to the game's agent (inf where none is found)."""
+    errors = np.full(len(states), np.inf)
+    for i, (frame, state) in enumerate(zip(frames, states, strict=True)):
+        found = find_agent(frame, state.theme)
+        if found is not None:
+            cx, cy = game.agent_centre(state)
+            errors[i] = float(np.hypot(found[0] - cx, found[1] - cy))
+    return errors

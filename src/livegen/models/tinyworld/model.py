@@ -1,0 +1,245 @@
+"""``tiny-world``: the trained network behind the world-model contract.
+
+One ``step`` generates a chunk for every tick of the batch together: frame by
+frame through the chunk, each denoising step and each KV append is one
+forward over all sessions that need it, with context padded to the longest
+and masked. The frames' K/V live in KV pages, one page per frame: in the
+runtime's pool when it passes ``kv_storage`` (pages named by the tick,
+sinks then window), else in a small page list the model keeps per session.
+Besides pages, a session's state here is its last frame and theme, which the
+next chunk continues from; ``release`` drops it and a later continuation
+raises ``StateEvicted``.
+
+Chunk 0 starts from the game's first frame for the tick's seed and prompt
+(as world models start from an image), so tiny-world and procedural-world
+show the same room for a seed, and the same actions can be compared frame by
+frame. Noise comes from a generator seeded by (seed, chunk index), never from
+global state, so a seed, prompt and actions always give the same frames.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from livegen.errors import ModelContractError, StateEvicted
+from livegen.models import game
+from livegen.models.tinyworld.data import ACTION_INDEX, THEME_INDEX
+from livegen.models.tinyworld.net import TOKENS_PER_FRAME, Net, to_uint8, to_unit
+from livegen.models.tinyworld.sampling import noise_levels
+from livegen.models.world import Chunk, KVGeometry, Tick, WorldSpec
+
+NAME = "tiny-world"
+SINK_FRAMES = 1
+WINDOW_FRAMES = 2
+
+
+@dataclass
+class _Session:
+    theme: str
+    last_frame: Tensor  # (3, 32, 32) in [-1, 1]
+    #: Frames' K/V when the runtime passes no pool: (layers, 2, heads, tokens, head_dim) each.
+    pages: list[Tensor] = field(default_factory=list)
+
+
+@dataclass
+class _Job:
+    """One tick in flight through a chunk."""
+
+    tick: Tick
+    session: _Session
+    noise: Tensor  # (frames_per_chunk, 3, 32, 32)
+    action: int
+    context: list[Tensor]  # per-frame K/V, sinks then window
+    frames: list[np.ndarray] = field(default_factory=list)
+
+
+class TinyWorld:
+    """The tiny-world model (see module docstring); safe for one caller at a time."""
+
+    name = NAME
+
+    def __init__(self, net: Net, *, num_steps: int = 2) -> None:
+        self.net = net
+        self.num_steps = num_steps
+        cfg = net.cfg
+        self.kv_geometry = KVGeometry(
+            num_layers=cfg.num_layers,
+            num_heads=cfg.num_heads,
+            head_dim=cfg.head_dim,
+            tokens_per_frame=TOKENS_PER_FRAME,
+            window_frames=WINDOW_FRAMES,
+            sink_frames=SINK_FRAMES,
+        )
+        self.spec: WorldSpec = game.room_spec(
+            kv=self.kv_geometry,
+            description="A 1 M-parameter autoregressive diffusion model trained on the room game; "
+            "steer the agent with the arrow keys, name a theme in the prompt.",
+        )
+        self._sessions: dict[str, _Session] = {}
+
+    # -- contract ---------------------------------------------------------
+
+    def new_kv_storage(self, num_pages: int) -> Tensor:
+        g = self.kv_geometry
+        return torch.zeros(num_pages, g.num_layers, 2, g.num_heads, g.tokens_per_frame, g.head_dim)
+
+    def release(self, session_id: str) -> None:
+        self._sessions.pop(session_id, None)
+
+    def step(self, ticks: Sequence[Tick], kv_storage: Any) -> list[Chunk]:
+        jobs = [self._start(tick, kv_storage) for tick in ticks]
+        with torch.inference_mode():
+            for k in range(self.spec.frames_per_chunk):
+                self._frame(jobs, k, kv_storage)
+        chunks = []
+        for job in jobs:
+            job.session.last_frame = to_unit(torch.from_numpy(job.frames[-1]))
+            chunks.append(Chunk(meta=job.tick.meta, frames=np.stack(job.frames)))
+        return chunks
+
+    @property
+    def num_sessions(self) -> int:
+        return len(self._sessions)
+
+    # -- internals --------------------------------------------------------
+
+    def _start(self, tick: Tick, kv_storage: Any) -> _Job:
+        meta = tick.meta
+        if kv_storage is not None and len(tick.write_pages) != self.spec.frames_per_chunk:
+            raise ModelContractError(
+                f"tick for chunk {meta.chunk_index} names {len(tick.write_pages)} write pages, "
+                f"needs {self.spec.frames_per_chunk}"
+            )
+        action = _action_index(tick.controls)
+        if meta.chunk_index == 0:
+            theme = game.theme_from_prompt(tick.prompt)
+            first = game.render(game.new_game(tick.seed, theme))
+            session = _Session(theme=theme, last_frame=to_unit(torch.from_numpy(first)))
+            self._sessions[meta.session_id] = session
+        else:
+            found = self._sessions.get(meta.session_id)
+            if found is None:
+                raise StateEvicted(f"no tiny-world state for session {meta.session_id}")
+            session = found
+            session.theme = game.theme_from_prompt(tick.prompt, session.theme)
+        gen = torch.Generator().manual_seed(_noise_seed(tick.seed, meta.chunk_index))
+        noise = torch.randn(self.spec.frames_per_chunk, 3, game.SIZE, game.SIZE, generator=gen)
+        if kv_storage is None:
+            context = list(session.pages) if meta.chunk_index > 0 else []
+        else:
+            context = [kv_storage[page] for page in tick.context_pages]
+        return _Job(tick=tick, session=session, noise=noise, action=action, context=context)
+
+    def _frame(self, jobs: list[_Job], k: int, kv_storage: Any) -> None:
+        """Frame ``k`` of the chunk for every job: denoise (but chunk 0's first frame), then append K/V."""
+        generate = [j for j in jobs if not (k == 0 and j.tick.meta.chunk_index == 0)]
+        prev = {
+            id(j): j.session.last_frame if not j.frames else to_unit(torch.from_numpy(j.frames[-1]))
+            for j in jobs
+        }
+        if generate:
+            images = self._denoise(generate, [prev[id(j)] for j in generate], k)
+            for job, image in zip(generate, images, strict=True):
+                job.frames.append(image)
+        for job in jobs:
+            if len(job.frames) == k:  # chunk 0, frame 0: the game's first frame
+                job.frames.append(to_uint8(job.session.last_frame).numpy())
+                prev[id(job)] = job.session.last_frame
+        current = [to_unit(torch.from_numpy(j.frames[-1])) for j in jobs]
+        actions = [
+            j.action if j.frames and not (k == 0 and j.tick.meta.chunk_index == 0) else 0 for j in jobs
+        ]
+        kv = self._encode(jobs, current, [prev[id(j)] for j in jobs], actions)
+        for job, page_kv in zip(jobs, kv, strict=True):
+            self._append(job, k, page_kv, kv_storage)
+
+    def _append(self, job: _Job, k: int, page_kv: Tensor, kv_storage: Any) -> None:
+        if kv_storage is not None:
+            page = job.tick.write_pages[k]
+            kv_storage[page] = page_kv
+            job.context.append(kv_storage[page])
+        else:
+            job.context.append(page_kv)
+            job.session.pages.append(page_kv)
+            _trim(job.session.pages)
+        _trim(job.context)
+
+    def _denoise(self, jobs: list[_Job], prevs: list[Tensor], k: int) -> list[np.ndarray]:
+        ctx, valid = self._gather([j.context for j in jobs])
+        prev = torch.stack(prevs)
+        action = torch.tensor([j.action for j in jobs])
+        theme = torch.tensor([THEME_INDEX[j.session.theme] for j in jobs])
+        noise = torch.stack([j.noise[k] for j in jobs])
+        levels = noise_levels(self.num_steps)
+        x = x0 = noise
+        for t, t_next in itertools.pairwise(levels):
+            c = self.net.cond(torch.full((len(jobs),), t), action, theme)
+            pred, _ = self.net.run_frame(x, prev, c, ctx, valid, decode=True)
+            assert pred is not None
+            x0 = pred
+            if t_next > 0:
+                eps = (x - (1 - t) * x0) / t
+                x = (1 - t_next) * x0 + t_next * eps
+        return list(to_uint8(x0).numpy())
+
+    def _encode(
+        self, jobs: list[_Job], frames: list[Tensor], prevs: list[Tensor], actions: list[int]
+    ) -> list[Tensor]:
+        ctx, valid = self._gather([j.context for j in jobs])
+        theme = torch.tensor([THEME_INDEX[j.session.theme] for j in jobs])
+        c = self.net.cond(torch.zeros(len(jobs)), torch.tensor(actions), theme)
+        _, kv = self.net.run_frame(torch.stack(frames), torch.stack(prevs), c, ctx, valid, decode=False)
+        # (layers, 2, B, heads, tokens, hd) -> one page per job
+        stacked = torch.stack([torch.stack([k, v]) for k, v in kv])
+        return list(stacked.permute(2, 0, 1, 3, 4, 5).contiguous())
+
+    def _gather(
+        self, contexts: list[list[Tensor]]
+    ) -> tuple[list[tuple[Tensor, Tensor]] | None, Tensor | None]:
+        """Per-layer context K/V for the batch, right-aligned and padded to the longest, and which is real."""
+        width = max(len(c) for c in contexts)
+        if width == 0:
+            return None, None
+        g = self.kv_geometry
+        pad = torch.zeros(g.num_layers, 2, g.num_heads, g.tokens_per_frame, g.head_dim)
+        rows = [torch.cat([pad[None]] * (width - len(c)) + [p[None] for p in c]) for c in contexts]
+        batch = torch.stack(rows)  # (B, width, layers, 2, heads, tokens, hd)
+        valid = torch.tensor([[i >= width - len(c) for i in range(width)] for c in contexts])
+        per_layer = batch.permute(2, 3, 0, 4, 1, 5, 6).flatten(
+            4, 5
+        )  # (layers, 2, B, heads, width*tokens, hd)
+        return [(layer[0], layer[1]) for layer in per_layer], valid
+
+
+def _trim(context: list[Tensor]) -> None:
+    """Keep the sink frames and the most recent window."""
+    while len(context) > SINK_FRAMES + WINDOW_FRAMES:
+        del context[SINK_FRAMES]
+
+
+def _action_index(controls: Any) -> int:
+    value = controls.get("action") if hasattr(controls, "get") else None
+    name = value.get("action") if isinstance(value, dict) else value
+    return ACTION_INDEX.get(name, 0) if isinstance(name, str) else 0
+
+
+def _noise_seed(seed: int, chunk_index: int) -> int:
+    return int(
+        np.random.SeedSequence([seed & 0xFFFFFFFF, seed >> 32 & 0xFFFFFFFF, chunk_index]).generate_state(1)[0]
+    )
+
+
+def load() -> TinyWorld:
+    """The registry's loader: the shipped checkpoint, sha256-checked, on one CPU thread."""
+    from livegen.models.tinyworld.weights import load_net
+
+    torch.set_num_threads(1)
+    net, _ = load_net()
+    return TinyWorld(net)

@@ -1,0 +1,119 @@
+"""Generating frames with the tiny-world net: the flow sampler and a plain rollout.
+
+The sampler is rectified flow with x0-prediction: start from seeded noise at
+t=1, predict the clean frame, step deterministically (DDIM-like) to the next
+noise level, and after the last step append the frame's K/V to the cache with
+one clean pass (t=0), as in training. ``rollout`` keeps its own list cache
+(sinks + window) and is what the training probe, the tests and the bench's
+reference path use; the served model (``model.py``) does the same over KV
+pages and many sessions at once.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+import torch
+from torch import Tensor
+
+from livegen.models import game
+from livegen.models.tinyworld.data import ACTION_INDEX, THEME_INDEX
+from livegen.models.tinyworld.net import Net, to_uint8, to_unit
+
+KV = list[tuple[Tensor, Tensor]]
+
+
+def noise_levels(num_steps: int) -> list[float]:
+    return [1.0 - k / num_steps for k in range(num_steps + 1)]
+
+
+@torch.no_grad()
+def sample_frame(
+    net: Net,
+    prev: Tensor,
+    action: Tensor,
+    theme: Tensor,
+    noise: Tensor,
+    ctx: KV | None,
+    ctx_valid: Tensor | None,
+    num_steps: int,
+) -> Tensor:
+    """Denoise one frame per row from ``noise`` (B, 3, 32, 32); returns it as uint8 (B, 32, 32, 3)."""
+    levels = noise_levels(num_steps)
+    x = noise
+    x0 = noise
+    for t, t_next in itertools.pairwise(levels):
+        c = net.cond(torch.full((x.shape[0],), t), action, theme)
+        pred, _ = net.run_frame(x, prev, c, ctx, ctx_valid, decode=True)
+        assert pred is not None
+        x0 = pred
+        if t_next > 0:
+            eps = (x - (1 - t) * x0) / t
+            x = (1 - t_next) * x0 + t_next * eps
+    return to_uint8(x0)
+
+
+@torch.no_grad()
+def encode_clean(
+    net: Net,
+    frame: Tensor,
+    prev: Tensor,
+    action: Tensor,
+    theme: Tensor,
+    ctx: KV | None,
+    ctx_valid: Tensor | None,
+) -> KV:
+    """The K/V a finished frame (B, 3, 32, 32) leaves in the cache."""
+    c = net.cond(torch.zeros(frame.shape[0]), action, theme)
+    _, kv = net.run_frame(frame, prev, c, ctx, ctx_valid, decode=False)
+    return kv
+
+
+def stack_context(frames_kv: Sequence[KV]) -> KV | None:
+    """Per-frame K/V lists (oldest first) -> per-layer K/V over all of them."""
+    if not frames_kv:
+        return None
+    num_layers = len(frames_kv[0])
+    return [
+        (torch.cat([f[i][0] for f in frames_kv], dim=2), torch.cat([f[i][1] for f in frames_kv], dim=2))
+        for i in range(num_layers)
+    ]
+
+
+@torch.no_grad()
+def rollout(
+    net: Net,
+    first: npt.NDArray[np.uint8],
+    actions: Sequence[str],
+    themes: Sequence[str],
+    *,
+    seed: int,
+    num_steps: int = 2,
+    sink_frames: int = 1,
+    window_frames: int = 2,
+) -> npt.NDArray[np.uint8]:
+    """Frames [first, then one per action] for one session; ``themes`` per generated frame."""
+    gen = torch.Generator().manual_seed(seed)
+    cache: list[KV] = []
+    frame = to_unit(torch.from_numpy(first))[None]
+    prev = frame
+    zero = torch.zeros(1, dtype=torch.long)
+    theme0 = torch.tensor([THEME_INDEX[themes[0]]])
+    cache.append(encode_clean(net, frame, prev, zero, theme0, None, None))
+    out = [first]
+    for action_name, theme_name in zip(actions, themes, strict=True):
+        ctx_frames = cache[:sink_frames] + cache[sink_frames:][-window_frames:] if cache else []
+        ctx = stack_context(ctx_frames)
+        action = torch.tensor([ACTION_INDEX[action_name]])
+        theme = torch.tensor([THEME_INDEX[theme_name]])
+        noise = torch.randn(1, 3, game.SIZE, game.SIZE, generator=gen)
+        image = sample_frame(net, frame, action, theme, noise, ctx, None, num_steps)
+        prev, frame = frame, to_unit(image)
+        cache.append(encode_clean(net, frame, prev, action, theme, ctx, None))
+        if len(cache) > sink_frames + window_frames:
+            del cache[sink_frames]
+        out.append(image[0].numpy())
+    return np.stack(out)

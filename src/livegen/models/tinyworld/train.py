@@ -1,0 +1,306 @@
+"""Training tiny-world on the room game: ``livegen train-world``.
+
+Designed for one CPU core: data is generated on the fly (no dataset to store),
+each step trains F target frames per clip against F clean context frames in
+one masked sequence, and everything needed to continue (weights, their EMA,
+optimizer, step, config, metrics) is checkpointed every few minutes, so a run
+can stop and resume across sessions. Randomness comes from (seed, step), so a
+resumed run draws the same data it would have drawn.
+
+The loss is what makes it learn the moving parts: x0 error weighted up on
+sprite pixels, on pixels that change, and on pixels the model gets badly
+wrong (so a hallucinated sprite costs as much as a missing one). Noise levels
+lean toward high t; context frames are corrupted with noise, and with
+``--self-forcing`` they are replaced by the model's own predictions, so that
+rollouts learn to correct their drift.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+import numpy as np
+import torch
+
+from livegen.models import game
+from livegen.models.tinyworld.data import agent_errors, sample_clips, sticky_actions
+from livegen.models.tinyworld.net import Config, Net, to_uint8, to_unit
+from livegen.models.tinyworld.sampling import rollout
+
+CHECKPOINT = "checkpoint.pt"
+METRICS = "metrics.json"
+
+
+@dataclass
+class Hyper:
+    batch: int = 16
+    context: int = 3
+    lr: float = 1.5e-3
+    warmup: int = 100
+    ema: float = 0.998
+    sprite_weight: float = 10.0
+    error_weight: float = 10.0
+    context_noise: float = 0.08
+    self_forcing: float = 0.0
+    self_forcing_depth: int = 1
+
+
+def make_optimizer(net: Net, lr: float) -> torch.optim.Optimizer:
+    return torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.99))
+
+
+def sample_t(gen: torch.Generator, shape: tuple[int, ...]) -> torch.Tensor:
+    """Noise levels leaning high: a quarter exactly 1 (where sampling starts), the rest logit-normal."""
+    t = torch.sigmoid(torch.randn(shape, generator=gen) + 0.5)
+    return torch.where(torch.rand(shape, generator=gen) < 0.25, torch.ones(shape), t)
+
+
+def loss_on_batch(net: Net, hp: Hyper, step: int, seed: int) -> tuple[torch.Tensor, dict[str, float]]:
+    rng = np.random.default_rng([seed, step])
+    gen = torch.Generator().manual_seed(int(rng.integers(2**62)))
+    f = hp.context
+    clip = sample_clips(rng, hp.batch, f + 1)
+    x = to_unit(torch.from_numpy(clip.frames))
+    actions, themes = torch.from_numpy(clip.actions), torch.from_numpy(clip.themes)
+    b = x.shape[0]
+    sigma = torch.rand(b, 1, 1, 1, 1, generator=gen) * hp.context_noise
+    context = x[:, :f] + sigma * torch.randn(x[:, :f].shape, generator=gen)
+    if hp.self_forcing > 0 and torch.rand((), generator=gen) < hp.self_forcing:
+        context = _self_forced_context(net, x, context, actions, themes, hp.self_forcing_depth, gen)
+    targets = x[:, 1:]
+    t = sample_t(gen, (b, f))
+    noise = torch.randn(targets.shape, generator=gen)
+    noisy = (1 - t)[..., None, None, None] * targets + t[..., None, None, None] * noise
+    clean_prev = torch.cat([context[:, :1], context[:, :-1]], dim=1)
+    clean_cond = net.cond(torch.zeros(b * f), actions[:, :f].flatten(), themes[:, :f].flatten()).view(
+        b, f, -1
+    )
+    noisy_cond = net.cond(t.flatten(), actions[:, 1:].flatten(), themes[:, 1:].flatten()).view(b, f, -1)
+    pred = net.forward_train(context, clean_prev, clean_cond, noisy, context, noisy_cond)
+    err = (pred - targets).pow(2).mean(dim=2)  # (B, F, 32, 32)
+    seen = err.detach()
+    sprites = torch.from_numpy(clip.sprites)
+    moving = (sprites[:, 1:] | sprites[:, :-1] | ((x[:, 1:] - x[:, :-1]).abs().amax(dim=2) > 0.01)).float()
+    wrong = ((pred.detach() - targets).abs().amax(dim=2) > 0.2).float()
+    weight = 1 + hp.sprite_weight * moving + hp.error_weight * wrong
+    loss = (weight * err).mean()
+    return loss, {
+        "mse": float(seen.mean()),
+        "mse_moving": float((seen * moving).sum() / moving.sum().clamp(min=1)),
+    }
+
+
+@torch.no_grad()
+def _self_forced_context(
+    net: Net,
+    x: torch.Tensor,
+    context: torch.Tensor,
+    actions: torch.Tensor,
+    themes: torch.Tensor,
+    depth: int,
+    gen: torch.Generator,
+) -> torch.Tensor:
+    """Context frames 1.. replaced by the model's own one-step predictions, ``depth`` times over,
+    so context frame i is an i-step rollout from the true frame 0 once depth >= i."""
+    b, f = context.shape[:2]
+    was_training = net.training
+    net.eval()
+    zeros = torch.zeros(b * f)
+    clean_cond = net.cond(zeros, actions[:, :f].flatten(), themes[:, :f].flatten()).view(b, f, -1)
+    noisy_cond = net.cond(zeros + 1, actions[:, 1:].flatten(), themes[:, 1:].flatten()).view(b, f, -1)
+    for _ in range(depth):
+        clean_prev = torch.cat([context[:, :1], context[:, :-1]], dim=1)
+        noise = torch.randn(x[:, 1:].shape, generator=gen)
+        pred = net.forward_train(context, clean_prev, clean_cond, noise, context, noisy_cond)
+        context = torch.cat([context[:, :1], to_unit(to_uint8(pred[:, :-1]))], dim=1)
+    net.train(was_training)
+    return context
+
+
+def probe(net: Net, num_frames: int = 48, seeds: tuple[int, ...] = (1001, 1002, 1003)) -> dict[str, float]:
+    """Action following on held-out rooms: agent position in a rollout against the game's."""
+    net.eval()
+    errors = []
+    for seed in seeds:
+        rng = np.random.default_rng(seed)
+        theme = game.THEMES[seed % len(game.THEMES)]
+        state = game.new_game(seed, theme)
+        actions = sticky_actions(rng, num_frames)
+        states = [state]
+        for action in actions:
+            states.append(game.step(states[-1], action))
+        frames = rollout(net, game.render(state), actions, [theme] * num_frames, seed=seed)
+        errors.append(agent_errors(frames[1:], states[1:]))
+    net.train()
+    e = np.concatenate(errors)
+    return {
+        "within_2px": float(np.mean(e <= 2.0)),
+        "agent_found": float(np.mean(np.isfinite(e))),
+        "median_error_px": float(np.median(e)),
+    }
+
+
+def save(path: Path, payload: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    torch.save(payload, tmp)
+    os.replace(tmp, path)
+
+
+def train(
+    out: Path,
+    *,
+    steps: int | None,
+    minutes: float | None,
+    seed: int,
+    resume: bool,
+    hp: Hyper,
+    cfg: Config | None = None,
+    checkpoint_every_s: float = 180.0,
+    probe_every: int = 250,
+    show_progress: bool = True,
+) -> dict[str, Any]:
+    from tqdm import tqdm
+
+    torch.set_num_threads(1)
+    out.mkdir(parents=True, exist_ok=True)
+    ckpt_path = out / CHECKPOINT
+    metrics: dict[str, Any] = {"history": [], "probes": [], "train_seconds": 0.0}
+    if resume and ckpt_path.exists():
+        state = torch.load(ckpt_path, weights_only=False)
+        net = Net(Config(**state["config"]))
+        net.load_state_dict(state["model"])
+        ema = Net(net.cfg)
+        ema.load_state_dict(state["ema"])
+        opt = make_optimizer(net, hp.lr)
+        opt.load_state_dict(state["optimizer"])
+        for group in opt.param_groups:
+            group["lr"] = hp.lr
+        start, metrics, seed = state["step"], state["metrics"], state["seed"]
+    else:
+        torch.manual_seed(seed)
+        net = Net(cfg or Config())
+        ema = Net(net.cfg)
+        ema.load_state_dict(net.state_dict())
+        opt = make_optimizer(net, hp.lr)
+        start = 0
+    ema.requires_grad_(False)
+    net.train()
+    deadline = time.monotonic() + minutes * 60 if minutes else math.inf
+    end = start + steps if steps else None
+    bar = tqdm(
+        total=steps if steps else (round(minutes * 60) if minutes else None),
+        unit="step" if steps else "s",
+        disable=not show_progress,
+        desc="train-world",
+    )
+    began, last_ckpt, smooth = time.monotonic(), time.monotonic(), None
+    step = start
+
+    def checkpoint() -> None:
+        metrics["train_seconds"] += time.monotonic() - checkpoint.since  # type: ignore[attr-defined]
+        checkpoint.since = time.monotonic()  # type: ignore[attr-defined]
+        metrics["step"] = step
+        metrics["config"], metrics["hyper"] = net.cfg.to_dict(), vars(hp)
+        payload = {"model": net.state_dict(), "ema": ema.state_dict(), "optimizer": opt.state_dict()}
+        save(
+            ckpt_path,
+            {**payload, "step": step, "config": net.cfg.to_dict(), "seed": seed, "metrics": metrics},
+        )
+        (out / METRICS).write_text(json.dumps(metrics, indent=1))
+
+    checkpoint.since = began  # type: ignore[attr-defined]
+    while (end is None or step < end) and time.monotonic() < deadline:
+        for group in opt.param_groups:
+            group["lr"] = hp.lr * min(1.0, (step + 1) / hp.warmup)
+        loss, parts = loss_on_batch(net, hp, step, seed)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()  # type: ignore[no-untyped-call]
+        torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+        opt.step()
+        with torch.no_grad():
+            decay = min(hp.ema, (1 + step) / (10 + step))  # warm-up: early EMA tracks the weights
+            for p_ema, p in zip(ema.parameters(), net.parameters(), strict=True):
+                p_ema.lerp_(p, 1 - decay)
+        step += 1
+        value = float(loss.detach())
+        smooth = value if smooth is None else 0.98 * smooth + 0.02 * value
+        if step % 25 == 0:
+            metrics["history"].append({"step": step, "loss": smooth, **parts})
+        bar.set_postfix(step=step, loss=f"{smooth:.4f}", moving=f"{parts['mse_moving']:.4f}")
+        bar.update(1 if steps else round(time.monotonic() - began) - bar.n)
+        if step % probe_every == 0:
+            result = {"step": step, **probe(ema)}
+            metrics["probes"].append(result)
+            bar.write(json.dumps(result))
+        if time.monotonic() - last_ckpt > checkpoint_every_s:
+            checkpoint()
+            last_ckpt = time.monotonic()
+    checkpoint()
+    bar.close()
+    return metrics
+
+
+@click.command("train-world")
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=Path("runs/tiny-world"),
+    show_default=True,
+    help="Folder for checkpoint.pt and metrics.json.",
+)
+@click.option("--steps", type=click.IntRange(1), default=None, help="Optimizer steps to run (this session).")
+@click.option(
+    "--minutes",
+    type=click.FloatRange(0, min_open=True),
+    default=None,
+    help="Wall-clock minutes to train (this session); with --steps, whichever ends first.",
+)
+@click.option("--seed", default=0, show_default=True, help="Seed of weights and data (kept on --resume).")
+@click.option("--resume", is_flag=True, help="Continue from OUT/checkpoint.pt if it exists.")
+@click.option("--batch", default=16, show_default=True, help="Clips per step.")
+@click.option("--lr", default=1.5e-3, show_default=True, help="Peak learning rate.")
+@click.option(
+    "--self-forcing",
+    default=0.0,
+    show_default=True,
+    help="Share of steps whose context frames are the model's own predictions.",
+)
+@click.option(
+    "--self-forcing-depth", default=1, show_default=True, help="Rollout depth of those predictions."
+)
+@click.option(
+    "--export",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="After training, write the shippable fp16 weights (EMA) here.",
+)
+def command(
+    out: Path,
+    steps: int | None,
+    minutes: float | None,
+    seed: int,
+    resume: bool,
+    batch: int,
+    lr: float,
+    self_forcing: float,
+    self_forcing_depth: int,
+    export: Path | None,
+) -> None:
+    """Train the tiny-world model on the procedural room game (one CPU thread, resumable)."""
+    if steps is None and minutes is None:
+        raise click.UsageError("give --steps or --minutes")
+    hp = Hyper(batch=batch, lr=lr, self_forcing=self_forcing, self_forcing_depth=self_forcing_depth)
+    metrics = train(out, steps=steps, minutes=minutes, seed=seed, resume=resume, hp=hp)
+    click.echo(f"step {metrics['step']}, {metrics['train_seconds'] / 60:.1f} min trained; {out / METRICS}")
+    if export is not None:
+        from livegen.models.tinyworld.weights import export_weights
+
+        digest = export_weights(out / CHECKPOINT, export)
+        click.echo(f"exported {export} (sha256 {digest})")

@@ -1,0 +1,244 @@
+"""tiny-world: the network's cached path, the world-model contract, training, and the shipped weights.
+
+Contract tests run a small randomly initialised network (fast, and the
+contract does not depend on what the weights learned); the shipped-checkpoint
+tests load the real package data.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from livegen.errors import ModelContractError, ModelError, StateEvicted  # noqa: E402
+from livegen.models import Kind, default_registry, game  # noqa: E402
+from livegen.models.tinyworld.model import TinyWorld  # noqa: E402
+from livegen.models.tinyworld.net import Config, Net  # noqa: E402
+from livegen.models.tinyworld.sampling import stack_context  # noqa: E402
+from livegen.models.tinyworld.train import Hyper, train  # noqa: E402
+from livegen.models.tinyworld.weights import export_weights, load_net  # noqa: E402
+from livegen.models.world import Tick, TickMeta, WorldModel  # noqa: E402
+
+SMALL = Config(d_model=32, num_layers=2, num_heads=2, stem_channels=16, up_channels=8)
+
+
+def random_net(cfg: Config = SMALL, seed: int = 0) -> Net:
+    """A net whose zero-initialised gates are perturbed, so every path affects the output."""
+    torch.manual_seed(seed)
+    net = Net(cfg)
+    with torch.no_grad():
+        for p in net.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    return net.eval()
+
+
+def tick(
+    session: str,
+    chunk: int,
+    *,
+    seed: int = 5,
+    action: str = "right",
+    prompt: str = "a lava room",
+    context: tuple[int, ...] = (),
+    write: tuple[int, ...] = (),
+) -> Tick:
+    return Tick(
+        meta=TickMeta(session, f"req-{session}-{chunk}", chunk, (chunk,)),
+        seed=seed,
+        prompt=prompt,
+        controls={"action": {"action": action}},
+        context_pages=context,
+        write_pages=write,
+    )
+
+
+def test_cached_inference_matches_the_training_forward() -> None:
+    net = random_net()
+    b, f = 2, 3
+    gen = torch.Generator().manual_seed(1)
+    x = torch.rand(b, f, 3, 32, 32, generator=gen) * 2 - 1
+    noise = torch.randn(b, f, 3, 32, 32, generator=gen)
+    actions, themes = (
+        torch.randint(0, 5, (b, f + 1), generator=gen),
+        torch.randint(0, 6, (b, f + 1), generator=gen),
+    )
+    t = torch.rand(b, f, generator=gen)
+    prev = torch.cat([x[:, :1], x[:, :-1]], 1)
+    clean_cond = net.cond(torch.zeros(b * f), actions[:, :f].flatten(), themes[:, :f].flatten()).view(
+        b, f, -1
+    )
+    noisy_cond = net.cond(t.flatten(), actions[:, 1:].flatten(), themes[:, 1:].flatten()).view(b, f, -1)
+    with torch.no_grad():
+        expected = net.forward_train(x, prev, clean_cond, noise, x, noisy_cond)
+        cache = []
+        for i in range(f):
+            _, kv = net.run_frame(
+                x[:, i], prev[:, i], clean_cond[:, i], stack_context(cache), None, decode=False
+            )
+            cache.append(kv)
+            got, _ = net.run_frame(
+                noise[:, i], x[:, i], noisy_cond[:, i], stack_context(cache), None, decode=True
+            )
+            assert torch.allclose(got, expected[:, i], atol=1e-5)
+
+
+def test_tiny_world_implements_the_contract_and_shares_the_room_spec() -> None:
+    model = TinyWorld(random_net())
+    assert isinstance(model, WorldModel)
+    procedural = game.room_spec()
+    spec = model.spec
+    assert (spec.width, spec.height, spec.fps, spec.frames_per_chunk) == (
+        procedural.width,
+        procedural.height,
+        procedural.fps,
+        procedural.frames_per_chunk,
+    )
+    assert spec.controls == procedural.controls
+    assert spec.kv is not None and spec.kv.sink_frames >= 1 and spec.kv.window_frames >= 1
+    storage = model.new_kv_storage(3)
+    assert storage.shape[0] == 3
+    assert storage[0].numel() * storage.element_size() == spec.kv.page_bytes
+
+
+def test_chunk_zero_starts_from_the_games_first_frame_and_echoes_meta() -> None:
+    model = TinyWorld(random_net())
+    ticks = [tick("a", 0, seed=5, prompt="lava"), tick("b", 0, seed=9, prompt="into the snow")]
+    chunks = model.step(ticks, None)
+    assert [c.meta for c in chunks] == [t.meta for t in ticks]
+    for chunk, (seed, theme) in zip(chunks, [(5, "lava"), (9, "snow")], strict=True):
+        assert chunk.frames.shape == (4, 32, 32, 3) and chunk.frames.dtype == np.uint8
+        assert np.array_equal(chunk.frames[0], game.render(game.new_game(seed, theme)))
+
+
+def play(model: TinyWorld, session: str, actions: list[str], seed: int = 5) -> np.ndarray:
+    return np.concatenate(
+        [model.step([tick(session, i, seed=seed, action=a)], None)[0].frames for i, a in enumerate(actions)]
+    )
+
+
+def test_same_seed_prompt_and_actions_give_identical_frames() -> None:
+    net = random_net()
+    actions = ["right", "right", "down", "none"]
+    first = play(TinyWorld(net), "a", actions)
+    again = play(TinyWorld(net), "b", actions)
+    assert np.array_equal(first, again)
+    other_seed = play(TinyWorld(net), "c", actions, seed=6)
+    assert not np.array_equal(first, other_seed)
+
+
+def test_a_batch_gives_each_session_what_it_would_get_alone() -> None:
+    net = random_net()
+    alone = [play(TinyWorld(net), "x", ["left"] * 3, seed=s) for s in (1, 2)]
+    model = TinyWorld(net)
+    together: list[list[np.ndarray]] = [[], []]
+    for chunk in range(3):
+        out = model.step(
+            [tick("p", chunk, seed=1, action="left"), tick("q", chunk, seed=2, action="left")], None
+        )
+        for i, c in enumerate(out):
+            together[i].append(c.frames)
+    for i in range(2):
+        assert np.array_equal(np.concatenate(together[i]), alone[i])
+
+
+def test_kv_pages_from_the_runtime_pool_match_the_models_own_cache() -> None:
+    net = random_net()
+    own = play(TinyWorld(net), "a", ["up", "up", "left"])
+    model = TinyWorld(net)
+    storage = model.new_kv_storage(12)
+    pages: list[int] = []
+    frames = []
+    for chunk, action in enumerate(["up", "up", "left"]):
+        write = tuple(range(4 * chunk, 4 * chunk + 4))
+        context = tuple(pages[:1] + pages[1:][-2:])  # one sink, a window of two
+        frames.append(
+            model.step([tick("a", chunk, action=action, context=context, write=write)], storage)[0].frames
+        )
+        pages.extend(write)
+    assert np.array_equal(np.concatenate(frames), own)
+
+
+def test_continuing_without_state_raises_state_evicted() -> None:
+    model = TinyWorld(random_net())
+    with pytest.raises(StateEvicted):
+        model.step([tick("ghost", 1)], None)
+    model.step([tick("a", 0)], None)
+    model.step([tick("a", 1)], None)
+    model.release("a")
+    assert model.num_sessions == 0
+    with pytest.raises(StateEvicted):
+        model.step([tick("a", 2)], None)
+    model.release("never-seen")  # releasing twice or unknown sessions is harmless
+
+
+def test_too_few_write_pages_is_a_contract_error() -> None:
+    model = TinyWorld(random_net())
+    storage = model.new_kv_storage(4)
+    with pytest.raises(ModelContractError):
+        model.step([tick("a", 0, write=(0, 1))], storage)
+
+
+def test_a_new_prompt_theme_changes_the_conditioning() -> None:
+    net = random_net()
+    model = TinyWorld(net)
+    model.step([tick("a", 0, prompt="forest")], None)
+    lava = TinyWorld(net)
+    lava.step([tick("a", 0, prompt="forest")], None)
+    same = model.step([tick("a", 1, prompt="forest")], None)[0].frames
+    changed = lava.step([tick("a", 1, prompt="now lava")], None)[0].frames
+    assert not np.array_equal(same, changed)
+
+
+def test_training_runs_resumes_and_exports_checked_weights(tmp_path: Path) -> None:
+    hp = Hyper(batch=2, context=3)
+    out = tmp_path / "run"
+    metrics = train(
+        out, steps=2, minutes=None, seed=3, resume=False, hp=hp, cfg=SMALL, show_progress=False, probe_every=2
+    )
+    assert metrics["step"] == 2 and metrics["probes"] and "within_2px" in metrics["probes"][0]
+    metrics = train(out, steps=1, minutes=None, seed=3, resume=True, hp=hp, show_progress=False)
+    assert metrics["step"] == 3
+    assert json.loads((out / "metrics.json").read_text())["step"] == 3
+    dest = tmp_path / "weights" / "tiny_world.pt"
+    export_weights(out / "checkpoint.pt", dest)
+    net, manifest = load_net(dest.parent)
+    assert manifest["step"] == 3 and net.cfg == SMALL
+    data = bytearray(dest.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    dest.write_bytes(bytes(data))
+    with pytest.raises(ModelError, match="sha256"):
+        load_net(dest.parent)
+
+
+def test_training_is_seeded(tmp_path: Path) -> None:
+    hp = Hyper(batch=2, context=2)
+    runs = [
+        train(
+            tmp_path / name,
+            steps=2,
+            minutes=None,
+            seed=7,
+            resume=False,
+            hp=hp,
+            cfg=SMALL,
+            show_progress=False,
+        )
+        for name in ("a", "b")
+    ]
+    states = [
+        torch.load(tmp_path / name / "checkpoint.pt", weights_only=False)["model"] for name in ("a", "b")
+    ]
+    assert runs[0]["history"] == runs[1]["history"]
+    assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
+
+
+def test_tiny_world_is_the_default_world_model() -> None:
+    registry = default_registry()
+    entry = registry.get("tiny-world")
+    assert entry.kind == Kind.WORLD and "torch" in entry.requires
+    assert registry.default(Kind.WORLD) == entry
