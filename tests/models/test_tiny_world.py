@@ -78,11 +78,11 @@ def test_cached_inference_matches_the_training_forward() -> None:
         cache = []
         for i in range(f):
             _, kv = net.run_frame(
-                x[:, i], prev[:, i], clean_cond[:, i], stack_context(cache), None, decode=False
+                x[:, i], prev[:, i], clean_cond[:, i], net.context(stack_context(cache)), decode=False
             )
             cache.append(kv)
             got, _ = net.run_frame(
-                noise[:, i], x[:, i], noisy_cond[:, i], stack_context(cache), None, decode=True
+                noise[:, i], x[:, i], noisy_cond[:, i], net.context(stack_context(cache)), decode=True
             )
             assert torch.allclose(got, expected[:, i], atol=1e-5)
 
@@ -242,3 +242,26 @@ def test_tiny_world_is_the_default_world_model() -> None:
     entry = registry.get("tiny-world")
     assert entry.kind == Kind.WORLD and "torch" in entry.requires
     assert registry.default(Kind.WORLD) == entry
+
+
+def test_train_world_command_writes_checkpoint_and_metrics(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from livegen.cli import main
+
+    out = tmp_path / "cli-run"
+    result = CliRunner().invoke(main, ["train-world", "--steps", "1", "--batch", "2", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert (out / "checkpoint.pt").exists()
+    assert json.loads((out / "metrics.json").read_text())["step"] == 1
+    result = CliRunner().invoke(main, ["train-world", "--out", str(out)])
+    assert result.exit_code == 2 and "--steps or --minutes" in result.output
+
+
+def test_bench_world_model_is_listed() -> None:
+    from click.testing import CliRunner
+
+    from livegen.cli import main
+
+    result = CliRunner().invoke(main, ["bench", "world-model", "--help"])
+    assert result.exit_code == 0 and "--stability-minutes" in result.output

@@ -222,7 +222,9 @@ def command(
         "frames": len(errors),
         "within_2px": float(np.mean(errors <= 2.0)),
         "agent_found": float(np.mean(np.isfinite(errors))),
-        "median_error_px": float(np.median(errors)),
+        "median_error_px_where_found": float(np.median(errors[np.isfinite(errors)]))
+        if np.isfinite(errors).any()
+        else None,
         "per_run_within_2px": [float(np.mean(r["errors"] <= 2.0)) for r in runs],
     }
     click.echo(json.dumps(report["action_following"], indent=1))

@@ -31,7 +31,7 @@ from torch import Tensor
 from livegen.errors import ModelContractError, StateEvicted
 from livegen.models import game
 from livegen.models.tinyworld.data import ACTION_INDEX, THEME_INDEX
-from livegen.models.tinyworld.net import TOKENS_PER_FRAME, Net, to_uint8, to_unit
+from livegen.models.tinyworld.net import TOKENS_PER_FRAME, Context, Net, to_uint8, to_unit
 from livegen.models.tinyworld.sampling import noise_levels
 from livegen.models.world import Chunk, KVGeometry, Tick, WorldSpec
 
@@ -131,10 +131,14 @@ class TinyWorld:
             session.theme = game.theme_from_prompt(tick.prompt, session.theme)
         gen = torch.Generator().manual_seed(_noise_seed(tick.seed, meta.chunk_index))
         noise = torch.randn(self.spec.frames_per_chunk, 3, game.SIZE, game.SIZE, generator=gen)
-        if kv_storage is None:
-            context = list(session.pages) if meta.chunk_index > 0 else []
+        if meta.chunk_index == 0:
+            context: list[Tensor] = []
+            session.pages.clear()
+        elif kv_storage is None:
+            context = list(session.pages)
         else:
             context = [kv_storage[page] for page in tick.context_pages]
+            _trim(context)
         return _Job(tick=tick, session=session, noise=noise, action=action, context=context)
 
     def _frame(self, jobs: list[_Job], k: int, kv_storage: Any) -> None:
@@ -144,8 +148,10 @@ class TinyWorld:
             id(j): j.session.last_frame if not j.frames else to_unit(torch.from_numpy(j.frames[-1]))
             for j in jobs
         }
+        ctx = None
         if generate:
-            images = self._denoise(generate, [prev[id(j)] for j in generate], k)
+            ctx = self._gather([j.context for j in generate])
+            images = self._denoise(generate, [prev[id(j)] for j in generate], k, ctx)
             for job, image in zip(generate, images, strict=True):
                 job.frames.append(image)
         for job in jobs:
@@ -156,7 +162,9 @@ class TinyWorld:
         actions = [
             j.action if j.frames and not (k == 0 and j.tick.meta.chunk_index == 0) else 0 for j in jobs
         ]
-        kv = self._encode(jobs, current, [prev[id(j)] for j in jobs], actions)
+        if len(generate) != len(jobs):
+            ctx = self._gather([j.context for j in jobs])
+        kv = self._encode(jobs, current, [prev[id(j)] for j in jobs], actions, ctx)
         for job, page_kv in zip(jobs, kv, strict=True):
             self._append(job, k, page_kv, kv_storage)
 
@@ -171,8 +179,9 @@ class TinyWorld:
             _trim(job.session.pages)
         _trim(job.context)
 
-    def _denoise(self, jobs: list[_Job], prevs: list[Tensor], k: int) -> list[np.ndarray]:
-        ctx, valid = self._gather([j.context for j in jobs])
+    def _denoise(
+        self, jobs: list[_Job], prevs: list[Tensor], k: int, ctx: Context | None
+    ) -> list[np.ndarray]:
         prev = torch.stack(prevs)
         action = torch.tensor([j.action for j in jobs])
         theme = torch.tensor([THEME_INDEX[j.session.theme] for j in jobs])
@@ -181,7 +190,7 @@ class TinyWorld:
         x = x0 = noise
         for t, t_next in itertools.pairwise(levels):
             c = self.net.cond(torch.full((len(jobs),), t), action, theme)
-            pred, _ = self.net.run_frame(x, prev, c, ctx, valid, decode=True)
+            pred, _ = self.net.run_frame(x, prev, c, ctx, decode=True)
             assert pred is not None
             x0 = pred
             if t_next > 0:
@@ -190,23 +199,25 @@ class TinyWorld:
         return list(to_uint8(x0).numpy())
 
     def _encode(
-        self, jobs: list[_Job], frames: list[Tensor], prevs: list[Tensor], actions: list[int]
+        self,
+        jobs: list[_Job],
+        frames: list[Tensor],
+        prevs: list[Tensor],
+        actions: list[int],
+        ctx: Context | None,
     ) -> list[Tensor]:
-        ctx, valid = self._gather([j.context for j in jobs])
         theme = torch.tensor([THEME_INDEX[j.session.theme] for j in jobs])
         c = self.net.cond(torch.zeros(len(jobs)), torch.tensor(actions), theme)
-        _, kv = self.net.run_frame(torch.stack(frames), torch.stack(prevs), c, ctx, valid, decode=False)
+        _, kv = self.net.run_frame(torch.stack(frames), torch.stack(prevs), c, ctx, decode=False)
         # (layers, 2, B, heads, tokens, hd) -> one page per job
         stacked = torch.stack([torch.stack([k, v]) for k, v in kv])
         return list(stacked.permute(2, 0, 1, 3, 4, 5).contiguous())
 
-    def _gather(
-        self, contexts: list[list[Tensor]]
-    ) -> tuple[list[tuple[Tensor, Tensor]] | None, Tensor | None]:
+    def _gather(self, contexts: list[list[Tensor]]) -> Context | None:
         """Per-layer context K/V for the batch, right-aligned and padded to the longest, and which is real."""
         width = max(len(c) for c in contexts)
         if width == 0:
-            return None, None
+            return None
         g = self.kv_geometry
         pad = torch.zeros(g.num_layers, 2, g.num_heads, g.tokens_per_frame, g.head_dim)
         rows = [torch.cat([pad[None]] * (width - len(c)) + [p[None] for p in c]) for c in contexts]
@@ -215,7 +226,7 @@ class TinyWorld:
         per_layer = batch.permute(2, 3, 0, 4, 1, 5, 6).flatten(
             4, 5
         )  # (layers, 2, B, heads, width*tokens, hd)
-        return [(layer[0], layer[1]) for layer in per_layer], valid
+        return self.net.context([(layer[0], layer[1]) for layer in per_layer], valid)
 
 
 def _trim(context: list[Tensor]) -> None:

@@ -58,6 +58,15 @@ class Config:
         return asdict(self)
 
 
+@dataclass
+class Context:
+    """Context frames' K/V for inference: per layer (K rotated to its slot, V), and a key mask."""
+
+    layers: list[tuple[Tensor, Tensor]]
+    num_frames: int
+    mask: Tensor | None
+
+
 class Film(nn.Module):
     """Scale and shift of conv features from the conditioning vector, identity at init."""
 
@@ -101,11 +110,11 @@ class Block(nn.Module):
         c_tok: Tensor,
         rope: tuple[Tensor, Tensor],
         mask: Tensor | None,
-        ctx: tuple[Tensor, Tensor, tuple[Tensor, Tensor]] | None = None,
+        ctx: tuple[Tensor, Tensor] | None = None,
     ) -> tuple[Tensor, Tensor, Tensor]:
         """One block; returns the output and this input's un-rotated K and V (B, H, N, hd).
 
-        ``ctx`` is cached context (K un-rotated, V, the rotation for its slots);
+        ``ctx`` is cached context (K already rotated to its slots, V);
         ``mask`` (B or 1, 1, Nq, Nk) says which keys each query may see.
         """
         b, n, d = x.shape
@@ -114,9 +123,8 @@ class Block(nn.Module):
         q, k, v = self.qkv(h).view(b, n, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         qr, kr = _rotate(q, *rope), _rotate(k, *rope)
         if ctx is not None:
-            k_ctx, v_ctx, ctx_rope = ctx
-            kr = torch.cat([_rotate(k_ctx, *ctx_rope), kr], dim=2)
-            v_all = torch.cat([v_ctx, v], dim=2)
+            kr = torch.cat([ctx[0], kr], dim=2)
+            v_all = torch.cat([ctx[1], v], dim=2)
         else:
             v_all = v
         a = F.scaled_dot_product_attention(qr, kr, v_all, attn_mask=mask)
@@ -233,39 +241,38 @@ class Net(nn.Module):
 
     # -- inference --------------------------------------------------------
 
-    def run_frame(
-        self,
-        x_t: Tensor,
-        prev: Tensor,
-        c: Tensor,
-        ctx: list[tuple[Tensor, Tensor]] | None,
-        ctx_valid: Tensor | None,
-        *,
-        decode: bool,
-    ) -> tuple[Tensor | None, list[tuple[Tensor, Tensor]]]:
-        """One frame per batch row against cached context.
+    def context(self, kv: list[tuple[Tensor, Tensor]] | None, valid: Tensor | None = None) -> Context | None:
+        """Cached K/V ready to attend to: per layer (K, V) of shape (B, H, C*64, hd), un-rotated,
+        right-aligned at slot positions 0..C-1; ``valid`` (B, C) marks real (not padding) frames.
+        Keys are rotated here once, and shared by every pass of the frame that follows."""
+        if kv is None:
+            return None
+        num_frames = kv[0][0].shape[2] // TOKENS_PER_FRAME
+        cos, sin = self.rope(torch.arange(num_frames).repeat_interleave(TOKENS_PER_FRAME))
+        mask = None
+        if valid is not None:
+            b = valid.shape[0]
+            keys = torch.cat([valid.repeat_interleave(TOKENS_PER_FRAME, 1), valid.new_ones(b, 64)], 1)
+            mask = keys[:, None, None, :]
+        return Context([(_rotate(k, cos, sin), v) for k, v in kv], num_frames, mask)
 
-        ``ctx`` holds per layer (K, V) of shape (B, H, C*64, hd), un-rotated,
-        right-aligned at slot positions 0..C-1; ``ctx_valid`` (B, C) marks real
-        (not padding) context frames. The new frame sits at position C.
-        Returns the predicted clean frame (if ``decode``) and this frame's
-        per-layer K/V for the cache.
+    def run_frame(
+        self, x_t: Tensor, prev: Tensor, c: Tensor, ctx: Context | None, *, decode: bool
+    ) -> tuple[Tensor | None, list[tuple[Tensor, Tensor]]]:
+        """One frame per batch row against cached context (see ``context``); the frame sits at
+        position C. Returns the predicted clean frame (if ``decode``) and this frame's per-layer
+        K/V for the cache.
         """
-        b = x_t.shape[0]
-        num_ctx = 0 if ctx is None else ctx[0][0].shape[2] // TOKENS_PER_FRAME
+        num_ctx = 0 if ctx is None else ctx.num_frames
         skip, x = self.stem(x_t, prev, c)
         c_tok = c[:, None]
         rope = self.rope(torch.full((TOKENS_PER_FRAME,), num_ctx))
-        ctx_rope = self.rope(torch.arange(num_ctx).repeat_interleave(TOKENS_PER_FRAME))
-        mask = None
-        if ctx_valid is not None and num_ctx:
-            keys = torch.cat([ctx_valid.repeat_interleave(TOKENS_PER_FRAME, 1), ctx_valid.new_ones(b, 64)], 1)
-            mask = keys[:, None, None, :]
+        mask = None if ctx is None else ctx.mask
         new_kv: list[tuple[Tensor, Tensor]] = []
         last = len(self.blocks) - 1
         for i, block in enumerate(self.blocks):
             assert isinstance(block, Block)
-            layer_ctx = None if ctx is None or num_ctx == 0 else (ctx[i][0], ctx[i][1], ctx_rope)
+            layer_ctx = None if ctx is None else ctx.layers[i]
             if i == last and not decode:
                 # the last block's output is only needed to decode; its K/V come from its input
                 new_kv.append(block.keys_values(x, c_tok))

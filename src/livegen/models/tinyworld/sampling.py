@@ -21,7 +21,7 @@ from torch import Tensor
 
 from livegen.models import game
 from livegen.models.tinyworld.data import ACTION_INDEX, THEME_INDEX
-from livegen.models.tinyworld.net import Net, to_uint8, to_unit
+from livegen.models.tinyworld.net import Context, Net, to_uint8, to_unit
 
 KV = list[tuple[Tensor, Tensor]]
 
@@ -37,8 +37,7 @@ def sample_frame(
     action: Tensor,
     theme: Tensor,
     noise: Tensor,
-    ctx: KV | None,
-    ctx_valid: Tensor | None,
+    ctx: Context | None,
     num_steps: int,
 ) -> Tensor:
     """Denoise one frame per row from ``noise`` (B, 3, 32, 32); returns it as uint8 (B, 32, 32, 3)."""
@@ -47,7 +46,7 @@ def sample_frame(
     x0 = noise
     for t, t_next in itertools.pairwise(levels):
         c = net.cond(torch.full((x.shape[0],), t), action, theme)
-        pred, _ = net.run_frame(x, prev, c, ctx, ctx_valid, decode=True)
+        pred, _ = net.run_frame(x, prev, c, ctx, decode=True)
         assert pred is not None
         x0 = pred
         if t_next > 0:
@@ -63,12 +62,11 @@ def encode_clean(
     prev: Tensor,
     action: Tensor,
     theme: Tensor,
-    ctx: KV | None,
-    ctx_valid: Tensor | None,
+    ctx: Context | None,
 ) -> KV:
     """The K/V a finished frame (B, 3, 32, 32) leaves in the cache."""
     c = net.cond(torch.zeros(frame.shape[0]), action, theme)
-    _, kv = net.run_frame(frame, prev, c, ctx, ctx_valid, decode=False)
+    _, kv = net.run_frame(frame, prev, c, ctx, decode=False)
     return kv
 
 
@@ -102,17 +100,16 @@ def rollout(
     prev = frame
     zero = torch.zeros(1, dtype=torch.long)
     theme0 = torch.tensor([THEME_INDEX[themes[0]]])
-    cache.append(encode_clean(net, frame, prev, zero, theme0, None, None))
+    cache.append(encode_clean(net, frame, prev, zero, theme0, None))
     out = [first]
     for action_name, theme_name in zip(actions, themes, strict=True):
-        ctx_frames = cache[:sink_frames] + cache[sink_frames:][-window_frames:] if cache else []
-        ctx = stack_context(ctx_frames)
+        ctx = net.context(stack_context(cache))
         action = torch.tensor([ACTION_INDEX[action_name]])
         theme = torch.tensor([THEME_INDEX[theme_name]])
         noise = torch.randn(1, 3, game.SIZE, game.SIZE, generator=gen)
-        image = sample_frame(net, frame, action, theme, noise, ctx, None, num_steps)
+        image = sample_frame(net, frame, action, theme, noise, ctx, num_steps)
         prev, frame = frame, to_unit(image)
-        cache.append(encode_clean(net, frame, prev, action, theme, ctx, None))
+        cache.append(encode_clean(net, frame, prev, action, theme, ctx))
         if len(cache) > sink_frames + window_frames:
             del cache[sink_frames]
         out.append(image[0].numpy())
