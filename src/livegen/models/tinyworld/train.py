@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from livegen.models import game
+from livegen.models.tinyworld.buffer import RolloutBuffer
 from livegen.models.tinyworld.data import agent_errors, sample_clips, sticky_actions
 from livegen.models.tinyworld.net import Config, Net, to_uint8, to_unit
 from livegen.models.tinyworld.sampling import rollout
@@ -50,6 +51,8 @@ class Hyper:
     context_noise: float = 0.08
     self_forcing: float = 0.0
     self_forcing_depth: int = 1
+    #: Share of steps trained on long self-rollout streams (``buffer.py``).
+    rollout_share: float = 0.0
 
 
 def make_optimizer(net: Net, lr: float) -> torch.optim.Optimizer:
@@ -62,18 +65,27 @@ def sample_t(gen: torch.Generator, shape: tuple[int, ...]) -> torch.Tensor:
     return torch.where(torch.rand(shape, generator=gen) < 0.25, torch.ones(shape), t)
 
 
-def loss_on_batch(net: Net, hp: Hyper, step: int, seed: int) -> tuple[torch.Tensor, dict[str, float]]:
+def loss_on_batch(
+    net: Net, hp: Hyper, step: int, seed: int, buffer: RolloutBuffer | None = None
+) -> tuple[torch.Tensor, dict[str, float]]:
     rng = np.random.default_rng([seed, step])
     gen = torch.Generator().manual_seed(int(rng.integers(2**62)))
     f = hp.context
-    clip = sample_clips(rng, hp.batch, f + 1)
+    from_buffer = buffer is not None and rng.random() < hp.rollout_share
+    if buffer is not None and from_buffer:
+        clip, context = buffer.batch()
+    else:
+        clip = sample_clips(rng, hp.batch, f + 1)
     x = to_unit(torch.from_numpy(clip.frames))
     actions, themes = torch.from_numpy(clip.actions), torch.from_numpy(clip.themes)
     b = x.shape[0]
-    sigma = torch.rand(b, 1, 1, 1, 1, generator=gen) * hp.context_noise
-    context = x[:, :f] + sigma * torch.randn(x[:, :f].shape, generator=gen)
-    if hp.self_forcing > 0 and torch.rand((), generator=gen) < hp.self_forcing:
-        context = _self_forced_context(net, x, context, actions, themes, hp.self_forcing_depth, gen)
+    if buffer is not None and from_buffer:
+        buffer.advance(net, clip, context, gen)
+    else:
+        sigma = torch.rand(b, 1, 1, 1, 1, generator=gen) * hp.context_noise
+        context = x[:, :f] + sigma * torch.randn(x[:, :f].shape, generator=gen)
+        if hp.self_forcing > 0 and torch.rand((), generator=gen) < hp.self_forcing:
+            context = _self_forced_context(net, x, context, actions, themes, hp.self_forcing_depth, gen)
     targets = x[:, 1:]
     t = sample_t(gen, (b, f))
     noise = torch.randn(targets.shape, generator=gen)
@@ -192,6 +204,7 @@ def train(
         start = 0
     ema.requires_grad_(False)
     net.train()
+    buffer = RolloutBuffer(hp.batch, hp.context, seed + start) if hp.rollout_share > 0 else None
     deadline = time.monotonic() + minutes * 60 if minutes else math.inf
     end = start + steps if steps else None
     bar = tqdm(
@@ -219,7 +232,7 @@ def train(
     while (end is None or step < end) and time.monotonic() < deadline:
         for group in opt.param_groups:
             group["lr"] = hp.lr * min(1.0, (step + 1) / hp.warmup)
-        loss, parts = loss_on_batch(net, hp, step, seed)
+        loss, parts = loss_on_batch(net, hp, step, seed, buffer)
         opt.zero_grad(set_to_none=True)
         loss.backward()  # type: ignore[no-untyped-call]
         torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
@@ -276,6 +289,12 @@ def train(
     "--self-forcing-depth", default=1, show_default=True, help="Rollout depth of those predictions."
 )
 @click.option(
+    "--rollout-share",
+    default=0.0,
+    show_default=True,
+    help="Share of steps whose context is a long rollout of the model's own frames.",
+)
+@click.option(
     "--export",
     type=click.Path(path_type=Path),
     default=None,
@@ -291,12 +310,19 @@ def command(
     lr: float,
     self_forcing: float,
     self_forcing_depth: int,
+    rollout_share: float,
     export: Path | None,
 ) -> None:
     """Train the tiny-world model on the procedural room game (one CPU thread, resumable)."""
     if steps is None and minutes is None:
         raise click.UsageError("give --steps or --minutes")
-    hp = Hyper(batch=batch, lr=lr, self_forcing=self_forcing, self_forcing_depth=self_forcing_depth)
+    hp = Hyper(
+        batch=batch,
+        lr=lr,
+        self_forcing=self_forcing,
+        self_forcing_depth=self_forcing_depth,
+        rollout_share=rollout_share,
+    )
     metrics = train(out, steps=steps, minutes=minutes, seed=seed, resume=resume, hp=hp)
     click.echo(f"step {metrics['step']}, {metrics['train_seconds'] / 60:.1f} min trained; {out / METRICS}")
     if export is not None:
