@@ -285,3 +285,16 @@ def test_rollout_buffer_pairs_the_models_frames_with_the_games() -> None:
     assert np.array_equal(clip2.frames[:, :3], clip.frames[:, 1:])
     assert torch.equal(context2[:, :2], context[:, 1:])
     assert not np.array_equal(to_uint8(context2[:, 2]).numpy(), clip2.frames[:, 2])
+
+
+def test_hold_still_keeps_small_changes_out_and_lets_real_ones_through() -> None:
+    from livegen.models.tinyworld.sampling import hold_still
+
+    prev = torch.zeros(1, 3, 32, 32)
+    x0 = prev.clone()
+    x0[..., :4, :4] = 0.05  # residual noise
+    x0[..., 10:14, 10:14] = 0.8  # a sprite arriving
+    out = hold_still(x0, prev, 0.12)
+    assert torch.equal(out[..., :4, :4], prev[..., :4, :4])
+    assert torch.equal(out[..., 10:14, 10:14], x0[..., 10:14, 10:14])
+    assert torch.equal(hold_still(x0, prev, 0.0), x0)

@@ -172,6 +172,7 @@ def save_strip(
     "--stability-minutes", default=10.0, show_default=True, help="Minutes of play (at the spec's fps)."
 )
 @click.option("--steps", default=None, type=int, help="Denoising steps (default: the model's).")
+@click.option("--deadband", default=None, type=float, help="Still-pixel deadband (default: the model's).")
 @click.option(
     "--strip", type=click.Path(path_type=Path), default=None, help="Save a PNG strip: generated over game."
 )
@@ -183,6 +184,7 @@ def command(
     follow_seeds: int,
     stability_minutes: float,
     steps: int | None,
+    deadband: float | None,
     strip: Path | None,
 ) -> None:
     """tiny-world against procedural-world: speed, first chunk, action following, stability, size."""
@@ -195,6 +197,8 @@ def command(
     load_s = time.perf_counter() - start
     if steps is not None:
         model.num_steps = steps
+    if deadband is not None:
+        model.deadband = deadband
     try:
         baseline: Any = registry.load("procedural-world")
         baseline_name = "procedural-world"
@@ -202,6 +206,7 @@ def command(
         baseline, baseline_name = GameReference(), "game (procedural-world's rules and renderer)"
     fpc = model.spec.frames_per_chunk
     report: dict[str, Any] = {"model": "tiny-world", "baseline": baseline_name, "num_steps": model.num_steps}
+    report["deadband"] = model.deadband
     report["load_s"] = load_s
     first = []
     for i in range(7):

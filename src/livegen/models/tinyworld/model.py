@@ -32,12 +32,15 @@ from livegen.errors import ModelContractError, StateEvicted
 from livegen.models import game
 from livegen.models.tinyworld.data import ACTION_INDEX, THEME_INDEX
 from livegen.models.tinyworld.net import TOKENS_PER_FRAME, Context, Net, to_uint8, to_unit
-from livegen.models.tinyworld.sampling import noise_levels
+from livegen.models.tinyworld.sampling import hold_still, noise_levels
 from livegen.models.world import Chunk, KVGeometry, Tick, WorldSpec
 
 NAME = "tiny-world"
 SINK_FRAMES = 1
 WINDOW_FRAMES = 2
+#: Predicted changes smaller than this (in [-1, 1] units) keep the previous pixel: without it,
+#: small residual errors accumulate into colour drift over a few dozen frames (see README).
+DEADBAND = 0.12
 
 
 @dataclass
@@ -65,9 +68,10 @@ class TinyWorld:
 
     name = NAME
 
-    def __init__(self, net: Net, *, num_steps: int = 2) -> None:
+    def __init__(self, net: Net, *, num_steps: int = 2, deadband: float = DEADBAND) -> None:
         self.net = net
         self.num_steps = num_steps
+        self.deadband = deadband
         cfg = net.cfg
         self.kv_geometry = KVGeometry(
             num_layers=cfg.num_layers,
@@ -196,7 +200,7 @@ class TinyWorld:
             if t_next > 0:
                 eps = (x - (1 - t) * x0) / t
                 x = (1 - t_next) * x0 + t_next * eps
-        return list(to_uint8(x0).numpy())
+        return list(to_uint8(hold_still(x0, prev, self.deadband)).numpy())
 
     def _encode(
         self,

@@ -39,6 +39,7 @@ def sample_frame(
     noise: Tensor,
     ctx: Context | None,
     num_steps: int,
+    deadband: float = 0.0,
 ) -> Tensor:
     """Denoise one frame per row from ``noise`` (B, 3, 32, 32); returns it as uint8 (B, 32, 32, 3)."""
     levels = noise_levels(num_steps)
@@ -52,7 +53,16 @@ def sample_frame(
         if t_next > 0:
             eps = (x - (1 - t) * x0) / t
             x = (1 - t_next) * x0 + t_next * eps
-    return to_uint8(x0)
+    return to_uint8(hold_still(x0, prev, deadband))
+
+
+def hold_still(x0: Tensor, prev: Tensor, deadband: float) -> Tensor:
+    """Pixels whose predicted change is below ``deadband`` (in [-1, 1] units, any channel) keep the
+    previous frame's value exactly, so that small residual errors cannot accumulate into drift."""
+    if deadband <= 0:
+        return x0
+    still = (x0 - prev).abs().amax(dim=1, keepdim=True) < deadband
+    return torch.where(still, prev, x0)
 
 
 @torch.no_grad()
@@ -90,6 +100,7 @@ def rollout(
     *,
     seed: int,
     num_steps: int = 2,
+    deadband: float = 0.0,
     sink_frames: int = 1,
     window_frames: int = 2,
 ) -> npt.NDArray[np.uint8]:
@@ -107,7 +118,7 @@ def rollout(
         action = torch.tensor([ACTION_INDEX[action_name]])
         theme = torch.tensor([THEME_INDEX[theme_name]])
         noise = torch.randn(1, 3, game.SIZE, game.SIZE, generator=gen)
-        image = sample_frame(net, frame, action, theme, noise, ctx, num_steps)
+        image = sample_frame(net, frame, action, theme, noise, ctx, num_steps, deadband)
         prev, frame = frame, to_unit(image)
         cache.append(encode_clean(net, frame, prev, action, theme, ctx))
         if len(cache) > sink_frames + window_frames:

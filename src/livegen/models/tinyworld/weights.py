@@ -29,10 +29,11 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def export_weights(checkpoint: Path, dest: Path) -> str:
-    """Write the EMA weights of a training checkpoint as fp16 to ``dest``, with its manifest beside it."""
+def export_weights(checkpoint: Path, dest: Path, which: str = "ema") -> str:
+    """Write the EMA (or raw, ``which="model"``) weights of a training checkpoint as fp16 to ``dest``,
+    with its manifest beside it."""
     state = torch.load(checkpoint, weights_only=False, map_location="cpu")
-    tensors = {name: value.to(torch.float16).contiguous() for name, value in state["ema"].items()}
+    tensors = {name: value.to(torch.float16).contiguous() for name, value in state[which].items()}
     dest.parent.mkdir(parents=True, exist_ok=True)
     torch.save(tensors, dest)
     digest = sha256(dest)
@@ -43,6 +44,7 @@ def export_weights(checkpoint: Path, dest: Path) -> str:
         "step": state["step"],
         "train_seconds": round(metrics.get("train_seconds", 0.0), 1),
         "seed": state["seed"],
+        "weights": which,
         "last_probe": metrics["probes"][-1] if metrics.get("probes") else None,
     }
     dest.with_name(MANIFEST_FILE).write_text(json.dumps(manifest, indent=1) + "\n")
