@@ -33,7 +33,7 @@ from livegen.models import game
 from livegen.models.tinyworld.data import ACTION_INDEX, THEME_INDEX
 from livegen.models.tinyworld.net import TOKENS_PER_FRAME, Context, Net, to_uint8, to_unit
 from livegen.models.tinyworld.sampling import hold_still, noise_levels
-from livegen.models.world import Chunk, KVGeometry, Tick, WorldSpec
+from livegen.models.world import Chunk, KVGeometry, Tick, TickMeta, WorldSpec
 
 NAME = "tiny-world"
 SINK_FRAMES = 1
@@ -107,6 +107,14 @@ class TinyWorld:
             job.session.last_frame = to_unit(torch.from_numpy(job.frames[-1]))
             chunks.append(Chunk(meta=job.tick.meta, frames=np.stack(job.frames)))
         return chunks
+
+    def warm_up(self) -> None:
+        """Run a throwaway session through the context lengths a session meets, so that the first
+        real session does not pay for the CPU kernels' first-call setup."""
+        for chunk in range(2):
+            meta = TickMeta("warm-up", "warm-up", chunk, ())
+            self.step([Tick(meta=meta, seed=0, prompt="", controls={})], None)
+        self.release("warm-up")
 
     @property
     def num_sessions(self) -> int:
@@ -257,4 +265,6 @@ def load() -> TinyWorld:
 
     torch.set_num_threads(1)
     net, _ = load_net()
-    return TinyWorld(net)
+    model = TinyWorld(net)
+    model.warm_up()
+    return model
