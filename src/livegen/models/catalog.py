@@ -13,7 +13,7 @@ CATALOG: list[ModelInfo] = [
         name="tiny-world",
         kind=Kind.WORLD,
         loader="livegen.models.tinyworld.model:load",
-        description="Embedded AR-diffusion world model of the room game (1 M params, CPU)",
+        description="Embedded AR-diffusion world model of the room game (0.7 M params, CPU)",
         requires=("torch",),
         priority=10,
     ),

@@ -83,7 +83,7 @@ class TinyWorld:
         )
         self.spec: WorldSpec = game.room_spec(
             kv=self.kv_geometry,
-            description="A 1 M-parameter autoregressive diffusion model trained on the room game; "
+            description="A 0.7 M-parameter autoregressive diffusion model trained on the room game; "
             "steer the agent with the arrow keys, name a theme in the prompt.",
         )
         self._sessions: dict[str, _Session] = {}
