@@ -290,7 +290,11 @@ export class VoicePanel {
       const typical = Math.round(median(this.stats.turnLatenciesMs));
       this.el.latency.textContent = `${last} ms (median ${typical} ms)`;
     }
-    if (report.type === "idle") this.stats.underruns = report.underruns;
+    if (report.type === "idle") {
+      this.stats.underruns = report.underruns;
+      const done = id != null && this.responseStats(id).status !== "in_progress";
+      if (done && this.stats.state === "live" && !this.isMuted) this.el.state.textContent = "Listening — just talk";
+    }
     if (id == null) return;
     const stats = this.responseStats(id);
     const newly = report.played - stats.playedSamples;
@@ -380,6 +384,7 @@ export class VoicePanel {
         }
       }
       ws.onclose = null;
+      if (ws.readyState === WebSocket.OPEN && state === "ended") ws.send(JSON.stringify({ type: "session.close" }));
       if (ws.readyState <= WebSocket.OPEN) ws.close(1000);
     }
     this.stream?.getTracks().forEach((track) => track.stop());
