@@ -24,6 +24,12 @@ const KEYS = {
 const DIRECTIONS = ["up", "left", "down", "right"];
 const ARROWS = { up: "↑", down: "↓", left: "←", right: "→" };
 const LATENCY_WINDOW = 30;
+// Offered with the key: a browser that offers subprotocols fails the handshake
+// unless the server picks one, and the server never echoes the key itself.
+const SUBPROTOCOL = "livegen.world.v1";
+// Chunks the server may run ahead of what is on screen: one showing, one ready.
+// More only adds input-to-frame latency (each chunk is 250 ms of the room game).
+const MAX_CHUNKS_AHEAD = 2;
 
 /** The model's control tracks in one shape, whatever spelling the server used. */
 export function normalizeTracks(controls) {
@@ -137,7 +143,7 @@ export class WorldPanel {
     this.status.set("World: connecting to /v1/worlds…", "busy");
     let ws;
     try {
-      ws = api.openSocket("/v1/worlds");
+      ws = api.openSocket("/v1/worlds", {}, [SUBPROTOCOL]);
     } catch (error) {
       this.fail(error.message);
       return;
@@ -145,7 +151,12 @@ export class WorldPanel {
     this.ws = ws;
     ws.binaryType = "arraybuffer";
     ws.onopen = () => {
-      const session = { model: this.model.id, pacing: this.pacing(), output: { format: "png" } };
+      const session = {
+        model: this.model.id,
+        pacing: this.pacing(),
+        output: { format: "png" },
+        max_chunks_ahead: MAX_CHUNKS_AHEAD,
+      };
       const prompt = this.el.prompt.value.trim();
       if (prompt) session.prompt = prompt;
       this.send({ type: "session.update", session });
