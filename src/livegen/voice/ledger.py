@@ -146,12 +146,27 @@ class Playback:
         return self.committed_ms
 
     def text_length_at(self, audio_ms: float, full_length: int) -> int:
-        """Transcript characters spoken by ``audio_ms``: text that arrived before that audio."""
-        if not self.marks or audio_ms >= self.generated_ms:
-            return full_length if audio_ms >= self.generated_ms else 0
-        length = 0
+        """Transcript characters spoken by ``audio_ms``.
+
+        Text that arrived when ``m`` ms of audio had been generated is spoken in
+        the audio from ``m`` to the next mark (or the end), evenly: a model that
+        sends a sentence's text and then its audio is cut mid-sentence in
+        proportion, not after the whole sentence.
+        """
+        if audio_ms >= self.generated_ms:
+            return full_length
+        spans: list[tuple[float, int]] = []
         for mark_ms, mark_length in self.marks:
-            if mark_ms > audio_ms:
+            if spans and spans[-1][0] == mark_ms:
+                spans[-1] = (mark_ms, mark_length)
+            else:
+                spans.append((mark_ms, mark_length))
+        length, previous = 0.0, 0
+        for index, (start, mark_length) in enumerate(spans):
+            if audio_ms <= start:
                 break
-            length = mark_length
-        return length
+            end = spans[index + 1][0] if index + 1 < len(spans) else self.generated_ms
+            fraction = 1.0 if end <= start else min(1.0, (audio_ms - start) / (end - start))
+            length = previous + fraction * (mark_length - previous)
+            previous = mark_length
+        return min(full_length, int(length))

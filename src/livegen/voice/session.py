@@ -460,16 +460,14 @@ class Session:
                 heard = playback.stop(now)
                 if item is not None:
                     self._truncate_item(item, heard)
-                    effects.append(
-                        self._event(
-                            "conversation.item.truncated",
-                            item_id=item.id,
-                            content_index=0,
-                            audio_end_ms=round(heard),
-                        )
-                    )
+                    effects.append(self._truncated(item.id, heard))
         effects.append(Run(self._attempt(AttemptKind.CANCEL, now)))
         return effects
+
+    def _truncated(self, item_id: str, end_ms: float) -> Send:
+        return self._event(
+            "conversation.item.truncated", item_id=item_id, content_index=0, audio_end_ms=round(end_ms)
+        )
 
     def _interrupt(self, now: float, reason: str) -> list[Effect]:
         return self._advance_epoch(now, reason)
@@ -514,15 +512,18 @@ class Session:
         item = response.item
         assert item is not None
         playback = response.playback
+        effects: list[Effect] = []
         if playback is not None:
             if status == "completed":
                 playback.committed_ms = playback.generated_ms
             else:  # history keeps what was heard; audio never sent is gone
-                self._truncate_item(item, playback.stop(now))
+                heard = playback.stop(now)
+                self._truncate_item(item, heard)
+                if response.is_audio:
+                    effects.append(self._truncated(item.id, heard))
         item.status = "completed" if status == "completed" else "incomplete"
         refs = response.item_refs()
         text = item.text or ""
-        effects: list[Effect] = []
         if response.is_audio:
             effects.append(self._event("response.output_audio.done", **refs))
             effects.append(self._event("response.output_audio_transcript.done", transcript=text, **refs))
