@@ -6,34 +6,25 @@ from collections.abc import Callable
 
 from page_browser import Browser
 
-from livegen.models import Kind, ModelInfo, Registry
 from livegen.server.thread import ServerThread
 
 
-def listed_only_loader() -> object:
-    raise AssertionError("the shell tests only list this model; they never load it")
-
-
-# Listed by /v1/models but never served (voice_model/world_model "none"): the page
-# only reads the list here; the panels' own tests use real models.
-LISTED_WORLD = ModelInfo("listed-world", Kind.WORLD, f"{__name__}:listed_only_loader", "a listed entry")
-
-
-def listing_server(start_server: Callable[..., ServerThread], **config: object) -> ServerThread:
-    return start_server(registry=Registry([LISTED_WORLD]), voice_model="none", world_model="none", **config)
+def world_only_server(start_server: Callable[..., ServerThread], **config: object) -> ServerThread:
+    """The quick-loading procedural world and no voice model: the shell tests need no big model."""
+    return start_server(voice_model="none", world_model="procedural-world", **config)
 
 
 def test_page_loads_and_names_the_served_models(
     start_server: Callable[..., ServerThread], open_browser: Callable[..., Browser]
 ) -> None:
-    server = listing_server(start_server)
+    server = world_only_server(start_server)
     browser = open_browser()
     browser.open(server.http_url + "/")
     browser.wait_for(lambda: "Ready" in browser.text("status"), what="the ready status")
-    assert "listed-world" in browser.text("status")
+    assert "procedural-world" in browser.text("status")
     assert browser.find("world-start").is_enabled()
     assert not browser.find("voice-start").is_enabled()
-    assert "no voice model" in browser.find("voice-state").text.lower()
+    assert "serves no voice model" in browser.text("voice-state")
     for test_id in ("voice-stop", "world-canvas", "world-prompt", "world-reset"):
         assert browser.find(test_id).is_displayed()
     browser.screenshot("shell-ready")
@@ -44,7 +35,7 @@ def test_page_loads_and_names_the_served_models(
 def test_page_asks_for_the_api_key_and_uses_it(
     start_server: Callable[..., ServerThread], open_browser: Callable[..., Browser]
 ) -> None:
-    server = listing_server(start_server, api_key="sekrit-key")
+    server = world_only_server(start_server, api_key="sekrit-key")
     browser = open_browser()
     browser.open(server.http_url + "/")
     key_field = browser.find("api-key")

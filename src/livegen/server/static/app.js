@@ -25,8 +25,17 @@ window.livegen = {
   models: [],
 };
 
-function pick(models, kind) {
-  return models.find((model) => model.kind === kind && model.available !== false) || null;
+const HEALTH_POLL_MS = 1000;
+
+/** The model each kind of session is served with, from /health (open, and it names what is served). */
+async function servedModels() {
+  const response = await fetch("/health", { cache: "no-store" });
+  const body = await response.json(); // 503 while loading still says what is being loaded
+  const services = body.services || {};
+  return {
+    voice: services.voice ? { id: services.voice.model, isReady: Boolean(services.voice.ready) } : null,
+    world: services.world ? { id: services.world.model, isReady: Boolean(services.world.ready) } : null,
+  };
 }
 
 async function connect() {
@@ -45,19 +54,36 @@ async function connect() {
   }
   keyPanel.hidden = true;
   window.livegen.models = body.data || [];
-  const voiceModel = pick(window.livegen.models, "voice");
-  const worldModel = pick(window.livegen.models, "world");
-  voice.setModel(voiceModel);
-  world.setModel(worldModel);
-  const served = [voiceModel, worldModel].filter(Boolean).map((model) => model.id);
-  status.set(served.length ? `Ready: ${served.join(" and ")}` : "Connected, but this server has no models", "ok");
+  await showServed();
+}
+
+/** Give each panel its model once the server has loaded it; until then say what is loading. */
+async function showServed() {
+  let served;
+  try {
+    served = await servedModels();
+  } catch (error) {
+    status.set(`Cannot reach the server: ${error.message}`, "error");
+    setTimeout(showServed, HEALTH_POLL_MS);
+    return;
+  }
+  voice.setModel(served.voice?.isReady ? served.voice : null, served.voice ? "loading" : "none");
+  world.setModel(served.world?.isReady ? served.world : null, served.world ? "loading" : "none");
+  const loading = [served.voice, served.world].filter((model) => model && !model.isReady);
+  if (loading.length) {
+    status.set(`Loading ${loading.map((model) => model.id).join(" and ")}…`, "busy");
+    setTimeout(showServed, HEALTH_POLL_MS);
+    return;
+  }
+  const ready = [served.voice, served.world].filter(Boolean).map((model) => model.id);
+  status.set(ready.length ? `Ready: ${ready.join(" and ")}` : "Connected, but this server serves no models", "ok");
 }
 
 function askForKey(hint) {
   keyPanel.hidden = false;
   keyHint.textContent = hint;
-  voice.setModel(null);
-  world.setModel(null);
+  voice.setModel(null, "locked");
+  world.setModel(null, "locked");
   keyInput.focus();
 }
 

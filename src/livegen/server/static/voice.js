@@ -59,6 +59,7 @@ export class VoicePanel {
       responses: {},
       errors: [],
     };
+    this.idleWords = this.el.state.textContent;
     this.el.start.addEventListener("click", () => this.start());
     this.el.stop.addEventListener("click", () => this.stop("ended"));
     this.el.mute.addEventListener("click", () => this.toggleMute());
@@ -84,11 +85,17 @@ export class VoicePanel {
     this.bubbles = new Map();
   }
 
-  setModel(model) {
+  /** The served model, or null with why: "loading", "locked" (no key yet) or "none". */
+  setModel(model, why = "none") {
+    if (this.ws) return; // a live session keeps its model
     this.model = model;
-    this.el.model.textContent = model ? model.id : "no voice model";
-    this.el.start.disabled = !model;
-    if (!model) this.setState("off", "This server has no voice model.");
+    this.el.model.textContent = model ? model.id : why === "loading" ? "loading…" : "";
+    const words = {
+      loading: "Loading the voice model…",
+      locked: "Enter the API key above to start.",
+      none: "This server serves no voice model.",
+    };
+    this.setState("off", model ? this.idleWords : words[why]);
   }
 
   setState(state, words) {

@@ -87,6 +87,7 @@ export class WorldPanel {
       errors: [],
     };
     this.clear();
+    this.idleWords = this.el.state.textContent;
     this.el.start.addEventListener("click", () => this.start());
     this.el.stop.addEventListener("click", () => this.stop("ended"));
     this.el.reset.addEventListener("click", () => this.reset());
@@ -118,11 +119,17 @@ export class WorldPanel {
     this.sentAt = new Map();
   }
 
-  setModel(model) {
+  /** The served model, or null with why: "loading", "locked" (no key yet) or "none". */
+  setModel(model, why = "none") {
+    if (this.ws) return; // a live session keeps its model
     this.model = model;
-    this.el.model.textContent = model ? model.id : "no world model";
-    this.el.start.disabled = !model;
-    if (!model) this.setState("off", "This server has no world model.");
+    this.el.model.textContent = model ? model.id : why === "loading" ? "loading…" : "";
+    const words = {
+      loading: "Loading the world model…",
+      locked: "Enter the API key above to start.",
+      none: "This server serves no world model.",
+    };
+    this.setState("off", model ? this.idleWords : words[why]);
   }
 
   setState(state, words) {

@@ -1,0 +1,76 @@
+"""The voice panel in real headless Chromium against a real /v1/realtime (the embedded cascade).
+
+Chromium's fake microphone plays a question spoken by espeak-ng; the page must
+capture it through its AudioWorklet, stream it, show the question's transcript
+and the answer's, play the answer's audio through its player worklet, and tell
+the server what it played with `playback.ack`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from page_browser import Browser
+from speech import write_question
+
+from livegen.server.thread import ServerThread
+
+pytestmark = pytest.mark.slow  # loads the real voice models
+
+
+def texts(browser: Browser, test_id: str) -> list[str]:
+    return [element.text for element in browser.find_all(test_id)]
+
+
+def voice_stats(browser: Browser) -> dict:
+    return dict(browser.js("return window.livegen.voice"))
+
+
+def test_a_spoken_question_gets_a_spoken_answer(
+    start_server: Callable[..., ServerThread], open_browser: Callable[..., Browser], tmp_path: Path
+) -> None:
+    question = write_question(tmp_path / "question.wav", "what time is it")
+    server = start_server(world_model="none")
+    server.wait_ready(timeout=180)
+    browser = open_browser(fake_audio=question)
+    browser.open(server.http_url + "/")
+    browser.wait_for(lambda: "Ready" in browser.text("status"), what="the ready status")
+    browser.find("voice-start").click()
+    browser.wait_for(lambda: voice_stats(browser)["state"] == "live", what="the voice session")
+
+    browser.wait_for(
+        lambda: any("time" in text.lower() for text in texts(browser, "voice-user-transcript")),
+        timeout=60,
+        what="the question's transcript",
+    )
+    browser.wait_for(
+        lambda: any(text.strip() for text in texts(browser, "voice-assistant-transcript")),
+        timeout=60,
+        what="the answer's transcript",
+    )
+    browser.wait_for(
+        lambda: "completed" in {r["status"] for r in voice_stats(browser)["responses"].values()},
+        timeout=60,
+        what="a completed response",
+    )
+    # The answer is heard through to its end, and the server told so.
+    browser.wait_for(
+        lambda: voice_stats(browser)["playedSamples"] >= voice_stats(browser)["receivedSamples"] > 0,
+        timeout=60,
+        what="the answer's audio played out",
+    )
+    stats = voice_stats(browser)
+    browser.screenshot("voice-answered")
+    assert stats["acksSent"] > 0
+    answered = next(iter(stats["responses"]))
+    played_ms = stats["responses"][answered]["playedSamples"] / 24
+    assert stats["lastAck"]["response_id"] == answered
+    assert abs(stats["lastAck"]["played_ms"] - played_ms) <= 1
+    assert stats["turnLatenciesMs"], "no turn latency measured"
+    assert browser.text("voice-latency") != "–"
+    assert stats["errors"] == []
+
+    browser.find("voice-stop").click()
+    browser.wait_for(lambda: voice_stats(browser)["state"] == "off", what="the session to end")
