@@ -50,9 +50,18 @@ def synthesize(text: str, voice: str = "en-us", words_per_minute: int = 150) -> 
 
 def write_question(path: Path, text: str, lead_s: float = 1.0, tail_s: float = 6.0) -> Path:
     """A WAV of ``text`` between ``lead_s`` and ``tail_s`` seconds of silence."""
-    samples, rate = synthesize(text)
-    silence = np.zeros(int(rate * lead_s), dtype=np.int16), np.zeros(int(rate * tail_s), dtype=np.int16)
-    audio = np.concatenate([silence[0], samples, silence[1]])
+    return write_speech(path, [(lead_s, text)], tail_s)
+
+
+def write_speech(path: Path, parts: list[tuple[float, str]], tail_s: float = 6.0) -> Path:
+    """A WAV of utterances, each after its seconds of silence: ``[(1.0, "hello"), (2.5, "bye")]``."""
+    pieces: list[np.ndarray] = []
+    rate = 0
+    for silence_s, text in parts:
+        samples, rate = synthesize(text)
+        pieces += [np.zeros(int(rate * silence_s), dtype=np.int16), samples]
+    pieces.append(np.zeros(int(rate * tail_s), dtype=np.int16))
+    audio = np.concatenate(pieces)
     with wave.open(str(path), "wb") as out:
         out.setnchannels(1)
         out.setsampwidth(2)

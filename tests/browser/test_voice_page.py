@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from page_browser import Browser
-from speech import write_question
+from speech import write_question, write_speech
 
 from livegen.server.thread import ServerThread
 
@@ -74,3 +74,35 @@ def test_a_spoken_question_gets_a_spoken_answer(
 
     browser.find("voice-stop").click()
     browser.wait_for(lambda: voice_stats(browser)["state"] == "off", what="the session to end")
+
+
+def test_talking_over_an_answer_silences_it_at_once(
+    start_server: Callable[..., ServerThread], open_browser: Callable[..., Browser], tmp_path: Path
+) -> None:
+    # A long answer (the help text, ~7 s), talked over 2.5 s after the question ends.
+    speech = write_speech(tmp_path / "barge-in.wav", [(1.0, "what can you do"), (2.5, "what time is it")])
+    server = start_server(world_model="none")
+    server.wait_ready(timeout=180)
+    browser = open_browser(fake_audio=speech)
+    browser.open(server.http_url + "/")
+    browser.wait_for(lambda: "Ready" in browser.text("status"), what="the ready status")
+    browser.find("voice-start").click()
+
+    browser.wait_for(lambda: voice_stats(browser)["flushes"] >= 1, timeout=60, what="a barge-in flush")
+    browser.wait_for(
+        lambda: sum(r["status"] == "completed" for r in voice_stats(browser)["responses"].values()) >= 1,
+        timeout=60,
+        what="the second question's answer",
+    )
+    stats = voice_stats(browser)
+    browser.screenshot("voice-barge-in")
+    responses = list(stats["responses"].values())
+    talked_over = [r for r in responses if r["status"] != "completed"]
+    assert len(talked_over) == 1, responses
+    assert talked_over[0]["status"] == "cancelled"
+    # Flushed on the spot: played well short of the whole help answer (~7 s).
+    assert talked_over[0]["playedSamples"] / 24 < 5000
+    assert any(r["status"] == "completed" for r in responses)
+    assert stats["errors"] == []
+    interrupted = [b for b in browser.find_all("voice-assistant-transcript") if "interrupted" in b.text]
+    assert interrupted, "the talked-over answer is not marked interrupted"

@@ -68,15 +68,19 @@ class PcmCapture extends AudioWorkletProcessor {
 
 /**
  * Playback through a small jitter buffer, flushed at once on barge-in.
- * Audio arrives in uneven deltas; playing starts once `prebufferMs` is queued
- * (or the response has ended), and an underrun goes back to buffering instead
- * of crackling. Reports, per response, the samples really handed to the output.
+ * The buffer is a delay, not a fill level: audio starts `delayMs` after the
+ * first of it arrives (at once if its response has already ended), so every
+ * later delta may arrive up to `delayMs` late without a gap, even when the
+ * server sends deltas larger than the delay exactly in real time. An underrun
+ * goes back to waiting instead of crackling. Reports, per response, the
+ * samples really handed to the output.
  */
 class PcmPlayer extends AudioWorkletProcessor {
   constructor(options) {
     super();
     const settings = options.processorOptions || {};
-    this.prebuffer = Math.round((sampleRate * (settings.prebufferMs ?? 120)) / 1000);
+    this.delay = (settings.delayMs ?? 100) / 1000;
+    this.waitingSince = null; // audio-clock time the oldest unplayed audio arrived
     this.reportEvery = Math.round((sampleRate * QUANTUM_REPORT_MS) / 1000);
     this.queue = []; // {samples: Float32Array, offset, responseId}
     this.buffered = 0;
@@ -86,15 +90,20 @@ class PcmPlayer extends AudioWorkletProcessor {
     this.current = null;
     this.sinceReport = 0;
     this.numUnderruns = 0;
+    this.starved = null; // a response that ran dry before its end; more audio for it is an underrun
     this.port.onmessage = (event) => this.onMessage(event.data);
   }
 
   onMessage(message) {
     if (message.type === "push") {
+      if (message.responseId === this.starved) this.numUnderruns += 1;
+      this.starved = null;
+      if (this.queue.length === 0 && !this.isPlaying) this.waitingSince = currentTime;
       this.queue.push({ samples: message.samples, offset: 0, responseId: message.responseId });
       this.buffered += message.samples.length;
     } else if (message.type === "end") {
       this.endedResponses.add(message.responseId);
+      if (message.responseId === this.starved) this.starved = null;
     } else if (message.type === "flush") {
       const dropped = this.buffered;
       this.queue = [];
@@ -108,14 +117,16 @@ class PcmPlayer extends AudioWorkletProcessor {
   report(type, extra = {}) {
     const responseId = this.current;
     const played = responseId == null ? 0 : this.played.get(responseId) || 0;
-    this.port.postMessage({ type, responseId, played, buffered: this.buffered, ...extra });
+    const underruns = this.numUnderruns;
+    this.port.postMessage({ type, responseId, played, buffered: this.buffered, underruns, ...extra });
     this.sinceReport = 0;
   }
 
   canStart() {
-    if (this.buffered >= this.prebuffer) return true;
-    // A short answer, or the tail of one, never reaches the prebuffer: play what there is.
-    return this.queue.length > 0 && this.endedResponses.has(this.queue[this.queue.length - 1].responseId);
+    if (this.queue.length === 0) return false;
+    if (currentTime - this.waitingSince >= this.delay) return true;
+    // All of the answer is here: nothing left to wait for.
+    return this.endedResponses.has(this.queue[this.queue.length - 1].responseId);
   }
 
   process(inputs, outputs) {
@@ -142,8 +153,8 @@ class PcmPlayer extends AudioWorkletProcessor {
     for (let c = 1; c < outputs[0].length; c += 1) outputs[0][c].set(out);
     if (this.isPlaying && this.queue.length === 0) {
       this.isPlaying = false;
-      if (!this.endedResponses.has(this.current)) this.numUnderruns += 1;
-      this.report("idle", { underruns: this.numUnderruns });
+      if (!this.endedResponses.has(this.current)) this.starved = this.current;
+      this.report("idle");
     } else if (this.sinceReport >= this.reportEvery) {
       this.report("progress");
     }

@@ -11,6 +11,8 @@ import { api, base64ToBytes, bytesToBase64, describeClose, median } from "./conn
 
 const DEFAULT_RATE = 24000;
 const ACK_EVERY_MS = 250;
+// How late a delta may arrive without a gap; also what the first sound waits.
+const JITTER_DELAY_MS = 100;
 const SEND_LOG_LIMIT = 3000; // ~60 s of 20 ms frames, to map audio_end_ms to a wall time
 
 const AUDIO_DELTA = new Set(["response.output_audio.delta", "response.audio.delta"]);
@@ -162,7 +164,7 @@ export class VoicePanel {
     this.player = new AudioWorkletNode(this.context, "pcm-player", {
       numberOfOutputs: 1,
       outputChannelCount: [1],
-      processorOptions: { prebufferMs: 120 },
+      processorOptions: { delayMs: JITTER_DELAY_MS },
     });
     this.player.port.onmessage = (event) => this.onPlayerReport(event.data);
     this.player.connect(this.context.destination);
@@ -253,7 +255,7 @@ export class VoicePanel {
     this.player?.port.postMessage({ type: "end", responseId: id });
     this.responseStats(id).status = response.status;
     const bubble = this.bubbles.get(`a:${id}`);
-    if (bubble && response.status && response.status !== "completed") {
+    if (bubble && response.status && response.status !== "completed" && !bubble.dataset.status) {
       bubble.dataset.status = response.status;
       bubble.querySelector(".tag").textContent = response.status;
     }
@@ -297,8 +299,8 @@ export class VoicePanel {
       const typical = Math.round(median(this.stats.turnLatenciesMs));
       this.el.latency.textContent = `${last} ms (median ${typical} ms)`;
     }
+    if (report.underruns != null) this.stats.underruns = report.underruns;
     if (report.type === "idle") {
-      this.stats.underruns = report.underruns;
       const done = id != null && this.responseStats(id).status !== "in_progress";
       if (done && this.stats.state === "live" && !this.isMuted) this.el.state.textContent = "Listening — just talk";
     }
