@@ -106,3 +106,61 @@ def test_talking_over_an_answer_silences_it_at_once(
     assert stats["errors"] == []
     interrupted = [b for b in browser.find_all("voice-assistant-transcript") if "interrupted" in b.text]
     assert interrupted, "the talked-over answer is not marked interrupted"
+
+
+def test_interrupt_button_cancels_and_silences_the_answer(
+    start_server: Callable[..., ServerThread], open_browser: Callable[..., Browser], tmp_path: Path
+) -> None:
+    # With an API key: the realtime socket carries it as a subprotocol next to "realtime".
+    question = write_question(tmp_path / "help.wav", "what can you do")
+    server = start_server(world_model="none", api_key="voice-key")
+    server.wait_ready(timeout=180)
+    browser = open_browser(fake_audio=question)
+    browser.open(server.http_url + "/")
+    browser.wait_for(lambda: browser.find("api-key").is_displayed(), what="the API key field")
+    browser.find("api-key").send_keys("voice-key")
+    browser.find("api-key-submit").click()
+    browser.wait_for(lambda: "Ready" in browser.text("status"), what="the ready status")
+    browser.find("voice-start").click()
+
+    browser.wait_for(
+        lambda: voice_stats(browser)["playedSamples"] > 24 * 500, timeout=60, what="half a second played"
+    )
+    browser.find("voice-interrupt").click()
+    browser.wait_for(lambda: voice_stats(browser)["flushes"] == 1, what="the flush")
+    browser.wait_for(
+        lambda: [r["status"] for r in voice_stats(browser)["responses"].values()] == ["cancelled"],
+        what="response.done cancelled",
+    )
+    played = voice_stats(browser)["playedSamples"]
+    assert played / 24 < 5000  # the help answer is ~7 s
+    answer = browser.find_all("voice-assistant-transcript")[0]
+    assert "interrupted" in answer.text
+    # The server cut the history to what was heard; the page strikes out the rest.
+    unheard = browser.wait_for(
+        lambda: answer.find_elements("css selector", ".unheard"), what="the unheard part struck out"
+    )
+    assert unheard[0].text.strip()
+    assert answer.find_element("css selector", ".text").text.startswith("I can")
+    browser.screenshot("voice-interrupted")
+    assert voice_stats(browser)["errors"] == []
+
+
+def test_muted_microphone_is_not_heard(
+    start_server: Callable[..., ServerThread], open_browser: Callable[..., Browser], tmp_path: Path
+) -> None:
+    question = write_question(tmp_path / "question.wav", "what time is it", lead_s=2.0, tail_s=3.0)
+    server = start_server(world_model="none")
+    server.wait_ready(timeout=180)
+    browser = open_browser(fake_audio=question)
+    browser.open(server.http_url + "/")
+    browser.wait_for(lambda: "Ready" in browser.text("status"), what="the ready status")
+    browser.find("voice-start").click()
+    browser.wait_for(lambda: voice_stats(browser)["state"] == "live", what="the voice session")
+    browser.find("voice-mute").click()
+    assert browser.find("voice-mute").get_attribute("aria-pressed") == "true"
+    # The question plays into a muted microphone: silence keeps streaming, and nothing is heard.
+    sent = voice_stats(browser)["framesSent"]
+    browser.wait_for(lambda: voice_stats(browser)["framesSent"] > sent + 350, what="7 s of muted audio")
+    assert browser.find_all("voice-user-transcript") == []
+    assert voice_stats(browser)["responses"] == {}

@@ -85,6 +85,7 @@ export class VoicePanel {
     this.droppedResponses = new Set();
     this.lastAckAt = new Map();
     this.bubbles = new Map();
+    this.itemResponses = new Map(); // assistant item id -> its response id
   }
 
   /** The served model, or null with why: "loading", "locked" (no key yet) or "none". */
@@ -228,6 +229,11 @@ export class VoicePanel {
       if (text && !this.droppedResponses.has(event.response_id)) bubble.querySelector(".text").textContent = text;
     } else if (type === "response.done") {
       this.onResponseDone(event.response || {});
+    } else if (type === "conversation.item.truncated") {
+      // The server cut this answer to what was heard; ask for the heard text to show it.
+      this.send({ type: "conversation.item.retrieve", item_id: event.item_id });
+    } else if (type === "conversation.item.retrieved") {
+      this.showHeard(event.item || {});
     } else if (type === "error") {
       const error = event.error || {};
       this.stats.errors.push(error.message || error.code);
@@ -237,6 +243,7 @@ export class VoicePanel {
 
   onAudioDelta(event) {
     const id = event.response_id;
+    if (event.item_id) this.itemResponses.set(event.item_id, id);
     if (this.droppedResponses.has(id) || !this.player) return;
     const pcm = base64ToBytes(event.delta);
     const ints = new Int16Array(pcm.buffer, 0, pcm.length >> 1);
@@ -262,6 +269,23 @@ export class VoicePanel {
     if (response.status === "cancelled") this.flushPlayback(id);
   }
 
+  /** An interrupted answer: what was heard stays, the rest is struck through. */
+  showHeard(item) {
+    const responseId = this.itemResponses.get(item.id);
+    const bubble = responseId != null && this.bubbles.get(`a:${responseId}`);
+    const part = (item.content || [])[0] || {};
+    const heard = part.transcript ?? part.text;
+    if (!bubble || item.role !== "assistant" || typeof heard !== "string") return;
+    const text = bubble.querySelector(".text");
+    const full = text.textContent;
+    if (!full.startsWith(heard) || heard.length >= full.length) return;
+    const unheard = document.createElement("span");
+    unheard.className = "unheard";
+    unheard.title = "not heard: cut from the conversation history";
+    unheard.textContent = full.slice(heard.length);
+    text.replaceChildren(heard, unheard);
+  }
+
   /** The user spoke over an answer: silence it now. */
   bargeIn() {
     const id = this.responseId;
@@ -282,6 +306,7 @@ export class VoicePanel {
     this.droppedResponses.add(responseId);
     this.stats.flushes += 1;
     this.player?.port.postMessage({ type: "flush" });
+    if (this.stats.state === "live" && !this.isMuted) this.el.state.textContent = "Listening — just talk";
     const bubble = this.bubbles.get(`a:${responseId}`);
     if (bubble) {
       bubble.dataset.status = "interrupted";
