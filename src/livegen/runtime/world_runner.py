@@ -261,8 +261,8 @@ class Runner:
         chunk = job.output.output
         assert isinstance(chunk, Chunk)
         started = time.perf_counter()
-        options = self.options
-        frames = await asyncio.to_thread(encode_chunk, chunk.frames, options.format, options.quality)
+        fmt, quality = self.options.format, self.options.quality  # a session.update may change them meanwhile
+        frames = await asyncio.to_thread(encode_chunk, chunk.frames, fmt, quality)
         encode_ms = (time.perf_counter() - started) * 1000
         meta, spec = job.output.meta, self._scheduler.spec
         header = wire.ChunkHeader(
@@ -272,7 +272,7 @@ class Runner:
             num_frames=len(frames),
             width=spec.width,
             height=spec.height,
-            format=options.format,  # type: ignore[arg-type]
+            format=fmt,  # type: ignore[arg-type]
             media_time_ms=meta.chunk_index * self._chunk_s * 1000,
             timings=wire.Timings(round(job.queue_ms, 3), round(job.model_ms, 3), round(encode_ms, 3)),
         )
