@@ -29,7 +29,7 @@ from livegen.protocol import world as wire
 from livegen.runtime.world_runner import Options, Runner
 from livegen.runtime.world_scheduler import Scheduler
 from livegen.server.auth import select_subprotocol
-from livegen.world import ControlInput, Event, Manager, thaw
+from livegen.world import ControlInput, Event, Manager, Status, thaw
 
 if TYPE_CHECKING:
     from livegen.server.app import State
@@ -166,7 +166,7 @@ class Connection:
             await runner.reset()
         elif isinstance(event, wire.SessionClose):
             await runner.close()
-            if runner.session.status.value == "closed":
+            if runner.session.status is Status.CLOSED:
                 self.is_closed = True
                 self._closed()
 
