@@ -114,6 +114,10 @@ class Connection:
                     break
                 self.metrics.events.labels(kind="world", direction="in").inc()
                 await self._handle(message.get("text"), message.get("bytes"))
+                if self.runner is not None and self.runner.is_overflowing:
+                    log_event(logger, "world.client_not_reading", logging.WARNING)
+                    await self.websocket.close(code=1008, reason="too many unread events")
+                    break
         except WebSocketDisconnect:
             pass
         finally:
