@@ -171,8 +171,8 @@ def _explain(raw: bytes | str, exc: msgspec.ValidationError) -> InvalidRequest:
     except msgspec.DecodeError:
         return InvalidRequest(f"a client event must be a JSON object: {exc}", code="invalid_request")
     event_id = probe.event_id if _is_event_id(probe.event_id) else None
-    if probe.type is None:
-        return InvalidRequest("a client event needs a 'type'", code="invalid_request", param="type")
+    if not isinstance(probe.type, str):
+        return InvalidRequest("a client event needs a string 'type'", code="invalid_request", param="type")
     if probe.type not in CLIENT_TYPES:
         known = ", ".join(sorted(CLIENT_TYPES))
         return InvalidRequest(

@@ -45,6 +45,8 @@ from livegen.world import (
 
 logger = logging.getLogger("livegen.world")
 SendText = Callable[[str], Awaitable[None]]
+#: Events (not chunks: flow control bounds those) queued for a client that does not read.
+MAX_QUEUED_EVENTS = 1024
 SendBytes = Callable[[bytes], Awaitable[None]]
 
 
@@ -99,6 +101,7 @@ class Runner:
         self._sender: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[bool]] = set()
         self.num_chunks_sent = 0
+        self.is_overflowing = False
 
     def start(self) -> None:
         self._sender = asyncio.create_task(self._send_loop(), name=f"livegen-world-send-{self.session_id}")
@@ -230,6 +233,10 @@ class Runner:
 
     # -- output ----------------------------------------------------------------------------
     def send(self, event: wire.ServerEvent) -> None:
+        """Queue an event for the client; past ``MAX_QUEUED_EVENTS`` the client is not reading."""
+        if self._outbox.qsize() >= MAX_QUEUED_EVENTS:
+            self.is_overflowing = True  # the endpoint closes the socket; other sessions go on
+            return
         self._outbox.put_nowait(wire.encode(event))
 
     def send_error(self, error: LivegenError) -> None:
@@ -251,18 +258,21 @@ class Runner:
         self.send(wire.Error(wire.ErrorBody(error_type, code, message, param, event_id)))
 
     async def _send_loop(self) -> None:
-        while (item := await self._outbox.get()) is not None:
-            if isinstance(item, bytes):
-                await self._send_text(item.decode())
-            else:
-                await self._send_chunk(item)
+        try:
+            while (item := await self._outbox.get()) is not None:
+                if isinstance(item, bytes):
+                    await self._send_text(item.decode())
+                else:
+                    await self._send_chunk(item)
+        except Exception as exc:  # the socket is gone; the endpoint sees the disconnect
+            log_event(logger, "world.send_failed", logging.INFO, session=self.session_id, error=repr(exc))
 
     async def _send_chunk(self, job: _ChunkJob) -> None:
         chunk = job.output.output
         assert isinstance(chunk, Chunk)
         started = time.perf_counter()
-        options = self.options
-        frames = await asyncio.to_thread(encode_chunk, chunk.frames, options.format, options.quality)
+        fmt, quality = self.options.format, self.options.quality  # a session.update may change them meanwhile
+        frames = await asyncio.to_thread(encode_chunk, chunk.frames, fmt, quality)
         encode_ms = (time.perf_counter() - started) * 1000
         meta, spec = job.output.meta, self._scheduler.spec
         header = wire.ChunkHeader(
@@ -272,7 +282,7 @@ class Runner:
             num_frames=len(frames),
             width=spec.width,
             height=spec.height,
-            format=options.format,  # type: ignore[arg-type]
+            format=fmt,  # type: ignore[arg-type]
             media_time_ms=meta.chunk_index * self._chunk_s * 1000,
             timings=wire.Timings(round(job.queue_ms, 3), round(job.model_ms, 3), round(encode_ms, 3)),
         )

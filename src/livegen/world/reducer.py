@@ -12,14 +12,14 @@ runs (``world/session.py``); a reducer owns what controls mean.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Protocol
+
+import msgspec
 
 from livegen.world.events import ControlInput, Event
 
 
-@dataclass(frozen=True)
-class Prepared:
+class Prepared(msgspec.Struct, frozen=True):
     """A speculative control snapshot: track -> control, and the reducer's private state."""
 
     controls: Mapping[str, ControlInput]

@@ -10,8 +10,11 @@ later. Only the keywords our models use are understood: ``type``, ``enum``,
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
+
+#: A compiled check: (value, path) -> the first problem, or None.
+Check = Callable[[Any, str], "str | None"]
 
 _TYPES: dict[str, tuple[type, ...]] = {
     "object": (Mapping,),
@@ -73,3 +76,54 @@ def _json_type(value: Any) -> str:
         if _is_type(value, name):
             return name
     return type(value).__name__
+
+
+def compile_schema(schema: Mapping[str, Any]) -> Check:
+    """A check for ``schema``, built once per track; fast when the value fits.
+
+    Values that fit pass a few cheap tests (the event path runs this per
+    control); anything else goes to ``problem`` for the sentence that says why.
+    """
+    if not set(schema) <= {"type", "enum", "properties", "required", "additionalProperties", "description"}:
+        return lambda value, path: problem(value, schema, path)
+    expected = schema.get("type")
+    types = (
+        ((dict, Mapping) if expected == "object" else _TYPES.get(expected))
+        if isinstance(expected, str)
+        else None
+    )
+    is_number = expected in ("integer", "number")
+    enum = schema.get("enum")
+    required = tuple(schema.get("required", ()))
+    is_closed = schema.get("additionalProperties") is False
+    properties: Mapping[str, Any] = schema.get("properties", {})
+    # A property that is only an enum (the usual shape of a control) is checked inline.
+    enums = {name: sub["enum"] for name, sub in properties.items() if set(sub) <= {"enum", "description"}}
+    children = {name: compile_schema(sub) for name, sub in properties.items() if name not in enums}
+
+    def check(value: Any, path: str) -> str | None:
+        if types is not None and (not isinstance(value, types) or (is_number and type(value) is bool)):
+            return problem(value, schema, path)
+        if enum is not None and value not in enum:
+            return problem(value, schema, path)
+        if isinstance(value, dict):
+            for name in required:
+                if name not in value:
+                    return problem(value, schema, path)
+            for name, item in value.items():
+                allowed = enums.get(name)
+                if allowed is not None:
+                    if item not in allowed:
+                        return problem(value, schema, path)
+                    continue
+                child = children.get(name)
+                if child is None:
+                    if is_closed:
+                        return problem(value, schema, path)
+                elif child(item, path) is not None:
+                    return problem(value, schema, path)
+        elif isinstance(value, Mapping):
+            return problem(value, schema, path)
+        return None
+
+    return check

@@ -25,8 +25,9 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from enum import StrEnum
+
+import msgspec
 
 from livegen.errors import (
     CapacityExceeded,
@@ -56,8 +57,7 @@ class AcceptStatus(StrEnum):
     DUPLICATE = "duplicate"
 
 
-@dataclass(frozen=True)
-class Acceptance:
+class Acceptance(msgspec.Struct, frozen=True):
     """An event is queued (or already was); queued is not applied."""
 
     event_id: int
@@ -65,8 +65,7 @@ class Acceptance:
     pending_event_count: int
 
 
-@dataclass(frozen=True)
-class Plan:
+class Plan(msgspec.Struct, frozen=True):
     """The immutable snapshot of one chunk transaction."""
 
     meta: TickMeta
@@ -80,31 +79,27 @@ class Plan:
         return {track: control.data for track, control in self.controls.items()}
 
 
-@dataclass(frozen=True)
-class Output:
+class Output(msgspec.Struct, frozen=True):
     """Effect: a committed chunk; its output must reach the client."""
 
     meta: TickMeta
     output: object
 
 
-@dataclass(frozen=True)
-class Rejection:
+class Rejection(msgspec.Struct, frozen=True):
     """Effect: events a reducer refused, dropped from the queue; tell the client."""
 
     error: InvalidRequest
     event_ids: tuple[int, ...]
 
 
-@dataclass(frozen=True)
-class Release:
+class Release(msgspec.Struct, frozen=True):
     """Effect: forget the model-side state (KV pages, game state) of this session."""
 
     reason: str
 
 
-@dataclass(frozen=True)
-class Failure:
+class Failure(msgspec.Struct, frozen=True):
     """Effect: a chunk failed; the session is ``failed`` until reset."""
 
     code: str
@@ -136,6 +131,8 @@ class Session:
         self.max_pending_events = max_pending_events
         self.initial_prompt = prompt
         self._tracks = {track.name: track for track in tracks}
+        self._checks = {track.name: schema.compile_schema(track.json_schema) for track in tracks}
+        self._paths = {track.name: f"controls.{track.name}.data" for track in tracks}
         self._new_id = new_id
         self._reducer: Reducer = reducer or LastWriteWins()
         self._status = Status.ACTIVE
@@ -194,11 +191,13 @@ class Session:
     # -- events ----------------------------------------------------------------------------
     def accept(self, event: Event) -> Acceptance:
         """Queue an event, or report it a duplicate; raise if stale, full or refused."""
-        self._require_accepting(event.event_id)
-        self._check_controls(event)
+        if self._status is not Status.ACTIVE:
+            self._refuse(event.event_id)
+        if event.controls:
+            self._check_controls(event)
         if event.event_id in self._pending or event.event_id in self._recent:
             return Acceptance(event.event_id, AcceptStatus.DUPLICATE, len(self._pending))
-        floor = self.event_floor
+        floor = self.event_floor if self._in_flight is not None else self._floor
         if event.event_id <= floor:
             raise InvalidState(
                 f"event {event.event_id} is stale: ids at or below {floor} are already applied or in flight",
@@ -217,9 +216,7 @@ class Session:
             self._recent.popitem(last=False)
         return Acceptance(event.event_id, AcceptStatus.ACCEPTED, len(self._pending))
 
-    def _require_accepting(self, event_id: int) -> None:
-        if self._status is Status.ACTIVE:
-            return
+    def _refuse(self, event_id: int) -> None:
         if self._status in _CLOSED_STATES:
             raise InvalidState("the session is closed", code="session_closed", event_id=event_id)
         raise InvalidState(
@@ -238,7 +235,7 @@ class Session:
             elif control.schema != track.schema:
                 found = f"track {track.name!r} takes schema {track.schema!r}, got {control.schema!r}"
             else:
-                found = schema.problem(control.data, track.json_schema, f"controls.{track.name}.data")
+                found = self._checks[track.name](control.data, self._paths[track.name])
             if found:
                 raise InvalidRequest(found, code="invalid_event", param="controls", event_id=event.event_id)
 
