@@ -35,6 +35,8 @@ class Script:
     delay_s: float = 0.0
     #: Raise on this many next appends.
     num_failing_appends: int = 0
+    #: Keep talking after a cancel (a slow model): the session's fence must drop it.
+    is_deaf_to_cancel: bool = False
 
 
 @dataclass
@@ -91,7 +93,7 @@ class Stream:
 
     async def cancel(self, epoch: int) -> None:
         self.calls.append("cancel")
-        if self.task is not None:
+        if self.task is not None and not self.model.script.is_deaf_to_cancel:
             self.task.cancel()
 
     async def update(self, config: StreamConfig) -> None:

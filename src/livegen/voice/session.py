@@ -103,7 +103,6 @@ class Session:
         self.attempts: list[Attempt] = []  # live attempts, in wire order
         self._next_seq = 0
         self._decoder = InputDecoder(self.config.input_format, model.input_rate)
-        self._encoder = OutputEncoder(self.config.output_format, model.output_rate)
         self._vad: EnergyVad | None = None
         self._vad_item_id: str | None = None
         #: Input ms accepted since the session began (the VAD clock) and since the last commit.
@@ -188,8 +187,6 @@ class Session:
             )
         if config.input_format != self.config.input_format:
             self._decoder = InputDecoder(config.input_format, self.model.input_rate)
-        if config.output_format != self.config.output_format:
-            self._encoder = OutputEncoder(config.output_format, self.model.output_rate)
         old_vad = self.config.turn_detection
         self.config = config
         if config.turn_detection != old_vad:
@@ -234,12 +231,18 @@ class Session:
                 f"{self.num_pending_commits} commits are already waiting for the model; wait for their items",
                 code="too_many_pending_commits",
             )
+        effects: list[Effect] = []
+        tail = self._decoder.flush()  # the turn's last ms, held in the resampler
+        if tail:
+            reservation = self.ledger.reserve(len(tail), is_forced=True)
+            effects.append(Run(self._attempt(AttemptKind.APPEND, now, pcm=tail, reservation=reservation)))
         self.buffer_bytes = 0
         self._vad_item_id = None
         item = Item(id=item_id, role="user", content_type="input_audio")
         previous = self.conversation.add(item)
         commit = self._attempt(AttemptKind.COMMIT, now, item_id=item_id)
         return [
+            *effects,
             Run(commit),
             self._event("input_audio_buffer.committed", item_id=item_id, previous_item_id=previous),
             self._event("conversation.item.added", item=item.to_wire(), previous_item_id=previous),
@@ -341,6 +344,7 @@ class Session:
             modalities=modalities,
             voice=self.config.voice,
             output_format=self.config.output_format.to_wire(),
+            encoder=OutputEncoder(self.config.output_format, self.model.output_rate),
         )
         self.response = response
         request = ResponseRequest(
@@ -653,6 +657,10 @@ class Session:
             return self._end_response(now, "failed", details)
         status = output.status if output.status in ("completed", "incomplete", "failed") else "completed"
         response.model_status = status
+        tail = response.encoder.flush()
+        if tail and response.playback is not None:
+            end = response.playback.generated_ms
+            response.pending_audio.append(AudioChunk(end, end, base64.b64encode(tail).decode("ascii")))
         return self.tick(now)
 
     def _live(self, response_id: str | None) -> Response | None:
@@ -735,7 +743,7 @@ class Session:
                 },
             }
             return effects + self._end_response(now, "failed", details)
-        encoded = base64.b64encode(self._encoder.encode(pcm)).decode("ascii")
+        encoded = base64.b64encode(response.encoder.encode(pcm)).decode("ascii")
         start = playback.generated_ms
         playback.generated_ms += duration
         item.audio_ms = item.generated_audio_ms = playback.generated_ms
