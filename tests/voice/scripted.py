@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
@@ -134,4 +136,25 @@ def load() -> ScriptedVoice:
 def registry() -> Registry:
     return Registry(
         [ModelInfo("scripted-voice", Kind.VOICE, "voice.scripted:load", "a scripted test double")]
+    )
+
+
+class SlowLoadingVoice(ScriptedVoice):
+    """Loads only once ``release`` is set, to see the service report it is not ready yet."""
+
+    release: ClassVar[threading.Event] = threading.Event()
+
+    def __init__(self) -> None:
+        super().__init__()
+        if not self.release.wait(timeout=30):
+            raise RuntimeError("never released")
+
+
+def load_slow() -> SlowLoadingVoice:
+    return SlowLoadingVoice()
+
+
+def slow_registry() -> Registry:
+    return Registry(
+        [ModelInfo("slow-voice", Kind.VOICE, "voice.scripted:load_slow", "a slow-loading double")]
     )

@@ -318,6 +318,7 @@ def voice_session(
             os.sched_setaffinity(0, client_cpus)
             report = asyncio.run(_measure(port, server.pid, Path(tmp), levels, seconds, idle_sessions, tqdm))
         finally:
+            os.sched_setaffinity(0, cores)
             server.terminate()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 server.wait(10)
