@@ -20,7 +20,9 @@ def new_session(lead_ms: float = 200) -> Session:
     )
     session.open(0.0)
     fmt = {"type": "audio/pcm", "rate": RATE}
-    session.receive(wire.SessionUpdate(session={"audio": {"output": {"format": fmt}}}), 0.0)
+    session.receive(
+        wire.SessionUpdate(session={"audio": {"input": {"format": fmt}, "output": {"format": fmt}}}), 0.0
+    )
     return session
 
 
@@ -84,3 +86,40 @@ def test_acks_never_pass_what_was_sent_and_truncate_clamps() -> None:
     assert session.playbacks[item_id].played_ms == 1000
     effects = session.receive(wire.ItemTruncate(item_id=item_id, audio_end_ms=1100), 5.0)  # within the slack
     assert events(effects, "conversation.item.truncated")[0]["audio_end_ms"] == 1000
+
+
+def loud(ms: int) -> wire.AudioAppend:
+    import base64
+
+    import numpy as np
+
+    wave = (np.sin(np.arange(RATE * ms // 1000) * 0.3) * 9000).astype("<i2").tobytes()
+    return wire.AudioAppend(audio=base64.b64encode(wave).decode())
+
+
+def test_barge_in_cancels_through_the_fence_and_cuts_history_where_the_listener_was() -> None:
+    session = new_session(lead_ms=200)
+    session.receive(wire.ResponseCreate(), 0.0)
+    speak(session, 0.0, ["one ", "two ", "three ", "four "], 4000)
+    session.tick(1.0)  # 1 s played, 1.2 s sent
+    epoch = session.epoch
+    effects = session.receive(loud(100), 1.0)
+    kinds = [e.type for e in effects if isinstance(e, Send)]
+    assert kinds.index("input_audio_buffer.speech_started") < kinds.index("response.done")
+    done = events(effects, "response.done")[0]["response"]
+    assert (done["status"], done["status_details"]["reason"]) == ("cancelled", "turn_detected")
+    assert events(effects, "conversation.item.truncated")[0]["audio_end_ms"] == 1000
+    assert session.epoch == epoch + 1
+    assert session.conversation.get(done["output"][0]["id"]).text == "one "
+    assert session.response is None and session.next_deadline() is None  # nothing more to send
+
+
+def test_clear_gives_back_every_reserved_byte_and_fences_queued_appends() -> None:
+    session = new_session()
+    runs = []
+    for _ in range(5):
+        runs += [e.attempt for e in session.receive(loud(100), 0.0) if hasattr(e, "attempt")]
+    assert session.ledger.pending_bytes == 5 * 1600
+    session.receive(wire.AudioClear(), 0.0)
+    assert session.ledger.pending_bytes == 0
+    assert not any(a.is_live for a in runs if a.kind == "append")
