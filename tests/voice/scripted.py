@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
@@ -35,6 +37,8 @@ class Script:
     delay_s: float = 0.0
     #: Raise on this many next appends.
     num_failing_appends: int = 0
+    #: Keep talking after a cancel (a slow model): the session's fence must drop it.
+    is_deaf_to_cancel: bool = False
 
 
 @dataclass
@@ -91,7 +95,7 @@ class Stream:
 
     async def cancel(self, epoch: int) -> None:
         self.calls.append("cancel")
-        if self.task is not None:
+        if self.task is not None and not self.model.script.is_deaf_to_cancel:
             self.task.cancel()
 
     async def update(self, config: StreamConfig) -> None:
@@ -132,4 +136,25 @@ def load() -> ScriptedVoice:
 def registry() -> Registry:
     return Registry(
         [ModelInfo("scripted-voice", Kind.VOICE, "voice.scripted:load", "a scripted test double")]
+    )
+
+
+class SlowLoadingVoice(ScriptedVoice):
+    """Loads only once ``release`` is set, to see the service report it is not ready yet."""
+
+    release: ClassVar[threading.Event] = threading.Event()
+
+    def __init__(self) -> None:
+        super().__init__()
+        if not self.release.wait(timeout=30):
+            raise RuntimeError("never released")
+
+
+def load_slow() -> SlowLoadingVoice:
+    return SlowLoadingVoice()
+
+
+def slow_registry() -> Registry:
+    return Registry(
+        [ModelInfo("slow-voice", Kind.VOICE, "voice.scripted:load_slow", "a slow-loading double")]
     )

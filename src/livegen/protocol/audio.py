@@ -174,9 +174,20 @@ class _Resampler:
 
     def __init__(self, in_rate: int, out_rate: int) -> None:
         self.in_rate, self.out_rate = in_rate, out_rate
-        self._stream = (
-            None if in_rate == out_rate else soxr.ResampleStream(in_rate, out_rate, 1, dtype="int16")
-        )
+        self._stream = self._new_stream()
+
+    def _new_stream(self) -> soxr.ResampleStream | None:
+        if self.in_rate == self.out_rate:
+            return None
+        return soxr.ResampleStream(self.in_rate, self.out_rate, 1, dtype="int16", quality="HQ")
+
+    def flush(self) -> bytes:
+        """The samples the filter still holds (tens of ms); the next chunk starts a fresh stream."""
+        if self._stream is None:
+            return b""
+        out: npt.NDArray[np.int16] = self._stream.resample_chunk(np.zeros(0, dtype=np.int16), last=True)
+        self._stream = self._new_stream()
+        return out.astype("<i2", copy=False).tobytes()
 
     def __call__(self, pcm: bytes) -> bytes:
         if self._stream is None:
@@ -208,6 +219,10 @@ class InputDecoder:
         pcm = data if self.wire.encoding is Encoding.PCM else g711_decode(data, self.wire.encoding)
         return self._resample(pcm)
 
+    def flush(self) -> bytes:
+        """The end of a turn: PCM the resampler still held back."""
+        return self._resample.flush()
+
 
 class OutputEncoder:
     """PCM16 at the model's output rate -> wire audio of one format."""
@@ -218,6 +233,13 @@ class OutputEncoder:
 
     def encode(self, pcm: bytes) -> bytes:
         resampled = self._resample(pcm)
-        if self.wire.encoding is Encoding.PCM:
-            return resampled
-        return g711_encode(resampled, self.wire.encoding)
+        return self._to_wire(resampled)
+
+    def flush(self) -> bytes:
+        """The end of a response: wire audio the resampler still held back."""
+        return self._to_wire(self._resample.flush())
+
+    def _to_wire(self, pcm: bytes) -> bytes:
+        if self.wire.encoding is Encoding.PCM or not pcm:
+            return pcm
+        return g711_encode(pcm, self.wire.encoding)

@@ -116,7 +116,7 @@ class Runner:
         self._outbox_ready = asyncio.Event()
         self._outbox_empty = asyncio.Event()
         self._outbox_empty.set()
-        self._is_closing = False
+        self._stop_reason: str | None = None
         self.done = asyncio.Event()
 
     # --- feeding ---------------------------------------------------------------------
@@ -126,9 +126,15 @@ class Runner:
         await self._mailbox.put(_ClientItem(event, self._clock()))
 
     async def stop(self, reason: str) -> None:
-        """End the session (disconnect, shutdown); its terminal event is sent if the socket lives."""
-        if not self.done.is_set():
-            await self._mailbox.put(_Stop(reason))
+        """End the session (disconnect, shutdown); its terminal event is sent if the socket lives.
+
+        Never waits on a full mailbox: the runner also checks the request between items.
+        """
+        if self.done.is_set():
+            return
+        self._stop_reason = self._stop_reason or reason
+        with contextlib.suppress(asyncio.QueueFull):
+            self._mailbox.put_nowait(_Stop(reason))
 
     # --- the tasks -------------------------------------------------------------------
 
@@ -154,20 +160,31 @@ class Runner:
 
     async def _run_core(self) -> None:
         session = self.session
+        mailbox = self._mailbox
+        waiting: asyncio.Future[_Item] | None = None  # a get() kept across pacing wake-ups
         while not session.is_closed:
+            if self._stop_reason is not None:
+                self._apply(session.close(self._clock(), self._stop_reason))
+                break
             deadline = session.next_deadline()
             now = self._clock()
             if deadline is not None and deadline <= now:
                 self._apply(session.tick(now))
                 continue
-            try:
-                if deadline is None:
-                    item = await self._mailbox.get()
-                else:
-                    item = await asyncio.wait_for(self._mailbox.get(), deadline - now)
-            except TimeoutError:
-                continue
+            if waiting is None and not mailbox.empty():
+                item = mailbox.get_nowait()
+            elif waiting is None and deadline is None:
+                item = await mailbox.get()
+            else:
+                # Never cancel a get() on timeout: a cancelled get can lose the item it took.
+                waiting = waiting or asyncio.ensure_future(mailbox.get())
+                done, _ = await asyncio.wait({waiting}, timeout=None if deadline is None else deadline - now)
+                if not done:
+                    continue
+                item, waiting = waiting.result(), None
             self._apply(self._handle(item, self._clock()))
+        if waiting is not None:
+            waiting.cancel()
 
     def _handle(self, item: _Item, now: float) -> list[Effect]:
         session = self.session
@@ -196,7 +213,7 @@ class Runner:
             elif isinstance(effect, DropOutput):
                 self._drop_audio(effect.response_id)
             elif isinstance(effect, Closed):
-                self._is_closing = True
+                pass  # the terminal is in the outbox; the loop ends on session.is_closed
 
     def _enqueue(self, effect: Send) -> None:
         event = effect.event

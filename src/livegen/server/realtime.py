@@ -126,7 +126,14 @@ class RealtimeService:
         facts = ModelFacts(name, model.input_rate, model.output_rate, model.has_vad)
         session = Session(session_id, facts, ids, self.limits)
         metrics = self.state.metrics
-        stream = await model.open(session_id, session.config.stream_config())
+        try:
+            stream = await model.open(session_id, session.config.stream_config())
+        except Exception as exc:  # one model failing to open a stream fails this session only
+            log_event(logger, "voice.open_failed", logging.ERROR, error=str(exc))
+            await self._refuse(
+                websocket, "model_error", f"the voice model could not open a stream: {exc}", 1011
+            )
+            return
         events_out = metrics.events.labels(kind="voice", direction="out")
         events_in = metrics.events.labels(kind="voice", direction="in")
 

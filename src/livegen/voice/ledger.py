@@ -46,9 +46,12 @@ class InputLedger:
         self._pending: deque[Reservation] = deque()
         self._next_seq = 0
 
-    def reserve(self, num_bytes: int) -> Reservation:
-        """Reserve or refuse at once (the caller's state is untouched on refusal)."""
-        if self.pending_bytes + num_bytes > self.budget_bytes:
+    def reserve(self, num_bytes: int, *, is_forced: bool = False) -> Reservation:
+        """Reserve or refuse at once (the caller's state is untouched on refusal).
+
+        ``is_forced`` takes a few ms of resampler tail at a commit, which must not fail.
+        """
+        if not is_forced and self.pending_bytes + num_bytes > self.budget_bytes:
             raise CapacityExceeded(
                 f"input audio backpressure: {self.pending_bytes} bytes are waiting for the model and "
                 f"{num_bytes} more would pass the {self.budget_bytes}-byte budget; "

@@ -13,6 +13,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from livegen.protocol.audio import OutputEncoder
 from livegen.voice.conversation import Item
 from livegen.voice.ledger import Playback
 
@@ -32,6 +33,8 @@ class Response:
     modalities: tuple[str, ...]
     voice: str
     output_format: dict[str, Any]
+    #: Each response resamples on its own, so its tail can be flushed at its end.
+    encoder: OutputEncoder
     item: Item | None = None
     playback: Playback | None = None
     pending_audio: deque[AudioChunk] = field(default_factory=deque)
