@@ -20,6 +20,9 @@ from livegen.server.thread import ServerThread
 pytestmark = pytest.mark.slow  # loads the real voice models
 
 
+ANSWER = "voice-assistant-transcript"
+
+
 def texts(browser: Browser, test_id: str) -> list[str]:
     return [element.text for element in browser.find_all(test_id)]
 
@@ -164,3 +167,34 @@ def test_muted_microphone_is_not_heard(
     browser.wait_for(lambda: voice_stats(browser)["framesSent"] > sent + 350, what="7 s of muted audio")
     assert browser.find_all("voice-user-transcript") == []
     assert voice_stats(browser)["responses"] == {}
+
+
+def test_talk_and_play_at_once(
+    start_server: Callable[..., ServerThread], open_browser: Callable[..., Browser], tmp_path: Path
+) -> None:
+    """The first look: both panels live on one page, keys steering the world while the voice answers."""
+    from test_world_page import ARROWS, key_press, move
+
+    question = write_question(tmp_path / "question.wav", "what is twelve times seven", lead_s=2.0)
+    server = start_server(world_model="procedural-world")
+    server.wait_ready(timeout=180)
+    browser = open_browser(fake_audio=question)
+    browser.open(server.http_url + "/")
+    browser.wait_for(lambda: "Ready" in browser.text("status"), what="the ready status")
+    browser.find("world-start").click()
+    browser.wait_for(lambda: browser.js("return window.livegen.world.framesDrawn") >= 8, what="frames")
+    browser.find("voice-start").click()
+    move(browser, key_press(browser), ARROWS)
+    browser.wait_for(
+        lambda: any("84" in text or "eighty" in text.lower() for text in texts(browser, ANSWER)),
+        timeout=60,
+        what="the answer, 84",
+    )
+    browser.wait_for(
+        lambda: voice_stats(browser)["playedSamples"] >= voice_stats(browser)["receivedSamples"] > 0,
+        timeout=60,
+        what="the answer's audio played out",
+    )
+    browser.screenshot("page-both-live")
+    assert voice_stats(browser)["errors"] == []
+    assert browser.js("return window.livegen.world.errors") == []
