@@ -169,3 +169,53 @@ def test_pacing_off_runs_faster_than_the_model_fps(
     browser.wait_for(lambda: stats(browser)["fps"] > 24, what="asap playback above the model's 16 fps")
     fps_text = browser.text("world-fps")
     assert int(fps_text) > 16
+
+
+class SlowWorld:
+    """The procedural world, stepping slower than a frame (80 ms a chunk, like a neural model on CPU)."""
+
+    STEP_S = 0.08
+
+    def __init__(self) -> None:
+        from livegen.models.procedural import load
+
+        self.inner = load()
+        self.name = "slow-world"
+        self.spec = self.inner.spec
+
+    def new_kv_storage(self, num_pages: int) -> object:
+        return self.inner.new_kv_storage(num_pages)
+
+    def step(self, ticks: object, kv_storage: object) -> object:
+        time.sleep(self.STEP_S)  # runs in the scheduler's worker thread
+        return self.inner.step(ticks, kv_storage)  # type: ignore[arg-type]
+
+    def release(self, session_id: str) -> None:
+        self.inner.release(session_id)
+
+
+def load_slow_world() -> SlowWorld:
+    return SlowWorld()
+
+
+def test_stalls_ask_the_server_to_run_further_ahead(
+    start_server: Callable[..., ServerThread], open_browser: Callable[..., Browser]
+) -> None:
+    from livegen.models import Kind, ModelInfo, Registry
+
+    slow = ModelInfo("slow-world", Kind.WORLD, f"{__name__}:load_slow_world", "procedural, slowed down")
+    server = start_server(registry=Registry([slow]), voice_model="none", world_model="slow-world")
+    server.wait_ready()
+    browser = open_browser()
+    browser.open(server.http_url + "/")
+    browser.wait_for(lambda: "slow-world" in browser.text("status"), what="the ready status")
+    browser.find("world-start").click()
+    # One chunk ahead leaves 62 ms between frames for an 80 ms step: playback stalls,
+    # and the page asks for more chunks ahead until it stops stalling.
+    browser.wait_for(lambda: stats(browser)["chunksAhead"] >= 2, what="a step up in chunks ahead")
+    stepped_at = stats(browser)["stalls"]
+    drawn = stats(browser)["framesDrawn"]
+    browser.wait_for(lambda: stats(browser)["framesDrawn"] > drawn + 48, what="3 s more of frames")
+    assert stats(browser)["stalls"] - stepped_at <= 2
+    assert "ahead" in browser.text("world-chunk")
+    assert stats(browser)["errors"] == []

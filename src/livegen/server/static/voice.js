@@ -201,6 +201,7 @@ export class VoicePanel {
       this.status.set("Voice: connected, listening", "ok");
     } else if (type === "input_audio_buffer.speech_started") {
       this.bargeIn();
+      this.speechEndedAt = null; // a new turn: latency counts from where this one ends
       this.userBubble(event.item_id).classList.add("pending");
       this.el.state.textContent = "Hearing you…";
     } else if (type === "input_audio_buffer.speech_stopped") {

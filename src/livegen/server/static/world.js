@@ -27,9 +27,13 @@ const LATENCY_WINDOW = 30;
 // Offered with the key: a browser that offers subprotocols fails the handshake
 // unless the server picks one, and the server never echoes the key itself.
 const SUBPROTOCOL = "livegen.world.v1";
-// Chunks the server may run ahead of what is on screen: one showing, one ready.
-// More only adds input-to-frame latency (each chunk is 250 ms of the room game).
-const MAX_CHUNKS_AHEAD = 2;
+// Chunks the server may run ahead of the last one acked (shown to its end).
+// Each one ahead adds a chunk (250 ms in the room game) of input-to-frame
+// latency, so the page starts at 1, enough when the model steps faster than a
+// frame, and asks for one more each time playback stalls a few times, up to 4.
+const MIN_CHUNKS_AHEAD = 1;
+const MAX_CHUNKS_AHEAD = 4;
+const STALLS_PER_STEP = 3;
 
 /** The model's control tracks in one shape, whatever spelling the server used. */
 export function normalizeTracks(controls) {
@@ -84,6 +88,8 @@ export class WorldPanel {
       resets: 0,
       latenciesMs: [],
       fps: 0,
+      stalls: 0,
+      chunksAhead: MIN_CHUNKS_AHEAD,
       errors: [],
     };
     this.clear();
@@ -117,6 +123,9 @@ export class WorldPanel {
     this.nextFrameAt = 0;
     this.drawTimes = [];
     this.sentAt = new Map();
+    this.chunksAhead = MIN_CHUNKS_AHEAD;
+    this.isStalled = false;
+    this.numStalls = 0; // since the last step up
   }
 
   /** The served model, or null with why: "loading", "locked" (no key yet) or "none". */
@@ -148,6 +157,7 @@ export class WorldPanel {
     if (this.ws) return;
     this.setState("connecting", "Connecting…");
     this.status.set("World: connecting to /v1/worlds…", "busy");
+    this.stats.chunksAhead = this.chunksAhead;
     let ws;
     try {
       ws = api.openSocket("/v1/worlds", {}, [SUBPROTOCOL]);
@@ -162,7 +172,7 @@ export class WorldPanel {
         model: this.model.id,
         pacing: this.pacing(),
         output: { format: "png" },
-        max_chunks_ahead: MAX_CHUNKS_AHEAD,
+        max_chunks_ahead: this.chunksAhead,
       };
       const prompt = this.el.prompt.value.trim();
       if (prompt) session.prompt = prompt;
@@ -220,6 +230,7 @@ export class WorldPanel {
     };
     this.el.canvas.width = this.spec.width;
     this.el.canvas.height = this.spec.height;
+    this.el.canvas.parentElement.style.aspectRatio = `${this.spec.width} / ${this.spec.height}`;
     this.tracks = normalizeTracks(session.controls);
     this.moveTrack = this.tracks.find((track) => DIRECTIONS.every((d) => track.values.includes(d))) || null;
     this.buildPad();
@@ -251,8 +262,17 @@ export class WorldPanel {
     this.stats.chunksReceived += 1;
     if (this.isResetting) return; // the old world's last chunks; the server forgets their credit on reset
     const generation = this.generation;
+    // Chained, so chunks reach the screen in order however long each takes to decode.
     this.decoding = this.decoding.then(async () => {
-      const frames = await Promise.all(chunk.buffers.map((data) => decodeFrame(data, chunk.meta)));
+      let frames;
+      try {
+        frames = await Promise.all(chunk.buffers.map((data) => decodeFrame(data, chunk.meta)));
+      } catch (error) {
+        // Shown as a held frame; still acked when its turn comes, so the stream goes on.
+        frames = chunk.buffers.map(() => null);
+        this.stats.errors.push(`frame decode: ${error.message}`);
+        this.status.set(`World: a ${chunk.meta.format} frame could not be decoded`, "warn");
+      }
       if (generation === this.generation) this.queue.push({ meta: chunk.meta, frames, next: 0 });
     });
   }
@@ -261,14 +281,38 @@ export class WorldPanel {
     requestAnimationFrame((next) => this.tick(next));
     this.showFps(now);
     const head = this.queue[0];
-    if (!head || !this.spec) return;
+    if (!this.spec) return;
+    const interval = 1000 / this.spec.fps;
+    if (!head) {
+      if (this.isLate(now, interval)) this.onStall();
+      return;
+    }
+    this.isStalled = false;
     if (this.pacing() === "realtime") {
       if (now < this.nextFrameAt) return;
-      const interval = 1000 / this.spec.fps;
       // Keep the cadence; after a stall, start it again rather than rushing to catch up.
       this.nextFrameAt = now - this.nextFrameAt > interval ? now + interval : this.nextFrameAt + interval;
     }
     this.draw(head, now);
+  }
+
+  /** A frame was due a while ago and none is here: playback is stalling. */
+  isLate(now, interval) {
+    const isStreaming = this.stats.state === "live" && this.pacing() === "realtime" && this.nextFrameAt > 0;
+    return isStreaming && now > this.nextFrameAt + interval / 2;
+  }
+
+  onStall() {
+    if (this.isStalled) return; // one stall until a frame comes again
+    this.isStalled = true;
+    this.stats.stalls += 1;
+    this.numStalls += 1;
+    if (this.numStalls >= STALLS_PER_STEP && this.chunksAhead < MAX_CHUNKS_AHEAD) {
+      this.numStalls = 0;
+      this.chunksAhead += 1;
+      this.stats.chunksAhead = this.chunksAhead;
+      this.send({ type: "session.update", session: { max_chunks_ahead: this.chunksAhead } });
+    }
   }
 
   draw(chunk, now) {
@@ -292,7 +336,7 @@ export class WorldPanel {
     this.stats.lastChunkIndex = meta.chunk_index;
     const modelMs = meta.timings?.model_ms;
     const timing = typeof modelMs === "number" ? ` · model ${modelMs.toFixed(1)} ms` : "";
-    this.el.chunk.textContent = `#${meta.chunk_index}${timing}`;
+    this.el.chunk.textContent = `#${meta.chunk_index}${timing} · ${this.chunksAhead} ahead`;
     for (const id of meta.applied_event_ids || []) {
       const sentAt = this.sentAt.get(id);
       if (sentAt == null) continue;
@@ -397,6 +441,7 @@ export class WorldPanel {
   }
 
   sendPacing() {
+    this.nextFrameAt = 0; // a new cadence starts with the next frame
     if (this.ws) this.send({ type: "session.update", session: { pacing: this.pacing() } });
   }
 
