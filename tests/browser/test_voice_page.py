@@ -3,24 +3,49 @@
 Chromium's fake microphone plays a question spoken by espeak-ng; the page must
 capture it through its AudioWorklet, stream it, show the question's transcript
 and the answer's, play the answer's audio through its player worklet, and tell
-the server what it played with `playback.ack`.
+the server what it played with `playback.ack`. One server (cascade and
+procedural-world, with an API key, so the key rides on the realtime socket
+too) serves the whole module: loading the voice models once keeps this quick.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from page_browser import Browser
 from speech import write_question, write_speech
 
+from livegen.server import ServerConfig
 from livegen.server.thread import ServerThread
 
 pytestmark = pytest.mark.slow  # loads the real voice models
 
 
 ANSWER = "voice-assistant-transcript"
+KEY = "voice-key"
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ServerThread]:
+    running = ServerThread(ServerConfig(api_key=KEY, world_model="procedural-world")).start()
+    try:
+        running.wait_ready(timeout=180)
+        yield running
+    finally:
+        running.stop()
+
+
+def open_page(open_browser: Callable[..., Browser], server: ServerThread, fake_audio: Path) -> Browser:
+    """The page, unlocked with the key and ready, its fake microphone playing ``fake_audio`` once opened."""
+    browser = open_browser(fake_audio=fake_audio)
+    browser.open(server.http_url + "/")
+    browser.wait_for(lambda: browser.find("api-key").is_displayed(), what="the API key field")
+    browser.find("api-key").send_keys(KEY)
+    browser.find("api-key-submit").click()
+    browser.wait_for(lambda: "Ready" in browser.text("status"), what="the ready status")
+    return browser
 
 
 def texts(browser: Browser, test_id: str) -> list[str]:
@@ -32,14 +57,10 @@ def voice_stats(browser: Browser) -> dict:
 
 
 def test_a_spoken_question_gets_a_spoken_answer(
-    start_server: Callable[..., ServerThread], open_browser: Callable[..., Browser], tmp_path: Path
+    server: ServerThread, open_browser: Callable[..., Browser], tmp_path: Path
 ) -> None:
     question = write_question(tmp_path / "question.wav", "what time is it")
-    server = start_server(world_model="none")
-    server.wait_ready(timeout=180)
-    browser = open_browser(fake_audio=question)
-    browser.open(server.http_url + "/")
-    browser.wait_for(lambda: "Ready" in browser.text("status"), what="the ready status")
+    browser = open_page(open_browser, server, question)
     browser.find("voice-start").click()
     browser.wait_for(lambda: voice_stats(browser)["state"] == "live", what="the voice session")
 
@@ -80,15 +101,11 @@ def test_a_spoken_question_gets_a_spoken_answer(
 
 
 def test_talking_over_an_answer_silences_it_at_once(
-    start_server: Callable[..., ServerThread], open_browser: Callable[..., Browser], tmp_path: Path
+    server: ServerThread, open_browser: Callable[..., Browser], tmp_path: Path
 ) -> None:
     # A long answer (the help text, ~7 s), talked over 2.5 s after the question ends.
     speech = write_speech(tmp_path / "barge-in.wav", [(1.0, "what can you do"), (2.5, "what time is it")])
-    server = start_server(world_model="none")
-    server.wait_ready(timeout=180)
-    browser = open_browser(fake_audio=speech)
-    browser.open(server.http_url + "/")
-    browser.wait_for(lambda: "Ready" in browser.text("status"), what="the ready status")
+    browser = open_page(open_browser, server, speech)
     browser.find("voice-start").click()
 
     browser.wait_for(lambda: voice_stats(browser)["flushes"] >= 1, timeout=60, what="a barge-in flush")
@@ -112,18 +129,10 @@ def test_talking_over_an_answer_silences_it_at_once(
 
 
 def test_interrupt_button_cancels_and_silences_the_answer(
-    start_server: Callable[..., ServerThread], open_browser: Callable[..., Browser], tmp_path: Path
+    server: ServerThread, open_browser: Callable[..., Browser], tmp_path: Path
 ) -> None:
-    # With an API key: the realtime socket carries it as a subprotocol next to "realtime".
     question = write_question(tmp_path / "help.wav", "what can you do")
-    server = start_server(world_model="none", api_key="voice-key")
-    server.wait_ready(timeout=180)
-    browser = open_browser(fake_audio=question)
-    browser.open(server.http_url + "/")
-    browser.wait_for(lambda: browser.find("api-key").is_displayed(), what="the API key field")
-    browser.find("api-key").send_keys("voice-key")
-    browser.find("api-key-submit").click()
-    browser.wait_for(lambda: "Ready" in browser.text("status"), what="the ready status")
+    browser = open_page(open_browser, server, question)
     browser.find("voice-start").click()
 
     browser.wait_for(
@@ -150,14 +159,10 @@ def test_interrupt_button_cancels_and_silences_the_answer(
 
 
 def test_muted_microphone_is_not_heard(
-    start_server: Callable[..., ServerThread], open_browser: Callable[..., Browser], tmp_path: Path
+    server: ServerThread, open_browser: Callable[..., Browser], tmp_path: Path
 ) -> None:
     question = write_question(tmp_path / "question.wav", "what time is it", lead_s=2.0, tail_s=3.0)
-    server = start_server(world_model="none")
-    server.wait_ready(timeout=180)
-    browser = open_browser(fake_audio=question)
-    browser.open(server.http_url + "/")
-    browser.wait_for(lambda: "Ready" in browser.text("status"), what="the ready status")
+    browser = open_page(open_browser, server, question)
     browser.find("voice-start").click()
     browser.wait_for(lambda: voice_stats(browser)["state"] == "live", what="the voice session")
     browser.find("voice-mute").click()
@@ -170,17 +175,13 @@ def test_muted_microphone_is_not_heard(
 
 
 def test_talk_and_play_at_once(
-    start_server: Callable[..., ServerThread], open_browser: Callable[..., Browser], tmp_path: Path
+    server: ServerThread, open_browser: Callable[..., Browser], tmp_path: Path
 ) -> None:
     """The first look: both panels live on one page, keys steering the world while the voice answers."""
     from test_world_page import ARROWS, key_press, move
 
     question = write_question(tmp_path / "question.wav", "what is twelve times seven", lead_s=2.0)
-    server = start_server(world_model="procedural-world")
-    server.wait_ready(timeout=180)
-    browser = open_browser(fake_audio=question)
-    browser.open(server.http_url + "/")
-    browser.wait_for(lambda: "Ready" in browser.text("status"), what="the ready status")
+    browser = open_page(open_browser, server, question)
     browser.find("world-start").click()
     browser.wait_for(lambda: browser.js("return window.livegen.world.framesDrawn") >= 8, what="frames")
     browser.find("voice-start").click()
