@@ -76,7 +76,9 @@ async function showServed() {
     return;
   }
   const ready = [served.voice, served.world].filter(Boolean).map((model) => model.id);
-  status.set(ready.length ? `Ready: ${ready.join(" and ")}` : "Connected, but this server serves no models", "ok");
+  const names = ready.join(" and ");
+  const words = ready.length ? `Ready: ${names}` : "Connected, but this server serves no models";
+  status.set(words, "ok");
 }
 
 function askForKey(hint) {

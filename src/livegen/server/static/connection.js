@@ -68,7 +68,7 @@ export const api = new Api();
 
 /** Words for a WebSocket close, for the status line. */
 export function describeClose(event) {
-  if (event.code === 1000) return "closed";
+  if (event.code === 1000) return "the server ended the session";
   const reason = event.reason ? `: ${event.reason}` : "";
   if (event.code === 1006) {
     return "the connection was lost or refused (is the server running, and is the API key right?)";

@@ -10,6 +10,7 @@
 import { api, base64ToBytes, bytesToBase64, describeClose, median } from "./connection.js";
 
 const DEFAULT_RATE = 24000;
+const LISTENING = "Listening — just talk";
 const ACK_EVERY_MS = 250;
 // How late a delta may arrive without a gap; also what the first sound waits.
 const JITTER_DELAY_MS = 100;
@@ -90,7 +91,7 @@ export class VoicePanel {
 
   /** The served model, or null with why: "loading", "locked" (no key yet) or "none". */
   setModel(model, why = "none") {
-    if (this.ws) return; // a live session keeps its model
+    if (this.ws || this.stats.state === "connecting") return; // a session keeps its model
     this.model = model;
     this.el.model.textContent = model ? model.id : why === "loading" ? "loading…" : "";
     const words = {
@@ -197,7 +198,7 @@ export class VoicePanel {
     const type = event.type;
     if (type === "session.created") {
       this.startAudio(event.session || {});
-      this.setState("live", "Listening — just talk");
+      this.setState("live", LISTENING);
       this.status.set("Voice: connected, listening", "ok");
     } else if (type === "input_audio_buffer.speech_started") {
       this.bargeIn();
@@ -227,7 +228,9 @@ export class VoicePanel {
     } else if (TEXT_DONE.has(type)) {
       const text = event[TEXT_DONE.get(type)];
       const bubble = this.assistantBubble(event.response_id);
-      if (text && !this.droppedResponses.has(event.response_id)) bubble.querySelector(".text").textContent = text;
+      if (text && !this.droppedResponses.has(event.response_id)) {
+        bubble.querySelector(".text").textContent = text;
+      }
     } else if (type === "response.done") {
       this.onResponseDone(event.response || {});
     } else if (type === "conversation.item.truncated") {
@@ -244,13 +247,18 @@ export class VoicePanel {
 
   onAudioDelta(event) {
     const id = event.response_id;
-    if (event.item_id) this.itemResponses.set(event.item_id, id);
+    if (event.item_id) {
+      this.itemResponses.set(event.item_id, id);
+      this.responseStats(id).itemId = event.item_id;
+    }
     if (this.droppedResponses.has(id) || !this.player) return;
     const pcm = base64ToBytes(event.delta);
     const ints = new Int16Array(pcm.buffer, 0, pcm.length >> 1);
     let samples = new Float32Array(ints.length);
     for (let i = 0; i < ints.length; i += 1) samples[i] = ints[i] / 0x8000;
-    if (this.outputRate !== this.context.sampleRate) samples = resample(samples, this.outputRate, this.context.sampleRate);
+    if (this.outputRate !== this.context.sampleRate) {
+      samples = resample(samples, this.outputRate, this.context.sampleRate);
+    }
     this.stats.audioDeltas += 1;
     this.stats.receivedSamples += samples.length;
     this.responseStats(id).receivedMs += (samples.length / this.context.sampleRate) * 1000;
@@ -289,17 +297,35 @@ export class VoicePanel {
 
   /** The user spoke over an answer: silence it now. */
   bargeIn() {
-    const id = this.responseId;
-    if (id == null) return;
-    const stats = this.responseStats(id);
-    const unplayedMs = stats.receivedMs - (stats.playedSamples / this.context.sampleRate) * 1000;
-    if (stats.status === "in_progress" || unplayedMs > 1) this.flushPlayback(id);
+    if (this.isAnswering()) this.flushPlayback(this.responseId);
   }
 
   interrupt() {
-    if (this.responseId == null) return;
-    this.send({ type: "response.cancel", response_id: this.responseId });
-    this.flushPlayback(this.responseId);
+    if (!this.isAnswering()) return;
+    const id = this.responseId;
+    const stats = this.responseStats(id);
+    if (stats.status === "in_progress") {
+      this.send({ type: "response.cancel", response_id: id });
+    } else if (stats.itemId) {
+      // Generated already, still playing here: cut the history to what was heard.
+      const playedMs = Math.floor((stats.playedSamples / this.context.sampleRate) * 1000);
+      this.send({
+        type: "conversation.item.truncate",
+        item_id: stats.itemId,
+        content_index: 0,
+        audio_end_ms: playedMs,
+      });
+    }
+    this.flushPlayback(id);
+  }
+
+  /** An answer is still being generated, or some of it is still to be heard. */
+  isAnswering() {
+    const id = this.responseId;
+    if (id == null || this.droppedResponses.has(id)) return false;
+    const stats = this.responseStats(id);
+    const unplayedMs = stats.receivedMs - (stats.playedSamples / this.context.sampleRate) * 1000;
+    return stats.status === "in_progress" || unplayedMs > 1;
   }
 
   flushPlayback(responseId) {
@@ -307,7 +333,7 @@ export class VoicePanel {
     this.droppedResponses.add(responseId);
     this.stats.flushes += 1;
     this.player?.port.postMessage({ type: "flush" });
-    if (this.stats.state === "live" && !this.isMuted) this.el.state.textContent = "Listening — just talk";
+    if (this.stats.state === "live" && !this.isMuted) this.el.state.textContent = LISTENING;
     const bubble = this.bubbles.get(`a:${responseId}`);
     if (bubble) {
       bubble.dataset.status = "interrupted";
@@ -328,7 +354,7 @@ export class VoicePanel {
     if (report.underruns != null) this.stats.underruns = report.underruns;
     if (report.type === "idle") {
       const done = id != null && this.responseStats(id).status !== "in_progress";
-      if (done && this.stats.state === "live" && !this.isMuted) this.el.state.textContent = "Listening — just talk";
+      if (done && this.stats.state === "live" && !this.isMuted) this.el.state.textContent = LISTENING;
     }
     if (id == null) return;
     const stats = this.responseStats(id);
@@ -374,7 +400,7 @@ export class VoicePanel {
     this.capture?.port.postMessage({ type: "mute", muted: this.isMuted });
     this.el.mute.textContent = this.isMuted ? "Unmute" : "Mute";
     this.el.mute.setAttribute("aria-pressed", String(this.isMuted));
-    this.el.state.textContent = this.isMuted ? "Muted — the model hears silence" : "Listening — just talk";
+    this.el.state.textContent = this.isMuted ? "Muted — the model hears silence" : LISTENING;
   }
 
   userBubble(itemId) {
@@ -419,7 +445,9 @@ export class VoicePanel {
         }
       }
       ws.onclose = null;
-      if (ws.readyState === WebSocket.OPEN && state === "ended") ws.send(JSON.stringify({ type: "session.close" }));
+      if (ws.readyState === WebSocket.OPEN && state === "ended") {
+        ws.send(JSON.stringify({ type: "session.close" }));
+      }
       if (ws.readyState <= WebSocket.OPEN) ws.close(1000);
     }
     this.stream?.getTracks().forEach((track) => track.stop());

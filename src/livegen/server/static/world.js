@@ -465,7 +465,9 @@ export class WorldPanel {
     this.ws = null;
     if (ws) {
       ws.onclose = null;
-      if (ws.readyState === WebSocket.OPEN && state === "ended") ws.send(JSON.stringify({ type: "session.close" }));
+      if (ws.readyState === WebSocket.OPEN && state === "ended") {
+        ws.send(JSON.stringify({ type: "session.close" }));
+      }
       if (ws.readyState <= WebSocket.OPEN) ws.close(1000);
     }
     const stats = this.stats;
