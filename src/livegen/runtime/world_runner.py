@@ -216,6 +216,7 @@ class Runner:
         if self.session.begin_close():
             is_released = await self._release()
             self._manager.finish_close(self.session_id, is_released)
+            log_event(logger, "world.session_closed", session=self.session_id, is_released=is_released)
             if is_released:
                 self._scheduler.remove(self.session_id)
             elif is_sending:
