@@ -154,6 +154,10 @@ class Runner:
         log_event(logger, "world.chunk_failed", logging.WARNING, session=self.session_id, code=code)
         self._settle()
 
+    def crashed(self, message: str) -> None:
+        """The scheduler dropped this session after a bug; tell the client, which may close."""
+        self._queue_error("internal_error", message, None, "server_error")
+
     def _settle(self) -> None:
         self._ticking = None
         self._ready_since = self._clock()
