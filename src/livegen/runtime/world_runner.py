@@ -24,7 +24,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from livegen.errors import LivegenError, ModelError, ProtocolError, RemoteProtocolError
+from livegen.errors import LivegenError, ModelError, ProtocolError
 from livegen.logs import log_event
 from livegen.models.world import Chunk
 from livegen.protocol import world as wire
@@ -104,8 +104,8 @@ class Runner:
         self.is_overflowing = False
 
     def start(self) -> None:
+        self._scheduler.add(self)  # first: a full KV pool refuses before anything starts
         self._sender = asyncio.create_task(self._send_loop(), name=f"livegen-world-send-{self.session_id}")
-        self._scheduler.add(self)
 
     # -- scheduler side --------------------------------------------------------------------
     def _has_credit(self) -> bool:
@@ -312,4 +312,4 @@ class Runner:
             self._sender.cancel()
 
 
-__all__ = ["Options", "RemoteProtocolError", "Runner"]
+__all__ = ["MAX_QUEUED_EVENTS", "Options", "Runner"]
