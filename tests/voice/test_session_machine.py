@@ -113,6 +113,12 @@ class VoiceCore(RuleBasedStateMachine):
     def append_audio(self, ms: int, loud: bool) -> None:
         self.client(append(ms, loud))
 
+    @rule()
+    def spoken_turn(self) -> None:
+        """Speech then silence: under server VAD, a turn that commits itself (and may barge in)."""
+        self.client(append(100, True))
+        self.client(append(100, False))
+
     @rule(audio=st.sampled_from(["not base64!", "QUJD", "AAA="]))
     def append_bad_audio(self, audio: str) -> None:
         self.client(wire.AudioAppend(audio=audio, event_id="evt_bad"))
