@@ -226,11 +226,15 @@ class Session(Speaker):
 
     def _on_clear(self, event: wire.AudioClear, now: float) -> list[Effect]:
         effects = self._advance_epoch(now, "client_cancelled")
-        for attempt in self.attempts:
-            if attempt.kind in (AttemptKind.APPEND, AttemptKind.COMMIT):
-                attempt.state = AttemptState.CANCELLED
+        # Only audio after the last commit is dropped: committed turns still reach the model.
+        last_commit = max((a.seq for a in self.attempts if a.kind is AttemptKind.COMMIT), default=-1)
+        dropped = [a for a in self.attempts if a.kind is AttemptKind.APPEND and a.seq > last_commit]
+        if dropped and dropped[0].reservation is not None:
+            self.ledger.rollback(dropped[0].reservation)
+        for attempt in dropped:
+            attempt.state = AttemptState.CANCELLED
         self.attempts = [a for a in self.attempts if a.is_live]
-        self.ledger.clear()
+        self._decoder.flush()  # what the resampler held is uncommitted audio too: dropped
         self.buffer_bytes = 0
         self._vad_item_id = None
         if self._vad is not None:
