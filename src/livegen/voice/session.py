@@ -289,6 +289,8 @@ class Session(Speaker):
         if self.response is not None and self.response.item is item:
             effects += self._interrupt(now, "client_cancelled")
         end_ms = min(float(event.audio_end_ms), item.audio_ms)
+        if playback is not None:
+            playback.stop(now)  # the client stopped playing it: no later barge-in for this audio
         self._truncate_item(item, end_ms)
         effects.append(
             self._event(
