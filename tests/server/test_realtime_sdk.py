@@ -33,7 +33,7 @@ def voice_server(start_server: Callable[..., ServerThread]) -> ServerThread:
 
 
 def model_of(server: ServerThread) -> ScriptedVoice:
-    service = server.app.state.livegen.services[0]
+    service = next(s for s in server.app.state.livegen.services if s.name == "voice")
     model: ScriptedVoice = service.models["scripted-voice"]
     return model
 
@@ -148,7 +148,7 @@ async def test_server_vad_barge_in_cancels_and_truncates(voice_server: ServerThr
 
 
 async def test_bad_input_gets_openai_errors_and_the_session_goes_on(voice_server: ServerThread) -> None:
-    service = voice_server.app.state.livegen.services[0]
+    service = next(s for s in voice_server.app.state.livegen.services if s.name == "voice")
     from livegen.voice.session import Limits
 
     service.limits = Limits(max_input_bytes=16_000)

@@ -8,7 +8,15 @@ from __future__ import annotations
 
 from livegen.models.registry import Kind, ModelInfo, Registry
 
-CATALOG: list[ModelInfo] = []
+CATALOG: list[ModelInfo] = [
+    ModelInfo(
+        name="procedural-world",
+        kind=Kind.WORLD,
+        loader="livegen.models.procedural:load",
+        description="deterministic top-down room game, rendered directly (action track, theme prompt)",
+        priority=50,
+    ),
+]
 
 
 def default_registry() -> Registry:
