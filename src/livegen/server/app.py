@@ -89,6 +89,10 @@ def _services(state: State) -> list[Service]:
         from livegen.server.worlds import WorldService
 
         services.append(WorldService(state))
+    if state.voice_model is not None:
+        from livegen.server.realtime import RealtimeService
+
+        services.append(RealtimeService(state))
     return services
 
 
