@@ -21,7 +21,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from livegen.errors import RemoteProtocolError
 from livegen.models.voice import OutputKind, VoiceOutput
 from livegen.protocol import realtime as wire
-from livegen.voice.chain import Attempt, AttemptKind, Closed, Outcome, ResumeChain, Run, Send
+from livegen.voice.chain import INPUT_KINDS, Attempt, AttemptKind, Closed, Outcome, ResumeChain, Run, Send
 from livegen.voice.session import Limits, ModelFacts, Session
 
 RATE = 8_000
@@ -273,6 +273,8 @@ class VoiceCore(RuleBasedStateMachine):
         if not any(a.kind is AttemptKind.APPEND for a in s.attempts):
             assert s.ledger.pending_bytes == 0
         assert s.num_pending_commits <= s.limits.max_pending_commits
+        controls = Counter(a.kind for a in s.attempts if a.kind not in INPUT_KINDS)
+        assert all(count == 1 for count in controls.values()), "control attempts must stay bounded"
 
     @invariant()
     def epoch_only_advances(self) -> None:

@@ -97,6 +97,20 @@ class Session(Speaker):
         self.attempts.append(attempt)
         return attempt
 
+    def _control(self, kind: AttemptKind, now: float, **fields: Any) -> list[Effect]:
+        """A cancel, clear or update for the model; one still queued of its kind is brought up to date.
+
+        Coalescing keeps these bounded (one queued per kind) however fast a client sends them,
+        and is exact: a queued clear or cancel has nothing of the newer epoch ahead of it, and
+        only the newest configuration matters.
+        """
+        for attempt in self.attempts:
+            if attempt.kind is kind:
+                attempt.epoch = self.epoch
+                attempt.config = fields.get("config", attempt.config)
+                return []
+        return [Run(self._attempt(kind, now, **fields))]
+
     def _reset_vad(self) -> None:
         vad = self.config.turn_detection
         if vad is None or self.model.has_vad:
@@ -166,8 +180,8 @@ class Session(Speaker):
         self.config = config
         if config.turn_detection != old_vad:
             self._reset_vad()
-        update = self._attempt(AttemptKind.UPDATE, now, config=config.stream_config())
-        return [Run(update), self._event("session.updated", session=config.to_wire(self.id))]
+        effects = self._control(AttemptKind.UPDATE, now, config=config.stream_config())
+        return [*effects, self._event("session.updated", session=config.to_wire(self.id))]
 
     def _on_append(self, event: wire.AudioAppend, now: float) -> list[Effect]:
         data = event.audio_bytes()
@@ -239,7 +253,7 @@ class Session(Speaker):
         self._vad_item_id = None
         if self._vad is not None:
             self._vad.reset()
-        effects.append(Run(self._attempt(AttemptKind.CLEAR, now)))
+        effects += self._control(AttemptKind.CLEAR, now)
         effects.append(self._event("input_audio_buffer.cleared"))
         return effects
 
@@ -446,7 +460,7 @@ class Session(Speaker):
                 if item is not None:
                     self._truncate_item(item, heard)
                     effects.append(self._truncated(item.id, heard))
-        effects.append(Run(self._attempt(AttemptKind.CANCEL, now)))
+        effects += self._control(AttemptKind.CANCEL, now)
         return effects
 
     def _interrupt(self, now: float, reason: str) -> list[Effect]:
