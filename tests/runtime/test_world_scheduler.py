@@ -207,3 +207,23 @@ async def test_a_client_that_does_not_read_is_flagged_not_buffered_forever() -> 
         runner.send(wire.EventAccepted(event_id, "accepted", 0))
     assert runner.is_overflowing
     runner.abort_sending()
+
+
+async def test_a_bug_in_one_session_stops_only_that_session(monkeypatch: pytest.MonkeyPatch) -> None:
+    harness = Harness(RecordingKVModel())
+    await harness.scheduler.start()
+    broken = harness.open(max_chunks_ahead=1)
+    healthy = harness.open(max_chunks_ahead=8)
+    await until(lambda: broken.session.chunk_index == 1)
+
+    def bug() -> None:
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(broken.session, "begin_tick", bug)
+    broken.ack(0)
+    await until(lambda: bool(harness.errors(broken.session_id)))
+    assert harness.errors(broken.session_id)[0]["code"] == "internal_error"
+    await until(lambda: healthy.session.chunk_index == 8)
+    await broken.close()
+    assert broken.session.status is Status.CLOSED
+    await harness.scheduler.stop()

@@ -33,7 +33,7 @@ def voice_server(start_server: Callable[..., ServerThread]) -> ServerThread:
 
 
 def model_of(server: ServerThread) -> ScriptedVoice:
-    service = server.app.state.livegen.services[0]
+    service = next(s for s in server.app.state.livegen.services if s.name == "voice")
     model: ScriptedVoice = service.models["scripted-voice"]
     return model
 
@@ -148,7 +148,7 @@ async def test_server_vad_barge_in_cancels_and_truncates(voice_server: ServerThr
 
 
 async def test_bad_input_gets_openai_errors_and_the_session_goes_on(voice_server: ServerThread) -> None:
-    service = voice_server.app.state.livegen.services[0]
+    service = next(s for s in voice_server.app.state.livegen.services if s.name == "voice")
     from livegen.voice.session import Limits
 
     service.limits = Limits(max_input_bytes=16_000)
@@ -266,3 +266,27 @@ def test_without_a_voice_model_realtime_is_not_served(start_server: Callable[...
     assert httpx.get(f"{server.http_url}/health").status_code == 200
     response = httpx.get(f"{server.http_url}/v1/realtime")
     assert response.status_code == 404
+
+
+async def test_g711_in_and_out(voice_server: ServerThread) -> None:
+    from livegen.protocol.audio import Encoding, g711_encode
+
+    t = np.arange(8000) / 8000
+    tone = (np.sin(2 * np.pi * 440 * t) * 9000).astype("<i2").tobytes()
+    mulaw = g711_encode(tone, Encoding.PCMU)
+    async with client(voice_server).realtime.connect(model="scripted-voice") as connection:
+        await until(connection, "session.created")
+        audio = {"input": {"format": {"type": "audio/pcmu"}, "turn_detection": None}}
+        audio["output"] = {"format": {"type": "audio/pcma"}}
+        await connection.session.update(session={"type": "realtime", "audio": audio})
+        updated = (await until(connection, "session.updated"))[-1]
+        assert updated.session.audio.output.format.type == "audio/pcma"
+        for i in range(0, len(mulaw), 160):  # 20 ms of 8 kHz mu-law per append
+            await connection.input_audio_buffer.append(audio=base64.b64encode(mulaw[i : i + 160]).decode())
+        await connection.input_audio_buffer.commit()
+        transcript = (await until(connection, "conversation.item.input_audio_transcription.completed"))[-1]
+        assert transcript.transcript == "1000 ms"
+        await connection.response.create()
+        events = await until(connection, "response.done")
+        alaw = b"".join(base64.b64decode(e.delta) for e in events if e.type == "response.output_audio.delta")
+        assert abs(len(alaw) - 8 * 600) <= 2  # 600 ms at 8 kHz, one byte a sample, tail included

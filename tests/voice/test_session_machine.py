@@ -21,7 +21,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from livegen.errors import RemoteProtocolError
 from livegen.models.voice import OutputKind, VoiceOutput
 from livegen.protocol import realtime as wire
-from livegen.voice.chain import Attempt, AttemptKind, Closed, Outcome, ResumeChain, Run, Send
+from livegen.voice.chain import INPUT_KINDS, Attempt, AttemptKind, Closed, Outcome, ResumeChain, Run, Send
 from livegen.voice.session import Limits, ModelFacts, Session
 
 RATE = 8_000
@@ -112,6 +112,12 @@ class VoiceCore(RuleBasedStateMachine):
     @rule(ms=st.sampled_from([10, 20, 40, 100, 300]), loud=st.booleans())
     def append_audio(self, ms: int, loud: bool) -> None:
         self.client(append(ms, loud))
+
+    @rule()
+    def spoken_turn(self) -> None:
+        """Speech then silence: under server VAD, a turn that commits itself (and may barge in)."""
+        self.client(append(100, True))
+        self.client(append(100, False))
 
     @rule(audio=st.sampled_from(["not base64!", "QUJD", "AAA="]))
     def append_bad_audio(self, audio: str) -> None:
@@ -267,6 +273,8 @@ class VoiceCore(RuleBasedStateMachine):
         if not any(a.kind is AttemptKind.APPEND for a in s.attempts):
             assert s.ledger.pending_bytes == 0
         assert s.num_pending_commits <= s.limits.max_pending_commits
+        controls = Counter(a.kind for a in s.attempts if a.kind not in INPUT_KINDS)
+        assert all(count == 1 for count in controls.values()), "control attempts must stay bounded"
 
     @invariant()
     def epoch_only_advances(self) -> None:

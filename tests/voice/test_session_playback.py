@@ -123,3 +123,13 @@ def test_clear_gives_back_every_reserved_byte_and_fences_queued_appends() -> Non
     session.receive(wire.AudioClear(), 0.0)
     assert session.ledger.pending_bytes == 0
     assert not any(a.is_live for a in runs if a.kind == "append")
+
+
+def test_clear_keeps_committed_turns_on_their_way_to_the_model() -> None:
+    session = new_session()
+    committed = [e.attempt for e in session.receive(loud(100), 0.0) if hasattr(e, "attempt")]
+    committed += [e.attempt for e in session.receive(wire.AudioCommit(), 0.0) if hasattr(e, "attempt")]
+    dropped = [e.attempt for e in session.receive(loud(100), 0.0) if hasattr(e, "attempt")]
+    session.receive(wire.AudioClear(), 0.0)
+    assert all(a.is_live for a in committed) and not any(a.is_live for a in dropped)
+    assert session.ledger.pending_bytes == sum(a.reservation.num_bytes for a in committed if a.reservation)

@@ -284,7 +284,9 @@ class Runner:
             raise
         except Exception as exc:
             log_event(logger, "voice.model_outputs_failed", logging.ERROR, error=str(exc))
-            await self._mailbox.put(_Stop("model_failed"))
+            await self.stop("model_failed")
+        else:  # the model ended the stream on its own: nothing more will answer this session
+            await self.stop("model_stream_ended")
 
 
 async def _call(stream: VoiceStream, attempt: Attempt) -> None:

@@ -24,7 +24,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from livegen.errors import LivegenError, ModelError, ProtocolError, RemoteProtocolError
+from livegen.errors import LivegenError, ModelError, ProtocolError
 from livegen.logs import log_event
 from livegen.models.world import Chunk
 from livegen.protocol import world as wire
@@ -104,8 +104,8 @@ class Runner:
         self.is_overflowing = False
 
     def start(self) -> None:
+        self._scheduler.add(self)  # first: a full KV pool refuses before anything starts
         self._sender = asyncio.create_task(self._send_loop(), name=f"livegen-world-send-{self.session_id}")
-        self._scheduler.add(self)
 
     # -- scheduler side --------------------------------------------------------------------
     def _has_credit(self) -> bool:
@@ -153,6 +153,10 @@ class Runner:
         self.session.fail_tick(plan, code, message)
         log_event(logger, "world.chunk_failed", logging.WARNING, session=self.session_id, code=code)
         self._settle()
+
+    def crashed(self, message: str) -> None:
+        """The scheduler dropped this session after a bug; tell the client, which may close."""
+        self._queue_error("internal_error", message, None, "server_error")
 
     def _settle(self) -> None:
         self._ticking = None
@@ -216,6 +220,7 @@ class Runner:
         if self.session.begin_close():
             is_released = await self._release()
             self._manager.finish_close(self.session_id, is_released)
+            log_event(logger, "world.session_closed", session=self.session_id, is_released=is_released)
             if is_released:
                 self._scheduler.remove(self.session_id)
             elif is_sending:
@@ -307,4 +312,4 @@ class Runner:
             self._sender.cancel()
 
 
-__all__ = ["Options", "RemoteProtocolError", "Runner"]
+__all__ = ["MAX_QUEUED_EVENTS", "Options", "Runner"]

@@ -97,6 +97,20 @@ class Session(Speaker):
         self.attempts.append(attempt)
         return attempt
 
+    def _control(self, kind: AttemptKind, now: float, **fields: Any) -> list[Effect]:
+        """A cancel, clear or update for the model; one still queued of its kind is brought up to date.
+
+        Coalescing keeps these bounded (one queued per kind) however fast a client sends them,
+        and is exact: a queued clear or cancel has nothing of the newer epoch ahead of it, and
+        only the newest configuration matters.
+        """
+        for attempt in self.attempts:
+            if attempt.kind is kind:
+                attempt.epoch = self.epoch
+                attempt.config = fields.get("config", attempt.config)
+                return []
+        return [Run(self._attempt(kind, now, **fields))]
+
     def _reset_vad(self) -> None:
         vad = self.config.turn_detection
         if vad is None or self.model.has_vad:
@@ -166,8 +180,8 @@ class Session(Speaker):
         self.config = config
         if config.turn_detection != old_vad:
             self._reset_vad()
-        update = self._attempt(AttemptKind.UPDATE, now, config=config.stream_config())
-        return [Run(update), self._event("session.updated", session=config.to_wire(self.id))]
+        effects = self._control(AttemptKind.UPDATE, now, config=config.stream_config())
+        return [*effects, self._event("session.updated", session=config.to_wire(self.id))]
 
     def _on_append(self, event: wire.AudioAppend, now: float) -> list[Effect]:
         data = event.audio_bytes()
@@ -226,16 +240,20 @@ class Session(Speaker):
 
     def _on_clear(self, event: wire.AudioClear, now: float) -> list[Effect]:
         effects = self._advance_epoch(now, "client_cancelled")
-        for attempt in self.attempts:
-            if attempt.kind in (AttemptKind.APPEND, AttemptKind.COMMIT):
-                attempt.state = AttemptState.CANCELLED
+        # Only audio after the last commit is dropped: committed turns still reach the model.
+        last_commit = max((a.seq for a in self.attempts if a.kind is AttemptKind.COMMIT), default=-1)
+        dropped = [a for a in self.attempts if a.kind is AttemptKind.APPEND and a.seq > last_commit]
+        if dropped and dropped[0].reservation is not None:
+            self.ledger.rollback(dropped[0].reservation)
+        for attempt in dropped:
+            attempt.state = AttemptState.CANCELLED
         self.attempts = [a for a in self.attempts if a.is_live]
-        self.ledger.clear()
+        self._decoder.flush()  # what the resampler held is uncommitted audio too: dropped
         self.buffer_bytes = 0
         self._vad_item_id = None
         if self._vad is not None:
             self._vad.reset()
-        effects.append(Run(self._attempt(AttemptKind.CLEAR, now)))
+        effects += self._control(AttemptKind.CLEAR, now)
         effects.append(self._event("input_audio_buffer.cleared"))
         return effects
 
@@ -285,6 +303,8 @@ class Session(Speaker):
         if self.response is not None and self.response.item is item:
             effects += self._interrupt(now, "client_cancelled")
         end_ms = min(float(event.audio_end_ms), item.audio_ms)
+        if playback is not None:
+            playback.stop(now)  # the client stopped playing it: no later barge-in for this audio
         self._truncate_item(item, end_ms)
         effects.append(
             self._event(
@@ -440,7 +460,7 @@ class Session(Speaker):
                 if item is not None:
                     self._truncate_item(item, heard)
                     effects.append(self._truncated(item.id, heard))
-        effects.append(Run(self._attempt(AttemptKind.CANCEL, now)))
+        effects += self._control(AttemptKind.CANCEL, now)
         return effects
 
     def _interrupt(self, now: float, reason: str) -> list[Effect]:
