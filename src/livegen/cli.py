@@ -18,7 +18,9 @@ import click
 TOOLS: dict[str, str] = {}
 
 #: ``livegen bench <name>`` -> "module:click_command", loaded on use.
-BENCHES: dict[str, str] = {}
+BENCHES: dict[str, str] = {
+    "voice-model": "livegen.bench.voice_model:command",
+}
 
 
 class LazyGroup(click.Group):

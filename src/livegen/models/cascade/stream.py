@@ -9,7 +9,7 @@ session core, which is why every output carries the epoch of the call it
 answers and why a cancelled response simply stops, without a terminal output.
 
 Latency comes from doing the work before the turn ends. At a short pause
-(``vad.Event.PAUSE``, about a third of the silence window) the stream
+(``vad.Event.PAUSE``, a fifth of the silence window) the stream
 transcribes what it has and prepares the answer, including the audio of its
 first sentence. If the user goes on, the answer is dropped, and the partial
 transcript is kept when it covers enough speech (``SETTLE_S``), so a long
@@ -199,6 +199,8 @@ class Stream:
 
     def _speculate(self) -> None:
         self._drop_speculation(keep_transcript=False)
+        if not self._model.is_speculative:
+            return
         start, end = self._settled_until, self._buffer_end()
         transcript = self._spawn(self._transcribe(self._audio(start, end)))
         prepared = None
