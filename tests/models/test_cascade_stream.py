@@ -16,6 +16,7 @@ import pytest
 from cascade_support import ChatServer, Driver, heard, speak_as_user
 
 from livegen.errors import CapacityExceeded, InvalidRequest, InvalidState
+from livegen.models.cascade import replies
 from livegen.models.cascade import stream as cascade_stream
 from livegen.models.voice import (
     HistoryTurn,
@@ -168,12 +169,54 @@ async def test_answers_come_from_a_language_model_when_one_is_set(
     await driver.close()
     assert driver.text("resp_1") == "Paris is the capital of France. It is lovely."
     assert len(driver.audio("resp_1")) > 48_000
-    [request] = chat_server.requests
+    # An answer prepared at the pause assumed a new conversation; this one has a past, so it was redone.
+    request = chat_server.requests[-1]
     roles = [message["role"] for message in request["messages"]]
     assert roles == ["system", "user", "assistant", "user"]
     assert request["messages"][0]["content"] == "Answer briefly."
     assert request["messages"][2]["content"] == "Hi! How can"
     assert "capital of france" in request["messages"][3]["content"].lower()
+
+
+async def test_language_model_answers_are_prepared_at_the_pause_turn_after_turn(
+    cascade: Any, chat_server: ChatServer
+) -> None:
+    chat_server.reply = ["Noted. ", "Anything else?"]
+    cascade.use_llm(chat_server.url, "tiny")
+    try:
+        stream = await cascade.open("s9", StreamConfig())
+    finally:
+        cascade.use_llm(None, None)
+    driver = Driver(stream)
+    used = cascade.stats.num_prepared_used
+    history: list[HistoryTurn] = []
+    for turn, question in enumerate(["What is the capital of France?", "Forget this."], start=1):
+        await driver.say(1, speak_as_user(cascade, question))
+        await _wait_stops(driver, turn)
+        await stream.commit(1, f"item_{turn}")
+        transcript = await driver.wait_for(OutputKind.TRANSCRIPT_DONE, item_id=f"item_{turn}")
+        # What the session core sends: the history so far, the new user item not yet transcribed.
+        await stream.respond(1, ResponseRequest(f"resp_{turn}", history=(*history, HistoryTurn("user", ""))))
+        await driver.wait_for(OutputKind.RESPONSE_DONE, response_id=f"resp_{turn}")
+        history += [
+            HistoryTurn("user", transcript.text),
+            HistoryTurn("assistant", driver.text(f"resp_{turn}")),
+        ]
+    await driver.close()
+    # One request per turn: each was made at the pause, and each matched the conversation.
+    assert len(chat_server.requests) == 2
+    assert cascade.stats.num_prepared_used == used + 2
+    last = chat_server.requests[-1]["messages"]
+    assert [m["role"] for m in last] == ["system", "user", "assistant", "user"]
+    assert last[2]["content"] == "Noted. Anything else?"
+
+
+async def _wait_stops(driver: Driver, count: int) -> None:
+    for _ in range(1000):
+        if len(driver.of(OutputKind.SPEECH_STOPPED)) >= count:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"fewer than {count} speech stops")
 
 
 async def test_an_unreachable_language_model_is_said_plainly(cascade: Any) -> None:
@@ -187,7 +230,7 @@ async def test_an_unreachable_language_model_is_said_plainly(cascade: Any) -> No
     await stream.respond(3, ResponseRequest("resp_1", history=history, modalities=("text",)))
     done = await driver.wait_for(OutputKind.RESPONSE_DONE)
     await driver.close()
-    assert driver.text("resp_1") == cascade_stream.CANT_REACH_LLM
+    assert driver.text("resp_1") == replies.CANT_REACH_LLM
     assert done.status == "completed" and done.epoch == 3
 
 
