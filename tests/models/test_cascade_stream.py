@@ -16,7 +16,7 @@ import pytest
 from cascade_support import ChatServer, Driver, heard, speak_as_user
 
 from livegen.errors import CapacityExceeded, InvalidRequest, InvalidState
-from livegen.models.cascade import replies
+from livegen.models.cascade import replies, responder
 from livegen.models.cascade import stream as cascade_stream
 from livegen.models.voice import (
     HistoryTurn,
@@ -217,6 +217,20 @@ async def _wait_stops(driver: Driver, count: int) -> None:
             return
         await asyncio.sleep(0.01)
     raise AssertionError(f"fewer than {count} speech stops")
+
+
+async def test_asked_to_speak_first_the_assistant_opens(cascade: Any) -> None:
+    stream = await cascade.open("s10", StreamConfig())
+    driver = Driver(stream)
+    await stream.respond(1, ResponseRequest("resp_1", modalities=("text",)))
+    await stream.respond(
+        1, ResponseRequest("resp_2", history=[HistoryTurn("user", "")], modalities=("text",))
+    )
+    await driver.wait_for(OutputKind.RESPONSE_DONE, response_id="resp_2")
+    await driver.wait_for(OutputKind.RESPONSE_DONE, response_id="resp_1")
+    await driver.close()
+    assert driver.text("resp_1") == responder.OPENING
+    assert driver.text("resp_2") == responder.NOT_HEARD  # the user spoke, but nothing was understood
 
 
 async def test_an_unreachable_language_model_is_said_plainly(cascade: Any) -> None:

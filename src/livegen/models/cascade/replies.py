@@ -38,7 +38,8 @@ CANT_REACH_LLM = "Sorry, I can't reach the language model right now."
 
 @dataclass
 class Answer:
-    user_text: str
+    #: What the user said; None when the user has not spoken yet (the assistant opens).
+    user_text: str | None
     voice: str
     #: The language-model conversation it answers, or None for the built-in responder.
     chat: list[dict[str, str]] | None
@@ -46,7 +47,7 @@ class Answer:
     _producer: asyncio.Task[None] | None = None
     _audio: list[Audio] = field(default_factory=list)
 
-    def matches(self, user_text: str, voice: str, chat: list[dict[str, str]] | None) -> bool:
+    def matches(self, user_text: str | None, voice: str, chat: list[dict[str, str]] | None) -> bool:
         return (self.user_text, self.voice, self.chat) == (user_text, voice, chat)
 
     async def pieces(self) -> AsyncIterator[Piece]:
@@ -65,12 +66,17 @@ class Answer:
 
 
 def start(
-    speak: Speak, client: llm.Client | None, user_text: str, voice: str, chat: list[dict[str, str]] | None
+    speak: Speak,
+    client: llm.Client | None,
+    user_text: str | None,
+    voice: str,
+    chat: list[dict[str, str]] | None,
 ) -> Answer:
     """Start making the answer to ``user_text``; read it with ``Answer.pieces``."""
     answer = Answer(user_text, voice, chat)
     if client is None or chat is None:
-        text = responder.reply(user_text, datetime.now().astimezone())
+        now = datetime.now().astimezone()
+        text = responder.OPENING if user_text is None else responder.reply(user_text, now)
         answer._producer = asyncio.ensure_future(_produce(answer, speak, _listed(sentences.split(text))))
     else:
         answer._producer = asyncio.ensure_future(_produce(answer, speak, _from_llm(client, chat)))

@@ -300,7 +300,8 @@ class Stream:
         answer: replies.Answer | None = None
         try:
             user_text = await asyncio.shield(unanswered) if unanswered else _last_user_text(request.history)
-            chat = self._chat(request.history, user_text, request.instructions or self._config.instructions)
+            instructions = request.instructions or self._config.instructions
+            chat = self._chat(request.history, user_text or "", instructions)
             answer = await self._use_prepared(prepared, user_text, voice, chat)
             if answer is None:
                 answer = replies.start(self._model.speak, self._llm, user_text, voice, chat)
@@ -318,13 +319,14 @@ class Stream:
         finally:
             if answer is not None:
                 answer.drop()
-        self._next_history = [*llm.filled(request.history, user_text), HistoryTurn("assistant", spoken)]
+        heard = llm.filled(request.history, user_text or "")
+        self._next_history = [*heard, HistoryTurn("assistant", spoken)]
         self._emit(OutputKind.RESPONSE_DONE, epoch, response_id=rid, status="completed")
 
     async def _use_prepared(
         self,
         task: asyncio.Task[replies.Answer] | None,
-        user_text: str,
+        user_text: str | None,
         voice: str,
         chat: list[dict[str, str]] | None,
     ) -> replies.Answer | None:
@@ -446,7 +448,10 @@ async def _constant(text: str) -> str:
     return text
 
 
-def _last_user_text(history: Sequence[HistoryTurn]) -> str:
+def _last_user_text(history: Sequence[HistoryTurn]) -> str | None:
+    """The last thing the user said; "" if it was not understood, None if the user has not spoken."""
+    if not any(turn.role == "user" for turn in history):
+        return None
     return next((t.text for t in reversed(history) if t.role == "user" and t.text), "")
 
 
