@@ -10,12 +10,14 @@ Speech for the benchmark is synthesised by espeak-ng in a formant voice
 - time from the end of the user's speech to the first audio of the answer,
   p50 and p95, and that time minus the silence window, with speculation on
   and, as the baseline in the same run, off;
-- barge-in: from the detector's speech start to the last audio of the old
-  answer sent.
+- barge-in: from ``input_audio_buffer.speech_started`` to the last audio of
+  the old answer.
 
-The turns drive the model through the voice-model contract the way the
-session runtime does under server VAD (``ContractTurns``): commit and respond
-at speech stop, cancel at speech start. ``transport`` in the report says so.
+By default the turns go through a real server on a loopback port, as a
+client under server VAD sees them (``--transport server``); ``--transport
+contract`` drives the model's ``VoiceStream`` directly, the way the session
+runtime does, which leaves the server out of the figures (see
+``voice_turns``). The report says which.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import os
 import re
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,16 +36,17 @@ from typing import Any
 import click
 import numpy as np
 
-from livegen.models.voice import (
-    OutputKind,
-    ResponseRequest,
-    StreamConfig,
-    TurnDetection,
-    VoiceOutput,
-    VoiceStream,
+from livegen.bench.voice_turns import (
+    USER_VOICE,
+    ContractTurns,
+    ServerTurns,
+    TurnResult,
+    Turns,
+    Utterance,
+    synthesise,
 )
+from livegen.models.voice import TurnDetection
 
-USER_VOICE = "espeak:en-us+m2"
 PROMPTS = (
     "What is twelve times seven?",
     "What time is it?",
@@ -59,28 +62,6 @@ PROMPTS = (
 #: The question whose long answer the barge-in trials interrupt, and what interrupts it.
 LONG_ANSWER_PROMPT = "What can you do?"
 INTERRUPTION = "Stop. What time is it?"
-CHUNK_MS = 20
-INPUT_RATE = 16_000
-
-
-@dataclass(frozen=True)
-class Utterance:
-    text: str
-    #: 16 kHz PCM16 with leading silence, ending where the speech ends.
-    pcm: bytes
-    #: Seconds of audio in ``pcm`` (the speech ends at its end).
-    seconds: float
-
-
-@dataclass
-class TurnResult:
-    prompt: str
-    transcript: str
-    answer: str
-    #: From the end of the user's speech to the first audio of the answer.
-    first_audio_ms: float | None
-    #: From the end of the user's speech to the detector's speech stop (the silence window and VAD lag).
-    speech_stopped_ms: float | None = None
 
 
 @dataclass
@@ -94,26 +75,6 @@ class Report:
     barge_in_ms: dict[str, Any] = field(default_factory=dict)
     speculation: dict[str, Any] = field(default_factory=dict)
     turns: list[dict[str, Any]] = field(default_factory=list)
-
-
-# -- speech for the benchmark -------------------------------------------------------------------
-
-
-def synthesise(model: Any, text: str, lead_s: float = 0.4) -> Utterance:
-    """``text`` in the user's voice at 16 kHz, trimmed to end where the speech ends."""
-    import soxr
-
-    pcm = model.speak(text, USER_VOICE).result(timeout=120).pcm
-    samples = soxr.resample(np.frombuffer(pcm, "<i2").astype(np.float32) / 32768.0, 24_000, INPUT_RATE)
-    loud = np.flatnonzero(np.abs(samples) > 0.01)
-    speech = samples[: loud[-1] + 1] if loud.size else samples
-    audio = np.concatenate([np.zeros(int(lead_s * INPUT_RATE), np.float32), speech])
-    data: bytes = (np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes()
-    return Utterance(text, data, len(audio) / INPUT_RATE)
-
-
-def silence(seconds: float) -> bytes:
-    return bytes(2 * int(seconds * INPUT_RATE))
 
 
 # -- word error rate ----------------------------------------------------------------------------
@@ -160,119 +121,6 @@ def wer(pairs: Sequence[tuple[str, str]]) -> float:
     return sum(e for e, _ in errors) / max(1, sum(n for _, n in errors))
 
 
-# -- turns through the voice-model contract -----------------------------------------------------
-
-
-class ContractTurns:
-    """Spoken turns straight into a ``VoiceStream``, run as the session runtime runs them.
-
-    At ``SPEECH_STOPPED`` it commits and asks for a response; at
-    ``SPEECH_STARTED`` during an answer it advances the epoch and cancels:
-    server VAD with ``create_response`` and ``interrupt_response``.
-    """
-
-    transport = "contract"
-
-    def __init__(self, model: Any, silence_ms: int) -> None:
-        self.model = model
-        self.config = StreamConfig(turn_detection=TurnDetection(silence_duration_ms=silence_ms))
-        self._num_sessions = 0
-
-    async def turn(self, utterance: Utterance, tail_s: float = 4.0) -> TurnResult:
-        session = await self._open()
-        try:
-            end_of_speech = await session.feed(utterance.pcm)
-            await session.feed(silence(tail_s), until=lambda: session.is_done("resp_1"))
-            first = session.first(OutputKind.AUDIO_DELTA, "resp_1")
-            stopped = session.first(OutputKind.SPEECH_STOPPED, None)
-            return TurnResult(
-                utterance.text,
-                session.transcript(),
-                session.text("resp_1"),
-                None if first is None else (first - end_of_speech) * 1000,
-                None if stopped is None else (stopped - end_of_speech) * 1000,
-            )
-        finally:
-            await session.close()
-
-    async def barge_in(self, question: Utterance, interruption: Utterance) -> float | None:
-        """Milliseconds from the detector's speech start to the last audio of the old answer."""
-        session = await self._open()
-        try:
-            await session.feed(question.pcm)
-            await session.feed(silence(6.0), until=lambda: session.first(OutputKind.AUDIO_DELTA, "resp_1"))
-            await session.feed(silence(0.5))
-            await session.feed(interruption.pcm + silence(1.5))
-            if session.barged_at is None:
-                return None
-            old_audio = [at for at, o in session.log if o.kind is OutputKind.AUDIO_DELTA and o.epoch == 1]
-            return max(0.0, (max(old_audio) - session.barged_at) * 1000)
-        finally:
-            await session.close()
-
-    async def _open(self) -> _ContractSession:
-        self._num_sessions += 1
-        stream = await self.model.open(f"bench-{self._num_sessions}", self.config)
-        return _ContractSession(stream)
-
-
-class _ContractSession:
-    def __init__(self, stream: VoiceStream) -> None:
-        self.stream = stream
-        self.epoch = 1
-        self.log: list[tuple[float, VoiceOutput]] = []
-        self.barged_at: float | None = None
-        self._num_responses = 0
-        self._pump = asyncio.ensure_future(self._read())
-
-    async def _read(self) -> None:
-        async for output in self.stream.outputs():
-            self.log.append((time.perf_counter(), output))
-            if output.epoch != self.epoch:
-                continue  # the fence
-            if output.kind is OutputKind.SPEECH_STARTED and self._is_answering():
-                self.barged_at = time.perf_counter()
-                self.epoch += 1
-                await self.stream.cancel(self.epoch)
-            elif output.kind is OutputKind.SPEECH_STOPPED:
-                self._num_responses += 1
-                await self.stream.commit(self.epoch, f"item_{self._num_responses}")
-                await self.stream.respond(self.epoch, ResponseRequest(f"resp_{self._num_responses}"))
-
-    def _is_answering(self) -> bool:
-        rid = f"resp_{self._num_responses}"
-        return self._num_responses > 0 and not self.is_done(rid)
-
-    async def feed(self, pcm: bytes, until: Callable[[], object] | None = None) -> float:
-        """Append ``pcm`` at the pace of speech; returns when its last chunk went in."""
-        chunk = INPUT_RATE * CHUNK_MS // 1000 * 2
-        started = time.perf_counter()
-        for index, start in enumerate(range(0, len(pcm), chunk)):
-            if until is not None and until():
-                break
-            await asyncio.sleep(max(0.0, started + index * CHUNK_MS / 1000 - time.perf_counter()))
-            await self.stream.append(self.epoch, pcm[start : start + chunk])
-        return time.perf_counter()
-
-    def first(self, kind: OutputKind, response_id: str | None) -> float | None:
-        return next((at for at, o in self.log if o.kind is kind and o.response_id == response_id), None)
-
-    def is_done(self, response_id: str) -> bool:
-        return self.first(OutputKind.RESPONSE_DONE, response_id) is not None
-
-    def transcript(self) -> str:
-        return " ".join(o.text for _, o in self.log if o.kind is OutputKind.TRANSCRIPT_DONE)
-
-    def text(self, response_id: str) -> str:
-        return "".join(
-            o.text for _, o in self.log if o.kind is OutputKind.TEXT_DELTA and o.response_id == response_id
-        )
-
-    async def close(self) -> None:
-        await self.stream.aclose()
-        await self._pump
-
-
 # -- real-time factors --------------------------------------------------------------------------
 
 
@@ -283,13 +131,13 @@ def stage_rtf(model: Any, utterances: Sequence[Utterance], answers: Sequence[str
     detector = vad.Detector(model.vad_path, TurnDetection())
     started = time.perf_counter()
     for utterance in utterances:
-        detector.feed(utterance.pcm)
+        detector.feed(utterance.pcm16)
     vad_rtf = (time.perf_counter() - started) / audio_s
 
     short: list[float] = []
     full: list[float] = []
     for utterance in utterances:
-        samples = np.frombuffer(utterance.pcm, "<i2").astype(np.float32) / 32768.0
+        samples = np.frombuffer(utterance.pcm16, "<i2").astype(np.float32) / 32768.0
         for window, results in ((None, short), (30, full)):
             began = time.perf_counter()
             model.recognizer.transcribe(samples, window_s=window)
@@ -324,7 +172,7 @@ def percentiles(values: Sequence[float]) -> dict[str, float | int]:
     return {"n": len(ordered), "p50": statistics.median(ordered), "p95": p95, "max": ordered[-1]}
 
 
-async def run(model: Any, turns: Any, num_rounds: int, num_barge_ins: int, silence_ms: int) -> Report:
+async def run(model: Any, turns: Turns, num_rounds: int, num_barge_ins: int, silence_ms: int) -> Report:
     from tqdm import tqdm
 
     report = Report(
@@ -359,7 +207,12 @@ async def run(model: Any, turns: Any, num_rounds: int, num_barge_ins: int, silen
     barge = [
         await turns.barge_in(long_question, interruption) for _ in tqdm(range(num_barge_ins), "barge-in")
     ]
-    report.barge_in_ms = {**percentiles([b for b in barge if b is not None]), "num_missed": barge.count(None)}
+    heard = [b for b in barge if b is not None]
+    report.barge_in_ms = {
+        **percentiles([b.cut_ms for b in heard]),
+        "detect": percentiles([b.detect_ms for b in heard]),
+        "num_missed": len(barge) - len(heard),
+    }
     report.rtf = stage_rtf(model, utterances, [r.answer for r in results[: len(utterances)] if r.answer])
     stats = model.stats
     report.speculation = {
@@ -407,7 +260,10 @@ def render(report: Report) -> str:
         )
     b = report.barge_in_ms
     if b.get("n"):
-        lines.append(f"barge-in, speech start -> last old audio (ms): p50 {b['p50']:.1f}  p95 {b['p95']:.1f}")
+        lines.append(
+            f"barge-in, speech_started -> last old audio (ms): p50 {b['p50']:.1f}  p95 {b['p95']:.1f}"
+        )
+        lines.append(f"  (user starts talking -> speech_started: p50 {b['detect']['p50']:.0f} ms)")
     lines.append(f"speculation: {report.speculation}")
     return "\n".join(lines)
 
@@ -425,7 +281,14 @@ def render(report: Report) -> str:
 @click.option(
     "--silence-ms", default=500, show_default=True, type=click.IntRange(100), help="Server VAD silence."
 )
-def command(json_path: Path | None, rounds: int, barge_ins: int, silence_ms: int) -> None:
+@click.option(
+    "--transport",
+    type=click.Choice(["server", "contract"]),
+    default="server",
+    show_default=True,
+    help="Through a real server and WebSocket, or straight into the model's VoiceStream.",
+)
+def command(json_path: Path | None, rounds: int, barge_ins: int, silence_ms: int, transport: str) -> None:
     """Benchmark the embedded voice cascade: stage speed, WER, turn latency, barge-in.
 
     Each question is spoken by espeak-ng (a voice unlike the assistant's) and
@@ -435,12 +298,13 @@ def command(json_path: Path | None, rounds: int, barge_ins: int, silence_ms: int
     from livegen.models.cascade import model as cascade
 
     click.echo("loading the cascade (Whisper, Piper worker)...", err=True)
-    loaded = cascade.load()
+    loaded = cascade.load()  # the server below gets this same instance: one per process
     loaded.use_llm(None, None)
+    turns: Turns = ServerTurns(silence_ms) if transport == "server" else ContractTurns(loaded, silence_ms)
     try:
-        turns = ContractTurns(loaded, silence_ms)
         report = asyncio.run(run(loaded, turns, rounds, barge_ins, silence_ms))
     finally:
+        turns.close()
         loaded.close()
     click.echo(render(report))
     if json_path is not None:
