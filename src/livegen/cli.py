@@ -15,11 +15,15 @@ from typing import Any
 import click
 
 #: Subcommand name -> "module:click_command", loaded on use.
-TOOLS: dict[str, str] = {}
+TOOLS: dict[str, str] = {
+    "world": "livegen.client.world_cli:world",
+}
 
 #: ``livegen bench <name>`` -> "module:click_command", loaded on use.
 BENCHES: dict[str, str] = {
     "voice-model": "livegen.bench.voice_model:command",
+    "world-session": "livegen.bench.world_session:world_session",
+    "voice-session": "livegen.bench.voice_session:voice_session",
 }
 
 

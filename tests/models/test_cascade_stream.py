@@ -13,7 +13,6 @@ import asyncio
 from typing import Any
 
 import pytest
-from cascade_support import ChatServer, Driver, heard, speak_as_user
 
 from livegen.errors import CapacityExceeded, InvalidRequest, InvalidState
 from livegen.models.cascade import replies, responder
@@ -27,6 +26,7 @@ from livegen.models.voice import (
     VoiceModel,
     VoiceStream,
 )
+from models.cascade_support import ChatServer, Driver, heard, speak_as_user
 
 pytestmark = pytest.mark.slow
 

@@ -29,6 +29,13 @@ CATALOG: list[ModelInfo] = [
         # The model names OpenAI's clients send by default, so they work unchanged.
         aliases=("gpt-realtime", "gpt-4o-realtime-preview", "gpt-4o-mini-realtime-preview"),
     ),
+    ModelInfo(
+        name="procedural-world",
+        kind=Kind.WORLD,
+        loader="livegen.models.procedural:load",
+        description="deterministic top-down room game, rendered directly (action track, theme prompt)",
+        priority=50,
+    ),
 ]
 
 

@@ -85,6 +85,14 @@ def create_app(config: ServerConfig | None = None, registry: Registry | None = N
 def _services(state: State) -> list[Service]:
     """One service per kind of session whose model is configured."""
     services: list[Service] = []
+    if state.world_model is not None:
+        from livegen.server.worlds import WorldService
+
+        services.append(WorldService(state))
+    if state.voice_model is not None:
+        from livegen.server.realtime import RealtimeService
+
+        services.append(RealtimeService(state))
     return services
 
 

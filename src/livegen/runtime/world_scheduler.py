@@ -1,0 +1,198 @@
+"""The world scheduler: one loop that steps every due session together, in one batch.
+
+It owns the model, the worker that calls it and the KV pool; runners
+(``world_runner.py``) own their sessions and say when they are due (pacing
+deadline, flow-control credit). Each round the scheduler asks every due runner
+for its plan, fills in KV pages for models that declare geometry, runs
+``model.step`` once for the batch in the worker, and hands each chunk (or
+failure) back to its runner. A ``StateEvicted`` from a batch is isolated by
+stepping its ticks one by one, so only the session whose state is gone fails,
+with code ``state_evicted`` (upstream gap 3), never a silent restart.
+
+The worker is one thread: model calls (steps and releases) run in submission
+order, so a release always lands between steps, never during one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from livegen.errors import StateEvicted
+from livegen.logs import log_event
+from livegen.models.world import Chunk, Tick, WorldModel
+from livegen.runtime.kv_pool import Pool
+from livegen.world import Plan
+
+logger = logging.getLogger("livegen.world")
+T = TypeVar("T")
+
+#: Default KV budget for models with KV geometry: enough for a laptop.
+DEFAULT_KV_BUDGET_BYTES = 512 * 1024 * 1024
+
+
+class Worker:
+    """Runs model calls in one dedicated thread, in order."""
+
+    def __init__(self, model: WorldModel) -> None:
+        self.model = model
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="livegen-world")
+
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    async def step(self, ticks: Sequence[Tick], kv_storage: Any) -> list[Chunk]:
+        return await self.call(self.model.step, list(ticks), kv_storage)
+
+    async def release(self, session_id: str) -> None:
+        await self.call(self.model.release, session_id)
+
+    def shutdown(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+class Steppable(Protocol):
+    """What the scheduler needs of a runner."""
+
+    session_id: str
+
+    def is_due(self, now: float) -> bool: ...
+    def next_deadline(self) -> float | None: ...
+    def begin_tick(self, now: float) -> Plan | None: ...
+    def tick_done(self, plan: Plan, chunk: Chunk, model_ms: float) -> None: ...
+    def tick_failed(self, plan: Plan, code: str, message: str) -> None: ...
+
+
+@dataclass
+class _Entry:
+    runner: Steppable
+    plan: Plan
+    tick: Tick
+
+
+class Scheduler:
+    def __init__(
+        self,
+        model: WorldModel,
+        *,
+        kv_budget_bytes: int = DEFAULT_KV_BUDGET_BYTES,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.model = model
+        self.spec = model.spec
+        self.clock = clock
+        self.worker = Worker(model)
+        kv = self.spec.kv
+        self.pool = Pool(kv, self.spec.frames_per_chunk, kv_budget_bytes) if kv else None
+        self.kv_storage: Any = None
+        self._runners: dict[str, Steppable] = {}
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.num_steps = 0
+        self.num_ticks = 0
+
+    async def start(self) -> None:
+        if self.pool is not None:
+            self.kv_storage = await self.worker.call(self.model.new_kv_storage, self.pool.num_pages)
+        self._task = asyncio.create_task(self._loop(), name="livegen-world-scheduler")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        self.worker.shutdown()
+
+    # -- sessions --------------------------------------------------------------------------
+    def add(self, runner: Steppable) -> None:
+        """Admit a session (raises ``CapacityExceeded`` when the KV pool is full)."""
+        if self.pool is not None:
+            self.pool.admit(runner.session_id)
+        self._runners[runner.session_id] = runner
+        self.wake()
+
+    def remove(self, session_id: str) -> None:
+        self._runners.pop(session_id, None)
+        if self.pool is not None:
+            self.pool.release(session_id)
+
+    async def release_state(self, session_id: str) -> None:
+        """Free a session's pages and model-side state (failure, reset, close)."""
+        if self.pool is not None:
+            self.pool.clear(session_id)
+        await self.worker.release(session_id)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    # -- the loop --------------------------------------------------------------------------
+    async def _loop(self) -> None:
+        while True:
+            now = self.clock()
+            due = [runner for runner in list(self._runners.values()) if runner.is_due(now)]
+            if not due:
+                await self._sleep(now)
+                continue
+            entries = [entry for runner in due if (entry := self._plan(runner, now)) is not None]
+            if entries:
+                try:
+                    await self._step(entries)
+                except Exception as exc:  # a bug here must fail the batch, not the server
+                    log_event(logger, "scheduler.error", logging.ERROR, error=repr(exc))
+                    for entry in entries:
+                        self._fail(entry, "chunk_failed", f"internal error: {exc}")
+
+    async def _sleep(self, now: float) -> None:
+        deadlines = [d for r in self._runners.values() if (d := r.next_deadline()) is not None]
+        timeout = max(0.0, min(deadlines) - now) if deadlines else None
+        self._wake.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout)
+
+    def _plan(self, runner: Steppable, now: float) -> _Entry | None:
+        plan = runner.begin_tick(now)
+        if plan is None:
+            return None
+        context, write = self.pool.plan(runner.session_id) if self.pool is not None else ((), ())
+        meta = plan.meta
+        tick = Tick(meta, plan.seed, plan.prompt, plan.control_data(), context, write)
+        return _Entry(runner, plan, tick)
+
+    async def _step(self, entries: list[_Entry]) -> None:
+        started = self.clock()
+        try:
+            chunks = await self.worker.step([entry.tick for entry in entries], self.kv_storage)
+        except StateEvicted as exc:
+            if len(entries) == 1:
+                self._fail(entries[0], "state_evicted", str(exc))
+                return
+            for entry in entries:  # find whose state is gone; the others go on
+                await self._step([entry])
+            return
+        except Exception as exc:
+            for entry in entries:
+                self._fail(entry, "chunk_failed", f"model step failed: {type(exc).__name__}: {exc}")
+            return
+        model_ms = (self.clock() - started) * 1000
+        self.num_steps += 1
+        self.num_ticks += len(entries)
+        by_request = {chunk.meta.request_id: chunk for chunk in chunks}
+        for entry in entries:
+            chunk = by_request.get(entry.plan.meta.request_id)
+            if chunk is None:
+                self._fail(entry, "model_contract_error", "the model returned no chunk for this tick")
+                continue
+            if self.pool is not None:
+                self.pool.commit(entry.runner.session_id)
+            entry.runner.tick_done(entry.plan, chunk, model_ms)
+
+    def _fail(self, entry: _Entry, code: str, message: str) -> None:
+        if self.pool is not None:
+            self.pool.clear(entry.runner.session_id)
+        entry.runner.tick_failed(entry.plan, code, message)

@@ -1,0 +1,303 @@
+"""The ``/v1/worlds`` service: world sessions over WebSockets (DESIGN.md section 4).
+
+One ``Connection`` per socket reads client messages in order, decodes them
+(``protocol/world.py``), and calls its session's runner; the runner owns the
+ordered path of messages back. The service owns the model (loaded in
+``start``), the scheduler and the session manager, and reports readiness:
+not ready until the model is loaded, nor while the KV pool is full.
+
+Bad input never ends a session or the server: each bad message gets an
+``error`` event (with the client's ``event_id`` where it had one) and the
+connection reads on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from starlette.routing import BaseRoute, WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from livegen.errors import InvalidRequest, InvalidState, LivegenError, ProtocolError, RemoteProtocolError
+from livegen.logs import bind_session, log_event
+from livegen.models.world import WorldModel
+from livegen.protocol import world as wire
+from livegen.runtime.world_runner import Options, Runner
+from livegen.runtime.world_scheduler import Scheduler
+from livegen.server.auth import select_subprotocol
+from livegen.world import ControlInput, Event, Manager, thaw
+
+if TYPE_CHECKING:
+    from livegen.server.app import State
+
+logger = logging.getLogger("livegen.world")
+DEFAULT_MAX_PENDING_EVENTS = 64
+
+
+class WorldService:
+    name = "world"
+
+    def __init__(self, state: State) -> None:
+        assert state.world_model is not None
+        self.state = state
+        self.entry = state.world_model
+        self.model: WorldModel | None = None
+        self.scheduler: Scheduler | None = None
+        self.manager: Manager | None = None
+        self.connections: set[Connection] = set()
+
+    def routes(self) -> list[BaseRoute]:
+        return [WebSocketRoute("/v1/worlds", self._endpoint)]
+
+    async def start(self) -> None:
+        model: WorldModel = await asyncio.to_thread(self.state.registry.load, self.entry.name)
+        scheduler = Scheduler(model)
+        await scheduler.start()
+        self.manager = Manager(
+            tracks=model.spec.controls,
+            new_id=lambda: uuid.uuid4().hex[:12],
+            max_sessions=self.state.config.max_sessions,
+        )
+        self.model, self.scheduler = model, scheduler
+
+    async def stop(self) -> None:
+        for connection in list(self.connections):
+            await connection.shutdown()
+        if self.scheduler is not None:
+            await self.scheduler.stop()
+
+    def health(self) -> dict[str, Any]:
+        report: dict[str, Any] = {"ready": False, "model": self.entry.name}
+        if self.scheduler is None or self.manager is None:
+            report["reason"] = "model loading"
+            return report
+        report.update(ready=True, sessions=len(self.manager), tombstones=len(self.manager.tombstones))
+        pool = self.scheduler.pool
+        if pool is not None:
+            report["kv"] = {"sessions": pool.num_sessions, "capacity": pool.capacity}
+            if pool.is_full:
+                report.update(ready=False, reason="KV pool full")
+        return report
+
+    def model_names(self) -> set[str]:
+        return {self.entry.name, *self.entry.aliases}
+
+    async def _endpoint(self, websocket: WebSocket) -> None:
+        await websocket.accept(subprotocol=select_subprotocol(websocket.scope))
+        connection = Connection(self, websocket)
+        self.connections.add(connection)
+        try:
+            await connection.run()
+        finally:
+            self.connections.discard(connection)
+
+
+class Connection:
+    """One client socket: decodes its messages in order and drives its session's runner."""
+
+    def __init__(self, service: WorldService, websocket: WebSocket) -> None:
+        self.service = service
+        self.websocket = websocket
+        self.metrics = service.state.metrics
+        self.runner: Runner | None = None
+        self.is_closed = False
+
+    async def run(self) -> None:
+        try:
+            while True:
+                message = await self.websocket.receive()
+                if message["type"] == "websocket.disconnect":
+                    break
+                self.metrics.events.labels(kind="world", direction="in").inc()
+                await self._handle(message.get("text"), message.get("bytes"))
+        except WebSocketDisconnect:
+            pass
+        finally:
+            await self.shutdown(is_disconnect=True)
+
+    async def shutdown(self, *, is_disconnect: bool = False) -> None:
+        """Close the session (its state is released) and stop sending."""
+        runner, self.runner = self.runner, None
+        if runner is None:
+            return
+        with bind_session(runner.session_id):
+            if not self.is_closed:
+                await runner.close(is_sending=False)
+                self._closed()
+            if is_disconnect:
+                runner.abort_sending()
+            else:
+                await runner.flush_and_stop()
+                with contextlib.suppress(Exception):
+                    await self.websocket.close()
+
+    async def _handle(self, text: str | None, data: bytes | None) -> None:
+        event_id: int | str | None = None
+        try:
+            if text is None:
+                raise InvalidRequest("binary messages are not accepted; send JSON text")
+            event = wire.decode_client(text)
+            event_id = getattr(event, "event_id", None)
+            await self._dispatch(event)
+        except ProtocolError as error:
+            await self._send_error(error.with_event_id(event_id))
+        except LivegenError as error:
+            log_event(logger, "world.error", logging.ERROR, error=repr(error))
+            await self._send_error(InvalidState(f"internal error: {error}", code="internal_error"))
+
+    async def _dispatch(self, event: wire.ClientEvent) -> None:
+        if isinstance(event, wire.SessionUpdate):
+            await self._update(event.session)
+            return
+        if isinstance(event, wire.ChunkAck) and self.is_closed:
+            return  # acks of chunks that were in flight at close are moot, not errors
+        runner = self._require_session()
+        if isinstance(event, wire.WorldEvent):
+            controls = [ControlInput.of(c.track, c.schema, c.data) for c in event.controls or ()]
+            runner.accept(Event.of(event.event_id, event.prompt, controls))
+            self.service.scheduler.wake()  # type: ignore[union-attr]
+        elif isinstance(event, wire.ChunkAck):
+            runner.ack(event.chunk_index)
+        elif isinstance(event, wire.WorldReset):
+            await runner.reset()
+        elif isinstance(event, wire.SessionClose):
+            await runner.close()
+            if runner.session.status.value == "closed":
+                self.is_closed = True
+                self._closed()
+
+    def _require_session(self) -> Runner:
+        if self.is_closed:
+            raise InvalidState("the session is closed", code="session_closed")
+        if self.runner is None:
+            raise InvalidState("send session.update first to create the session", code="session_not_created")
+        return self.runner
+
+    def _closed(self) -> None:
+        self.metrics.sessions_open.labels(kind="world").dec()
+
+    # -- session.update --------------------------------------------------------------------
+    async def _update(self, update: wire.SessionConfig) -> None:
+        if self.is_closed:
+            raise InvalidState("the session is closed", code="session_closed")
+        if update.model is not None and update.model not in self.service.model_names():
+            raise InvalidRequest(
+                f"model {update.model!r} is not served here; /v1/worlds serves {self.service.entry.name!r}",
+                code="model_not_found",
+                param="session.model",
+            )
+        if self.runner is None:
+            self._create(update)
+            return
+        self._reconfigure(self.runner, update)
+        self.runner.send(wire.SessionUpdated(self._config(self.runner)))
+
+    def _create(self, update: wire.SessionConfig) -> None:
+        service = self.service
+        if service.manager is None or service.scheduler is None:
+            raise InvalidState("the world model is still loading; retry shortly", code="not_ready")
+        session = service.manager.create(
+            max_pending_events=update.max_pending_events or DEFAULT_MAX_PENDING_EVENTS,
+            prompt=update.prompt or "",
+            seed=update.seed or 0,
+        )
+        output = update.output or wire.OutputConfig()
+        options = Options(
+            pacing=update.pacing or "realtime",
+            format=output.format,
+            quality=output.quality,
+            max_chunks_ahead=update.max_chunks_ahead or 4,
+        )
+        runner = Runner(
+            session,
+            service.manager,
+            service.scheduler,
+            self._send_text,
+            self._send_bytes,
+            options,
+            on_error=self._count_error,
+        )
+        runner.send(wire.SessionCreated(self._config(runner)))
+        try:
+            runner.start()
+        except RemoteProtocolError:
+            session.begin_close()
+            service.manager.finish_close(session.session_id, True)
+            runner.abort_sending()
+            raise
+        self.runner = runner
+        self.metrics.sessions_total.labels(kind="world").inc()
+        self.metrics.sessions_open.labels(kind="world").inc()
+        log_event(logger, "world.session_created", session=session.session_id, seed=session.seed)
+
+    def _reconfigure(self, runner: Runner, update: wire.SessionConfig) -> None:
+        session = runner.session
+        fixed = {
+            "seed": (update.seed, session.seed),
+            "prompt": (update.prompt, session.initial_prompt),
+            "max_pending_events": (update.max_pending_events, session.max_pending_events),
+        }
+        for name, (asked, current) in fixed.items():
+            if asked is not None and asked != current:
+                raise InvalidRequest(
+                    f"session.{name} is fixed once the session exists (send a world.event for a new prompt)",
+                    code="invalid_request",
+                    param=f"session.{name}",
+                )
+        options = runner.options
+        options.pacing = update.pacing or options.pacing
+        if update.output is not None:
+            options.format, options.quality = update.output.format, update.output.quality
+        options.max_chunks_ahead = update.max_chunks_ahead or options.max_chunks_ahead
+        self.service.scheduler.wake()  # type: ignore[union-attr]
+
+    def _config(self, runner: Runner) -> dict[str, Any]:
+        spec, session, options = self.service.scheduler.spec, runner.session, runner.options  # type: ignore[union-attr]
+        return {
+            "id": session.session_id,
+            "model": self.service.entry.name,
+            "prompt": session.initial_prompt,
+            "seed": session.seed,
+            "pacing": options.pacing,
+            "output": {"format": options.format, "quality": options.quality},
+            "max_pending_events": session.max_pending_events,
+            "max_chunks_ahead": options.max_chunks_ahead,
+            "width": spec.width,
+            "height": spec.height,
+            "fps": spec.fps,
+            "frames_per_chunk": spec.frames_per_chunk,
+            "controls": [
+                {
+                    "track": track.name,
+                    "schema": track.schema,
+                    "json_schema": dict(track.json_schema),
+                    "default": thaw(track.default),
+                    "is_sticky": track.is_sticky,
+                    "description": track.description,
+                }
+                for track in spec.controls
+            ],
+        }
+
+    # -- output ----------------------------------------------------------------------------
+    async def _send_error(self, error: ProtocolError) -> None:
+        if self.runner is not None:
+            self.runner.send_error(error)
+            return
+        # No runner, so no sender task: this socket has no other writer now.
+        self._count_error(error.code)
+        await self._send_text(wire.encode(wire.error_event(error)).decode())
+
+    def _count_error(self, code: str) -> None:
+        self.metrics.errors.labels(kind="world", code=code).inc()
+
+    async def _send_text(self, text: str) -> None:
+        self.metrics.events.labels(kind="world", direction="out").inc()
+        await self.websocket.send_text(text)
+
+    async def _send_bytes(self, data: bytes) -> None:
+        await self.websocket.send_bytes(data)
