@@ -18,7 +18,7 @@ import pytest
 from openai import AsyncOpenAI
 
 from livegen.server.thread import ServerThread
-from models.cascade_support import RealtimeCall, heard, wire_audio
+from models.cascade_support import ChatServer, RealtimeCall, heard, wire_audio
 
 pytestmark = pytest.mark.slow
 
@@ -86,3 +86,25 @@ async def test_the_answer_can_be_interrupted(default_server: ServerThread, casca
         if e.response_id == second.response.id
     )
     assert answer.startswith("It's ")
+
+
+async def test_llm_options_make_a_language_model_answer(
+    start_server: Callable[..., ServerThread], cascade: Any, chat_server: ChatServer
+) -> None:
+    chat_server.reply = ["Paris is the capital", " of France."]
+    server = start_server(world_model="none", llm_base_url=chat_server.url, llm_model="tiny")
+    try:
+        server.wait_ready(timeout=120)
+        async with sdk(server).realtime.connect(model="gpt-realtime") as connection:
+            call = RealtimeCall(connection)
+            call.say(wire_audio(cascade, "What is the capital of France?"))
+            done = await call.wait_for("response.done")
+            await call.close()
+    finally:
+        cascade.use_llm(None, None)  # the model is shared by every server of this process
+    assert done.response.status == "completed"
+    said = "".join(e.delta for e in call.of("response.output_audio_transcript.delta"))
+    assert said == "Paris is the capital of France."
+    request = chat_server.requests[-1]
+    assert request["model"] == "tiny"
+    assert "capital of france" in request["messages"][-1]["content"].lower()
