@@ -8,6 +8,7 @@ test double of an OpenAI-compatible endpoint: real HTTP, canned replies.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 import time
@@ -143,3 +144,69 @@ def heard(cascade: Any, pcm24: bytes) -> str:
     samples = np.frombuffer(pcm24, "<i2").astype(np.float32) / 32768.0
     text: str = cascade.transcribe_now(soxr.resample(samples, 24_000, 16_000).astype(np.float32))
     return text
+
+
+def wire_audio(cascade: Any, text: str, lead_s: float = 0.3, trail_s: float = 0.0) -> bytes:
+    """``text`` in the user's voice as the Realtime wire carries it: 24 kHz PCM16."""
+    speech = cascade.speak(text, USER_VOICE).result(timeout=60).pcm
+    return bytes(2 * int(lead_s * 24_000)) + speech + bytes(2 * int(trail_s * 24_000))
+
+
+class RealtimeCall:
+    """One conversation through the official OpenAI SDK: a microphone task and a recorder."""
+
+    def __init__(self, connection: Any) -> None:
+        self.connection = connection
+        self.events: list[Any] = []
+        self._microphone: asyncio.Queue[bytes] = asyncio.Queue()
+        self._tasks = [asyncio.ensure_future(self._record()), asyncio.ensure_future(self._stream())]
+
+    def say(self, pcm24: bytes) -> None:
+        """Queue speech; between utterances the microphone sends silence, as a real one does."""
+        self._microphone.put_nowait(pcm24)
+
+    async def _stream(self) -> None:
+        import base64
+
+        chunk = 2 * 480  # 20 ms at 24 kHz
+        started = time.perf_counter()
+        sent = 0
+        pending = b""
+        while True:
+            if not pending and not self._microphone.empty():
+                pending = self._microphone.get_nowait()
+            piece, pending = (pending[:chunk], pending[chunk:]) if pending else (bytes(chunk), b"")
+            piece = piece.ljust(chunk, b"\0")
+            await asyncio.sleep(max(0.0, started + sent * 0.02 - time.perf_counter()))
+            await self.connection.input_audio_buffer.append(audio=base64.b64encode(piece).decode())
+            sent += 1
+
+    async def _record(self) -> None:
+        async for event in self.connection:
+            self.events.append(event)
+
+    async def wait_for(self, kind: str, within: float = 60.0, after: int = 0, **match: Any) -> Any:
+        deadline = time.perf_counter() + within
+        while time.perf_counter() < deadline:
+            for event in self.events[after:]:
+                if event.type == kind and all(_get(event, k) == v for k, v in match.items()):
+                    return event
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"no {kind} {match} within {within} s; got {[e.type for e in self.events]}")
+
+    def of(self, kind: str) -> list[Any]:
+        return [e for e in self.events if e.type == kind]
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(BaseException):
+                await task
+
+
+def _get(event: Any, dotted: str) -> Any:
+    value = event
+    for name in dotted.split("__"):
+        value = getattr(value, name, None)
+    return value

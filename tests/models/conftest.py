@@ -11,7 +11,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from cascade_support import ChatServer, serve_chat
+
+from models.cascade_support import ChatServer, serve_chat
 
 
 @pytest.fixture(scope="session")

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from cascade_support import ChatServer
 
 from livegen.errors import ModelError
 from livegen.models.cascade import llm
 from livegen.models.voice import HistoryTurn
+from models.cascade_support import ChatServer
 
 
 async def _collect(client: llm.Client, chat: list[dict[str, str]]) -> list[str]:

@@ -72,7 +72,10 @@ def test_reset_forgets_the_segment() -> None:
         ("thank you thank you thank you", True),
         ("I said no, no, no.", False),
         ("What is 12 times 7?", False),
-        ("one two three one two three", False),
+        ("one two three four five six", False),
+        ("What time is it? What time", True),
+        ("What is 12 times 7? What is 12 times 7", True),
+        ("Is it what it is?", False),
     ],
 )
 def test_repetition_guard(text: str, is_loop: bool) -> None:

@@ -13,9 +13,9 @@ import asyncio
 from typing import Any
 
 import pytest
-from cascade_support import ChatServer, Driver, heard, speak_as_user
 
 from livegen.errors import CapacityExceeded, InvalidRequest, InvalidState
+from livegen.models.cascade import replies, responder
 from livegen.models.cascade import stream as cascade_stream
 from livegen.models.voice import (
     HistoryTurn,
@@ -26,6 +26,7 @@ from livegen.models.voice import (
     VoiceModel,
     VoiceStream,
 )
+from models.cascade_support import ChatServer, Driver, heard, speak_as_user
 
 pytestmark = pytest.mark.slow
 
@@ -103,21 +104,19 @@ async def test_client_commits_turns_without_server_vad(cascade: Any) -> None:
     config = StreamConfig(turn_detection=None, transcription_model="whisper-1")
     stream = await cascade.open("s3", config)
     driver = Driver(stream)
-    await driver.say(5, speak_as_user(cascade, "Repeat after me, good morning everyone."))
+    await driver.say(5, speak_as_user(cascade, "Repeat after me, see you tomorrow."))
     await stream.commit(5, "item_1")
     await stream.respond(5, ResponseRequest("resp_1", modalities=("text",)))
     await driver.wait_for(OutputKind.RESPONSE_DONE, response_id="resp_1")
     await driver.close()
     assert not driver.of(OutputKind.SPEECH_STARTED) and not driver.of(OutputKind.SPEECH_STOPPED)
-    assert "morning" in driver.of(OutputKind.TRANSCRIPT_DONE)[0].text.lower()
-    assert "morning" in driver.text("resp_1").lower()
+    assert "tomorrow" in driver.of(OutputKind.TRANSCRIPT_DONE)[0].text.lower()
+    assert "tomorrow" in driver.text("resp_1").lower()
     assert not driver.of(OutputKind.AUDIO_DELTA)
 
 
 async def test_a_long_turn_is_transcribed_in_pieces_while_it_is_spoken(cascade: Any) -> None:
-    part_one = speak_as_user(
-        cascade, "Repeat after me, the quick brown fox jumps over the lazy dog.", 0.2, 0.35
-    )
+    part_one = speak_as_user(cascade, "Repeat after me, my name is John.", 0.2, 0.35)
     part_two = speak_as_user(cascade, "And then it goes to sleep.", 0.0, 1.0)
     stream = await cascade.open("s4", StreamConfig())
     driver = Driver(stream)
@@ -131,8 +130,8 @@ async def test_a_long_turn_is_transcribed_in_pieces_while_it_is_spoken(cascade: 
     await driver.close()
     assert cascade.stats.num_settled == settled + 1
     text = driver.of(OutputKind.TRANSCRIPT_DONE)[0].text.lower()
-    assert "fox" in text and "sleep" in text
-    assert "fox" in driver.text("resp_1").lower() and "sleep" in driver.text("resp_1").lower()
+    assert "john" in text and "sleep" in text
+    assert "john" in driver.text("resp_1").lower() and "sleep" in driver.text("resp_1").lower()
 
 
 async def test_clear_drops_the_uncommitted_speech(cascade: Any) -> None:
@@ -170,12 +169,68 @@ async def test_answers_come_from_a_language_model_when_one_is_set(
     await driver.close()
     assert driver.text("resp_1") == "Paris is the capital of France. It is lovely."
     assert len(driver.audio("resp_1")) > 48_000
-    [request] = chat_server.requests
+    # An answer prepared at the pause assumed a new conversation; this one has a past, so it was redone.
+    request = chat_server.requests[-1]
     roles = [message["role"] for message in request["messages"]]
     assert roles == ["system", "user", "assistant", "user"]
     assert request["messages"][0]["content"] == "Answer briefly."
     assert request["messages"][2]["content"] == "Hi! How can"
     assert "capital of france" in request["messages"][3]["content"].lower()
+
+
+async def test_language_model_answers_are_prepared_at_the_pause_turn_after_turn(
+    cascade: Any, chat_server: ChatServer
+) -> None:
+    chat_server.reply = ["Noted. ", "Anything else?"]
+    cascade.use_llm(chat_server.url, "tiny")
+    try:
+        stream = await cascade.open("s9", StreamConfig())
+    finally:
+        cascade.use_llm(None, None)
+    driver = Driver(stream)
+    used = cascade.stats.num_prepared_used
+    history: list[HistoryTurn] = []
+    for turn, question in enumerate(["What is the capital of France?", "Forget this."], start=1):
+        await driver.say(1, speak_as_user(cascade, question))
+        await _wait_stops(driver, turn)
+        await stream.commit(1, f"item_{turn}")
+        transcript = await driver.wait_for(OutputKind.TRANSCRIPT_DONE, item_id=f"item_{turn}")
+        # What the session core sends: the history so far, the new user item not yet transcribed.
+        await stream.respond(1, ResponseRequest(f"resp_{turn}", history=(*history, HistoryTurn("user", ""))))
+        await driver.wait_for(OutputKind.RESPONSE_DONE, response_id=f"resp_{turn}")
+        history += [
+            HistoryTurn("user", transcript.text),
+            HistoryTurn("assistant", driver.text(f"resp_{turn}")),
+        ]
+    await driver.close()
+    # One request per turn: each was made at the pause, and each matched the conversation.
+    assert len(chat_server.requests) == 2
+    assert cascade.stats.num_prepared_used == used + 2
+    last = chat_server.requests[-1]["messages"]
+    assert [m["role"] for m in last] == ["system", "user", "assistant", "user"]
+    assert last[2]["content"] == "Noted. Anything else?"
+
+
+async def _wait_stops(driver: Driver, count: int) -> None:
+    for _ in range(1000):
+        if len(driver.of(OutputKind.SPEECH_STOPPED)) >= count:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"fewer than {count} speech stops")
+
+
+async def test_asked_to_speak_first_the_assistant_opens(cascade: Any) -> None:
+    stream = await cascade.open("s10", StreamConfig())
+    driver = Driver(stream)
+    await stream.respond(1, ResponseRequest("resp_1", modalities=("text",)))
+    await stream.respond(
+        1, ResponseRequest("resp_2", history=[HistoryTurn("user", "")], modalities=("text",))
+    )
+    await driver.wait_for(OutputKind.RESPONSE_DONE, response_id="resp_2")
+    await driver.wait_for(OutputKind.RESPONSE_DONE, response_id="resp_1")
+    await driver.close()
+    assert driver.text("resp_1") == responder.OPENING
+    assert driver.text("resp_2") == responder.NOT_HEARD  # the user spoke, but nothing was understood
 
 
 async def test_an_unreachable_language_model_is_said_plainly(cascade: Any) -> None:
@@ -189,7 +244,7 @@ async def test_an_unreachable_language_model_is_said_plainly(cascade: Any) -> No
     await stream.respond(3, ResponseRequest("resp_1", history=history, modalities=("text",)))
     done = await driver.wait_for(OutputKind.RESPONSE_DONE)
     await driver.close()
-    assert driver.text("resp_1") == cascade_stream.CANT_REACH_LLM
+    assert driver.text("resp_1") == replies.CANT_REACH_LLM
     assert done.status == "completed" and done.epoch == 3
 
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import signal
+import sys
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -84,3 +87,12 @@ def test_closing_ends_the_process() -> None:
 def test_futures_are_plain_concurrent_futures(worker: tts.Worker) -> None:
     # Streams on any event loop await them with asyncio.wrap_future.
     assert isinstance(worker.speak("Hi.", "espeak"), concurrent.futures.Future)
+
+
+def test_the_gpl_synthesisers_stay_out_of_livegen_s_process(cascade: Any) -> None:
+    assert cascade.speak("Hello.").result(timeout=60).engine == "piper"
+    assert cascade.speak("Hello.", "espeak").result(timeout=60).engine == "espeak"
+    assert not {"piper", "espeakng_loader"} & set(sys.modules)
+    maps = Path("/proc/self/maps")
+    if maps.exists():
+        assert "espeak" not in maps.read_text() and "piper" not in maps.read_text()

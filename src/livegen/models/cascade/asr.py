@@ -59,13 +59,16 @@ class Recognizer:
         self._tokenizer = Tokenizer(self._whisper.hf_tokenizer, False, task="transcribe", language="en")
         self._prompt = [*self._tokenizer.sot_sequence, self._tokenizer.no_timestamps]
 
-    def transcribe(self, audio: np.ndarray) -> Transcript:
-        """Text of 16 kHz float audio; longer than 30 s is cut into 30 s pieces."""
+    def transcribe(self, audio: np.ndarray, window_s: int | None = None) -> Transcript:
+        """Text of 16 kHz float audio; longer than 30 s is cut into 30 s pieces.
+
+        ``window_s`` forces a decoding window (the benchmark's 30 s baseline).
+        """
         limit = WINDOWS_S[-1] * SAMPLE_RATE
         if len(audio) > limit:
             pieces = [self.transcribe(audio[i : i + limit]) for i in range(0, len(audio), limit)]
             return Transcript(" ".join(p.text for p in pieces if p.text), WINDOWS_S[-1])
-        window = window_for(len(audio) / SAMPLE_RATE)
+        window = window_s or window_for(len(audio) / SAMPLE_RATE)
         text = self._decode(audio, window)
         if window < WINDOWS_S[-1] and is_repetitive(text):
             return Transcript(self._decode(audio, WINDOWS_S[-1]), WINDOWS_S[-1], is_retried=True)
@@ -96,11 +99,15 @@ def window_for(duration_s: float) -> int:
 
 
 def is_repetitive(text: str) -> bool:
-    """Whether one word occurs 5 times in a row, or a 2- to 4-word phrase 3 times.
+    """Whether one word occurs 5 times in a row, a 2- to 4-word phrase 3 times,
+    or the text starts over at its end ("What time is it? What time").
 
-    People say "no, no, no"; Whisper stuck in a loop says far more.
+    People say "no, no, no"; Whisper stuck in a loop says far more, and a
+    window much longer than the speech tempts it to say the sentence again.
     """
     words = [w.lower() for w in _WORD.findall(text)]
+    if _starts_over(words):
+        return True
     for size in range(1, 5):
         max_repeats = 5 if size == 1 else 3
         for start in range(len(words) - size * max_repeats + 1):
@@ -108,6 +115,11 @@ def is_repetitive(text: str) -> bool:
             if all(words[start + k * size : start + (k + 1) * size] == phrase for k in range(max_repeats)):
                 return True
     return False
+
+
+def _starts_over(words: list[str]) -> bool:
+    """Whether the last 2+ words repeat the first ones after a sentence of 3+ words."""
+    return any(words[start:] == words[: len(words) - start] for start in range(3, len(words) - 1))
 
 
 #: What Whisper writes for silence or noise; a transcript of only this is no speech.

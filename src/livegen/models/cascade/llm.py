@@ -45,13 +45,19 @@ def messages(history: Sequence[HistoryTurn], user_text: str, instructions: str) 
     it, or is appended when the history does not end with the user.
     """
     result = [{"role": "system", "content": instructions or DEFAULT_INSTRUCTIONS}]
-    turns = [(t.role, t.text) for t in history if t.role in ("user", "assistant", "system")]
-    if turns and turns[-1][0] == "user":
-        turns[-1] = ("user", turns[-1][1] or user_text)
-    elif user_text:
-        turns.append(("user", user_text))
-    result.extend({"role": role, "content": text} for role, text in turns if text)
+    turns = [t for t in filled(history, user_text) if t.role in ("user", "assistant", "system")]
+    result.extend({"role": t.role, "content": t.text} for t in turns if t.text)
     return result
+
+
+def filled(history: Sequence[HistoryTurn], user_text: str) -> list[HistoryTurn]:
+    """``history`` ending with the user saying ``user_text`` (filling an empty last user turn)."""
+    turns = list(history)
+    if turns and turns[-1].role == "user":
+        turns[-1] = HistoryTurn("user", turns[-1].text or user_text)
+    elif user_text:
+        turns.append(HistoryTurn("user", user_text))
+    return turns
 
 
 class Client:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import os
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -59,7 +60,10 @@ class CascadeModel:
         self.vad_path = str(assets.silero_model())
         self.llm = llm_settings
         self.stats = Stats()
+        #: Whether streams start recognising and answering at a pause (off: the benchmark's baseline).
+        self.is_speculative = True
         self._asr_thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="livegen-asr")
+        self.is_closed = False
 
     async def open(self, session_id: str, config: StreamConfig) -> Stream:
         return Stream(self, session_id, config)
@@ -92,14 +96,33 @@ class CascadeModel:
             self.stats.tts.append((seconds, time.perf_counter() - started))
 
     def close(self) -> None:
+        self.is_closed = True
         self.worker.close()
         self._asr_thread.shutdown(wait=False, cancel_futures=True)
 
 
+_loaded: CascadeModel | None = None
+_loading = threading.Lock()
+
+
 def load() -> CascadeModel:
-    """The registry's loader: pinned weights from installed packages, offline, warmed up."""
+    """The registry's loader: pinned weights from installed packages, offline, warmed up.
+
+    One model per process, whoever asks (each server's registry, the
+    benchmark, tests): it holds no session state and is not bound to an event
+    loop, and a second copy would only cost seconds and a second worker.
+    """
+    global _loaded
+    with _loading:
+        if _loaded is None or _loaded.is_closed:
+            _loaded = _load()
+        return _loaded
+
+
+def _load() -> CascadeModel:
     recognizer = asr.Recognizer(assets.whisper_dir(), threads=_env_int("LIVEGEN_ASR_THREADS", 2))
-    worker = tts.Worker(threads=_env_int("LIVEGEN_TTS_THREADS", 2))
+    # One ONNX thread: on two busy cores, Piper with two is slower (measured: 364 vs 524 ms a sentence).
+    worker = tts.Worker(threads=_env_int("LIVEGEN_TTS_THREADS", 1))
     model = CascadeModel(recognizer, worker)
     model.use_llm(
         os.environ.get("LIVEGEN_LLM_BASE_URL"),

@@ -25,6 +25,8 @@ FALLBACK = (
     "Sorry, I can't answer that. I only know the time, the date, arithmetic, and how to repeat after you."
 )
 NOT_HEARD = "Sorry, I didn't catch that. Could you say it again?"
+#: Said when a response is asked for before the user said anything.
+OPENING = "Hello! How can I help you?"
 
 Rule = Callable[[str, datetime], str | None]
 

@@ -9,7 +9,7 @@ session core, which is why every output carries the epoch of the call it
 answers and why a cancelled response simply stops, without a terminal output.
 
 Latency comes from doing the work before the turn ends. At a short pause
-(``vad.Event.PAUSE``, about a third of the silence window) the stream
+(``vad.Event.PAUSE``, a fifth of the silence window) the stream
 transcribes what it has and prepares the answer, including the audio of its
 first sentence. If the user goes on, the answer is dropped, and the partial
 transcript is kept when it covers enough speech (``SETTLE_S``), so a long
@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from livegen.errors import CapacityExceeded, InvalidRequest, InvalidState, ModelError
-from livegen.models.cascade import llm, responder, sentences, vad
+from livegen.models.cascade import llm, replies, vad
 from livegen.models.cascade.tts import Speech
 from livegen.models.voice import (
     HistoryTurn,
@@ -49,7 +49,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("livegen.models.cascade")
 
 T = TypeVar("T")
-Piece = tuple[str, "concurrent.futures.Future[Speech] | None"]
 
 SAMPLE_RATE = vad.SAMPLE_RATE
 #: A partial transcript taken at a pause is kept if the user goes on and it covers this much audio.
@@ -60,18 +59,6 @@ _TAIL_S = 0.25
 MAX_BUFFER_S = 300
 #: Output audio is sent in pieces of this length (24 kHz PCM16).
 AUDIO_DELTA_BYTES = 24_000 * 2 // 5
-CANT_REACH_LLM = "Sorry, I can't reach the language model right now."
-
-
-@dataclass
-class Prepared:
-    """An answer made ready before it was asked for."""
-
-    user_text: str
-    voice: str
-    pieces: list[str]
-    #: The first piece's audio, already on its way.
-    first_audio: concurrent.futures.Future[Speech] | None
 
 
 @dataclass
@@ -81,7 +68,7 @@ class Speculation:
     start: int
     end: int
     transcript: asyncio.Task[str]
-    prepared: asyncio.Task[Prepared] | None
+    prepared: asyncio.Task[replies.Answer] | None
 
 
 class Stream:
@@ -103,7 +90,10 @@ class Stream:
         self._speculation: Speculation | None = None
         #: The transcript of the last committed item no response has used yet, and its prepared answer.
         self._unanswered: asyncio.Task[str] | None = None
-        self._unanswered_prepared: asyncio.Task[Prepared] | None = None
+        self._unanswered_prepared: asyncio.Task[replies.Answer] | None = None
+        #: The history the next response will likely be asked with (None: unknown, after an interruption);
+        #: a language-model answer is prepared speculatively only against it.
+        self._next_history: list[HistoryTurn] | None = []
         self._responses: dict[str, tuple[int, asyncio.Task[None]]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._is_closed = False
@@ -170,6 +160,7 @@ class Stream:
             with contextlib.suppress(BaseException):
                 await task
         self._drop_prepared(self._unanswered_prepared)
+        self._drop_speculation(keep_transcript=False)
         if self._llm:
             await self._llm.aclose()
         self._outputs.put_nowait(None)
@@ -199,10 +190,12 @@ class Stream:
 
     def _speculate(self) -> None:
         self._drop_speculation(keep_transcript=False)
+        if not self._model.is_speculative:
+            return
         start, end = self._settled_until, self._buffer_end()
         transcript = self._spawn(self._transcribe(self._audio(start, end)))
         prepared = None
-        if self._llm is None:
+        if self._llm is None or self._next_history is not None:
             prepared = self._spawn(self._prepare(list(self._settled), transcript, self._config.voice))
         self._speculation = Speculation(start, end, transcript, prepared)
         self._model.stats.num_speculations += 1
@@ -219,7 +212,7 @@ class Stream:
         else:
             speculation.transcript.cancel()
 
-    def _take_turn(self) -> tuple[asyncio.Task[str], asyncio.Task[Prepared] | None]:
+    def _take_turn(self) -> tuple[asyncio.Task[str], asyncio.Task[replies.Answer] | None]:
         """The transcript of the unsettled rest of the turn, and an answer if one was prepared."""
         speculation = self._speculation
         last_speech = self._detector.turns.last_speech
@@ -288,127 +281,116 @@ class Stream:
 
     async def _prepare(
         self, settled: list[asyncio.Task[str]], tail: asyncio.Task[str], voice: str
-    ) -> Prepared:
+    ) -> replies.Answer:
         parts = [await asyncio.shield(task) for task in [*settled, tail]]
         user_text = " ".join(part for part in parts if part)
-        pieces = sentences.split(responder.reply(user_text, _now()))
-        first_audio = self._model.speak(pieces[0], voice) if pieces else None
-        return Prepared(user_text, voice, pieces, first_audio)
+        chat = self._chat(self._next_history or [], user_text, self._config.instructions)
+        return replies.start(self._model.speak, self._llm, user_text, voice, chat)
+
+    def _chat(
+        self, history: Sequence[HistoryTurn], user_text: str, instructions: str
+    ) -> list[dict[str, str]] | None:
+        return llm.messages(history, user_text, instructions) if self._llm else None
 
     async def _respond(self, epoch: int, request: ResponseRequest) -> None:
         rid = request.response_id
-        unanswered, prepared_task = self._unanswered, self._unanswered_prepared
+        unanswered, prepared = self._unanswered, self._unanswered_prepared
         self._unanswered = self._unanswered_prepared = None
         voice = request.voice or self._config.voice
+        answer: replies.Answer | None = None
         try:
             user_text = await asyncio.shield(unanswered) if unanswered else _last_user_text(request.history)
-            prepared = await self._use_prepared(prepared_task, user_text, voice)
-            pieces = self._reply_pieces(request, user_text) if prepared is None else _listed(prepared.pieces)
-            first = prepared.first_audio if prepared else None
-            await self._speak(epoch, rid, pieces, first, "audio" in request.modalities, voice)
+            instructions = request.instructions or self._config.instructions
+            chat = self._chat(request.history, user_text or "", instructions)
+            answer = await self._use_prepared(prepared, user_text, voice, chat)
+            if answer is None:
+                answer = replies.start(self._model.speak, self._llm, user_text, voice, chat)
+            spoken = await self._speak(epoch, rid, answer, "audio" in request.modalities, voice)
         except asyncio.CancelledError:
-            if prepared_task is not None:
-                self._drop_prepared(prepared_task)
+            self._drop_prepared(prepared)
+            self._next_history = None  # what the user heard of it is the core's to say
             raise
         except Exception as exc:
             logger.exception("response %s failed", rid)
+            self._next_history = None
             self._emit(OutputKind.ERROR, epoch, response_id=rid, text=f"{type(exc).__name__}: {exc}")
             self._emit(OutputKind.RESPONSE_DONE, epoch, response_id=rid, status="failed")
             return
+        finally:
+            if answer is not None:
+                answer.drop()
+        heard = llm.filled(request.history, user_text or "")
+        self._next_history = [*heard, HistoryTurn("assistant", spoken)]
         self._emit(OutputKind.RESPONSE_DONE, epoch, response_id=rid, status="completed")
 
     async def _use_prepared(
-        self, task: asyncio.Task[Prepared] | None, user_text: str, voice: str
-    ) -> Prepared | None:
-        if task is None or self._llm is not None:
+        self,
+        task: asyncio.Task[replies.Answer] | None,
+        user_text: str | None,
+        voice: str,
+        chat: list[dict[str, str]] | None,
+    ) -> replies.Answer | None:
+        if task is None:
             return None
         try:
-            prepared = await asyncio.shield(task)
+            answer = await asyncio.shield(task)
         except Exception:
             logger.exception("preparing an answer failed; answering afresh")
             return None
-        if prepared.user_text != user_text or prepared.voice != voice:
-            self._drop_prepared(task)
+        if not answer.matches(user_text, voice, chat):
+            answer.drop()
             return None
         self._model.stats.num_prepared_used += 1
-        return prepared
-
-    async def _reply_pieces(self, request: ResponseRequest, user_text: str) -> AsyncIterator[str]:
-        if self._llm is None:
-            for piece in sentences.split(responder.reply(user_text, _now())):
-                yield piece
-            return
-        instructions = request.instructions or self._config.instructions
-        chat = llm.messages(request.history, user_text, instructions)
-        splitter = sentences.Splitter()
-        try:
-            async for delta in self._llm.stream(chat):
-                for piece in splitter.feed(delta):
-                    yield piece
-        except ModelError as exc:
-            logger.warning("language model failed: %s", exc)
-            splitter.flush()
-            yield CANT_REACH_LLM
-            return
-        for piece in splitter.flush():
-            yield piece
+        return answer
 
     async def _speak(
-        self,
-        epoch: int,
-        rid: str,
-        pieces: AsyncIterator[str],
-        first_audio: concurrent.futures.Future[Speech] | None,
-        wants_audio: bool,
-        voice: str,
-    ) -> None:
-        """Text and audio of each piece in order; the next piece is synthesised meanwhile."""
-        queue: asyncio.Queue[Piece | None] = asyncio.Queue(1)
-        producer = self._spawn(self._synthesise(pieces, first_audio, wants_audio, voice, queue))
+        self, epoch: int, rid: str, answer: replies.Answer, wants_audio: bool, voice: str
+    ) -> str:
+        """Text and audio of each piece in order, the next piece synthesised meanwhile; the text said."""
+        queue: asyncio.Queue[replies.Piece | None] = asyncio.Queue(1)
+        producer = self._spawn(self._synthesise(answer.pieces(), wants_audio, voice, queue))
+        said: list[str] = []
         try:
-            index = 0
             while (item := await queue.get()) is not None:
                 text, audio = item
-                self._emit(
-                    OutputKind.TEXT_DELTA, epoch, response_id=rid, text=text if index == 0 else f" {text}"
-                )
+                delta = text if not said else f" {text}"
+                said.append(delta)
+                self._emit(OutputKind.TEXT_DELTA, epoch, response_id=rid, text=delta)
                 if audio is not None:
                     await self._emit_audio(epoch, rid, text, audio, voice)
-                index += 1
             await producer  # re-raises its error, if any
         finally:
             producer.cancel()
             while not queue.empty():
                 if (item := queue.get_nowait()) is not None and item[1] is not None:
                     item[1].cancel()
+        return "".join(said)
 
     async def _synthesise(
         self,
-        pieces: AsyncIterator[str],
-        first_audio: concurrent.futures.Future[Speech] | None,
+        pieces: AsyncIterator[replies.Piece],
         wants_audio: bool,
         voice: str,
-        queue: asyncio.Queue[Piece | None],
+        queue: asyncio.Queue[replies.Piece | None],
     ) -> None:
         """Feed ``queue`` with pieces and their audio in flight; None at the end, even after an error."""
         error: Exception | None = None
         try:
-            async for piece in pieces:
-                audio = None
-                if wants_audio:
-                    audio = first_audio or self._model.speak(piece, voice)
-                first_audio = None
+            async for text, prepared_audio in pieces:
+                audio = prepared_audio
+                if not wants_audio and audio is not None:
+                    audio.cancel()
+                    audio = None
+                elif wants_audio and audio is None:
+                    audio = self._model.speak(text, voice)
                 try:
-                    await queue.put((piece, audio))
+                    await queue.put((text, audio))
                 except asyncio.CancelledError:
                     if audio is not None:
                         audio.cancel()
                     raise
         except Exception as exc:
             error = exc
-        finally:
-            if first_audio is not None:
-                first_audio.cancel()
         await queue.put(None)
         if error is not None:
             raise error
@@ -449,15 +431,13 @@ class Stream:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    def _drop_prepared(self, task: asyncio.Task[Prepared] | None) -> None:
+    def _drop_prepared(self, task: asyncio.Task[replies.Answer] | None) -> None:
         if task is None:
             return
         if not task.done():
             task.cancel()
-        elif not task.cancelled() and task.exception() is None and task.result().first_audio is not None:
-            audio = task.result().first_audio
-            if audio is not None:
-                audio.cancel()
+        elif not task.cancelled() and task.exception() is None:
+            task.result().drop()
 
     def _check_open(self) -> None:
         if self._is_closed:
@@ -468,12 +448,10 @@ async def _constant(text: str) -> str:
     return text
 
 
-async def _listed(pieces: list[str]) -> AsyncIterator[str]:
-    for piece in pieces:
-        yield piece
-
-
-def _last_user_text(history: Sequence[HistoryTurn]) -> str:
+def _last_user_text(history: Sequence[HistoryTurn]) -> str | None:
+    """The last thing the user said; "" if it was not understood, None if the user has not spoken."""
+    if not any(turn.role == "user" for turn in history):
+        return None
     return next((t.text for t in reversed(history) if t.role == "user" and t.text), "")
 
 
