@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from livegen.errors import StateEvicted
+from livegen.errors import LivegenError, StateEvicted
 from livegen.logs import log_event
 from livegen.models.world import Chunk, Tick, WorldModel
 from livegen.runtime.kv_pool import Pool
@@ -67,6 +67,7 @@ class Steppable(Protocol):
     def begin_tick(self, now: float) -> Plan | None: ...
     def tick_done(self, plan: Plan, chunk: Chunk, model_ms: float) -> None: ...
     def tick_failed(self, plan: Plan, code: str, message: str) -> None: ...
+    def crashed(self, message: str) -> None: ...
 
 
 @dataclass
@@ -146,7 +147,8 @@ class Scheduler:
                 except Exception as exc:  # a bug here must fail the batch, not the server
                     log_event(logger, "scheduler.error", logging.ERROR, error=repr(exc))
                     for entry in entries:
-                        self._fail(entry, "chunk_failed", f"internal error: {exc}")
+                        with contextlib.suppress(LivegenError):  # entries settled before the bug
+                            self._fail(entry, "chunk_failed", f"internal error: {exc}")
 
     async def _sleep(self, now: float) -> None:
         deadlines = [d for r in self._runners.values() if (d := r.next_deadline()) is not None]
@@ -156,10 +158,22 @@ class Scheduler:
             await asyncio.wait_for(self._wake.wait(), timeout)
 
     def _plan(self, runner: Steppable, now: float) -> _Entry | None:
-        plan = runner.begin_tick(now)
+        try:
+            plan = runner.begin_tick(now)
+        except Exception as exc:  # a bug in one session: stop scheduling it, keep the others going
+            log_event(
+                logger, "scheduler.session_crashed", logging.ERROR, session=runner.session_id, error=repr(exc)
+            )
+            self._runners.pop(runner.session_id, None)
+            runner.crashed(f"internal error, the session stopped: {exc}")
+            return None
         if plan is None:
             return None
-        context, write = self.pool.plan(runner.session_id) if self.pool is not None else ((), ())
+        try:
+            context, write = self.pool.plan(runner.session_id) if self.pool is not None else ((), ())
+        except LivegenError as exc:
+            runner.tick_failed(plan, "chunk_failed", f"no KV pages: {exc}")
+            return None
         meta = plan.meta
         tick = Tick(meta, plan.seed, plan.prompt, plan.control_data(), context, write)
         return _Entry(runner, plan, tick)

@@ -29,7 +29,7 @@ from livegen.protocol import world as wire
 from livegen.runtime.world_runner import Options, Runner
 from livegen.runtime.world_scheduler import Scheduler
 from livegen.server.auth import select_subprotocol
-from livegen.world import ControlInput, Event, Manager, thaw
+from livegen.world import ControlInput, Event, Manager, Status, thaw
 
 if TYPE_CHECKING:
     from livegen.server.app import State
@@ -114,6 +114,10 @@ class Connection:
                     break
                 self.metrics.events.labels(kind="world", direction="in").inc()
                 await self._handle(message.get("text"), message.get("bytes"))
+                if self.runner is not None and self.runner.is_overflowing:
+                    log_event(logger, "world.client_not_reading", logging.WARNING)
+                    await self.websocket.close(code=1008, reason="too many unread events")
+                    break
         except WebSocketDisconnect:
             pass
         finally:
@@ -166,7 +170,7 @@ class Connection:
             await runner.reset()
         elif isinstance(event, wire.SessionClose):
             await runner.close()
-            if runner.session.status.value == "closed":
+            if runner.session.status is Status.CLOSED:
                 self.is_closed = True
                 self._closed()
 
