@@ -85,10 +85,14 @@ async def test_barge_in_cancels_the_answer_and_the_next_turn_is_answered(cascade
     await driver.wait_for(OutputKind.SPEECH_STARTED, epoch=1, within=5)
     assert len(driver.of(OutputKind.SPEECH_STARTED)) == 2
     await stream.cancel(2)
-    await asyncio.sleep(1.0)
+    await asyncio.sleep(0.2)  # what was queued before the cancel drains
+    num_after_cancel = len(driver.of(OutputKind.AUDIO_DELTA, response_id="resp_1"))
+    await asyncio.sleep(1.5)
+    # Nothing more of the cancelled answer, not even its end: the runtime owns that terminal.
+    assert len(driver.of(OutputKind.AUDIO_DELTA, response_id="resp_1")) == num_after_cancel
     assert not driver.of(OutputKind.RESPONSE_DONE, response_id="resp_1")
-    # The help answer is over 8 s of speech; at most the pieces already made came out.
-    assert len(driver.audio("resp_1")) / 48_000 < 6.0
+    # The help answer is about 10 s of speech; only the pieces made before the cancel came out.
+    assert len(driver.audio("resp_1")) / 48_000 < 8.0
 
     await driver.say(2, second[len(second) // 2 :])
     await driver.wait_for(OutputKind.SPEECH_STOPPED, epoch=2)

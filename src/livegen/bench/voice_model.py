@@ -183,6 +183,8 @@ async def run(model: Any, turns: Turns, num_rounds: int, num_barge_ins: int, sil
     utterances = [synthesise(model, text) for text in tqdm(PROMPTS, desc="synthesising questions")]
     latencies: dict[str, list[float]] = {"speculative": [], "baseline": []}
     stops: list[float] = []
+    #: First audio after speech_stopped, by mode: how ready the answer was when the turn ended.
+    after_stop: dict[str, list[float]] = {mode: [] for mode in latencies}
     results: list[TurnResult] = []
     steps = [(mode, u) for _ in range(num_rounds) for mode in latencies for u in utterances]
     for mode, utterance in tqdm(steps, desc="spoken turns"):
@@ -192,11 +194,14 @@ async def run(model: Any, turns: Turns, num_rounds: int, num_barge_ins: int, sil
             latencies[mode].append(result.first_audio_ms)
         if result.speech_stopped_ms is not None:
             stops.append(result.speech_stopped_ms)
+            if result.first_audio_ms is not None:
+                after_stop[mode].append(result.first_audio_ms - result.speech_stopped_ms)
         if mode == "speculative":
             results.append(result)
     model.is_speculative = True
     _latency_report(report, latencies, silence_ms)
     report.latency_ms["speech_stopped"] = percentiles(stops)
+    report.latency_ms["after_speech_stopped"] = {mode: percentiles(v) for mode, v in after_stop.items()}
     report.wer = {
         "transcripts": wer([(r.prompt, r.transcript) for r in results]),
         "num_words": sum(len(normalise(r.prompt)) for r in results),
@@ -254,6 +259,11 @@ def render(report: Report) -> str:
     if report.latency_ms.get("speech_stopped", {}).get("n"):
         stopped = report.latency_ms["speech_stopped"]
         lines.append(f"  (the detector's speech stop: p50 {stopped['p50']:.0f}, p95 {stopped['p95']:.0f})")
+        for mode, after in report.latency_ms["after_speech_stopped"].items():
+            if after.get("n"):
+                lines.append(
+                    f"  {mode}: speech_stopped -> first audio p50 {after['p50']:.0f}, p95 {after['p95']:.0f}"
+                )
     if "p50_ratio_speculative_vs_baseline" in report.latency_ms:
         lines.append(
             f"  p50 ratio speculative/baseline: {report.latency_ms['p50_ratio_speculative_vs_baseline']:.2f}"
