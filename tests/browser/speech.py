@@ -1,12 +1,17 @@
 """Speech for the fake microphone: espeak-ng (from espeakng-loader) through ctypes, written as a WAV.
 
 A question spoken by a real synthesizer, padded with silence before and after,
-so a server-side voice activity detector sees one clean turn.
+so a server-side voice activity detector sees one clean turn. espeak-ng is
+GPL and livegen keeps it out of its own process (tests check that), so the
+tests call ``write_speech``, which runs this file as a child process.
 """
 
 from __future__ import annotations
 
 import ctypes
+import json
+import subprocess
+import sys
 import wave
 from pathlib import Path
 
@@ -55,6 +60,12 @@ def write_question(path: Path, text: str, lead_s: float = 1.0, tail_s: float = 6
 
 def write_speech(path: Path, parts: list[tuple[float, str]], tail_s: float = 6.0) -> Path:
     """A WAV of utterances, each after its seconds of silence: ``[(1.0, "hello"), (2.5, "bye")]``."""
+    request = json.dumps({"path": str(path), "parts": parts, "tail_s": tail_s})
+    subprocess.run([sys.executable, __file__, request], check=True, timeout=60)
+    return path
+
+
+def _write_speech_here(path: Path, parts: list[tuple[float, str]], tail_s: float) -> None:
     pieces: list[np.ndarray] = []
     rate = 0
     for silence_s, text in parts:
@@ -67,4 +78,8 @@ def write_speech(path: Path, parts: list[tuple[float, str]], tail_s: float = 6.0
         out.setsampwidth(2)
         out.setframerate(rate)
         out.writeframes(audio.tobytes())
-    return path
+
+
+if __name__ == "__main__":
+    arguments = json.loads(sys.argv[1])
+    _write_speech_here(Path(arguments["path"]), [tuple(p) for p in arguments["parts"]], arguments["tail_s"])
