@@ -97,7 +97,9 @@ def save_canvas(browser: Browser, name: str) -> Image.Image:
     return browser.screenshot(name, "world-canvas")
 
 
-def open_world(start_server: Callable[..., ServerThread], open_browser: Callable[..., Browser]) -> Browser:
+def open_world(
+    start_server: Callable[..., ServerThread], open_browser: Callable[..., Browser]
+) -> tuple[Browser, ServerThread]:
     server = start_server(api_key=KEY, voice_model="none", world_model="procedural-world")
     server.wait_ready()
     browser = open_browser()
@@ -109,13 +111,13 @@ def open_world(start_server: Callable[..., ServerThread], open_browser: Callable
     browser.find("world-start").click()
     browser.wait_for(lambda: stats(browser)["framesDrawn"] >= 8, what="the first frames")
     assert stats(browser)["state"] == "live"
-    return browser
+    return browser, server
 
 
 def test_keys_move_the_world_and_release_stops_it(
     start_server: Callable[..., ServerThread], open_browser: Callable[..., Browser]
 ) -> None:
-    browser = open_world(start_server, open_browser)
+    browser, _ = open_world(start_server, open_browser)
     save_canvas(browser, "world-start")
     move(browser, key_press(browser), ARROWS)
     save_canvas(browser, "world-after-arrows")
@@ -136,7 +138,7 @@ def test_keys_move_the_world_and_release_stops_it(
 def test_prompt_restyles_and_reset_starts_again(
     start_server: Callable[..., ServerThread], open_browser: Callable[..., Browser]
 ) -> None:
-    browser = open_world(start_server, open_browser)
+    browser, _ = open_world(start_server, open_browser)
     before = settled_frame(browser)
     moved = move(browser, key_press(browser), ARROWS)
 
@@ -162,7 +164,7 @@ def test_prompt_restyles_and_reset_starts_again(
 def test_pacing_off_runs_faster_than_the_model_fps(
     start_server: Callable[..., ServerThread], open_browser: Callable[..., Browser]
 ) -> None:
-    browser = open_world(start_server, open_browser)
+    browser, _ = open_world(start_server, open_browser)
     browser.wait_for(lambda: stats(browser)["fps"] >= 12, what="realtime playback near 16 fps")
     assert stats(browser)["fps"] <= 18
     browser.find("world-pacing").click()
@@ -219,3 +221,32 @@ def test_stalls_ask_the_server_to_run_further_ahead(
     assert stats(browser)["stalls"] - stepped_at <= 2
     assert "ahead" in browser.text("world-chunk")
     assert stats(browser)["errors"] == []
+
+
+def test_a_refused_event_is_said_in_words_and_the_world_goes_on(
+    start_server: Callable[..., ServerThread], open_browser: Callable[..., Browser]
+) -> None:
+    browser, _ = open_world(start_server, open_browser)
+    browser.js(
+        "const box = document.querySelector('[data-testid=world-prompt]');"
+        "box.value = 'x'.repeat(5000); box.form.requestSubmit();"
+    )
+    browser.wait_for(lambda: stats(browser)["errors"], what="the error event")
+    status = browser.text("status")
+    assert status.startswith("World: ") and "prompt" in status.lower(), status
+    assert browser.find("status").get_attribute("data-level") == "warn"
+    drawn = stats(browser)["framesDrawn"]
+    browser.wait_for(lambda: stats(browser)["framesDrawn"] > drawn + 8, what="frames after the error")
+    assert stats(browser)["state"] == "live"
+
+
+def test_a_lost_server_is_said_in_words(
+    start_server: Callable[..., ServerThread], open_browser: Callable[..., Browser]
+) -> None:
+    browser, server = open_world(start_server, open_browser)
+    server.stop()
+    browser.wait_for(lambda: stats(browser)["state"] != "live", what="the page to notice")
+    words = browser.text("world-state")
+    browser.screenshot("world-server-gone")
+    assert words.startswith(("Stopped: the server", "Closed by the server")), words
+    assert browser.find("world-start").is_enabled()

@@ -66,14 +66,20 @@ class Api {
 
 export const api = new Api();
 
+const CLOSE_WORDS = {
+  1000: "the server ended the session",
+  1001: "the server went away",
+  1006: "the connection was lost or refused (is the server running, and is the API key right?)",
+  1008: "the server refused the session",
+  1011: "the server hit an error",
+  1012: "the server is restarting or shutting down",
+  1013: "the server is busy: try again in a moment",
+};
+
 /** Words for a WebSocket close, for the status line. */
 export function describeClose(event) {
-  if (event.code === 1000) return "the server ended the session";
-  const reason = event.reason ? `: ${event.reason}` : "";
-  if (event.code === 1006) {
-    return "the connection was lost or refused (is the server running, and is the API key right?)";
-  }
-  return `the server closed the connection (code ${event.code}${reason})`;
+  const words = CLOSE_WORDS[event.code] || `the server closed the connection (code ${event.code})`;
+  return event.reason ? `${words}: ${event.reason}` : words;
 }
 
 /** The status pill at the top: the latest thing worth saying, with its level. */
