@@ -10,16 +10,12 @@ by not running them.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from page_browser import Browser
-
-CHROMIUM = Path(os.environ.get("LIVEGEN_CHROMIUM", "/usr/bin/chromium"))
-CHROMEDRIVER = Path(os.environ.get("LIVEGEN_CHROMEDRIVER", "/usr/bin/chromedriver"))
+from page_browser import CHROMEDRIVER, CHROMIUM, Browser, require_browser
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -29,23 +25,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.browser)
 
 
-def _require_browser() -> None:
-    missing = [str(path) for path in (CHROMIUM, CHROMEDRIVER) if not path.exists()]
-    if not missing:
-        return
-    reason = (
-        f"headless Chromium is not installed ({', '.join(missing)} missing): "
-        "apt-get install chromium chromium-driver"
-    )
-    if os.environ.get("CI", "").lower() == "true" or os.environ.get("LIVEGEN_REQUIRE_BROWSER") == "1":
-        pytest.fail(f"CI must run the browser tests, but {reason}")
-    pytest.skip(reason)
-
-
 @pytest.fixture
 def open_browser(tmp_path: Path) -> Iterator[Callable[..., Browser]]:
     """Start headless Chromium sessions; ``fake_audio`` is a WAV file the fake microphone plays once."""
-    _require_browser()
+    require_browser()
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 

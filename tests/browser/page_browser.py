@@ -13,8 +13,24 @@ from typing import Any
 import pytest
 from PIL import Image
 
+CHROMIUM = Path(os.environ.get("LIVEGEN_CHROMIUM", "/usr/bin/chromium"))
+CHROMEDRIVER = Path(os.environ.get("LIVEGEN_CHROMEDRIVER", "/usr/bin/chromedriver"))
 #: Set to a folder to get a copy of every screenshot there (they are always kept under tmp_path).
 SCREENS_ENV = "LIVEGEN_SCREENS_DIR"
+
+
+def require_browser() -> None:
+    """Skip without Chromium on a developer's machine; fail in CI, which installs it."""
+    missing = [str(path) for path in (CHROMIUM, CHROMEDRIVER) if not path.exists()]
+    if not missing:
+        return
+    reason = (
+        f"headless Chromium is not installed ({', '.join(missing)} missing): "
+        "apt-get install chromium chromium-driver"
+    )
+    if os.environ.get("CI", "").lower() == "true" or os.environ.get("LIVEGEN_REQUIRE_BROWSER") == "1":
+        pytest.fail(f"CI must run the browser tests, but {reason}")
+    pytest.skip(reason)
 
 
 class Browser:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from page_browser import Browser
+from page_browser import Browser, require_browser
 from speech import write_question, write_speech
 
 from livegen.server import ServerConfig
@@ -29,6 +29,7 @@ KEY = "voice-key"
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[ServerThread]:
+    require_browser()  # before loading the voice models for nothing
     running = ServerThread(ServerConfig(api_key=KEY, world_model="procedural-world")).start()
     try:
         running.wait_ready(timeout=180)
