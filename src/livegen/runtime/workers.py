@@ -9,13 +9,13 @@ is not enough.
 
 The ``WorkerPool`` owns placement, the scheduler (``world_scheduler.py``)
 owns the loop and the runners own their sessions. A session's state lives in
-the one worker that stepped it, so its ticks go there (session affinity);
-a session with no state anywhere (new, or reset, or failed) is placed on the
-least loaded worker when its next rollout starts. Each worker has its own
-paged KV pool (``kv_pool.py``), sized by the per-worker budget, because its
-pages index its own tensors. Releases (reset, close, failure, disconnect) fan
-out to every worker that may hold the session's state: one whose release
-failed stays on the list, so a retry reaches it again.
+the worker that stepped it, so its ticks go there (session affinity). A
+rollout's first chunk (a new session, or after a reset) needs no state, so it
+goes to the least loaded worker, which may move the session. Each worker has
+its own paged KV pool (``kv_pool.py``), sized by the per-worker budget,
+because its pages index its own tensors. Releases (reset, close, failure,
+disconnect) fan out to every worker that ever held the session: releasing is
+idempotent, and a worker whose earlier release failed gets another chance.
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ class WorkerPool:
         ]
         #: Session id -> index of the slot it is placed on (admitted to that slot's KV pool).
         self._placed: dict[str, int] = {}
-        #: Session id -> slots that may hold its model state (stepped since their last release).
+        #: Session id -> slots that ever held its model state (were sent one of its ticks).
         self._holders: dict[str, set[int]] = {}
 
     @property
@@ -141,7 +141,11 @@ class WorkerPool:
             self._place(session_id, self._least_loaded(exclude=None))
 
     def remove(self, session_id: str) -> None:
-        """The session left (close, disconnect): free its placement and KV admission."""
+        """The session left (close, disconnect) after its release: forget it."""
+        self._holders.pop(session_id, None)
+        self._unplace(session_id)
+
+    def _unplace(self, session_id: str) -> None:
         index = self._placed.pop(session_id, None)
         if index is not None:
             slot = self._slots[index]
@@ -156,7 +160,7 @@ class WorkerPool:
             raise LocalProtocolError(f"session {session_id!r} is not placed on a worker") from None
 
     def holders(self, session_id: str) -> set[int]:
-        """Indices of the workers that may hold this session's model state."""
+        """Indices of the workers that ever held this session's model state."""
         return set(self._holders.get(session_id, ()))
 
     def _least_loaded(self, exclude: int | None) -> int:
@@ -171,8 +175,8 @@ class WorkerPool:
                 f"KV pools full: {len(pools)} workers of {pools[0].capacity} sessions each",
                 code="kv_pool_full",
             )
-        # A session moving off ``exclude`` would free its place there: count it as gone.
-        return min(candidates, key=lambda i: (len(self._slots[i].sessions) - (i == exclude), i))
+        # A session moving off ``exclude`` frees its place there: count it as gone; on a tie it stays.
+        return min(candidates, key=lambda i: (len(self._slots[i].sessions) - (i == exclude), i != exclude, i))
 
     def _place(self, session_id: str, index: int) -> None:
         slot = self._slots[index]
@@ -182,20 +186,18 @@ class WorkerPool:
         self._placed[session_id] = index
 
     def _rebalance(self, session_id: str) -> int:
-        """A session with no state anywhere may move to a less loaded worker."""
-        current = self._placed[session_id]
+        """A session starting a rollout holds no state anywhere: it may move to a less loaded worker."""
+        current = self.worker_index(session_id)
         target = self._least_loaded(exclude=current)
         if target != current:
-            self.remove(session_id)
+            self._unplace(session_id)
             self._place(session_id, target)
         return target
 
     # -- ticks -----------------------------------------------------------------------------
     def plan(self, session_id: str, chunk_index: int) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
         """(worker index, context pages, pages to write) for the session's next tick."""
-        index = self.worker_index(session_id)
-        if chunk_index == 0 and not self._holders.get(session_id):
-            index = self._rebalance(session_id)
+        index = self._rebalance(session_id) if chunk_index == 0 else self.worker_index(session_id)
         self._holders.setdefault(session_id, set()).add(index)
         kv = self._slots[index].kv
         context, write = kv.plan(session_id) if kv is not None else ((), ())
@@ -217,10 +219,9 @@ class WorkerPool:
         return await self._slots[index].worker.step(ticks)
 
     async def release(self, session_id: str) -> None:
-        """Forget the session's state on every worker that may hold it; raises if one fails.
+        """Free the session's KV pages and forget its state on every worker that ever held it.
 
-        A worker whose release failed stays a holder, so the next release
-        (a retried reset or close) reaches it again.
+        Raises the first failure once every worker has been asked.
         """
         self.clear(session_id)
         holders = sorted(self._holders.get(session_id, ()))
@@ -229,12 +230,9 @@ class WorkerPool:
         results = await asyncio.gather(
             *(self._slots[i].worker.release(session_id) for i in holders), return_exceptions=True
         )
-        failed = {i for i, result in zip(holders, results, strict=True) if isinstance(result, BaseException)}
-        if failed:
-            self._holders[session_id] = failed
-            first = next(r for r in results if isinstance(r, BaseException))
-            raise first
-        self._holders.pop(session_id, None)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
 
 
 __all__ = ["LocalWorker", "Worker", "WorkerPool"]
