@@ -39,6 +39,7 @@ class FakeWorker:
 
     def __init__(self, name: str) -> None:
         self.name = name
+        self.is_alive = True
         self.steps: list[list[str]] = []
         self.releases: list[str] = []
         #: Sessions whose state this worker holds (stepped, not released since).
@@ -197,6 +198,32 @@ async def test_a_failing_worker_fails_only_its_own_sessions() -> None:
     await until(lambda: a.session_id in harness.workers[0].releases)  # the failure releases its state
     await until(lambda: b.session.chunk_index == 50)
     assert harness.errors(b.session_id) == [] and b.session.status is Status.ACTIVE
+    await harness.scheduler.stop()
+
+
+async def test_a_lost_worker_gets_no_new_rollouts_and_its_sessions_move_on_reset() -> None:
+    harness = Harness()
+    await harness.scheduler.start()
+    a = harness.open(max_chunks_ahead=1)
+    b = harness.open(max_chunks_ahead=1)
+    await until(lambda: a.session.chunk_index == 1 and b.session.chunk_index == 1)
+    w0, w1 = harness.workers
+    assert b.session_id in w1.held
+    w1.is_alive, w1.is_failing_steps = False, True  # its process died
+    b.ack(0)
+    await until(lambda: harness.errors(b.session_id) == ["chunk_failed"])
+    c = harness.open(max_chunks_ahead=1)
+    await until(lambda: c.session.chunk_index == 1)
+    assert c.session_id in w0.held, "a new session goes to a live worker, however loaded"
+    await b.reset()
+    await until(lambda: b.session.chunk_index == 1)
+    assert b.session_id in w0.held and b.session.status is Status.ACTIVE
+    assert harness.scheduler.workers.lost_workers == ["w1"] and not harness.scheduler.workers.is_full
+    w0.is_alive = False
+    assert harness.scheduler.workers.is_full
+    with pytest.raises(CapacityExceeded) as error:
+        harness.open()
+    assert error.value.code == "no_workers"
     await harness.scheduler.stop()
 
 

@@ -13,10 +13,12 @@ import asyncio
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 
 from livegen.client.world import WorldClient
+from livegen.protocol import world as wire
 from livegen.runtime.ray_worker import RayWorker
 from livegen.server import ServerConfig
 from livegen.server.thread import ServerThread
@@ -149,3 +151,41 @@ async def test_close_and_disconnect_release_the_session_on_its_actor(ray_server:
             break
         await asyncio.sleep(0.05)
     assert await held(ray_server) == [[], []]
+
+
+async def test_a_lost_actor_fails_its_sessions_which_move_to_a_live_actor_on_reset(
+    ray_server: ServerThread,
+) -> None:
+    """Kills an actor of the module's server: keep this test last in the module."""
+    client = await WorldClient.connect(ray_server.ws_url, auto_ack=False)
+    async with client:
+        created = await client.create(seed=6, pacing="asap", max_chunks_ahead=1)
+        await client.next_chunk()
+        holding = zip(ray_workers(ray_server), await held(ray_server), strict=True)
+        [lost] = [worker for worker, sessions in holding if sessions]
+        ray.kill(lost.actor, no_restart=True)
+        await until_dead(lost)
+        await client.send({"type": "chunk.ack", "chunk_index": 0})
+        error = await client.expect(wire.Error)
+        assert error.error.code == "chunk_failed"
+        await client.reset()
+        chunk = await client.next_chunk()
+        assert chunk.header.chunk_index == 0
+        [live] = [w for w in ray_workers(ray_server) if w is not lost]
+        assert await live.held_sessions() == [created["id"]]
+        async with httpx.AsyncClient() as http:
+            health = (await http.get(f"{ray_server.http_url}/health")).json()["services"]["world"]
+        assert health["ready"] is True and health["workers_lost"] == [lost.name]
+        await client.close()
+        assert await live.held_sessions() == []
+
+
+async def until_dead(worker: RayWorker) -> None:
+    """``ray.kill`` returns before the actor is gone: wait until calls to it fail."""
+    for _ in range(200):
+        try:
+            await worker.actor.held_sessions.remote()
+        except ray.exceptions.RayActorError:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{worker.name} did not die")

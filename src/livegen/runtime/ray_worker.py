@@ -16,6 +16,7 @@ the server) or an existing cluster joined at ``--ray-address``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import logging
 import os
@@ -90,6 +91,7 @@ class RayWorker:
         self.actor = actor
         self.spec = spec
         self.name = name
+        self.is_alive = True
         self._ray = import_ray()
 
     async def start(self, num_kv_pages: int | None) -> None:
@@ -101,11 +103,9 @@ class RayWorker:
         return chunks
 
     async def release(self, session_id: str) -> None:
-        try:
+        # An actor whose process is gone took the session's state with it: released.
+        with contextlib.suppress(self._ray.exceptions.RayActorError):
             await self._call(self.actor.release.remote(session_id))
-        except self._ray.exceptions.RayActorError as exc:
-            # The actor's process is gone, and the session's state with it: released.
-            log_event(logger, "ray_worker.gone", logging.WARNING, worker=self.name, error=str(exc))
 
     async def held_sessions(self) -> list[str]:
         """The sessions whose state the actor holds (for health checks and tests)."""
@@ -116,7 +116,13 @@ class RayWorker:
         self._ray.kill(self.actor)
 
     async def _call(self, ref: Any) -> Any:
-        return await result_of(ref)
+        try:
+            return await result_of(ref)
+        except self._ray.exceptions.RayActorError as exc:
+            if self.is_alive:
+                log_event(logger, "ray_worker.lost", logging.ERROR, worker=self.name, error=str(exc))
+            self.is_alive = False
+            raise
 
 
 async def result_of(ref: Any) -> Any:

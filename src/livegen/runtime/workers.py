@@ -16,6 +16,8 @@ its own paged KV pool (``kv_pool.py``), sized by the per-worker budget,
 because its pages index its own tensors. Releases (reset, close, failure,
 disconnect) fan out to every worker that ever held the session: releasing is
 idempotent, and a worker whose earlier release failed gets another chance.
+A worker that is lost (its process died) takes no new rollouts: its sessions
+fail, and move to a live worker on their ``world.reset``.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ class Worker(Protocol):
     #: Shown in logs and health, e.g. ``local`` or ``ray-1``.
     name: str
     spec: WorldSpec
+    #: False once the worker is lost for good (e.g. its process died); it gets no new sessions.
+    is_alive: bool
 
     async def start(self, num_kv_pages: int | None) -> None:
         """Allocate the KV storage (``None``: the model declares no KV geometry)."""
@@ -58,6 +62,7 @@ class LocalWorker:
         self.model = model
         self.name = name
         self.spec = model.spec
+        self.is_alive = True
         self.kv_storage: Any = None
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="livegen-world")
 
@@ -124,7 +129,16 @@ class WorkerPool:
 
     @property
     def is_full(self) -> bool:
-        return all(slot.kv is not None and slot.kv.is_full for slot in self._slots)
+        """No live worker can take another session."""
+        return not any(self._can_take(slot) for slot in self._slots)
+
+    @property
+    def lost_workers(self) -> list[str]:
+        return [slot.worker.name for slot in self._slots if not slot.worker.is_alive]
+
+    @staticmethod
+    def _can_take(slot: _Slot) -> bool:
+        return slot.worker.is_alive and (slot.kv is None or not slot.kv.is_full)
 
     async def start(self) -> None:
         await asyncio.gather(
@@ -167,8 +181,10 @@ class WorkerPool:
         candidates = [
             index
             for index, slot in enumerate(self._slots)
-            if index == exclude or slot.kv is None or not slot.kv.is_full
+            if self._can_take(slot) or (index == exclude and slot.worker.is_alive)
         ]
+        if not any(slot.worker.is_alive for slot in self._slots):
+            raise CapacityExceeded("no world worker is running; see the server's log", code="no_workers")
         if not candidates:
             pools = self.kv_pools
             raise CapacityExceeded(

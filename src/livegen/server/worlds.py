@@ -107,12 +107,15 @@ class WorldService:
         workers = self.scheduler.workers
         if len(workers.workers) > 1:
             report["workers"] = [worker.name for worker in workers.workers]
+        if lost := workers.lost_workers:
+            report["workers_lost"] = lost
         pools = workers.kv_pools
         if pools:
             sessions = sum(pool.num_sessions for pool in pools)
             report["kv"] = {"sessions": sessions, "capacity": workers.kv_capacity}
-            if workers.is_full:
-                report.update(ready=False, reason="KV pool full")
+        if workers.is_full:
+            is_running = len(lost) < len(workers.workers)
+            report.update(ready=False, reason="KV pool full" if is_running else "no world worker is running")
         return report
 
     def model_names(self) -> set[str]:
