@@ -23,6 +23,7 @@ TOOLS: dict[str, str] = {
 BENCHES: dict[str, str] = {
     "world-session": "livegen.bench.world_session:world_session",
     "voice-session": "livegen.bench.voice_session:voice_session",
+    "world-workers": "livegen.bench.world_workers:world_workers",
 }
 
 
