@@ -42,6 +42,7 @@ from livegen.server.auth import select_subprotocol
 from livegen.world import ControlInput, Event, Manager, Status, thaw
 
 if TYPE_CHECKING:
+    from livegen.runtime.ray_worker import Cluster
     from livegen.server.app import State
 
 logger = logging.getLogger("livegen.world")
@@ -59,7 +60,8 @@ class WorldService:
         self.scheduler: Scheduler | None = None
         self.manager: Manager | None = None
         self.connections: set[Connection] = set()
-        self.cluster: Any = None  # a ray_worker.Cluster when the model runs in Ray actors
+        #: The Ray connection when the model runs in Ray actors (``--world-workers``).
+        self.cluster: Cluster | None = None
         if state.config.world_workers > 0 and importlib.util.find_spec("ray") is None:
             raise ConfigError("--world-workers needs Ray: pip install 'livegen[ray]'")
 
