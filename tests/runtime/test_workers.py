@@ -168,6 +168,9 @@ async def test_a_reset_session_moves_to_the_least_loaded_worker_and_close_releas
     assert c.session_id in w0.held
     await b.close()
     assert w1.releases == [b.session_id] and w0.releases == []
+    c.ack(1)  # mid-rollout, c stays with its state on w0 although w1 is now idle
+    await until(lambda: c.session.chunk_index == 4)
+    assert c.session_id not in w1.stepped() and harness.errors(c.session_id) == []
     await c.reset()  # c's state is gone everywhere; its next rollout goes to the idle worker
     assert w0.releases == [c.session_id] and c.session_id not in w0.held
     await until(lambda: c.session.chunk_index == 2)
