@@ -48,12 +48,16 @@ class FakeWorker:
         self.is_failing_steps = False
         self.is_failing_releases = False
         self.is_closed = False
+        #: While set and clear, steps wait for it: a slow worker.
+        self.gate: asyncio.Event | None = None
 
     async def start(self, num_kv_pages: int | None) -> None:
         self.num_kv_pages = num_kv_pages
 
     async def step(self, ticks: Sequence[Tick]) -> list[Chunk]:
         await asyncio.sleep(0)  # another worker's step may run meanwhile, as on a real remote one
+        if self.gate is not None:
+            await self.gate.wait()
         for tick in ticks:
             if tick.meta.chunk_index > 0 and tick.meta.session_id not in self.held:
                 raise StateEvicted(f"{self.name} holds no state for {tick.meta.session_id}")
@@ -139,6 +143,23 @@ async def test_new_sessions_go_to_the_least_loaded_worker_and_their_ticks_stay_t
     assert [bool(pages) for pages in harness.kv_pages(b.session_id)] == [False, True]
     await harness.scheduler.stop()
     assert all(w.is_closed for w in harness.workers)
+
+
+async def test_a_slow_worker_holds_up_no_other_and_its_sessions_join_its_next_batch() -> None:
+    harness = Harness()
+    w0 = harness.workers[0]
+    w0.gate = asyncio.Event()  # w0's first step does not finish until the gate opens
+    await harness.scheduler.start()
+    a, b = harness.open(max_chunks_ahead=8), harness.open(max_chunks_ahead=8)
+    await until(lambda: b.session.chunk_index >= 1)  # a's first step is in flight on w0 by now
+    c = harness.open(max_chunks_ahead=8)  # placed on w0, which is busy: it waits for w0's next batch
+    await until(lambda: b.session.chunk_index == 8)
+    assert a.session.chunk_index == 0 and c.session.chunk_index == 0 and w0.steps == []
+    w0.gate.set()
+    await until(lambda: a.session.chunk_index == 8 and c.session.chunk_index == 8)
+    assert w0.steps[0] == [a.session_id], "the step that was in flight"
+    assert sorted(w0.steps[1]) == sorted([a.session_id, c.session_id]), "c joined a's next batch"
+    await harness.scheduler.stop()
 
 
 async def test_the_workers_kv_pools_admit_their_sum_then_refuse_cleanly() -> None:

@@ -5,8 +5,11 @@ which session's state, and each worker's KV pages); runners
 (``world_runner.py``) own their sessions and say when they are due (pacing
 deadline, flow-control credit). Each round the scheduler asks every due runner
 for its plan, fills in KV pages for models that declare geometry, runs
-``model.step`` once per worker for that worker's share of the batch (workers
-step concurrently), and hands each chunk (or failure) back to its runner. A
+``model.step`` once per worker for that worker's share of the batch, and
+hands each chunk (or failure) back to its runner. Workers step independently:
+a worker's sessions wait while it is busy (to join its next batch, not queue
+behind it one by one), while a free worker takes its due sessions at once, so
+a slow worker never holds up the others. A
 ``StateEvicted`` from a batch is isolated by stepping its ticks one by one, so
 only the session whose state is gone fails, with code ``state_evicted``
 (upstream gap 3), never a silent restart.
@@ -19,6 +22,7 @@ steps, never during one.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import time
@@ -78,6 +82,9 @@ class Scheduler:
         self._runners: dict[str, Steppable] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        #: Worker index -> steps in flight there; tasks of the steps in flight.
+        self._busy: collections.Counter[int] = collections.Counter()
+        self._steps: set[asyncio.Task[None]] = set()
         self.num_steps = 0
         self.num_ticks = 0
 
@@ -96,6 +103,9 @@ class Scheduler:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        for step in list(self._steps):
+            step.cancel()
+        await asyncio.gather(*self._steps, return_exceptions=True)
         await self.workers.close()
 
     # -- sessions --------------------------------------------------------------------------
@@ -120,28 +130,40 @@ class Scheduler:
     async def _loop(self) -> None:
         while True:
             now = self.clock()
-            due = [runner for runner in list(self._runners.values()) if runner.is_due(now)]
+            waiting = [r for r in list(self._runners.values()) if not self._is_worker_busy(r)]
+            due = [runner for runner in waiting if runner.is_due(now)]
             if not due:
-                await self._sleep(now)
+                await self._sleep(now, waiting)
                 continue
             entries = [entry for runner in due if (entry := self._plan(runner, now)) is not None]
-            if entries:
-                groups = _by_worker(entries)
-                results = await asyncio.gather(*(self._step(g) for g in groups), return_exceptions=True)
-                for group, result in zip(groups, results, strict=True):
-                    if isinstance(result, Exception):  # a bug here must fail the batch, not the server
-                        self._step_crashed(group, result)
-                    elif isinstance(result, BaseException):
-                        raise result
+            for group in _by_worker(entries):
+                self._launch(group)
+            await asyncio.sleep(0)  # let the steps start before planning again
 
-    def _step_crashed(self, entries: list[_Entry], exc: Exception) -> None:
-        log_event(logger, "scheduler.error", logging.ERROR, error=repr(exc))
-        for entry in entries:
-            with contextlib.suppress(LivegenError):  # entries settled before the bug
-                self._fail(entry, "chunk_failed", f"internal error: {exc}")
+    def _is_worker_busy(self, runner: Steppable) -> bool:
+        return self._busy[self.workers.worker_index(runner.session_id)] > 0
 
-    async def _sleep(self, now: float) -> None:
-        deadlines = [d for r in self._runners.values() if (d := r.next_deadline()) is not None]
+    def _launch(self, entries: list[_Entry]) -> None:
+        index = entries[0].worker_index
+        self._busy[index] += 1
+        task = asyncio.create_task(self._run_step(index, entries), name=f"livegen-world-step-{index}")
+        self._steps.add(task)
+        task.add_done_callback(self._steps.discard)
+
+    async def _run_step(self, index: int, entries: list[_Entry]) -> None:
+        try:
+            await self._step(entries)
+        except Exception as exc:  # a bug here must fail the batch, not the server
+            log_event(logger, "scheduler.error", logging.ERROR, error=repr(exc))
+            for entry in entries:
+                with contextlib.suppress(LivegenError):  # entries settled before the bug
+                    self._fail(entry, "chunk_failed", f"internal error: {exc}")
+        finally:
+            self._busy[index] -= 1
+            self.wake()
+
+    async def _sleep(self, now: float, runners: list[Steppable]) -> None:
+        deadlines = [d for r in runners if (d := r.next_deadline()) is not None]
         timeout = max(0.0, min(deadlines) - now) if deadlines else None
         self._wake.clear()
         with contextlib.suppress(TimeoutError):
