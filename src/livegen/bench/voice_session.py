@@ -354,12 +354,18 @@ def voice_session(
 
 
 def _wait_healthy(port: int) -> None:
-    import httpx
+    """Poll /health with the standard library (the bench needs no HTTP client package)."""
+    import urllib.error
+    import urllib.request
 
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200:
+        url = f"http://127.0.0.1:{port}/health"
+        with (
+            contextlib.suppress(urllib.error.URLError, ConnectionError),
+            urllib.request.urlopen(url) as answer,
+        ):
+            if answer.status == 200:  # a 503 while loading raises HTTPError, a URLError
                 return
         time.sleep(0.1)
     raise click.ClickException("the bench server did not become ready")
