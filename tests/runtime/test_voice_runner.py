@@ -126,3 +126,17 @@ async def test_a_client_that_does_not_read_fails_only_its_response() -> None:
     await h.client({"type": "response.cancel", "event_id": "after"})
     await h.wait_for(lambda sent: any(e.get("error", {}).get("event_id") == "after" for e in sent))
     await h.close()
+
+
+async def test_a_model_whose_outputs_end_closes_the_session_with_its_terminal() -> None:
+    model = ScriptedVoice()
+    model.script.reply_ms, model.script.delay_s = 20_000, 0.005
+    h = await Harness(model).start()
+    await h.client({"type": "response.create"})
+    await h.wait_for(lambda sent: any(e["type"] == "response.output_audio.delta" for e in sent))
+    await h.stream.queue.put(None)  # the model's output stream ends by itself
+    await asyncio.wait_for(h.task, 10)
+    kinds = [e["type"] for e in h.sent]
+    assert kinds[-2:] == ["response.done", "session.closed"]
+    assert h.sent[-1]["reason"] == "model_stream_ended"
+    assert h.of("response.done")[0]["response"]["status"] == "cancelled"

@@ -7,6 +7,7 @@ a registry built here; the client is ``AsyncOpenAI().realtime.connect`` with
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from collections.abc import Callable
 from typing import Any
@@ -47,7 +48,7 @@ def client(server: ServerThread, api_key: str = "unused") -> AsyncOpenAI:
 async def until(connection: Any, last: str, limit: int = 500) -> list[Any]:
     events = []
     for _ in range(limit):
-        event = await connection.recv()
+        event = await asyncio.wait_for(connection.recv(), 20)
         events.append(event)
         if event.type == last:
             return events
@@ -290,3 +291,28 @@ async def test_g711_in_and_out(voice_server: ServerThread) -> None:
         events = await until(connection, "response.done")
         alaw = b"".join(base64.b64decode(e.delta) for e in events if e.type == "response.output_audio.delta")
         assert abs(len(alaw) - 8 * 600) <= 2  # 600 ms at 8 kHz, one byte a sample, tail included
+
+
+async def test_session_update_switches_the_model_until_it_has_heard_anything(
+    voice_server: ServerThread,
+) -> None:
+    async with client(voice_server).realtime.connect(model="scripted-voice") as connection:
+        await until(connection, "session.created")
+        await connection.send({"type": "session.update", "event_id": "e1", "session": {"model": "nope"}})
+        error = (await until(connection, "error"))[-1].error
+        assert (error.code, error.event_id) == ("model_not_found", "e1")
+        session = {"type": "realtime", "model": "scripted-8k", "audio": {"input": {"turn_detection": None}}}
+        await connection.session.update(session=session)
+        updated = (await until(connection, "session.updated"))[-1]
+        assert updated.session.model == "scripted-8k"
+        await connection.input_audio_buffer.append(audio=pcm24(500))
+        await connection.input_audio_buffer.commit()
+        transcript = (await until(connection, "conversation.item.input_audio_transcription.completed"))[-1]
+        assert transcript.transcript == "500 ms"  # heard by the 8 kHz model, resampled for it
+        service = next(s for s in voice_server.app.state.livegen.services if s.name == "voice")
+        assert service.models["scripted-8k"].streams[-1].calls[-1] == "commit"
+        await connection.send(
+            {"type": "session.update", "event_id": "e2", "session": {"model": "scripted-voice"}}
+        )
+        error = (await until(connection, "error"))[-1].error
+        assert (error.code, error.event_id) == ("model_change_unsupported", "e2")

@@ -33,7 +33,7 @@ class KVModelStub:
 
 
 def world_service() -> WorldService:
-    app = create_app(ServerConfig(api_key=None, world_model="procedural-world"))
+    app = create_app(ServerConfig(api_key=None, voice_model="none", world_model="procedural-world"))
     [service] = app.state.livegen.services
     assert isinstance(service, WorldService)
     return service

@@ -133,9 +133,24 @@ def load() -> ScriptedVoice:
     return ScriptedVoice()
 
 
+class Scripted8k(ScriptedVoice):
+    """A second scripted model at other rates, to switch to."""
+
+    name = "scripted-8k"
+    input_rate = 8_000
+    output_rate = 8_000
+
+
+def load_8k() -> Scripted8k:
+    return Scripted8k()
+
+
 def registry() -> Registry:
     return Registry(
-        [ModelInfo("scripted-voice", Kind.VOICE, "voice.scripted:load", "a scripted test double")]
+        [
+            ModelInfo("scripted-voice", Kind.VOICE, "voice.scripted:load", "a scripted test double"),
+            ModelInfo("scripted-8k", Kind.VOICE, "voice.scripted:load_8k", "a scripted test double at 8 kHz"),
+        ]
     )
 
 

@@ -18,10 +18,20 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from livegen.errors import RemoteProtocolError
+from livegen.errors import InvalidRequest, RemoteProtocolError
 from livegen.models.voice import OutputKind, VoiceOutput
 from livegen.protocol import realtime as wire
-from livegen.voice.chain import Attempt, AttemptKind, Closed, Outcome, ResumeChain, Run, Send
+from livegen.voice.chain import (
+    INPUT_KINDS,
+    Attempt,
+    AttemptKind,
+    Closed,
+    Outcome,
+    ResumeChain,
+    Run,
+    Send,
+    SwitchModel,
+)
 from livegen.voice.session import Limits, ModelFacts, Session
 
 RATE = 8_000
@@ -53,6 +63,7 @@ class VoiceCore(RuleBasedStateMachine):
         self.sent: list[dict[str, Any]] = []
         self.is_terminal_sent = False
         self.last_epoch = 0
+        self.pending_switch: SwitchModel | None = None
         self.apply(self.session.open(self.now))
         fmt = {"type": "audio/pcm", "rate": RATE}
         vad = {"type": "server_vad", "silence_duration_ms": 30} if server_vad else None
@@ -72,6 +83,8 @@ class VoiceCore(RuleBasedStateMachine):
                 self.chain.append(effect.attempt)
             elif isinstance(effect, ResumeChain):
                 self.is_chain_blocked = False
+            elif isinstance(effect, SwitchModel):
+                self.pending_switch = effect
             elif isinstance(effect, Closed):
                 assert self.is_terminal_sent
         return effects
@@ -175,6 +188,25 @@ class VoiceCore(RuleBasedStateMachine):
     def bad_session_update(self) -> None:
         self.client(wire.SessionUpdate(session={"audio": {"input": {"format": {"type": "audio/opus"}}}}))
 
+    @rule(name=st.sampled_from(["scripted", "other"]), opens=st.booleans())
+    def switch_model(self, name: str, opens: bool) -> None:
+        """A model switch is allowed only before input or a response reached the model."""
+        self.client(wire.SessionUpdate(session={"model": name}, event_id="evt_model"))
+        switch, self.pending_switch = self.pending_switch, None
+        if switch is None:
+            return
+        assert not any(a.kind in INPUT_KINDS for a in self.session.attempts)
+        if opens:
+            facts = ModelFacts(switch.name, RATE, RATE, self.session.model.has_vad)
+            self.apply(self.session.model_switched(facts, self.now))
+            assert self.session.config.model == switch.name
+        else:
+            before = self.session.config
+            self.apply(
+                self.session.model_switch_failed(InvalidRequest("no such model", code="model_not_found"))
+            )
+            assert self.session.config == before and self.sent[-1]["error"]["event_id"] == "evt_model"
+
     @rule()
     def close(self) -> None:
         self.apply(self.session.close(self.now))
@@ -273,6 +305,8 @@ class VoiceCore(RuleBasedStateMachine):
         if not any(a.kind is AttemptKind.APPEND for a in s.attempts):
             assert s.ledger.pending_bytes == 0
         assert s.num_pending_commits <= s.limits.max_pending_commits
+        controls = Counter(a.kind for a in s.attempts if a.kind not in INPUT_KINDS)
+        assert all(count == 1 for count in controls.values()), "control attempts must stay bounded"
 
     @invariant()
     def epoch_only_advances(self) -> None:

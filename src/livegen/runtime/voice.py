@@ -32,9 +32,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from livegen.errors import RemoteProtocolError
+from livegen.errors import InvalidRequest, RemoteProtocolError
 from livegen.logs import log_event
-from livegen.models.voice import VoiceOutput, VoiceStream
+from livegen.models.voice import StreamConfig, VoiceOutput, VoiceStream
 from livegen.protocol import realtime as wire
 from livegen.voice.chain import (
     Attempt,
@@ -46,8 +46,9 @@ from livegen.voice.chain import (
     ResumeChain,
     Run,
     Send,
+    SwitchModel,
 )
-from livegen.voice.session import Session
+from livegen.voice.session import ModelFacts, Session
 
 logger = logging.getLogger("livegen.runtime.voice")
 
@@ -88,6 +89,9 @@ class _Stop:
 
 _Item = _ClientItem | _Settled | _Output | _Stop
 SendText = Callable[[str], Awaitable[None]]
+#: Opens a stream of the named model (``session.update`` with another model); raises
+#: ``RemoteProtocolError`` for a name the server does not serve.
+OpenModel = Callable[[str, StreamConfig], Awaitable[tuple[ModelFacts, VoiceStream]]]
 
 
 class Runner:
@@ -100,6 +104,7 @@ class Runner:
         limits: RunnerLimits | None = None,
         clock: Callable[[], float] = time.monotonic,
         on_sent: Callable[[dict[str, Any]], None] | None = None,
+        open_model: OpenModel | None = None,
     ) -> None:
         self.session = session
         self.stream = stream
@@ -117,6 +122,9 @@ class Runner:
         self._outbox_empty = asyncio.Event()
         self._outbox_empty.set()
         self._stop_reason: str | None = None
+        self._open_model = open_model
+        self._switch: SwitchModel | None = None
+        self._pump_task: asyncio.Task[None] | None = None
         self.done = asyncio.Event()
 
     # --- feeding ---------------------------------------------------------------------
@@ -141,14 +149,15 @@ class Runner:
     async def run(self) -> None:
         tasks = [
             asyncio.create_task(self._run_chain(), name="voice-chain"),
-            asyncio.create_task(self._pump(), name="voice-pump"),
             asyncio.create_task(self._run_sender(), name="voice-sender"),
         ]
+        self._pump_task = asyncio.create_task(self._pump(), name="voice-pump")
         try:
             self._apply(self.session.open(self._clock()))
             await self._run_core()
             await self._drain_outbox()
         finally:
+            tasks.append(self._pump_task)
             for task in tasks:
                 task.cancel()
             for task in tasks:
@@ -183,6 +192,8 @@ class Runner:
                     continue
                 item, waiting = waiting.result(), None
             self._apply(self._handle(item, self._clock()))
+            if self._switch is not None:
+                await self._switch_model(self._switch)
         if waiting is not None:
             waiting.cancel()
 
@@ -212,6 +223,8 @@ class Runner:
                 self._chain_resumed.set()
             elif isinstance(effect, DropOutput):
                 self._drop_audio(effect.response_id)
+            elif isinstance(effect, SwitchModel):
+                self._switch = effect
             elif isinstance(effect, Closed):
                 pass  # the terminal is in the outbox; the loop ends on session.is_closed
 
@@ -257,8 +270,28 @@ class Runner:
             async with asyncio.timeout(DRAIN_SECONDS):
                 await self._outbox_empty.wait()
 
+    async def _switch_model(self, switch: SwitchModel) -> None:
+        """Replace the stream; the session waits (nothing has reached the old model yet)."""
+        self._switch = None
+        try:
+            if self._open_model is None:
+                raise InvalidRequest("this server serves one voice model", code="model_not_found")
+            facts, stream = await self._open_model(switch.name, switch.config)
+        except RemoteProtocolError as error:
+            self._apply(self.session.model_switch_failed(error))
+            return
+        old, old_pump = self.stream, self._pump_task
+        self.stream = stream
+        if old_pump is not None:
+            old_pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await old_pump
+        with contextlib.suppress(Exception):
+            await old.aclose()
+        self._pump_task = asyncio.create_task(self._pump(), name="voice-pump")
+        self._apply(self.session.model_switched(facts, self._clock()))
+
     async def _run_chain(self) -> None:
-        stream = self.stream
         while True:
             attempt = await self._chain.get()
             if not attempt.is_live:
@@ -267,7 +300,7 @@ class Runner:
             if not attempt.is_live:
                 continue
             try:
-                await _call(stream, attempt)
+                await _call(self.stream, attempt)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -284,7 +317,9 @@ class Runner:
             raise
         except Exception as exc:
             log_event(logger, "voice.model_outputs_failed", logging.ERROR, error=str(exc))
-            await self._mailbox.put(_Stop("model_failed"))
+            await self.stop("model_failed")
+        else:  # the model ended the stream on its own: nothing more will answer this session
+            await self.stop("model_stream_ended")
 
 
 async def _call(stream: VoiceStream, attempt: Attempt) -> None:

@@ -24,7 +24,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from livegen.errors import ConfigError, InvalidRequest, RemoteProtocolError
 from livegen.logs import bind_session, log_event
 from livegen.models import Kind
-from livegen.models.voice import VoiceModel
+from livegen.models.voice import StreamConfig, VoiceModel, VoiceStream
 from livegen.protocol import realtime as wire
 from livegen.runtime.voice import Runner
 from livegen.server.auth import select_subprotocol
@@ -76,6 +76,9 @@ class RealtimeService:
             async with self._load_lock:
                 if entry.name not in self.models:
                     model = await asyncio.to_thread(self.state.registry.load, entry.name)
+                    config = self.state.config
+                    if config.llm_base_url and hasattr(model, "use_llm"):  # --llm-base-url, --llm-model
+                        model.use_llm(config.llm_base_url, config.llm_model)
                     self.models[entry.name] = model
         return self.models[entry.name]
 
@@ -142,7 +145,19 @@ class RealtimeService:
             if event["type"] == "error":
                 metrics.errors.labels(kind="voice", code=str(event["error"].get("code"))).inc()
 
-        runner = Runner(session, stream, websocket.send_text, on_sent=on_sent)
+        async def open_model(name: str, config: StreamConfig) -> tuple[ModelFacts, VoiceStream]:
+            try:
+                model = await self._model(name)
+            except ConfigError as exc:
+                raise InvalidRequest(str(exc), code="model_not_found", param="session.model") from None
+            try:
+                stream = await model.open(session_id, config)
+            except Exception as exc:
+                message = f"the voice model {name!r} could not open a stream: {exc}"
+                raise InvalidRequest(message, code="model_error", param="session.model") from exc
+            return ModelFacts(name, model.input_rate, model.output_rate, model.has_vad), stream
+
+        runner = Runner(session, stream, websocket.send_text, on_sent=on_sent, open_model=open_model)
         self.runners.add(runner)
         metrics.sessions_open.labels(kind="voice").inc()
         metrics.sessions_total.labels(kind="voice").inc()

@@ -106,10 +106,18 @@ class DropOutput:
 
 
 @dataclass(frozen=True)
+class SwitchModel:
+    """Open a stream of model ``name`` in place of the current one, then report back."""
+
+    name: str
+    config: StreamConfig
+
+
+@dataclass(frozen=True)
 class Closed:
     """The terminal event has been sent: close the stream and the socket."""
 
     reason: str
 
 
-Effect = Send | Run | ResumeChain | DropOutput | Closed
+Effect = Send | Run | ResumeChain | DropOutput | SwitchModel | Closed

@@ -150,12 +150,9 @@ def apply_update(config: Config, session: dict[str, Any]) -> Config:
             code="invalid_value",
             param="session.type",
         )
-    if "model" in session and session["model"] not in (config.model, None, ""):
-        raise InvalidRequest(
-            f"the model is fixed when the session opens ({config.model!r}); connect with ?model=NAME",
-            code="model_change_unsupported",
-            param="session.model",
-        )
+    if session.get("model") not in (None, ""):
+        # Whether the session may still switch is the session's call (voice/session.py).
+        updates["model"] = _expect(session["model"], str, "session.model")
     if "instructions" in session:
         updates["instructions"] = _expect(session["instructions"], str, "session.instructions")
     for key in ("output_modalities", "modalities"):

@@ -42,6 +42,7 @@ from livegen.voice.chain import (
     ResumeChain,
     Run,
     Send,
+    SwitchModel,
 )
 from livegen.voice.config import Config, apply_update
 from livegen.voice.conversation import Conversation, Item, item_from_wire
@@ -84,6 +85,10 @@ class Session(Speaker):
         self.input_ms = 0.0
         self.buffer_bytes = 0
         self.num_stale_outputs = 0
+        #: The model may change (session.update) until it has been given input or a request.
+        self._is_model_locked = False
+        self._pending_config: Config | None = None
+        self._pending_event_id: str | None = None
         self._reset_vad()
 
     # --- helpers ---------------------------------------------------------------------
@@ -92,10 +97,26 @@ class Session(Speaker):
         return Send({"type": type_, "event_id": self.ids("event"), **fields})
 
     def _attempt(self, kind: AttemptKind, now: float, **fields: Any) -> Attempt:
+        if kind is not AttemptKind.UPDATE:
+            self._is_model_locked = True
         attempt = Attempt(self._next_seq, kind, self.epoch, received_at=now, **fields)
         self._next_seq += 1
         self.attempts.append(attempt)
         return attempt
+
+    def _control(self, kind: AttemptKind, now: float, **fields: Any) -> list[Effect]:
+        """A cancel, clear or update for the model; one still queued of its kind is brought up to date.
+
+        Coalescing keeps these bounded (one queued per kind) however fast a client sends them,
+        and is exact: a queued clear or cancel has nothing of the newer epoch ahead of it, and
+        only the newest configuration matters.
+        """
+        for attempt in self.attempts:
+            if attempt.kind is kind:
+                attempt.epoch = self.epoch
+                attempt.config = fields.get("config", attempt.config)
+                return []
+        return [Run(self._attempt(kind, now, **fields))]
 
     def _reset_vad(self) -> None:
         vad = self.config.turn_detection
@@ -154,6 +175,8 @@ class Session(Speaker):
 
     def _on_session_update(self, event: wire.SessionUpdate, now: float) -> list[Effect]:
         config = apply_update(self.config, event.session)
+        if config.model != self.config.model:
+            return self._switch_model(config, event.event_id)
         if config.voice != self.config.voice and any(p.generated_ms for p in self.playbacks.values()):
             raise InvalidState(
                 "the voice cannot change once the session has spoken",
@@ -166,8 +189,42 @@ class Session(Speaker):
         self.config = config
         if config.turn_detection != old_vad:
             self._reset_vad()
-        update = self._attempt(AttemptKind.UPDATE, now, config=config.stream_config())
-        return [Run(update), self._event("session.updated", session=config.to_wire(self.id))]
+        effects = self._control(AttemptKind.UPDATE, now, config=config.stream_config())
+        return [*effects, self._event("session.updated", session=config.to_wire(self.id))]
+
+    def _switch_model(self, config: Config, event_id: str | None) -> list[Effect]:
+        """A new model, allowed until the current one has been given input or asked to respond."""
+        if self._is_model_locked:
+            raise InvalidState(
+                f"the session already uses {self.config.model!r}: the model can change only before "
+                "the first append or response",
+                code="model_change_unsupported",
+                param="session.model",
+            )
+        for attempt in self.attempts:  # updates owed to the old stream: the new one opens with the config
+            attempt.state = AttemptState.CANCELLED
+        self.attempts.clear()
+        self._pending_config = config
+        self._pending_event_id = event_id
+        return [SwitchModel(config.model, config.stream_config())]
+
+    def model_switched(self, model: ModelFacts, now: float) -> list[Effect]:
+        """The runtime opened a stream of the new model: adopt its rates and the pending config."""
+        config = self._pending_config
+        if config is None or self.is_closed:
+            return []
+        self._pending_config = None
+        self.model = model
+        self.config = config
+        self._decoder = InputDecoder(config.input_format, model.input_rate)
+        self._reset_vad()
+        return [self._event("session.updated", session=config.to_wire(self.id))]
+
+    def model_switch_failed(self, error: RemoteProtocolError) -> list[Effect]:
+        """The new model could not open: the session keeps its model and configuration."""
+        self._pending_config = None
+        error.with_event_id(self._pending_event_id)
+        return self.reject(error)
 
     def _on_append(self, event: wire.AudioAppend, now: float) -> list[Effect]:
         data = event.audio_bytes()
@@ -239,7 +296,7 @@ class Session(Speaker):
         self._vad_item_id = None
         if self._vad is not None:
             self._vad.reset()
-        effects.append(Run(self._attempt(AttemptKind.CLEAR, now)))
+        effects += self._control(AttemptKind.CLEAR, now)
         effects.append(self._event("input_audio_buffer.cleared"))
         return effects
 
@@ -446,7 +503,7 @@ class Session(Speaker):
                 if item is not None:
                     self._truncate_item(item, heard)
                     effects.append(self._truncated(item.id, heard))
-        effects.append(Run(self._attempt(AttemptKind.CANCEL, now)))
+        effects += self._control(AttemptKind.CANCEL, now)
         return effects
 
     def _interrupt(self, now: float, reason: str) -> list[Effect]:
