@@ -96,3 +96,8 @@ def test_the_gpl_synthesisers_stay_out_of_livegen_s_process(cascade: Any) -> Non
     maps = Path("/proc/self/maps")
     if maps.exists():
         assert "espeak" not in maps.read_text() and "piper" not in maps.read_text()
+
+
+def test_a_worker_with_no_engine_is_a_clear_error() -> None:
+    with pytest.raises(ModelError, match="loaded no engine"):
+        tts.Worker(engines=("no-such-engine",))

@@ -20,12 +20,13 @@ import contextlib
 import itertools
 import logging
 import os
+import selectors
 import subprocess
 import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from livegen.errors import ModelError
 from livegen.models.cascade import wire
@@ -33,6 +34,8 @@ from livegen.models.cascade import wire
 logger = logging.getLogger("livegen.models.cascade")
 
 SAMPLE_RATE = 24_000
+#: Loading Piper's voice takes about a second; a worker silent for this long is stuck.
+STARTUP_TIMEOUT_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -105,12 +108,14 @@ class Worker:
         )
         assert process.stdout is not None
         try:
+            if not _readable_within(process.stdout, STARTUP_TIMEOUT_S):
+                raise wire.FrameError(f"no hello within {STARTUP_TIMEOUT_S} s")
             hello, _ = wire.read_frame(process.stdout)
         except wire.FrameError as exc:
-            process.kill()
-            raise ModelError(f"the speech worker did not start (exit code {process.wait()})") from exc
+            code = _discard(process)
+            raise ModelError(f"the speech worker did not start ({exc}; exit code {code})") from exc
         if not hello.get("engines"):
-            process.wait()
+            _discard(process)
             raise ModelError(f"the speech worker loaded no engine: {hello.get('errors')}")
         for name, error in hello.get("errors", {}).items():
             logger.warning("speech engine %s is unavailable: %s", name, error)
@@ -177,6 +182,22 @@ class Worker:
             entry = self._pending.pop(request_id, None)
             if entry is not None and entry[0] is self._process:
                 self._send({"op": "cancel", "id": request_id})
+
+
+def _discard(process: subprocess.Popen[bytes]) -> int:
+    """Kill a worker that never became usable and release its pipes; its exit code."""
+    process.kill()
+    for pipe in (process.stdin, process.stdout):
+        if pipe is not None:
+            with contextlib.suppress(OSError):
+                pipe.close()
+    return process.wait()
+
+
+def _readable_within(stream: IO[bytes], timeout_s: float) -> bool:
+    with selectors.DefaultSelector() as selector:
+        selector.register(stream, selectors.EVENT_READ)
+        return bool(selector.select(timeout_s))
 
 
 def _child_env() -> dict[str, str]:
