@@ -10,13 +10,6 @@ from livegen.models.registry import Kind, ModelInfo, Registry
 
 CATALOG: list[ModelInfo] = [
     ModelInfo(
-        name="procedural-world",
-        kind=Kind.WORLD,
-        loader="livegen.models.procedural:load",
-        description="deterministic top-down room game, rendered directly (action track, theme prompt)",
-        priority=50,
-    ),
-    ModelInfo(
         name="cascade",
         kind=Kind.VOICE,
         loader="livegen.models.cascade:load",
@@ -35,6 +28,13 @@ CATALOG: list[ModelInfo] = [
         priority=10,
         # The model names OpenAI's clients send by default, so they work unchanged.
         aliases=("gpt-realtime", "gpt-4o-realtime-preview", "gpt-4o-mini-realtime-preview"),
+    ),
+    ModelInfo(
+        name="procedural-world",
+        kind=Kind.WORLD,
+        loader="livegen.models.procedural:load",
+        description="deterministic top-down room game, rendered directly (action track, theme prompt)",
+        priority=50,
     ),
 ]
 
