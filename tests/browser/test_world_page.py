@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import httpx
 import numpy as np
 from page_browser import Browser
 from PIL import Image
@@ -161,16 +162,26 @@ def test_prompt_restyles_and_reset_starts_again(
     assert stats(browser)["state"] == "live"
 
 
-def test_pacing_off_runs_faster_than_the_model_fps(
+def test_pacing_off_runs_faster_than_the_model_fps_and_end_closes(
     start_server: Callable[..., ServerThread], open_browser: Callable[..., Browser]
 ) -> None:
-    browser, _ = open_world(start_server, open_browser)
+    browser, server = open_world(start_server, open_browser)
     browser.wait_for(lambda: stats(browser)["fps"] >= 12, what="realtime playback near 16 fps")
     assert stats(browser)["fps"] <= 18
     browser.find("world-pacing").click()
     browser.wait_for(lambda: stats(browser)["fps"] > 24, what="asap playback above the model's 16 fps")
     fps_text = browser.text("world-fps")
     assert int(fps_text) > 16
+
+    def open_sessions() -> int:
+        health = httpx.get(f"{server.http_url}/health").json()
+        return int(health["services"]["world"]["sessions"])
+
+    assert open_sessions() == 1
+    browser.find("world-stop").click()
+    assert stats(browser)["state"] == "off"
+    assert browser.find("world-start").is_enabled()
+    browser.wait_for(lambda: open_sessions() == 0, what="the server to close the session")
 
 
 class SlowWorld:
