@@ -42,7 +42,7 @@ export class VoicePanel {
       mute: root.querySelector("[data-testid=voice-mute]"),
       interrupt: root.querySelector("[data-testid=voice-interrupt]"),
       state: root.querySelector("[data-testid=voice-state]"),
-      levelCover: root.querySelector(".meter-cover"),
+      level: root.querySelector(".meter-fill"),
       log: root.querySelector(".conversation"),
       latency: root.querySelector("[data-testid=voice-latency]"),
       played: root.querySelector("[data-testid=voice-played]"),
@@ -191,7 +191,7 @@ export class VoicePanel {
   showLevel(rms) {
     const db = 20 * Math.log10(Math.max(rms, 1e-5));
     const fraction = this.isMuted ? 0 : Math.max(0, Math.min(1, (db + 60) / 60));
-    this.el.levelCover.style.width = `${(100 - fraction * 100).toFixed(1)}%`;
+    this.el.level.style.clipPath = `inset(0 ${(100 - fraction * 100).toFixed(1)}% 0 0)`;
   }
 
   onServerEvent(event) {
