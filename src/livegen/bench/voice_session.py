@@ -110,7 +110,7 @@ def load_tone() -> ToneModel:
     return ToneModel()
 
 
-def _serve(port: int, cpu: int | None) -> None:
+def _serve(port: int, cpu: int | None, niceness: int) -> None:
     """The server process: pinned, quiet, serving only the tone model."""
     import uvicorn
 
@@ -119,13 +119,17 @@ def _serve(port: int, cpu: int | None) -> None:
 
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})
+    if niceness:
+        try:
+            os.nice(niceness)
+        except PermissionError:
+            print(f"bench: cannot change the server's niceness by {niceness} (needs root)", file=sys.stderr)
     registry = Registry(
         [ModelInfo("bench-tone", Kind.VOICE, "livegen.bench.voice_session:load_tone", "bench")]
     )
     config = ServerConfig(api_key=None, voice_model="bench-tone", world_model="none", max_sessions=100_000)
-    uvicorn.run(
-        create_app(config, registry), host="127.0.0.1", port=port, log_level="warning", log_config=None
-    )
+    app = create_app(config, registry)
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", log_config=None)
 
 
 # --- the clients ------------------------------------------------------------------------
@@ -282,6 +286,14 @@ def _free_port() -> int:
 @click.option(
     "--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Write the report here."
 )
+@click.option(
+    "--nice",
+    "niceness",
+    default=0,
+    show_default=True,
+    help="Niceness change for the server process; negative (root only) shields it from neighbours "
+    "on a shared machine, so the figures measure livegen rather than the other load.",
+)
 @click.option("--serve", "serve_port", type=int, default=None, hidden=True)
 @click.option("--cpu", type=int, default=None, hidden=True)
 def voice_session(
@@ -289,12 +301,13 @@ def voice_session(
     seconds: float,
     idle_sessions: int,
     json_path: str | None,
+    niceness: int,
     serve_port: int | None,
     cpu: int | None,
 ) -> None:
     """N concurrent voice sessions streaming 20 ms appends in real time to one pinned server core."""
     if serve_port is not None:
-        _serve(serve_port, cpu)
+        _serve(serve_port, cpu, niceness)
         return
     from tqdm import tqdm
 
@@ -313,18 +326,26 @@ def voice_session(
             str(port),
             "--cpu",
             str(server_cpu),
+            "--nice",
+            str(niceness),
         ]
         server = subprocess.Popen(command, env=env)
+        priority = os.getpriority(os.PRIO_PROCESS, 0)
         try:
             _wait_healthy(port)
             os.sched_setaffinity(0, client_cpus)
+            with contextlib.suppress(PermissionError):  # the clients keep real time under the same shield
+                os.setpriority(os.PRIO_PROCESS, 0, priority + niceness)
             report = asyncio.run(_measure(port, server.pid, Path(tmp), levels, seconds, idle_sessions, tqdm))
         finally:
             os.sched_setaffinity(0, cores)
+            with contextlib.suppress(PermissionError):
+                os.setpriority(os.PRIO_PROCESS, 0, priority)
             server.terminate()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 server.wait(10)
     report["server_cpu"] = server_cpu
+    report["server_niceness_change"] = niceness
     report["client_cpus"] = sorted(client_cpus)
     text = json.dumps(report, indent=2)
     click.echo(text)
@@ -333,12 +354,18 @@ def voice_session(
 
 
 def _wait_healthy(port: int) -> None:
-    import httpx
+    """Poll /health with the standard library (the bench needs no HTTP client package)."""
+    import urllib.error
+    import urllib.request
 
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200:
+        url = f"http://127.0.0.1:{port}/health"
+        with (
+            contextlib.suppress(urllib.error.URLError, ConnectionError),
+            urllib.request.urlopen(url) as answer,
+        ):
+            if answer.status == 200:  # a 503 while loading raises HTTPError, a URLError
                 return
         time.sleep(0.1)
     raise click.ClickException("the bench server did not become ready")
