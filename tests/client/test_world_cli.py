@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -71,3 +72,18 @@ def test_script_steps_become_numbered_events() -> None:
     assert steps[3].event is None
     with pytest.raises(click.BadParameter):
         parse_script([{"chunks": -1}])
+
+
+def test_api_key_is_sent_and_a_wrong_one_is_a_clear_error(
+    start_server: Callable[..., ServerThread], tmp_path: Path
+) -> None:
+    server = start_server(api_key="sesame")
+    server.wait_ready()
+    script = tmp_path / "script.json"
+    script.write_text('[{"action": "up"}]')
+    args = ["world", "--url", server.ws_url, "--script", str(script), "--out", str(tmp_path / "o")]
+    refused = CliRunner().invoke(main, [*args, "--api-key", "wrong"])
+    assert refused.exit_code != 0 and "HTTP 401" in refused.output and "--api-key" in refused.output
+    allowed = CliRunner().invoke(main, [*args, "--api-key", "sesame"])
+    assert allowed.exit_code == 0, allowed.output
+    assert "2 chunks, 8 frames" in allowed.output

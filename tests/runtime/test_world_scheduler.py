@@ -18,8 +18,9 @@ import pytest
 from livegen.errors import CapacityExceeded, StateEvicted
 from livegen.models import game
 from livegen.models.world import Chunk, KVGeometry, Tick
+from livegen.protocol import world as wire
 from livegen.runtime.kv_pool import required_bytes
-from livegen.runtime.world_runner import Options, Runner
+from livegen.runtime.world_runner import MAX_QUEUED_EVENTS, Options, Runner
 from livegen.runtime.world_scheduler import Scheduler
 from livegen.world import Manager, Status
 
@@ -189,3 +190,40 @@ async def test_realtime_pacing_follows_the_media_clock() -> None:
     runner.options.pacing = "asap"
     assert runner.is_due(now[0]) and runner.next_deadline() is None
     runner.abort_sending()
+
+
+async def test_a_client_that_does_not_read_is_flagged_not_buffered_forever() -> None:
+    model = RecordingKVModel()
+    scheduler = Scheduler(model, kv_budget_bytes=required_bytes(GEOMETRY, 4, 1))
+    manager = Manager(tracks=model.spec.controls, new_id=lambda: "x")
+    stuck = asyncio.Event()
+
+    async def never_sends(message: Any) -> None:
+        await stuck.wait()
+
+    runner = Runner(manager.create(), manager, scheduler, never_sends, never_sends, Options())
+    runner.start()
+    for event_id in range(1, MAX_QUEUED_EVENTS + 10):
+        runner.send(wire.EventAccepted(event_id, "accepted", 0))
+    assert runner.is_overflowing
+    runner.abort_sending()
+
+
+async def test_a_bug_in_one_session_stops_only_that_session(monkeypatch: pytest.MonkeyPatch) -> None:
+    harness = Harness(RecordingKVModel())
+    await harness.scheduler.start()
+    broken = harness.open(max_chunks_ahead=1)
+    healthy = harness.open(max_chunks_ahead=8)
+    await until(lambda: broken.session.chunk_index == 1)
+
+    def bug() -> None:
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(broken.session, "begin_tick", bug)
+    broken.ack(0)
+    await until(lambda: bool(harness.errors(broken.session_id)))
+    assert harness.errors(broken.session_id)[0]["code"] == "internal_error"
+    await until(lambda: healthy.session.chunk_index == 8)
+    await broken.close()
+    assert broken.session.status is Status.CLOSED
+    await harness.scheduler.stop()

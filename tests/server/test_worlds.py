@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 
 import httpx
 import numpy as np
@@ -216,11 +215,3 @@ def test_errors_are_counted_and_health_reports_the_model(world_server: ServerThr
     assert health["services"]["world"]["model"] == "procedural-world"
     metrics = httpx.get(f"{world_server.http_url}/metrics").text
     assert 'livegen_errors_total{code="invalid_json",kind="world"}' in metrics
-
-
-def test_health_is_not_ready_while_loading(start_server: Callable[..., ServerThread]) -> None:
-    server = start_server()
-    body = httpx.get(f"{server.http_url}/health").json()
-    assert "world" in body["services"]
-    server.wait_ready()
-    assert httpx.get(f"{server.http_url}/health").status_code == 200

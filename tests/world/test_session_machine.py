@@ -99,6 +99,7 @@ class WorldMachine(RuleBasedStateMachine):
         )
         self.session = self.manager.create(SID, max_pending_events=MAX_PENDING, prompt="start")
         self.plan: Plan | None = None
+        self.settled: Plan | None = None
         self.chunks_since_reset = 0
         self.all_applied: list[int] = []
         self.committed: list[str] = []
@@ -196,6 +197,7 @@ class WorldMachine(RuleBasedStateMachine):
     def _commit(self) -> Output:
         assert self.plan is not None
         plan, self.plan = self.plan, None
+        self.settled = plan
         out = self.session.commit_tick(plan, plan.meta, f"frames of {plan.meta.request_id}")
         self.committed.append(plan.meta.request_id)
         self.chunks_since_reset += 1
@@ -208,6 +210,7 @@ class WorldMachine(RuleBasedStateMachine):
         assert self.plan is not None
         if self.reducer.is_commit_failing:
             plan, self.plan = self.plan, None
+            self.settled = plan
             chunk = self.session.chunk_index
             with pytest.raises(ModelError):
                 self.session.commit_tick(plan, plan.meta, "frames")
@@ -227,6 +230,7 @@ class WorldMachine(RuleBasedStateMachine):
     def fail(self, how: str) -> None:
         assert self.plan is not None
         plan, self.plan = self.plan, None
+        self.settled = plan
         chunk, pending = self.session.chunk_index, self.session.pending_ids
         if how == "wrong_echo":
             echo = TickMeta(SID, plan.meta.request_id, plan.meta.chunk_index + 1, plan.meta.applied_event_ids)
@@ -240,6 +244,19 @@ class WorldMachine(RuleBasedStateMachine):
         assert self.session.status is Status.FAILED
         assert self.session.chunk_index == chunk and self.session.pending_ids == pending
         assert self.session.event_floor == self.session.committed_floor
+
+    @precondition(lambda self: self.settled is not None)
+    @rule(how=st.sampled_from(["commit", "fail"]))
+    def settle_a_settled_plan(self, how: str) -> None:
+        """A late or repeated model answer for a chunk already settled changes nothing."""
+        plan = self.settled
+        assert plan is not None
+        if how == "commit":
+            self.unchanged_after(
+                lambda: self.session.commit_tick(plan, plan.meta, "late"), LocalProtocolError
+            )
+        else:
+            self.unchanged_after(lambda: self.session.fail_tick(plan, "late", "late"), LocalProtocolError)
 
     @rule()
     def toggle_reducer_commit_failure(self) -> None:

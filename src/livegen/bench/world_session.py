@@ -15,13 +15,18 @@ A third, smaller figure: decoding ``world.event`` messages with the msgspec
 codec (``protocol/world.py``, validating) against ``json.loads`` alone (not
 validating), to show what validation costs.
 
-Figures are medians over ``--runs`` runs. Ratios are oriented so that above 1
-means livegen is better.
+Timings are taken per tick (the batch of events accepted before it, then the
+tick itself) and summarised by their median, so that a run is not skewed by
+the moments another process holds the CPU; events per second is the batch
+size over the median batch time. Figures are medians of those over ``--runs``
+runs, with the garbage collector paused while timing (both sides alike).
+Ratios are oriented so that above 1 means livegen is better.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import importlib.util
 import json
 import statistics
@@ -126,8 +131,8 @@ def _noop_step(ticks: list[Tick], frames: Any) -> list[Chunk]:
     return [Chunk(tick.meta, frames) for tick in ticks]
 
 
-def run_livegen(events: list[Any], events_per_tick: int) -> tuple[float, list[float]]:
-    """(seconds spent accepting all events, per-tick seconds) for livegen's core."""
+def run_livegen(events: list[Any], events_per_tick: int) -> tuple[list[float], list[float]]:
+    """(seconds to accept each tick's batch of events, seconds per tick) for livegen's core."""
     session = Session(
         "bench",
         tracks=game.room_spec().controls,
@@ -135,7 +140,8 @@ def run_livegen(events: list[Any], events_per_tick: int) -> tuple[float, list[fl
         max_pending_events=events_per_tick,
     )
     frames = None
-    accept_s, ticks = 0.0, []
+    accepts: list[float] = []
+    ticks: list[float] = []
     clock = time.perf_counter
     for start in range(0, len(events), events_per_tick):
         batch = events[start : start + events_per_tick]
@@ -150,10 +156,10 @@ def run_livegen(events: list[Any], events_per_tick: int) -> tuple[float, list[fl
         session.commit_tick(plan, chunk.meta, chunk)
         session.take_effects()
         t2 = clock()
-        accept_s += t1 - t0
+        accepts.append(t1 - t0)
         ticks.append(t2 - t1)
     _check_done(session.chunk_index, session.pending_event_count, len(ticks))
-    return accept_s, ticks
+    return accepts, ticks
 
 
 def _check_done(chunk_index: int, num_pending: int, num_ticks: int) -> None:
@@ -164,7 +170,7 @@ def _check_done(chunk_index: int, num_pending: int, num_ticks: int) -> None:
 
 async def run_upstream(
     upstream: types.ModuleType, events: list[Any], events_per_tick: int
-) -> tuple[float, list[float]]:
+) -> tuple[list[float], list[float]]:
     """The same for vllm-omni's ``ARDiffusionSession``, through its async API."""
     session = upstream.ARDiffusionSession(
         "bench",
@@ -174,7 +180,8 @@ async def run_upstream(
     )
     control_type = sys.modules[f"{PACKAGE}.tick_protocol"].ARDiffusionControlInput
     event_type = upstream.ARDiffusionSessionEvent
-    accept_s, ticks = 0.0, []
+    accepts: list[float] = []
+    ticks: list[float] = []
     clock = time.perf_counter
     for start in range(0, len(events), events_per_tick):
         batch = events[start : start + events_per_tick]
@@ -185,21 +192,29 @@ async def run_upstream(
         t1 = clock()
         await session.next_chunk()
         t2 = clock()
-        accept_s += t1 - t0
+        accepts.append(t1 - t0)
         ticks.append(t2 - t1)
     _check_done(session.chunk_index, session.pending_event_count, len(ticks))
-    return accept_s, ticks
+    return accepts, ticks
 
 
-def run_codec(messages: list[bytes]) -> tuple[float, float]:
-    """(msgspec codec seconds, json.loads seconds) to decode the same messages."""
-    t0 = time.perf_counter()
-    for raw in messages:
-        wire.decode_client(raw)
-    t1 = time.perf_counter()
-    for raw in messages:
-        json.loads(raw)
-    return t1 - t0, time.perf_counter() - t1
+def run_codec(messages: list[bytes], batch: int = 100) -> tuple[float, float]:
+    """Median seconds per message to decode with the msgspec codec, and with ``json.loads``."""
+    ours: list[float] = []
+    plain: list[float] = []
+    clock = time.perf_counter
+    for start in range(0, len(messages), batch):
+        chunk = messages[start : start + batch]
+        t0 = clock()
+        for raw in chunk:
+            wire.decode_client(raw)
+        t1 = clock()
+        for raw in chunk:
+            json.loads(raw)
+        t2 = clock()
+        ours.append((t1 - t0) / len(chunk))
+        plain.append((t2 - t1) / len(chunk))
+    return statistics.median(ours), statistics.median(plain)
 
 
 def _messages(events: list[Any]) -> list[bytes]:
@@ -222,17 +237,22 @@ def measure(num_events: int, events_per_tick: int, num_runs: int) -> dict[str, A
     messages = _messages(events)
     runs: list[dict[str, float]] = []
     for _ in tqdm(range(num_runs), desc="world-session", unit="run"):
-        ours_accept, ours_ticks = run_livegen(events, events_per_tick)
-        theirs_accept, theirs_ticks = asyncio.run(run_upstream(upstream, events, events_per_tick))
-        codec_s, json_s = run_codec(messages)
+        gc.collect()
+        gc.disable()  # collections land at random in either side's timings otherwise
+        try:
+            ours_accept, ours_ticks = run_livegen(events, events_per_tick)
+            theirs_accept, theirs_ticks = asyncio.run(run_upstream(upstream, events, events_per_tick))
+            codec_s, json_s = run_codec(messages)
+        finally:
+            gc.enable()
         runs.append(
             {
-                "livegen_events_per_s": num_events / ours_accept,
-                "vllm_omni_events_per_s": num_events / theirs_accept,
+                "livegen_events_per_s": events_per_tick / statistics.median(ours_accept),
+                "vllm_omni_events_per_s": events_per_tick / statistics.median(theirs_accept),
                 "livegen_tick_overhead_us": statistics.median(ours_ticks) * 1e6,
                 "vllm_omni_tick_overhead_us": statistics.median(theirs_ticks) * 1e6,
-                "codec_messages_per_s": num_events / codec_s,
-                "json_loads_messages_per_s": num_events / json_s,
+                "codec_messages_per_s": 1 / codec_s,
+                "json_loads_messages_per_s": 1 / json_s,
             }
         )
     median: Callable[[str], float] = lambda key: statistics.median(run[key] for run in runs)  # noqa: E731

@@ -19,10 +19,11 @@ from typing import Any
 
 import click
 import numpy as np
+import websockets
 from PIL import Image
 from tqdm import tqdm
 
-from livegen.client.world import ChunkOut, WorldClient
+from livegen.client.world import ChunkOut, WorldClient, WorldError
 
 DEMO_SCRIPT: list[dict[str, Any]] = [
     {"action": "right", "chunks": 3},
@@ -162,6 +163,12 @@ def world(
         )
     except OSError as exc:
         raise click.ClickException(f"cannot reach {url}: {exc}; start one with `livegen serve`") from exc
+    except websockets.InvalidStatus as exc:
+        status = exc.response.status_code
+        hint = " (check --api-key or LIVEGEN_API_KEY)" if status == 401 else ""
+        raise click.ClickException(f"{url} refused the session: HTTP {status}{hint}") from exc
+    except WorldError as exc:
+        raise click.ClickException(f"the server answered with an error: {exc}") from exc
     frames = [frame for chunk in chunks for frame in chunk.frames]
     paths = save(frames, out, fps=float(created["fps"]), scale=scale, is_gif=gif)
     click.echo(

@@ -24,7 +24,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from livegen.errors import LivegenError, ModelError, ProtocolError, RemoteProtocolError
+from livegen.errors import LivegenError, ModelError, ProtocolError
 from livegen.logs import log_event
 from livegen.models.world import Chunk
 from livegen.protocol import world as wire
@@ -45,6 +45,8 @@ from livegen.world import (
 
 logger = logging.getLogger("livegen.world")
 SendText = Callable[[str], Awaitable[None]]
+#: Events (not chunks: flow control bounds those) queued for a client that does not read.
+MAX_QUEUED_EVENTS = 1024
 SendBytes = Callable[[bytes], Awaitable[None]]
 
 
@@ -99,10 +101,11 @@ class Runner:
         self._sender: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[bool]] = set()
         self.num_chunks_sent = 0
+        self.is_overflowing = False
 
     def start(self) -> None:
+        self._scheduler.add(self)  # first: a full KV pool refuses before anything starts
         self._sender = asyncio.create_task(self._send_loop(), name=f"livegen-world-send-{self.session_id}")
-        self._scheduler.add(self)
 
     # -- scheduler side --------------------------------------------------------------------
     def _has_credit(self) -> bool:
@@ -150,6 +153,10 @@ class Runner:
         self.session.fail_tick(plan, code, message)
         log_event(logger, "world.chunk_failed", logging.WARNING, session=self.session_id, code=code)
         self._settle()
+
+    def crashed(self, message: str) -> None:
+        """The scheduler dropped this session after a bug; tell the client, which may close."""
+        self._queue_error("internal_error", message, None, "server_error")
 
     def _settle(self) -> None:
         self._ticking = None
@@ -213,6 +220,7 @@ class Runner:
         if self.session.begin_close():
             is_released = await self._release()
             self._manager.finish_close(self.session_id, is_released)
+            log_event(logger, "world.session_closed", session=self.session_id, is_released=is_released)
             if is_released:
                 self._scheduler.remove(self.session_id)
             elif is_sending:
@@ -230,6 +238,10 @@ class Runner:
 
     # -- output ----------------------------------------------------------------------------
     def send(self, event: wire.ServerEvent) -> None:
+        """Queue an event for the client; past ``MAX_QUEUED_EVENTS`` the client is not reading."""
+        if self._outbox.qsize() >= MAX_QUEUED_EVENTS:
+            self.is_overflowing = True  # the endpoint closes the socket; other sessions go on
+            return
         self._outbox.put_nowait(wire.encode(event))
 
     def send_error(self, error: LivegenError) -> None:
@@ -251,18 +263,21 @@ class Runner:
         self.send(wire.Error(wire.ErrorBody(error_type, code, message, param, event_id)))
 
     async def _send_loop(self) -> None:
-        while (item := await self._outbox.get()) is not None:
-            if isinstance(item, bytes):
-                await self._send_text(item.decode())
-            else:
-                await self._send_chunk(item)
+        try:
+            while (item := await self._outbox.get()) is not None:
+                if isinstance(item, bytes):
+                    await self._send_text(item.decode())
+                else:
+                    await self._send_chunk(item)
+        except Exception as exc:  # the socket is gone; the endpoint sees the disconnect
+            log_event(logger, "world.send_failed", logging.INFO, session=self.session_id, error=repr(exc))
 
     async def _send_chunk(self, job: _ChunkJob) -> None:
         chunk = job.output.output
         assert isinstance(chunk, Chunk)
         started = time.perf_counter()
-        options = self.options
-        frames = await asyncio.to_thread(encode_chunk, chunk.frames, options.format, options.quality)
+        fmt, quality = self.options.format, self.options.quality  # a session.update may change them meanwhile
+        frames = await asyncio.to_thread(encode_chunk, chunk.frames, fmt, quality)
         encode_ms = (time.perf_counter() - started) * 1000
         meta, spec = job.output.meta, self._scheduler.spec
         header = wire.ChunkHeader(
@@ -272,7 +287,7 @@ class Runner:
             num_frames=len(frames),
             width=spec.width,
             height=spec.height,
-            format=options.format,  # type: ignore[arg-type]
+            format=fmt,  # type: ignore[arg-type]
             media_time_ms=meta.chunk_index * self._chunk_s * 1000,
             timings=wire.Timings(round(job.queue_ms, 3), round(job.model_ms, 3), round(encode_ms, 3)),
         )
@@ -297,4 +312,4 @@ class Runner:
             self._sender.cancel()
 
 
-__all__ = ["Options", "RemoteProtocolError", "Runner"]
+__all__ = ["MAX_QUEUED_EVENTS", "Options", "Runner"]

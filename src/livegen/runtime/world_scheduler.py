@@ -1,60 +1,46 @@
 """The world scheduler: one loop that steps every due session together, in one batch.
 
-It owns the model, the worker that calls it and the KV pool; runners
+It owns the loop and the worker pool (``workers.py``: which worker holds
+which session's state, and each worker's KV pages); runners
 (``world_runner.py``) own their sessions and say when they are due (pacing
 deadline, flow-control credit). Each round the scheduler asks every due runner
 for its plan, fills in KV pages for models that declare geometry, runs
-``model.step`` once for the batch in the worker, and hands each chunk (or
-failure) back to its runner. A ``StateEvicted`` from a batch is isolated by
-stepping its ticks one by one, so only the session whose state is gone fails,
-with code ``state_evicted`` (upstream gap 3), never a silent restart.
+``model.step`` once per worker for that worker's share of the batch, and
+hands each chunk (or failure) back to its runner. Workers step independently:
+a worker's sessions wait while it is busy (to join its next batch, not queue
+behind it one by one), while a free worker takes its due sessions at once, so
+a slow worker never holds up the others. A
+``StateEvicted`` from a batch is isolated by stepping its ticks one by one, so
+only the session whose state is gone fails, with code ``state_evicted``
+(upstream gap 3), never a silent restart.
 
-The worker is one thread: model calls (steps and releases) run in submission
-order, so a release always lands between steps, never during one.
+By default there is one worker, in this process (``LocalWorker``); each worker
+runs its model calls in submission order, so a release always lands between
+steps, never during one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Protocol
 
-from livegen.errors import StateEvicted
+from livegen.errors import LivegenError, StateEvicted
 from livegen.logs import log_event
 from livegen.models.world import Chunk, Tick, WorldModel
 from livegen.runtime.kv_pool import Pool
+from livegen.runtime.workers import LocalWorker, Worker, WorkerPool
 from livegen.world import Plan
 
 logger = logging.getLogger("livegen.world")
-T = TypeVar("T")
 
 #: Default KV budget for models with KV geometry: enough for a laptop.
 DEFAULT_KV_BUDGET_BYTES = 512 * 1024 * 1024
-
-
-class Worker:
-    """Runs model calls in one dedicated thread, in order."""
-
-    def __init__(self, model: WorldModel) -> None:
-        self.model = model
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix="livegen-world")
-
-    async def call(self, fn: Callable[..., T], *args: Any) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
-
-    async def step(self, ticks: Sequence[Tick], kv_storage: Any) -> list[Chunk]:
-        return await self.call(self.model.step, list(ticks), kv_storage)
-
-    async def release(self, session_id: str) -> None:
-        await self.call(self.model.release, session_id)
-
-    def shutdown(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
 
 
 class Steppable(Protocol):
@@ -67,6 +53,7 @@ class Steppable(Protocol):
     def begin_tick(self, now: float) -> Plan | None: ...
     def tick_done(self, plan: Plan, chunk: Chunk, model_ms: float) -> None: ...
     def tick_failed(self, plan: Plan, code: str, message: str) -> None: ...
+    def crashed(self, message: str) -> None: ...
 
 
 @dataclass
@@ -74,32 +61,41 @@ class _Entry:
     runner: Steppable
     plan: Plan
     tick: Tick
+    worker_index: int = 0
 
 
 class Scheduler:
     def __init__(
         self,
-        model: WorldModel,
+        model: WorldModel | None = None,
         *,
+        workers: Sequence[Worker] = (),
         kv_budget_bytes: int = DEFAULT_KV_BUDGET_BYTES,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.model = model
-        self.spec = model.spec
+        """Step ``model`` in this process, or step on ``workers`` (each with its own KV budget)."""
+        if model is not None:
+            workers = [LocalWorker(model), *workers]
+        self.workers = WorkerPool(workers, kv_budget_bytes)
+        self.spec = self.workers.spec
         self.clock = clock
-        self.worker = Worker(model)
-        kv = self.spec.kv
-        self.pool = Pool(kv, self.spec.frames_per_chunk, kv_budget_bytes) if kv else None
-        self.kv_storage: Any = None
         self._runners: dict[str, Steppable] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        #: Worker index -> steps in flight there; tasks of the steps in flight.
+        self._busy: collections.Counter[int] = collections.Counter()
+        self._steps: set[asyncio.Task[None]] = set()
         self.num_steps = 0
         self.num_ticks = 0
 
+    @property
+    def pool(self) -> Pool | None:
+        """The first worker's KV pool (the only one in process), or None without KV geometry."""
+        pools = self.workers.kv_pools
+        return pools[0] if pools else None
+
     async def start(self) -> None:
-        if self.pool is not None:
-            self.kv_storage = await self.worker.call(self.model.new_kv_storage, self.pool.num_pages)
+        await self.workers.start()
         self._task = asyncio.create_task(self._loop(), name="livegen-world-scheduler")
 
     async def stop(self) -> None:
@@ -107,26 +103,25 @@ class Scheduler:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        self.worker.shutdown()
+        for step in list(self._steps):
+            step.cancel()
+        await asyncio.gather(*self._steps, return_exceptions=True)
+        await self.workers.close()
 
     # -- sessions --------------------------------------------------------------------------
     def add(self, runner: Steppable) -> None:
         """Admit a session (raises ``CapacityExceeded`` when the KV pool is full)."""
-        if self.pool is not None:
-            self.pool.admit(runner.session_id)
+        self.workers.admit(runner.session_id)
         self._runners[runner.session_id] = runner
         self.wake()
 
     def remove(self, session_id: str) -> None:
         self._runners.pop(session_id, None)
-        if self.pool is not None:
-            self.pool.release(session_id)
+        self.workers.remove(session_id)
 
     async def release_state(self, session_id: str) -> None:
-        """Free a session's pages and model-side state (failure, reset, close)."""
-        if self.pool is not None:
-            self.pool.clear(session_id)
-        await self.worker.release(session_id)
+        """Free a session's pages and model-side state on every worker that holds it."""
+        await self.workers.release(session_id)
 
     def wake(self) -> None:
         self._wake.set()
@@ -135,39 +130,70 @@ class Scheduler:
     async def _loop(self) -> None:
         while True:
             now = self.clock()
-            due = [runner for runner in list(self._runners.values()) if runner.is_due(now)]
+            waiting = [r for r in list(self._runners.values()) if not self._is_worker_busy(r)]
+            due = [runner for runner in waiting if runner.is_due(now)]
             if not due:
-                await self._sleep(now)
+                await self._sleep(now, waiting)
                 continue
             entries = [entry for runner in due if (entry := self._plan(runner, now)) is not None]
-            if entries:
-                try:
-                    await self._step(entries)
-                except Exception as exc:  # a bug here must fail the batch, not the server
-                    log_event(logger, "scheduler.error", logging.ERROR, error=repr(exc))
-                    for entry in entries:
-                        self._fail(entry, "chunk_failed", f"internal error: {exc}")
+            for group in _by_worker(entries):
+                self._launch(group)
+            await asyncio.sleep(0)  # let the steps start before planning again
 
-    async def _sleep(self, now: float) -> None:
-        deadlines = [d for r in self._runners.values() if (d := r.next_deadline()) is not None]
+    def _is_worker_busy(self, runner: Steppable) -> bool:
+        return self._busy[self.workers.worker_index(runner.session_id)] > 0
+
+    def _launch(self, entries: list[_Entry]) -> None:
+        index = entries[0].worker_index
+        self._busy[index] += 1
+        task = asyncio.create_task(self._run_step(index, entries), name=f"livegen-world-step-{index}")
+        self._steps.add(task)
+        task.add_done_callback(self._steps.discard)
+
+    async def _run_step(self, index: int, entries: list[_Entry]) -> None:
+        try:
+            await self._step(entries)
+        except Exception as exc:  # a bug here must fail the batch, not the server
+            log_event(logger, "scheduler.error", logging.ERROR, error=repr(exc))
+            for entry in entries:
+                with contextlib.suppress(LivegenError):  # entries settled before the bug
+                    self._fail(entry, "chunk_failed", f"internal error: {exc}")
+        finally:
+            self._busy[index] -= 1
+            self.wake()
+
+    async def _sleep(self, now: float, runners: list[Steppable]) -> None:
+        deadlines = [d for r in runners if (d := r.next_deadline()) is not None]
         timeout = max(0.0, min(deadlines) - now) if deadlines else None
         self._wake.clear()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), timeout)
 
     def _plan(self, runner: Steppable, now: float) -> _Entry | None:
-        plan = runner.begin_tick(now)
+        try:
+            plan = runner.begin_tick(now)
+        except Exception as exc:  # a bug in one session: stop scheduling it, keep the others going
+            log_event(
+                logger, "scheduler.session_crashed", logging.ERROR, session=runner.session_id, error=repr(exc)
+            )
+            self._runners.pop(runner.session_id, None)
+            runner.crashed(f"internal error, the session stopped: {exc}")
+            return None
         if plan is None:
             return None
-        context, write = self.pool.plan(runner.session_id) if self.pool is not None else ((), ())
+        try:
+            index, context, write = self.workers.plan(runner.session_id, plan.meta.chunk_index)
+        except LivegenError as exc:
+            runner.tick_failed(plan, "chunk_failed", f"no KV pages: {exc}")
+            return None
         meta = plan.meta
         tick = Tick(meta, plan.seed, plan.prompt, plan.control_data(), context, write)
-        return _Entry(runner, plan, tick)
+        return _Entry(runner, plan, tick, index)
 
     async def _step(self, entries: list[_Entry]) -> None:
         started = self.clock()
         try:
-            chunks = await self.worker.step([entry.tick for entry in entries], self.kv_storage)
+            chunks = await self.workers.step(entries[0].worker_index, [entry.tick for entry in entries])
         except StateEvicted as exc:
             if len(entries) == 1:
                 self._fail(entries[0], "state_evicted", str(exc))
@@ -188,11 +214,17 @@ class Scheduler:
             if chunk is None:
                 self._fail(entry, "model_contract_error", "the model returned no chunk for this tick")
                 continue
-            if self.pool is not None:
-                self.pool.commit(entry.runner.session_id)
+            self.workers.commit(entry.runner.session_id)
             entry.runner.tick_done(entry.plan, chunk, model_ms)
 
     def _fail(self, entry: _Entry, code: str, message: str) -> None:
-        if self.pool is not None:
-            self.pool.clear(entry.runner.session_id)
+        self.workers.clear(entry.runner.session_id)
         entry.runner.tick_failed(entry.plan, code, message)
+
+
+def _by_worker(entries: list[_Entry]) -> list[list[_Entry]]:
+    """The batch split into one step per worker, each in due order."""
+    groups: dict[int, list[_Entry]] = {}
+    for entry in entries:
+        groups.setdefault(entry.worker_index, []).append(entry)
+    return list(groups.values())

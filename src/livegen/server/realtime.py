@@ -76,6 +76,9 @@ class RealtimeService:
             async with self._load_lock:
                 if entry.name not in self.models:
                     model = await asyncio.to_thread(self.state.registry.load, entry.name)
+                    config = self.state.config
+                    if config.llm_base_url and hasattr(model, "use_llm"):  # --llm-base-url, --llm-model
+                        model.use_llm(config.llm_base_url, config.llm_model)
                     self.models[entry.name] = model
         return self.models[entry.name]
 

@@ -3,8 +3,9 @@
 One ``Connection`` per socket reads client messages in order, decodes them
 (``protocol/world.py``), and calls its session's runner; the runner owns the
 ordered path of messages back. The service owns the model (loaded in
-``start``), the scheduler and the session manager, and reports readiness:
-not ready until the model is loaded, nor while the KV pool is full.
+``start``: in this process, or in ``--world-workers`` Ray actors), the
+scheduler and the session manager, and reports readiness: not ready until the
+model is loaded, nor while the KV pool is full.
 
 Bad input never ends a session or the server: each bad message gets an
 ``error`` event (with the client's ``event_id`` where it had one) and the
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import logging
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -22,16 +24,25 @@ from typing import TYPE_CHECKING, Any
 from starlette.routing import BaseRoute, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from livegen.errors import InvalidRequest, InvalidState, LivegenError, ProtocolError, RemoteProtocolError
+from livegen.errors import (
+    ConfigError,
+    InvalidRequest,
+    InvalidState,
+    LivegenError,
+    ProtocolError,
+    RemoteProtocolError,
+)
 from livegen.logs import bind_session, log_event
 from livegen.models.world import WorldModel
 from livegen.protocol import world as wire
+from livegen.runtime.workers import Worker
 from livegen.runtime.world_runner import Options, Runner
 from livegen.runtime.world_scheduler import Scheduler
 from livegen.server.auth import select_subprotocol
-from livegen.world import ControlInput, Event, Manager, thaw
+from livegen.world import ControlInput, Event, Manager, Status, thaw
 
 if TYPE_CHECKING:
+    from livegen.runtime.ray_worker import Cluster
     from livegen.server.app import State
 
 logger = logging.getLogger("livegen.world")
@@ -49,16 +60,25 @@ class WorldService:
         self.scheduler: Scheduler | None = None
         self.manager: Manager | None = None
         self.connections: set[Connection] = set()
+        #: The Ray connection when the model runs in Ray actors (``--world-workers``).
+        self.cluster: Cluster | None = None
+        if state.config.world_workers > 0 and importlib.util.find_spec("ray") is None:
+            raise ConfigError("--world-workers needs Ray: pip install 'livegen[ray]'")
 
     def routes(self) -> list[BaseRoute]:
         return [WebSocketRoute("/v1/worlds", self._endpoint)]
 
     async def start(self) -> None:
-        model: WorldModel = await asyncio.to_thread(self.state.registry.load, self.entry.name)
-        scheduler = Scheduler(model)
+        num_workers = self.state.config.world_workers
+        model: WorldModel | None = None
+        if num_workers > 0:
+            scheduler = Scheduler(workers=await self._start_ray_workers(num_workers))
+        else:
+            model = await asyncio.to_thread(self.state.registry.load, self.entry.name)
+            scheduler = Scheduler(model)
         await scheduler.start()
         self.manager = Manager(
-            tracks=model.spec.controls,
+            tracks=scheduler.spec.controls,
             new_id=lambda: uuid.uuid4().hex[:12],
             max_sessions=self.state.config.max_sessions,
         )
@@ -69,6 +89,16 @@ class WorldService:
             await connection.shutdown()
         if self.scheduler is not None:
             await self.scheduler.stop()
+        if self.cluster is not None:
+            await self.cluster.close()
+
+    async def _start_ray_workers(self, num_workers: int) -> list[Worker]:
+        from livegen.runtime.ray_worker import Cluster
+
+        self.cluster = await Cluster.connect(self.state.config.ray_address, num_workers)
+        workers = await self.cluster.start_workers(self.entry.name, num_workers)
+        log_event(logger, "world.workers_started", model=self.entry.name, num_workers=num_workers)
+        return list(workers)
 
     def health(self) -> dict[str, Any]:
         report: dict[str, Any] = {"ready": False, "model": self.entry.name}
@@ -76,11 +106,18 @@ class WorldService:
             report["reason"] = "model loading"
             return report
         report.update(ready=True, sessions=len(self.manager), tombstones=len(self.manager.tombstones))
-        pool = self.scheduler.pool
-        if pool is not None:
-            report["kv"] = {"sessions": pool.num_sessions, "capacity": pool.capacity}
-            if pool.is_full:
-                report.update(ready=False, reason="KV pool full")
+        workers = self.scheduler.workers
+        if len(workers.workers) > 1:
+            report["workers"] = [worker.name for worker in workers.workers]
+        if lost := workers.lost_workers:
+            report["workers_lost"] = lost
+        pools = workers.kv_pools
+        if pools:
+            sessions = sum(pool.num_sessions for pool in pools)
+            report["kv"] = {"sessions": sessions, "capacity": workers.kv_capacity}
+        if workers.is_full:
+            is_running = len(lost) < len(workers.workers)
+            report.update(ready=False, reason="KV pool full" if is_running else "no world worker is running")
         return report
 
     def model_names(self) -> set[str]:
@@ -114,6 +151,10 @@ class Connection:
                     break
                 self.metrics.events.labels(kind="world", direction="in").inc()
                 await self._handle(message.get("text"), message.get("bytes"))
+                if self.runner is not None and self.runner.is_overflowing:
+                    log_event(logger, "world.client_not_reading", logging.WARNING)
+                    await self.websocket.close(code=1008, reason="too many unread events")
+                    break
         except WebSocketDisconnect:
             pass
         finally:
@@ -166,7 +207,7 @@ class Connection:
             await runner.reset()
         elif isinstance(event, wire.SessionClose):
             await runner.close()
-            if runner.session.status.value == "closed":
+            if runner.session.status is Status.CLOSED:
                 self.is_closed = True
                 self._closed()
 

@@ -96,7 +96,10 @@ def compile_schema(schema: Mapping[str, Any]) -> Check:
     enum = schema.get("enum")
     required = tuple(schema.get("required", ()))
     is_closed = schema.get("additionalProperties") is False
-    children = {name: compile_schema(sub) for name, sub in schema.get("properties", {}).items()}
+    properties: Mapping[str, Any] = schema.get("properties", {})
+    # A property that is only an enum (the usual shape of a control) is checked inline.
+    enums = {name: sub["enum"] for name, sub in properties.items() if set(sub) <= {"enum", "description"}}
+    children = {name: compile_schema(sub) for name, sub in properties.items() if name not in enums}
 
     def check(value: Any, path: str) -> str | None:
         if types is not None and (not isinstance(value, types) or (is_number and type(value) is bool)):
@@ -108,6 +111,11 @@ def compile_schema(schema: Mapping[str, Any]) -> Check:
                 if name not in value:
                     return problem(value, schema, path)
             for name, item in value.items():
+                allowed = enums.get(name)
+                if allowed is not None:
+                    if item not in allowed:
+                        return problem(value, schema, path)
+                    continue
                 child = children.get(name)
                 if child is None:
                     if is_closed:

@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from enum import StrEnum
+from typing import NoReturn
 
 import msgspec
 
@@ -216,11 +217,13 @@ class Session:
             self._recent.popitem(last=False)
         return Acceptance(event.event_id, AcceptStatus.ACCEPTED, len(self._pending))
 
-    def _refuse(self, event_id: int) -> None:
+    def _refuse(self, event_id: int) -> NoReturn:
+        """Events are taken only while active: closed, failed and resetting sessions refuse them."""
         if self._status in _CLOSED_STATES:
             raise InvalidState("the session is closed", code="session_closed", event_id=event_id)
+        hint = "send world.reset to go on" if self._status is Status.FAILED else "wait for world.reset.done"
         raise InvalidState(
-            f"the session is {self._status.value}; send world.reset first",
+            f"the session is {self._status.value}; {hint}",
             code=f"session_{self._status.value}",
             event_id=event_id,
         )
