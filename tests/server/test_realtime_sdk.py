@@ -316,3 +316,13 @@ async def test_session_update_switches_the_model_until_it_has_heard_anything(
         )
         error = (await until(connection, "error"))[-1].error
         assert (error.code, error.event_id) == ("model_change_unsupported", "e2")
+
+
+async def test_an_alias_is_the_model_it_names(voice_server: ServerThread) -> None:
+    async with client(voice_server).realtime.connect(model="alias") as connection:
+        created = await connection.recv()
+        assert created.session.model == "scripted-voice"
+        await connection.input_audio_buffer.append(audio=pcm24(100))
+        await connection.session.update(session={"type": "realtime", "model": "alias", "instructions": "hi"})
+        updated = (await until(connection, "session.updated"))[-1]  # the same model: no switch, no refusal
+        assert updated.session.model == "scripted-voice" and updated.session.instructions == "hi"

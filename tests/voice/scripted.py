@@ -148,7 +148,13 @@ def load_8k() -> Scripted8k:
 def registry() -> Registry:
     return Registry(
         [
-            ModelInfo("scripted-voice", Kind.VOICE, "voice.scripted:load", "a scripted test double"),
+            ModelInfo(
+                "scripted-voice",
+                Kind.VOICE,
+                "voice.scripted:load",
+                "a scripted test double",
+                aliases=("alias",),
+            ),
             ModelInfo("scripted-8k", Kind.VOICE, "voice.scripted:load_8k", "a scripted test double at 8 kHz"),
         ]
     )

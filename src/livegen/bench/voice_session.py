@@ -144,7 +144,7 @@ async def _client(url: str, seconds: float, sends: dict[str, list[float]], count
     import websockets
 
     append = _silence_append()
-    async with websockets.connect(url, max_size=None, compression=None) as ws:
+    async with websockets.connect(url, max_size=None, compression=None, open_timeout=120) as ws:
         created = json.loads(await ws.recv())
         session_id = created["session"]["id"]
         await ws.send(
@@ -177,7 +177,7 @@ async def _client(url: str, seconds: float, sends: dict[str, list[float]], count
 async def _idle(url: str, opened: asyncio.Event, release: asyncio.Event) -> None:
     import websockets
 
-    async with websockets.connect(url) as ws:
+    async with websockets.connect(url, open_timeout=120) as ws:
         await ws.recv()
         opened.set()
         await release.wait()

@@ -68,6 +68,13 @@ class RealtimeService:
             "sessions": len(self.runners),
         }
 
+    def _canonical_name(self, name: str) -> str:
+        """The registered name for an alias (``gpt-realtime`` -> ``cascade``); unknown names pass."""
+        try:
+            return self.state.registry.get(name).name
+        except ConfigError:
+            return name
+
     async def _model(self, name: str) -> VoiceModel:
         entry = self.state.registry.get(name)
         if entry.kind is not Kind.VOICE:
@@ -98,13 +105,14 @@ class RealtimeService:
 
     async def endpoint(self, websocket: WebSocket) -> None:
         await websocket.accept(subprotocol=select_subprotocol(websocket.scope))
-        name = websocket.query_params.get("model") or self.default_model
+        requested = websocket.query_params.get("model") or self.default_model
         if self.default_model not in self.models:
             await self._refuse(
                 websocket, "model_not_ready", "the voice model is still loading; retry shortly", 1013
             )
             return
         try:
+            name = self._canonical_name(requested)
             model = await self._model(name)
         except ConfigError as exc:
             await self._refuse(websocket, "model_not_found", str(exc), 1008)
@@ -127,7 +135,7 @@ class RealtimeService:
             return f"{prefix}_{tag}{next(counter):x}"
 
         facts = ModelFacts(name, model.input_rate, model.output_rate, model.has_vad)
-        session = Session(session_id, facts, ids, self.limits)
+        session = Session(session_id, facts, ids, self.limits, canonical_name=self._canonical_name)
         metrics = self.state.metrics
         try:
             stream = await model.open(session_id, session.config.stream_config())

@@ -24,6 +24,7 @@ object (model outputs, pacing, terminals), ``protocol/`` the wire codecs.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from enum import StrEnum
 from typing import Any, ClassVar
 
@@ -63,10 +64,17 @@ class Phase(StrEnum):
 
 class Session(Speaker):
     def __init__(
-        self, session_id: str, model: ModelFacts, ids: IdFactory, limits: Limits | None = None
+        self,
+        session_id: str,
+        model: ModelFacts,
+        ids: IdFactory,
+        limits: Limits | None = None,
+        canonical_name: Callable[[str], str] | None = None,
     ) -> None:
         self.id = session_id
         self.model = model
+        #: A model's registered name for any of its aliases (a pure lookup, injected).
+        self.canonical_name = canonical_name or (lambda name: name)
         self.ids = ids
         self.limits = limits or Limits()
         self.config = Config(model=model.name)
@@ -175,6 +183,8 @@ class Session(Speaker):
 
     def _on_session_update(self, event: wire.SessionUpdate, now: float) -> list[Effect]:
         config = apply_update(self.config, event.session)
+        if config.model != self.config.model:
+            config = replace(config, model=self.canonical_name(config.model))
         if config.model != self.config.model:
             return self._switch_model(config, event.event_id)
         if config.voice != self.config.voice and any(p.generated_ms for p in self.playbacks.values()):

@@ -26,7 +26,6 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Coroutine, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -457,7 +456,3 @@ def _last_user_text(history: Sequence[HistoryTurn]) -> str | None:
 
 def _ms(sample: int) -> int:
     return sample * 1000 // SAMPLE_RATE
-
-
-def _now() -> datetime:
-    return datetime.now().astimezone()
