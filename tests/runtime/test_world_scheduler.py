@@ -7,6 +7,7 @@ is tested with its own issue); it records the ticks it is given.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 from collections.abc import Sequence
 from typing import Any
@@ -187,7 +188,7 @@ async def test_realtime_pacing_follows_the_media_clock() -> None:
         assert runner.next_deadline() == pytest.approx(deadline)
         assert not runner.is_due(deadline - 0.001) and runner.is_due(deadline)
         now[0] = deadline
-    runner.options.pacing = "asap"
+    runner.options = dataclasses.replace(runner.options, pacing="asap")
     assert runner.is_due(now[0]) and runner.next_deadline() is None
     runner.abort_sending()
 

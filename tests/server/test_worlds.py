@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 
 import httpx
 import numpy as np
 import pytest
 
 from livegen.client.world import WorldClient, WorldError
+from livegen.models.world import Frames
 from livegen.protocol import world as wire
+from livegen.runtime import world_runner
+from livegen.server import worlds
 from livegen.server.thread import ServerThread
 
 RIGHT = {"track": "action", "schema": "livegen.action.v1", "data": {"action": "right"}}
@@ -57,6 +62,48 @@ async def test_later_session_update_answers_session_updated(world_server: Server
         with pytest.raises(WorldError) as error:
             await client.expect(wire.SessionUpdated)
         assert error.value.body.param == "session.seed"
+
+
+async def test_session_update_mid_encode_changes_only_later_chunks(
+    world_server: ServerThread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chunk keeps the format it was encoded in, whenever a session.update lands.
+
+    The update is made to land while a chunk is encoding (the window that heavy
+    CPU load widens): that chunk's header must still say jpeg, so its frames
+    decode, and later chunks are rgb24.
+    """
+    is_encoding, is_reconfigured = threading.Event(), threading.Event()
+    real_encode, real_reconfigure = world_runner.encode_chunk, worlds.Connection._reconfigure
+    num_held: list[int] = []
+
+    def held_encode(frames: Frames, fmt: str, quality: int = 85) -> list[bytes]:
+        if (fmt, quality) == ("jpeg", 37) and not num_held:  # this session's first chunk only
+            num_held.append(1)
+            is_encoding.set()
+            assert is_reconfigured.wait(10), "the session.update never reached the runner"
+        return real_encode(frames, fmt, quality)
+
+    def reconfigure(self: worlds.Connection, runner: world_runner.Runner, update: wire.SessionConfig) -> None:
+        real_reconfigure(self, runner, update)
+        is_reconfigured.set()
+
+    monkeypatch.setattr(world_runner, "encode_chunk", held_encode)
+    monkeypatch.setattr(worlds.Connection, "_reconfigure", reconfigure)
+    client, _ = await connect(world_server, output={"format": "jpeg", "quality": 37})
+    async with client:
+        assert await asyncio.to_thread(is_encoding.wait, 10)
+        await client.send({"type": "session.update", "session": {"output": {"format": "rgb24"}}})
+        first = await client.next_chunk()
+        assert first.header.format == "jpeg"
+        assert all(f.shape == (32, 32, 3) for f in first.frames)
+        assert (await client.expect(wire.SessionUpdated)).session["output"]["format"] == "rgb24"
+        formats = [first.header.format]
+        while formats[-1] != "rgb24":
+            chunk = await client.next_chunk()
+            assert all(f.shape == (32, 32, 3) for f in chunk.frames)
+            formats.append(chunk.header.format)
+        assert formats == ["jpeg"] * (len(formats) - 1) + ["rgb24"]
 
 
 async def test_chunks_carry_frames_and_applied_events(world_server: ServerThread) -> None:

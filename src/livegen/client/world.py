@@ -5,6 +5,11 @@ A reader task splits the server's stream into two queues: chunks (the
 messages that follow it) and every other event. With ``auto_ack`` (the
 default) each chunk is acknowledged as it is read, so flow control never
 stalls a client that keeps up.
+
+A stream the reader cannot follow (a frame that does not decode as its
+header says, a message that is not a server event) stops the reader: the
+next ``next_chunk``/``next_event`` raises ``StreamError`` saying what went
+wrong, since no later message can be trusted to line up with its header.
 """
 
 from __future__ import annotations
@@ -38,6 +43,26 @@ class WorldError(Exception):
         self.code = body.code
 
 
+class StreamError(ConnectionError):
+    """The server's stream could not be followed; the reader has stopped."""
+
+
+def _decode_frames(header: wire.ChunkHeader, raw: list[bytes | str]) -> list[np.ndarray]:
+    frames = []
+    for index, data in enumerate(raw):
+        try:
+            if not isinstance(data, bytes):
+                raise TypeError("a text message came where a binary frame was due")
+            frames.append(decode_frame(data, header.format, header.width, header.height))
+        except (ValueError, TypeError, OSError) as exc:  # OSError: Pillow's UnidentifiedImageError
+            size = f"{len(data)} bytes" if isinstance(data, bytes) else f"text of {len(data)} chars"
+            raise StreamError(
+                f"world.chunk {header.chunk_index}: frame {index + 1} of {header.num_frames} ({size}) "
+                f"does not decode as {header.format} {header.width}x{header.height}: {exc}"
+            ) from exc
+    return frames
+
+
 class WorldClient:
     def __init__(self, connection: Any, *, auto_ack: bool = True) -> None:
         self._ws = connection
@@ -45,6 +70,8 @@ class WorldClient:
         self.events: asyncio.Queue[wire.ServerEvent | None] = asyncio.Queue()
         self.chunks: asyncio.Queue[ChunkOut | None] = asyncio.Queue()
         self.session: dict[str, Any] = {}
+        #: Why the reader stopped early, when the stream could not be followed.
+        self.failure: StreamError | None = None
         self._reader = asyncio.create_task(self._read())
 
     @classmethod
@@ -67,17 +94,23 @@ class WorldClient:
         try:
             while True:
                 message = await self._ws.recv()
-                event = wire.decode_server(message)
+                try:
+                    event = wire.decode_server(message)
+                except msgspec.DecodeError as exc:
+                    kind = "binary" if isinstance(message, bytes) else "text"
+                    raise StreamError(f"a {kind} message is not a server event: {exc}") from exc
                 if isinstance(event, wire.ChunkHeader):
                     raw = [await self._ws.recv() for _ in range(event.num_frames)]
-                    frames = [decode_frame(r, event.format, event.width, event.height) for r in raw]
+                    frames = _decode_frames(event, raw)
                     if self.auto_ack:
                         await self.send_raw(wire.encode(wire.ChunkAck(event.chunk_index)))
                     self.chunks.put_nowait(ChunkOut(event, frames, raw))
                 else:
                     self.events.put_nowait(event)
-        except (websockets.ConnectionClosed, msgspec.DecodeError):
+        except websockets.ConnectionClosed:
             pass
+        except StreamError as error:
+            self.failure = error
         finally:
             self.events.put_nowait(None)
             self.chunks.put_nowait(None)
@@ -93,14 +126,21 @@ class WorldClient:
     async def next_event(self, wait_s: float = 10.0) -> wire.ServerEvent:
         event = await asyncio.wait_for(self.events.get(), wait_s)
         if event is None:
-            raise ConnectionError("the server closed the connection")
+            raise self._ended()
         return event
 
     async def next_chunk(self, wait_s: float = 10.0) -> ChunkOut:
         chunk = await asyncio.wait_for(self.chunks.get(), wait_s)
         if chunk is None:
-            raise ConnectionError("the server closed the connection")
+            raise self._ended()
         return chunk
+
+    def _ended(self) -> ConnectionError:
+        if self.failure is not None:
+            error = StreamError(str(self.failure))
+            error.__cause__ = self.failure
+            return error
+        return ConnectionError("the server closed the connection")
 
     async def expect(self, event_type: type[wire.ServerEvent], wait_s: float = 10.0) -> Any:
         """The next non-chunk event, which must be of ``event_type`` (an error raises ``WorldError``)."""

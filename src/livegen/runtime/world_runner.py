@@ -50,8 +50,14 @@ MAX_QUEUED_EVENTS = 1024
 SendBytes = Callable[[bytes], Awaitable[None]]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Options:
+    """A session's output settings; a ``session.update`` replaces them whole, never edits them.
+
+    Frozen so that a chunk's one snapshot (``_send_chunk``) cannot change under
+    it while it encodes: its header and its frames always agree on the format.
+    """
+
     pacing: str = "realtime"
     format: str = "jpeg"
     quality: int = 85
@@ -276,8 +282,8 @@ class Runner:
         chunk = job.output.output
         assert isinstance(chunk, Chunk)
         started = time.perf_counter()
-        fmt, quality = self.options.format, self.options.quality  # a session.update may change them meanwhile
-        frames = await asyncio.to_thread(encode_chunk, chunk.frames, fmt, quality)
+        options = self.options  # this chunk's settings, though a session.update lands while it encodes
+        frames = await asyncio.to_thread(encode_chunk, chunk.frames, options.format, options.quality)
         encode_ms = (time.perf_counter() - started) * 1000
         meta, spec = job.output.meta, self._scheduler.spec
         header = wire.ChunkHeader(
@@ -287,7 +293,7 @@ class Runner:
             num_frames=len(frames),
             width=spec.width,
             height=spec.height,
-            format=fmt,  # type: ignore[arg-type]
+            format=options.format,  # type: ignore[arg-type]
             media_time_ms=meta.chunk_index * self._chunk_s * 1000,
             timings=wire.Timings(round(job.queue_ms, 3), round(job.model_ms, 3), round(encode_ms, 3)),
         )

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import importlib.util
 import logging
 import uuid
@@ -289,11 +290,14 @@ class Connection:
                     code="invalid_request",
                     param=f"session.{name}",
                 )
-        options = runner.options
-        options.pacing = update.pacing or options.pacing
-        if update.output is not None:
-            options.format, options.quality = update.output.format, update.output.quality
-        options.max_chunks_ahead = update.max_chunks_ahead or options.max_chunks_ahead
+        options, output = runner.options, update.output
+        runner.options = dataclasses.replace(  # a new object: a chunk mid-encode keeps its snapshot
+            options,
+            pacing=update.pacing or options.pacing,
+            format=options.format if output is None else output.format,
+            quality=options.quality if output is None else output.quality,
+            max_chunks_ahead=update.max_chunks_ahead or options.max_chunks_ahead,
+        )
         self.service.scheduler.wake()  # type: ignore[union-attr]
 
     def _config(self, runner: Runner) -> dict[str, Any]:
