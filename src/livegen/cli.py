@@ -16,11 +16,16 @@ import click
 
 #: Subcommand name -> "module:click_command", loaded on use.
 TOOLS: dict[str, str] = {
+    "world": "livegen.client.world_cli:world",
     "train-world": "livegen.models.tinyworld.train:command",
 }
 
 #: ``livegen bench <name>`` -> "module:click_command", loaded on use.
 BENCHES: dict[str, str] = {
+    "voice-model": "livegen.bench.voice_model:command",
+    "world-session": "livegen.bench.world_session:world_session",
+    "voice-session": "livegen.bench.voice_session:voice_session",
+    "world-workers": "livegen.bench.world_workers:world_workers",
     "world-model": "livegen.bench.world_model:command",
 }
 
@@ -92,6 +97,19 @@ def main() -> None:
     help="OpenAI-compatible chat endpoint for voice replies, e.g. http://127.0.0.1:11434/v1.",
 )
 @click.option("--llm-model", envvar="LIVEGEN_LLM_MODEL", default=None, help="Model name at --llm-base-url.")
+@click.option(
+    "--world-workers",
+    default=0,
+    show_default=True,
+    type=click.IntRange(0),
+    help="World model workers: 0 steps it in this process; N starts N Ray actors (needs livegen[ray]).",
+)
+@click.option(
+    "--ray-address",
+    envvar="RAY_ADDRESS",
+    default=None,
+    help="Ray cluster for --world-workers, e.g. 'auto' or 'ray://head:10001' [default: start a local Ray].",
+)
 def serve(**options: Any) -> None:
     """Serve voice and world sessions over WebSockets, with the demo page at /."""
     import uvicorn

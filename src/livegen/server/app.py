@@ -22,6 +22,7 @@ from starlette.routing import BaseRoute, Route
 
 from livegen.logs import log_event
 from livegen.models import Kind, ModelInfo, Registry, default_registry
+from livegen.server import page
 from livegen.server.auth import APIKeyMiddleware
 from livegen.server.config import ServerConfig
 from livegen.server.metrics import CONTENT_TYPE_LATEST, Metrics
@@ -70,6 +71,7 @@ def create_app(config: ServerConfig | None = None, registry: Registry | None = N
         Route("/health", _health, methods=["GET"]),
         Route("/v1/models", _list_models, methods=["GET"]),
         Route("/metrics", _metrics, methods=["GET"]),
+        *page.routes(),
     ]
     for service in state.services:
         routes.extend(service.routes())
@@ -85,6 +87,14 @@ def create_app(config: ServerConfig | None = None, registry: Registry | None = N
 def _services(state: State) -> list[Service]:
     """One service per kind of session whose model is configured."""
     services: list[Service] = []
+    if state.world_model is not None:
+        from livegen.server.worlds import WorldService
+
+        services.append(WorldService(state))
+    if state.voice_model is not None:
+        from livegen.server.realtime import RealtimeService
+
+        services.append(RealtimeService(state))
     return services
 
 

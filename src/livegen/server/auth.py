@@ -16,7 +16,9 @@ import json
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 KEY_SUBPROTOCOL_PREFIX = "openai-insecure-api-key."
-OPEN_PATHS = frozenset({"/health"})
+#: Open without a key: the load balancer's probe, and the page, which then asks for the key itself.
+OPEN_PATHS = frozenset({"/health", "/"})
+OPEN_PREFIXES = ("/static/",)
 
 
 def offered_subprotocols(scope: Scope) -> list[str]:
@@ -76,7 +78,7 @@ class APIKeyMiddleware:
     def _is_allowed(self, scope: Scope) -> bool:
         if self.api_key is None or scope["type"] not in ("http", "websocket"):
             return True
-        if scope["path"] in OPEN_PATHS:
+        if scope["path"] in OPEN_PATHS or scope["path"].startswith(OPEN_PREFIXES):
             return True
         key = presented_key(scope)
         return key is not None and hmac.compare_digest(key.encode(), self.api_key.encode())

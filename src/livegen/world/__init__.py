@@ -2,4 +2,44 @@
 
 No asyncio, no clock, no randomness: events are accepted, ticks are planned,
 committed or failed as pure state transitions; ``runtime/`` performs them.
+``events`` (inputs, frozen), ``reducer`` (controls), ``session`` (one world's
+transactions), ``manager`` (sessions by id, tombstones).
 """
+
+from livegen.world.events import ControlInput, Event, FrozenDict, freeze, thaw
+from livegen.world.manager import Manager
+from livegen.world.reducer import LastWriteWins, Prepared, Reducer
+from livegen.world.session import (
+    Acceptance,
+    AcceptStatus,
+    Effect,
+    Failure,
+    Output,
+    Plan,
+    Rejection,
+    Release,
+    Session,
+    Status,
+)
+
+__all__ = [
+    "AcceptStatus",
+    "Acceptance",
+    "ControlInput",
+    "Effect",
+    "Event",
+    "Failure",
+    "FrozenDict",
+    "LastWriteWins",
+    "Manager",
+    "Output",
+    "Plan",
+    "Prepared",
+    "Reducer",
+    "Rejection",
+    "Release",
+    "Session",
+    "Status",
+    "freeze",
+    "thaw",
+]

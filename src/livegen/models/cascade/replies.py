@@ -1,0 +1,117 @@
+"""Answers in the making: reply text cut into pieces, with the first piece's audio on its way.
+
+An ``Answer`` is started either when a response is asked for, or earlier,
+speculatively, at a pause in the user's speech (see ``stream``). Either way
+it runs the same producer: the built-in responder (all pieces at once) or a
+language model (pieces as its stream yields sentences), and it asks the
+speech worker for the first piece's audio the moment that piece exists. The
+stream that started it either reads it (once) or drops it; dropping cancels
+the producer, which closes the model's HTTP stream, and the audio requests
+still queued in the speech worker.
+
+``matches`` is how a prepared answer is checked against the response that
+finally asks for it: same words heard, same voice, and for a language model
+the same conversation, message for message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from livegen.errors import ModelError
+from livegen.models.cascade import llm, responder, sentences
+from livegen.models.cascade.tts import Speech
+
+logger = logging.getLogger("livegen.models.cascade")
+
+Audio = concurrent.futures.Future[Speech]
+#: A piece of the reply and its audio, if already asked for.
+Piece = tuple[str, Audio | None]
+Speak = Callable[[str, str], Audio]
+CANT_REACH_LLM = "Sorry, I can't reach the language model right now."
+
+
+@dataclass
+class Answer:
+    #: What the user said; None when the user has not spoken yet (the assistant opens).
+    user_text: str | None
+    voice: str
+    #: The language-model conversation it answers, or None for the built-in responder.
+    chat: list[dict[str, str]] | None
+    _pieces: asyncio.Queue[Piece | None] = field(default_factory=asyncio.Queue)
+    _producer: asyncio.Task[None] | None = None
+    _audio: list[Audio] = field(default_factory=list)
+
+    def matches(self, user_text: str | None, voice: str, chat: list[dict[str, str]] | None) -> bool:
+        return (self.user_text, self.voice, self.chat) == (user_text, voice, chat)
+
+    async def pieces(self) -> AsyncIterator[Piece]:
+        """The pieces in order, until the reply ends; read once. Re-raises the producer's error."""
+        while (piece := await self._pieces.get()) is not None:
+            yield piece
+        if self._producer is not None and self._producer.done() and not self._producer.cancelled():
+            self._producer.result()
+
+    def drop(self) -> None:
+        """Stop making it and cancel the audio not yet taken."""
+        if self._producer is not None:
+            self._producer.cancel()
+        for audio in self._audio:
+            audio.cancel()
+
+
+def start(
+    speak: Speak,
+    client: llm.Client | None,
+    user_text: str | None,
+    voice: str,
+    chat: list[dict[str, str]] | None,
+) -> Answer:
+    """Start making the answer to ``user_text``; read it with ``Answer.pieces``."""
+    answer = Answer(user_text, voice, chat)
+    if client is None or chat is None:
+        now = datetime.now().astimezone()
+        text = responder.OPENING if user_text is None else responder.reply(user_text, now)
+        answer._producer = asyncio.ensure_future(_produce(answer, speak, _listed(sentences.split(text))))
+    else:
+        answer._producer = asyncio.ensure_future(_produce(answer, speak, _from_llm(client, chat)))
+    return answer
+
+
+async def _produce(answer: Answer, speak: Speak, texts: AsyncIterator[str]) -> None:
+    is_first = True
+    try:
+        async for text in texts:
+            audio = speak(text, answer.voice) if is_first else None
+            if audio is not None:
+                answer._audio.append(audio)
+            answer._pieces.put_nowait((text, audio))
+            is_first = False
+    finally:
+        answer._pieces.put_nowait(None)
+
+
+async def _from_llm(client: llm.Client, chat: list[dict[str, str]]) -> AsyncIterator[str]:
+    splitter = sentences.Splitter()
+    try:
+        async for delta in client.stream(chat):
+            for piece in splitter.feed(delta):
+                yield piece
+    except ModelError as exc:
+        # Said aloud rather than failed silently: the user is listening, not reading logs.
+        logger.warning("language model failed: %s", exc)
+        splitter.flush()
+        yield CANT_REACH_LLM
+        return
+    for piece in splitter.flush():
+        yield piece
+
+
+async def _listed(texts: list[str]) -> AsyncIterator[str]:
+    for text in texts:
+        yield text

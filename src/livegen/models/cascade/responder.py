@@ -1,0 +1,128 @@
+"""The built-in responder: a few things done well, and a plain "I can't" for the rest.
+
+Without a language model, the voice model still has to answer something
+useful the moment a user talks to it: the time, the date, arithmetic,
+"repeat after me", help and a little small talk, and for anything else a
+sentence that says what it cannot do and how to get more (``--llm-base-url``).
+Rules are tried in order and the first that matches answers. Pure: the clock
+is an argument, so the stream can prepare an answer speculatively and tests
+can pin the time.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from datetime import datetime
+
+from livegen.models.cascade import arithmetic
+
+HELP = (
+    "I can tell you the time and the date, work out sums like twelve times seven, "
+    "repeat after you, and chat a little. For anything else, start livegen with a language model."
+)
+FALLBACK = (
+    "Sorry, I can't answer that. I only know the time, the date, arithmetic, and how to repeat after you."
+)
+NOT_HEARD = "Sorry, I didn't catch that. Could you say it again?"
+#: Said when a response is asked for before the user said anything.
+OPENING = "Hello! How can I help you?"
+
+Rule = Callable[[str, datetime], str | None]
+
+
+def reply(text: str, now: datetime) -> str:
+    """The answer to one user utterance, as one or more sentences."""
+    said = _normalise(text)
+    if not said:
+        return NOT_HEARD
+    for rule in RULES:
+        if (answer := rule(said, now)) is not None:
+            return answer
+    return FALLBACK
+
+
+def _normalise(text: str) -> str:
+    text = text.strip().lower().replace("’", "'")
+    return " ".join(text.split())
+
+
+def _has(said: str, *patterns: str) -> bool:
+    return any(re.search(pattern, said) for pattern in patterns)
+
+
+_REPEAT = re.compile(
+    r"^(?:can you |could you |please )?(?:repeat after me|say after me|say)\b[\s,.:;!-]*(.*)$"
+)
+
+
+def repeat(said: str, now: datetime) -> str | None:
+    match = _REPEAT.match(said)
+    if match is None:
+        return None
+    words = match.group(1).strip(" .!?\"'")
+    return f"{words[:1].upper()}{words[1:]}." if words else "Sure. What should I repeat?"
+
+
+def help_(said: str, now: datetime) -> str | None:
+    if _has(said, r"^help\b", r"\bwhat can you do\b", r"\bwhat do you (?:do|know)\b", r"\bhow do i use\b"):
+        return HELP
+    return None
+
+
+def sums(said: str, now: datetime) -> str | None:
+    return arithmetic.answer(said)
+
+
+def time_(said: str, now: datetime) -> str | None:
+    if _has(said, r"\bwhat(?:'s| is) the time\b", r"\bwhat time\b", r"^time\b", r"\bthe time\b"):
+        hour = now.hour % 12 or 12
+        return f"It's {hour}:{now.minute:02d} {'AM' if now.hour < 12 else 'PM'}."
+    return None
+
+
+def date(said: str, now: datetime) -> str | None:
+    if _has(said, r"\bdate\b", r"\bwhat day\b", r"\bwhich day\b", r"\bwhat(?:'s| is) today\b"):
+        return f"Today is {now:%A, %B} {now.day}, {now.year}."
+    if _has(said, r"\bwhat (?:month|year)\b"):
+        return f"It's {now:%B} {now.year}."
+    return None
+
+
+_CANNOT: list[tuple[str, str]] = [
+    (
+        r"\bweather\b|\brain\b|\btemperature outside\b",
+        "I can't check the weather: I have no internet connection.",
+    ),
+    (r"\bnews\b|\bheadlines\b", "I can't read the news: I have no internet connection."),
+    (r"\b(?:search|google|look up)\b", "I can't search the web: I have no internet connection."),
+    (r"\bplay\b.*\b(?:music|song|radio)\b", "I can't play music, only speak."),
+    (r"\b(?:timer|alarm|remind)", "I can't set timers or reminders yet."),
+    (r"\b(?:call|text|email|message)\b", "I can't call or message anyone."),
+    (r"\bturn (?:on|off)\b|\blights?\b", "I can't control devices."),
+]
+
+
+def cannot(said: str, now: datetime) -> str | None:
+    return next((answer for pattern, answer in _CANNOT if re.search(pattern, said)), None)
+
+
+_SMALL_TALK: list[tuple[str, str]] = [
+    (r"\bhow are you\b|\bhow's it going\b", "I'm doing well, thank you. How can I help?"),
+    (
+        r"\byour name\b|\bwho are you\b|\bwhat are you\b",
+        "I'm the livegen voice assistant, running on this computer.",
+    ),
+    (r"\bthank(?:s| you)\b", "You're welcome."),
+    (r"\b(?:good ?bye|bye|see you)\b", "Goodbye. Talk to you soon."),
+    (r"\bjoke\b", "Why did the computer go to the doctor? It had a virus."),
+    (r"^(?:hi|hello|hey|good (?:morning|afternoon|evening))\b", "Hello! How can I help you?"),
+    (r"\b(?:can you hear me|are you there|testing)\b", "Yes, I can hear you."),
+]
+
+
+def small_talk(said: str, now: datetime) -> str | None:
+    return next((answer for pattern, answer in _SMALL_TALK if re.search(pattern, said)), None)
+
+
+RULES: list[Rule] = [repeat, help_, sums, time_, date, cannot, small_talk]

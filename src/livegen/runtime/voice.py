@@ -1,0 +1,341 @@
+"""The voice runner: one per session, the single writer of its session core.
+
+The runner owns four tasks around one ``voice.Session``:
+
+- the *runner* itself, the only task that calls into the core; it takes one
+  item at a time from a bounded mailbox (client events, chain reports, model
+  outputs, disconnects) or wakes for the core's pacing deadline, and carries
+  out the effects the core returns (DESIGN.md voice promise 1);
+- the *chain*, which runs model calls one after another in wire order; it
+  skips attempts a canceller already settled, and after a failure it waits
+  until the core has rolled back the rest of the chain (``ResumeChain``), so
+  nothing behind a hole reaches the model (promise 3);
+- the *pump*, which forwards the model's outputs into the mailbox; the core
+  drops those of an older epoch (promise 2);
+- the *sender*, which writes events to the socket from a bounded outbox;
+  audio that would overflow it fails that one response with a clear error,
+  while control events (terminals above all) always have room (promise 5).
+
+Whoever feeds the runner (the WebSocket endpoint) decodes JSON before
+``put_client``; the mailbox bound pushes back on a client that sends faster
+than its session runs, and on that client only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from livegen.errors import InvalidRequest, RemoteProtocolError
+from livegen.logs import log_event
+from livegen.models.voice import StreamConfig, VoiceOutput, VoiceStream
+from livegen.protocol import realtime as wire
+from livegen.voice.chain import (
+    Attempt,
+    AttemptKind,
+    Closed,
+    DropOutput,
+    Effect,
+    Outcome,
+    ResumeChain,
+    Run,
+    Send,
+    SwitchModel,
+)
+from livegen.voice.session import ModelFacts, Session
+
+logger = logging.getLogger("livegen.runtime.voice")
+
+#: Control events (terminals, errors) the outbox takes beyond its bound.
+CONTROL_RESERVE = 64
+#: How long a closing session waits for its last events to be written.
+DRAIN_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class RunnerLimits:
+    mailbox: int = 256
+    outbox: int = 512
+
+
+@dataclass(frozen=True)
+class _ClientItem:
+    event: wire.ClientEvent | RemoteProtocolError
+    received_at: float
+
+
+@dataclass(frozen=True)
+class _Settled:
+    attempt: Attempt
+    outcome: Outcome
+    error: str
+
+
+@dataclass(frozen=True)
+class _Output:
+    output: VoiceOutput
+
+
+@dataclass(frozen=True)
+class _Stop:
+    reason: str
+
+
+_Item = _ClientItem | _Settled | _Output | _Stop
+SendText = Callable[[str], Awaitable[None]]
+#: Opens a stream of the named model (``session.update`` with another model); raises
+#: ``RemoteProtocolError`` for a name the server does not serve.
+OpenModel = Callable[[str, StreamConfig], Awaitable[tuple[ModelFacts, VoiceStream]]]
+
+
+class Runner:
+    def __init__(
+        self,
+        session: Session,
+        stream: VoiceStream,
+        send_text: SendText,
+        *,
+        limits: RunnerLimits | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        on_sent: Callable[[dict[str, Any]], None] | None = None,
+        open_model: OpenModel | None = None,
+    ) -> None:
+        self.session = session
+        self.stream = stream
+        self.limits = limits or RunnerLimits()
+        self._send_text = send_text
+        self._clock = clock
+        self._on_sent = on_sent
+        self._mailbox: asyncio.Queue[_Item] = asyncio.Queue(self.limits.mailbox)
+        self._chain: asyncio.Queue[Attempt] = asyncio.Queue()
+        self._chain_resumed = asyncio.Event()
+        self._chain_resumed.set()
+        #: (response id of an audio delta or None, event).
+        self._outbox: deque[tuple[str | None, dict[str, Any]]] = deque()
+        self._outbox_ready = asyncio.Event()
+        self._outbox_empty = asyncio.Event()
+        self._outbox_empty.set()
+        self._stop_reason: str | None = None
+        self._open_model = open_model
+        self._switch: SwitchModel | None = None
+        self._pump_task: asyncio.Task[None] | None = None
+        self.done = asyncio.Event()
+
+    # --- feeding ---------------------------------------------------------------------
+
+    async def put_client(self, event: wire.ClientEvent | RemoteProtocolError) -> None:
+        """A decoded client event (or its decoding error); waits while the mailbox is full."""
+        await self._mailbox.put(_ClientItem(event, self._clock()))
+
+    async def stop(self, reason: str) -> None:
+        """End the session (disconnect, shutdown); its terminal event is sent if the socket lives.
+
+        Never waits on a full mailbox: the runner also checks the request between items.
+        """
+        if self.done.is_set():
+            return
+        self._stop_reason = self._stop_reason or reason
+        with contextlib.suppress(asyncio.QueueFull):
+            self._mailbox.put_nowait(_Stop(reason))
+
+    # --- the tasks -------------------------------------------------------------------
+
+    async def run(self) -> None:
+        tasks = [
+            asyncio.create_task(self._run_chain(), name="voice-chain"),
+            asyncio.create_task(self._run_sender(), name="voice-sender"),
+        ]
+        self._pump_task = asyncio.create_task(self._pump(), name="voice-pump")
+        try:
+            self._apply(self.session.open(self._clock()))
+            await self._run_core()
+            await self._drain_outbox()
+        finally:
+            tasks.append(self._pump_task)
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            with contextlib.suppress(Exception):
+                await self.stream.aclose()
+            self.done.set()
+
+    async def _run_core(self) -> None:
+        session = self.session
+        mailbox = self._mailbox
+        waiting: asyncio.Future[_Item] | None = None  # a get() kept across pacing wake-ups
+        while not session.is_closed:
+            if self._stop_reason is not None:
+                self._apply(session.close(self._clock(), self._stop_reason))
+                break
+            deadline = session.next_deadline()
+            now = self._clock()
+            if deadline is not None and deadline <= now:
+                self._apply(session.tick(now))
+                continue
+            if waiting is None and not mailbox.empty():
+                item = mailbox.get_nowait()
+            elif waiting is None and deadline is None:
+                item = await mailbox.get()
+            else:
+                # Never cancel a get() on timeout: a cancelled get can lose the item it took.
+                waiting = waiting or asyncio.ensure_future(mailbox.get())
+                done, _ = await asyncio.wait({waiting}, timeout=None if deadline is None else deadline - now)
+                if not done:
+                    continue
+                item, waiting = waiting.result(), None
+            self._apply(self._handle(item, self._clock()))
+            if self._switch is not None:
+                await self._switch_model(self._switch)
+        if waiting is not None:
+            waiting.cancel()
+
+    def _handle(self, item: _Item, now: float) -> list[Effect]:
+        session = self.session
+        if isinstance(item, _Output):
+            return session.on_output(item.output, now)
+        if isinstance(item, _Settled):
+            return session.settle(item.attempt, item.outcome, now, item.error)
+        if isinstance(item, _Stop):
+            return session.close(now, item.reason)
+        event = item.event
+        if isinstance(event, RemoteProtocolError):
+            return session.reject(event)
+        try:
+            return session.receive(event, item.received_at)
+        except RemoteProtocolError as error:
+            return session.reject(error)
+
+    def _apply(self, effects: list[Effect]) -> None:
+        for effect in effects:
+            if isinstance(effect, Send):
+                self._enqueue(effect)
+            elif isinstance(effect, Run):
+                self._chain.put_nowait(effect.attempt)
+            elif isinstance(effect, ResumeChain):
+                self._chain_resumed.set()
+            elif isinstance(effect, DropOutput):
+                self._drop_audio(effect.response_id)
+            elif isinstance(effect, SwitchModel):
+                self._switch = effect
+            elif isinstance(effect, Closed):
+                pass  # the terminal is in the outbox; the loop ends on session.is_closed
+
+    def _enqueue(self, effect: Send) -> None:
+        event = effect.event
+        is_audio = event["type"] == "response.output_audio.delta"
+        if is_audio and len(self._outbox) >= self.limits.outbox:
+            self._drop_audio(event["response_id"])
+            self._apply(self.session.on_outbox_overflow(self._clock()))
+            return
+        if len(self._outbox) >= self.limits.outbox + CONTROL_RESERVE:
+            # A client that reads nothing at all: end the session rather than grow without bound.
+            log_event(logger, "voice.outbox_full", logging.WARNING, session=self.session.id)
+            self._outbox.clear()
+            self._apply(self.session.close(self._clock(), "outbox_overflow"))
+            return
+        self._outbox.append((event["response_id"] if is_audio else None, event))
+        self._outbox_empty.clear()
+        self._outbox_ready.set()
+
+    def _drop_audio(self, response_id: str) -> None:
+        if any(rid == response_id for rid, _ in self._outbox):
+            self._outbox = deque((rid, e) for rid, e in self._outbox if rid != response_id)
+
+    async def _run_sender(self) -> None:
+        while True:
+            await self._outbox_ready.wait()
+            while self._outbox:
+                _, event = self._outbox.popleft()
+                try:
+                    await self._send_text(wire.encode(event).decode())
+                except Exception:  # the socket is gone: the runner learns it from the reader
+                    self._outbox.clear()
+                    break
+                if self._on_sent is not None:
+                    self._on_sent(event)
+            self._outbox_ready.clear()
+            self._outbox_empty.set()
+
+    async def _drain_outbox(self) -> None:
+        """Let the sender write the terminal event before the socket closes."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(DRAIN_SECONDS):
+                await self._outbox_empty.wait()
+
+    async def _switch_model(self, switch: SwitchModel) -> None:
+        """Replace the stream; the session waits (nothing has reached the old model yet)."""
+        self._switch = None
+        try:
+            if self._open_model is None:
+                raise InvalidRequest("this server serves one voice model", code="model_not_found")
+            facts, stream = await self._open_model(switch.name, switch.config)
+        except RemoteProtocolError as error:
+            self._apply(self.session.model_switch_failed(error))
+            return
+        old, old_pump = self.stream, self._pump_task
+        self.stream = stream
+        if old_pump is not None:
+            old_pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await old_pump
+        with contextlib.suppress(Exception):
+            await old.aclose()
+        self._pump_task = asyncio.create_task(self._pump(), name="voice-pump")
+        self._apply(self.session.model_switched(facts, self._clock()))
+
+    async def _run_chain(self) -> None:
+        while True:
+            attempt = await self._chain.get()
+            if not attempt.is_live:
+                continue  # settled by a canceller, which owns its terminal event
+            await self._chain_resumed.wait()
+            if not attempt.is_live:
+                continue
+            try:
+                await _call(self.stream, attempt)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self._chain_resumed.clear()
+                await self._mailbox.put(_Settled(attempt, Outcome.FAILED, f"{type(exc).__name__}: {exc}"))
+            else:
+                await self._mailbox.put(_Settled(attempt, Outcome.OK, ""))
+
+    async def _pump(self) -> None:
+        try:
+            async for output in self.stream.outputs():
+                await self._mailbox.put(_Output(output))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log_event(logger, "voice.model_outputs_failed", logging.ERROR, error=str(exc))
+            await self.stop("model_failed")
+        else:  # the model ended the stream on its own: nothing more will answer this session
+            await self.stop("model_stream_ended")
+
+
+async def _call(stream: VoiceStream, attempt: Attempt) -> None:
+    kind = attempt.kind
+    if kind is AttemptKind.APPEND:
+        await stream.append(attempt.epoch, attempt.pcm)
+    elif kind is AttemptKind.COMMIT:
+        assert attempt.item_id is not None
+        await stream.commit(attempt.epoch, attempt.item_id)
+    elif kind is AttemptKind.CLEAR:
+        await stream.clear(attempt.epoch)
+    elif kind is AttemptKind.RESPOND:
+        assert attempt.request is not None
+        await stream.respond(attempt.epoch, attempt.request)
+    elif kind is AttemptKind.CANCEL:
+        await stream.cancel(attempt.epoch)
+    elif kind is AttemptKind.UPDATE:
+        assert attempt.config is not None
+        await stream.update(attempt.config)

@@ -1,0 +1,501 @@
+// The world panel: play a world model over /v1/worlds (DESIGN.md section 4).
+//
+// The server streams chunks (a `world.chunk` header, then one binary message
+// per frame); the page decodes them in order, shows them at the model's fps
+// (or as they come, with pacing off) and acks each chunk once its last frame
+// is on screen, so flow control follows what the person actually saw. Controls
+// come from the model's control tracks in `session.created`: keys and
+// on-screen buttons send a track's new value on press and its "none" on
+// release (the tracks are sticky). Event ids rise for the whole session, across
+// resets. Everything the tests look at is also in `window.livegen.world`.
+
+import { api, describeClose, median } from "./connection.js";
+
+const KEYS = {
+  ArrowUp: "up",
+  KeyW: "up",
+  ArrowDown: "down",
+  KeyS: "down",
+  ArrowLeft: "left",
+  KeyA: "left",
+  ArrowRight: "right",
+  KeyD: "right",
+};
+const DIRECTIONS = ["up", "left", "down", "right"];
+const ARROWS = { up: "↑", down: "↓", left: "←", right: "→" };
+const LATENCY_WINDOW = 30;
+// Offered with the key: a browser that offers subprotocols fails the handshake
+// unless the server picks one, and the server never echoes the key itself.
+const SUBPROTOCOL = "livegen.world.v1";
+// Chunks the server may run ahead of the last one acked (shown to its end).
+// Each one ahead adds a chunk (250 ms in the room game) of input-to-frame
+// latency, so the page starts at 1, enough when the model steps faster than a
+// frame, and asks for one more each time playback stalls a few times, up to 4.
+const MIN_CHUNKS_AHEAD = 1;
+const MAX_CHUNKS_AHEAD = 4;
+const STALLS_PER_STEP = 3;
+
+/** The model's control tracks in one shape, whatever spelling the server used. */
+export function normalizeTracks(controls) {
+  return (controls || []).map((control) => {
+    const jsonSchema =
+      control.json_schema || (typeof control.schema === "object" ? control.schema : null) || {};
+    const [field, property] =
+      Object.entries(jsonSchema.properties || {}).find(([, p]) => Array.isArray(p.enum)) || [];
+    return {
+      name: control.track ?? control.name,
+      schema: typeof control.schema === "string" ? control.schema : (control.schema_id ?? null),
+      field: field ?? "action",
+      values: property?.enum ?? [],
+      rest: control.default?.[field] ?? "none",
+      isSticky: control.is_sticky ?? control.sticky ?? true,
+      description: control.description ?? "",
+    };
+  });
+}
+
+export class WorldPanel {
+  constructor(root, status) {
+    this.root = root;
+    this.status = status;
+    this.model = null;
+    this.el = {
+      start: root.querySelector("[data-testid=world-start]"),
+      stop: root.querySelector("[data-testid=world-stop]"),
+      reset: root.querySelector("[data-testid=world-reset]"),
+      canvas: root.querySelector("[data-testid=world-canvas]"),
+      overlay: root.querySelector(".overlay"),
+      promptForm: root.querySelector(".prompt"),
+      prompt: root.querySelector("[data-testid=world-prompt]"),
+      pacing: root.querySelector("[data-testid=world-pacing]"),
+      pad: root.querySelector(".pad"),
+      state: root.querySelector("[data-testid=world-state]"),
+      fps: root.querySelector("[data-testid=world-fps]"),
+      latency: root.querySelector("[data-testid=world-latency]"),
+      chunk: root.querySelector("[data-testid=world-chunk]"),
+      model: root.querySelector(".model"),
+    };
+    this.context2d = this.el.canvas.getContext("2d");
+    this.nextEventId = 1;
+    this.stats = {
+      state: "off",
+      chunksReceived: 0,
+      framesDrawn: 0,
+      acksSent: 0,
+      lastChunkIndex: null,
+      eventsSent: 0,
+      eventsAccepted: 0,
+      resets: 0,
+      latenciesMs: [],
+      fps: 0,
+      stalls: 0,
+      chunksAhead: MIN_CHUNKS_AHEAD,
+      errors: [],
+    };
+    this.clear();
+    this.idleWords = this.el.state.textContent;
+    this.el.start.addEventListener("click", () => this.start());
+    this.el.stop.addEventListener("click", () => this.stop("ended"));
+    this.el.reset.addEventListener("click", () => this.reset());
+    this.el.pacing.addEventListener("change", () => this.sendPacing());
+    this.el.promptForm.addEventListener("submit", (event) => {
+      event.preventDefault();
+      this.sendPrompt();
+    });
+    window.addEventListener("keydown", (event) => this.onKey(event, true));
+    window.addEventListener("keyup", (event) => this.onKey(event, false));
+    window.addEventListener("blur", () => this.releaseAll());
+    requestAnimationFrame((now) => this.tick(now));
+  }
+
+  clear() {
+    this.ws = null;
+    this.spec = null;
+    this.tracks = [];
+    this.moveTrack = null;
+    this.held = []; // direction keys held, latest last
+    this.actions = new Map(); // track name -> value last sent
+    this.incoming = null;
+    this.decoding = Promise.resolve();
+    this.generation = 0;
+    this.isResetting = false;
+    this.queue = [];
+    this.nextFrameAt = 0;
+    this.drawTimes = [];
+    this.sentAt = new Map();
+    this.chunksAhead = MIN_CHUNKS_AHEAD;
+    this.isStalled = false;
+    this.numStalls = 0; // since the last step up
+  }
+
+  /** The served model, or null with why: "loading", "locked" (no key yet) or "none". */
+  setModel(model, why = "none") {
+    if (this.ws) return; // a live session keeps its model
+    this.model = model;
+    this.el.model.textContent = model ? model.id : why === "loading" ? "loading…" : "";
+    const words = {
+      loading: "Loading the world model…",
+      locked: "Enter the API key above to start.",
+      none: "This server serves no world model.",
+    };
+    this.setState("off", model ? this.idleWords : words[why]);
+  }
+
+  setState(state, words) {
+    this.stats.state = state;
+    this.root.dataset.state = state;
+    this.el.state.textContent = words;
+    const live = state === "live" || state === "failed" || state === "resetting";
+    this.el.start.disabled = live || state === "connecting" || !this.model;
+    this.el.stop.disabled = !(live || state === "connecting");
+    this.el.reset.disabled = !live;
+    this.el.overlay.hidden = state === "live" || state === "resetting";
+    if (state !== "live") this.el.overlay.textContent = words;
+  }
+
+  start() {
+    if (this.ws) return;
+    this.setState("connecting", "Connecting…");
+    this.status.set("World: connecting to /v1/worlds…", "busy");
+    this.stats.chunksAhead = this.chunksAhead;
+    let ws;
+    try {
+      ws = api.openSocket("/v1/worlds", {}, [SUBPROTOCOL]);
+    } catch (error) {
+      this.fail(error.message);
+      return;
+    }
+    this.ws = ws;
+    ws.binaryType = "arraybuffer";
+    ws.onopen = () => {
+      const session = {
+        model: this.model.id,
+        pacing: this.pacing(),
+        output: { format: "png" },
+        max_chunks_ahead: this.chunksAhead,
+      };
+      const prompt = this.el.prompt.value.trim();
+      if (prompt) session.prompt = prompt;
+      this.send({ type: "session.update", session });
+    };
+    ws.onmessage = (event) => {
+      if (typeof event.data === "string") this.onServerEvent(JSON.parse(event.data));
+      else this.onFrame(event.data);
+    };
+    ws.onclose = (event) => {
+      if (this.ws === ws) this.stop(event.code === 1000 ? "ended" : "failed", describeClose(event));
+    };
+  }
+
+  send(event) {
+    if (this.ws && this.ws.readyState === WebSocket.OPEN) this.ws.send(JSON.stringify(event));
+  }
+
+  pacing() {
+    return this.el.pacing.checked ? "realtime" : "asap";
+  }
+
+  onServerEvent(event) {
+    const type = event.type;
+    if (type === "session.created") {
+      this.onSessionCreated(event.session || {});
+    } else if (type === "world.chunk") {
+      this.incoming = { meta: event, buffers: [] };
+      if (event.num_frames === 0) this.onFrame(null);
+    } else if (type === "world.event.accepted") {
+      this.stats.eventsAccepted += 1;
+    } else if (type === "world.reset.done") {
+      this.isResetting = false;
+      this.stats.resets += 1;
+      this.dropQueued();
+      this.setState("live", this.liveWords());
+      this.status.set("World: reset", "ok");
+    } else if (type === "session.updated") {
+      const pacing = event.session?.pacing;
+      if (pacing) this.el.pacing.checked = pacing === "realtime";
+    } else if (type === "session.closed") {
+      this.stop("closed", "Closed by the server. Press Start to play again.");
+    } else if (type === "error") {
+      this.onError(event.error || {});
+    }
+  }
+
+  onSessionCreated(session) {
+    this.spec = {
+      id: session.id,
+      width: session.width || 32,
+      height: session.height || 32,
+      fps: session.fps || 16,
+      framesPerChunk: session.frames_per_chunk || 1,
+    };
+    this.el.canvas.width = this.spec.width;
+    this.el.canvas.height = this.spec.height;
+    this.el.canvas.parentElement.style.aspectRatio = `${this.spec.width} / ${this.spec.height}`;
+    this.tracks = normalizeTracks(session.controls);
+    this.moveTrack = this.tracks.find((track) => DIRECTIONS.every((d) => track.values.includes(d))) || null;
+    this.buildPad();
+    this.setState("live", this.liveWords());
+    this.status.set(`World: live, ${this.spec.width}×${this.spec.height} at ${this.spec.fps} fps`, "ok");
+  }
+
+  liveWords() {
+    return this.moveTrack ? "Live — move with the arrow keys or WASD" : "Live";
+  }
+
+  onError(error) {
+    const words = error.message || error.code || "server error";
+    this.stats.errors.push(error.code || words);
+    if (error.code === "chunk_failed") {
+      this.setState("failed", "The world failed. Press Reset to start it again.");
+      this.status.set(`World: ${words}`, "error");
+    } else {
+      this.status.set(`World: ${words}`, "warn");
+    }
+  }
+
+  onFrame(buffer) {
+    const chunk = this.incoming;
+    if (!chunk) return;
+    if (buffer) chunk.buffers.push(buffer);
+    if (chunk.buffers.length < chunk.meta.num_frames) return;
+    this.incoming = null;
+    this.stats.chunksReceived += 1;
+    if (this.isResetting) return; // the old world's last chunks; the server forgets their credit on reset
+    const generation = this.generation;
+    // Chained, so chunks reach the screen in order however long each takes to decode.
+    this.decoding = this.decoding.then(async () => {
+      let frames;
+      try {
+        frames = await Promise.all(chunk.buffers.map((data) => decodeFrame(data, chunk.meta)));
+      } catch (error) {
+        // Shown as a held frame; still acked when its turn comes, so the stream goes on.
+        frames = chunk.buffers.map(() => null);
+        this.stats.errors.push(`frame decode: ${error.message}`);
+        this.status.set(`World: a ${chunk.meta.format} frame could not be decoded`, "warn");
+      }
+      if (generation === this.generation) this.queue.push({ meta: chunk.meta, frames, next: 0 });
+    });
+  }
+
+  tick(now) {
+    requestAnimationFrame((next) => this.tick(next));
+    this.showFps(now);
+    const head = this.queue[0];
+    if (!this.spec) return;
+    const interval = 1000 / this.spec.fps;
+    if (!head) {
+      if (this.isLate(now, interval)) this.onStall();
+      return;
+    }
+    this.isStalled = false;
+    if (this.pacing() === "realtime") {
+      if (now < this.nextFrameAt) return;
+      // Keep the cadence; after a stall, start it again rather than rushing to catch up.
+      this.nextFrameAt = now - this.nextFrameAt > interval ? now + interval : this.nextFrameAt + interval;
+    }
+    this.draw(head, now);
+  }
+
+  /** A frame was due a while ago and none is here: playback is stalling. */
+  isLate(now, interval) {
+    const isStreaming = this.stats.state === "live" && this.pacing() === "realtime" && this.nextFrameAt > 0;
+    return isStreaming && now > this.nextFrameAt + interval / 2;
+  }
+
+  onStall() {
+    if (this.isStalled) return; // one stall until a frame comes again
+    this.isStalled = true;
+    this.stats.stalls += 1;
+    this.numStalls += 1;
+    if (this.numStalls >= STALLS_PER_STEP && this.chunksAhead < MAX_CHUNKS_AHEAD) {
+      this.numStalls = 0;
+      this.chunksAhead += 1;
+      this.stats.chunksAhead = this.chunksAhead;
+      this.send({ type: "session.update", session: { max_chunks_ahead: this.chunksAhead } });
+    }
+  }
+
+  draw(chunk, now) {
+    const frame = chunk.frames[chunk.next];
+    if (frame) {
+      if (frame instanceof ImageData) this.context2d.putImageData(frame, 0, 0);
+      else this.context2d.drawImage(frame, 0, 0, this.spec.width, this.spec.height);
+    }
+    if (chunk.next === 0) this.onChunkShown(chunk.meta, now);
+    chunk.next += 1;
+    this.stats.framesDrawn += 1;
+    this.drawTimes.push(now);
+    if (chunk.next >= chunk.frames.length) {
+      this.queue.shift();
+      this.send({ type: "chunk.ack", chunk_index: chunk.meta.chunk_index });
+      this.stats.acksSent += 1;
+    }
+  }
+
+  onChunkShown(meta, now) {
+    this.stats.lastChunkIndex = meta.chunk_index;
+    const modelMs = meta.timings?.model_ms;
+    const timing = typeof modelMs === "number" ? ` · model ${modelMs.toFixed(1)} ms` : "";
+    this.el.chunk.textContent = `#${meta.chunk_index}${timing} · ${this.chunksAhead} ahead`;
+    for (const id of meta.applied_event_ids || []) {
+      const sentAt = this.sentAt.get(id);
+      if (sentAt == null) continue;
+      this.sentAt.delete(id);
+      this.stats.latenciesMs.push(Math.round(now - sentAt));
+      if (this.stats.latenciesMs.length > LATENCY_WINDOW) this.stats.latenciesMs.shift();
+      const typical = Math.round(median(this.stats.latenciesMs));
+      this.el.latency.textContent = `${Math.round(now - sentAt)} ms (median ${typical} ms)`;
+    }
+  }
+
+  showFps(now) {
+    while (this.drawTimes.length && now - this.drawTimes[0] > 1000) this.drawTimes.shift();
+    const fps = this.drawTimes.length;
+    if (fps !== this.stats.fps) {
+      this.stats.fps = fps;
+      this.el.fps.textContent = this.ws ? String(fps) : "–";
+    }
+  }
+
+  dropQueued() {
+    this.generation += 1;
+    this.queue = [];
+    this.incoming = null;
+    this.nextFrameAt = 0;
+  }
+
+  sendEvent(fields) {
+    const eventId = this.nextEventId;
+    this.nextEventId += 1;
+    this.sentAt.set(eventId, performance.now());
+    this.stats.eventsSent += 1;
+    this.send({ type: "world.event", event_id: eventId, ...fields });
+    return eventId;
+  }
+
+  setControl(track, value) {
+    if (!this.ws || this.stats.state !== "live" || this.actions.get(track.name) === value) return;
+    this.actions.set(track.name, value);
+    const control = { track: track.name, data: { [track.field]: value } };
+    if (track.schema) control.schema = track.schema;
+    this.sendEvent({ controls: [control] });
+    for (const button of this.el.pad.querySelectorAll("button")) {
+      button.classList.toggle("held", button.dataset.track === track.name && button.dataset.value === value);
+    }
+  }
+
+  onKey(event, isDown) {
+    const direction = KEYS[event.code];
+    if (!direction || !this.moveTrack || !this.ws) return;
+    if (event.target.closest?.("input, textarea, select")) return;
+    event.preventDefault();
+    if (isDown && event.repeat) return;
+    this.held = this.held.filter((held) => held !== direction);
+    if (isDown) this.held.push(direction);
+    this.setControl(this.moveTrack, this.held.at(-1) ?? this.moveTrack.rest);
+  }
+
+  releaseAll() {
+    this.held = [];
+    if (this.moveTrack) this.setControl(this.moveTrack, this.moveTrack.rest);
+  }
+
+  buildPad() {
+    this.el.pad.replaceChildren();
+    for (const track of this.tracks) {
+      const values = track === this.moveTrack ? DIRECTIONS : track.values.filter((v) => v !== track.rest);
+      const group = document.createElement("div");
+      group.className = track === this.moveTrack ? "dpad" : "buttons";
+      group.setAttribute("role", "group");
+      group.setAttribute("aria-label", track.description || track.name);
+      for (const value of values) {
+        const button = document.createElement("button");
+        button.type = "button";
+        button.className = `pad-${value}`;
+        button.dataset.track = track.name;
+        button.dataset.value = value;
+        button.dataset.testid = `world-control-${value}`;
+        button.textContent = ARROWS[value] || value;
+        button.title = `${track.name}: ${value}`;
+        const press = (event) => {
+          event.preventDefault();
+          this.setControl(track, value);
+        };
+        const release = () => {
+          if (this.actions.get(track.name) === value) this.setControl(track, track.rest);
+        };
+        button.addEventListener("pointerdown", press);
+        button.addEventListener("pointerup", release);
+        button.addEventListener("pointerleave", release);
+        group.append(button);
+      }
+      this.el.pad.append(group);
+    }
+  }
+
+  sendPrompt() {
+    const prompt = this.el.prompt.value.trim();
+    if (!prompt || !this.ws || this.stats.state !== "live") return;
+    this.sendEvent({ prompt });
+    this.status.set(`World: prompt sent: “${prompt}”`, "ok");
+  }
+
+  sendPacing() {
+    this.nextFrameAt = 0; // a new cadence starts with the next frame
+    if (this.ws) this.send({ type: "session.update", session: { pacing: this.pacing() } });
+  }
+
+  reset() {
+    if (!this.ws) return;
+    this.isResetting = true;
+    this.dropQueued();
+    this.actions.clear();
+    this.held = [];
+    this.send({ type: "world.reset" });
+    this.setState("resetting", "Resetting…");
+  }
+
+  fail(words) {
+    this.stats.errors.push(words);
+    this.stop("failed", words);
+  }
+
+  stop(state, words) {
+    const ws = this.ws;
+    this.ws = null;
+    if (ws) {
+      ws.onclose = null;
+      if (ws.readyState === WebSocket.OPEN && state === "ended") {
+        ws.send(JSON.stringify({ type: "session.close" }));
+      }
+      if (ws.readyState <= WebSocket.OPEN) ws.close(1000);
+    }
+    const stats = this.stats;
+    this.clear();
+    this.stats = stats;
+    this.el.pad.replaceChildren();
+    this.el.fps.textContent = "–";
+    if (state === "failed") {
+      this.setState("failed-closed", `Stopped: ${words}`);
+      this.status.set(`World: ${words}`, "error");
+    } else {
+      this.setState("off", words || "Ended. Press Start to play again.");
+      this.status.set("World: ended", "info");
+    }
+  }
+}
+
+async function decodeFrame(data, meta) {
+  if (meta.format === "rgb24") {
+    const rgb = new Uint8Array(data);
+    const rgba = new Uint8ClampedArray(meta.width * meta.height * 4);
+    for (let i = 0, j = 0; i < rgb.length; i += 3, j += 4) {
+      rgba[j] = rgb[i];
+      rgba[j + 1] = rgb[i + 1];
+      rgba[j + 2] = rgb[i + 2];
+      rgba[j + 3] = 255;
+    }
+    return new ImageData(rgba, meta.width, meta.height);
+  }
+  return createImageBitmap(new Blob([data], { type: `image/${meta.format || "png"}` }));
+}

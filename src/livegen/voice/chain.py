@@ -1,0 +1,123 @@
+"""The append chain as data: attempts, their outcomes, and the effects the core returns.
+
+Every call the session makes to its model is an ``Attempt``: appends, commits,
+clears, responses, cancels and updates, numbered in wire order. The runtime
+runs them one after another (``runtime/voice.py``) and reports each outcome
+back; the core owns what each attempt reserved and what it owes if it never
+reaches the model:
+
+- an APPEND holds an input reservation (bytes against the budget);
+- a COMMIT holds one of the bounded pending-commit slots;
+- a RESPOND holds a pre-created response, whose ``response.done`` it owes.
+
+An attempt is settled exactly once. If a canceller (clear, cancel, barge-in,
+close) settles it first, it is CANCELLED and the canceller has sent whatever
+terminal event its response needed: the runtime's later report is ignored. A
+failed input attempt breaks the chain: every later input attempt is rolled
+back without reaching the model (wire order would otherwise be violated) and
+the chain starts afresh with the next append.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from livegen.models.voice import ResponseRequest, StreamConfig
+from livegen.voice.ledger import Reservation
+
+
+class AttemptKind(StrEnum):
+    APPEND = "append"
+    COMMIT = "commit"
+    CLEAR = "clear"
+    RESPOND = "respond"
+    CANCEL = "cancel"
+    UPDATE = "update"
+
+
+#: Kinds that carry the user's input or a response: a failure before them stops them.
+INPUT_KINDS = frozenset({AttemptKind.APPEND, AttemptKind.COMMIT, AttemptKind.RESPOND})
+
+
+class AttemptState(StrEnum):
+    QUEUED = "queued"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class Outcome(StrEnum):
+    OK = "ok"
+    FAILED = "failed"
+
+
+@dataclass(eq=False)
+class Attempt:
+    seq: int
+    kind: AttemptKind
+    epoch: int
+    pcm: bytes = field(default=b"", repr=False)
+    reservation: Reservation | None = None
+    item_id: str | None = None
+    request: ResponseRequest | None = None
+    config: StreamConfig | None = None
+    #: The response this attempt is bound to (a RESPOND's pre-created response).
+    response_id: str | None = None
+    state: AttemptState = AttemptState.QUEUED
+    #: When the client's event that made this attempt was received (latency metrics).
+    received_at: float = 0.0
+
+    @property
+    def is_live(self) -> bool:
+        """Still owed to the model: the runtime runs it; otherwise it skips it."""
+        return self.state is AttemptState.QUEUED
+
+
+@dataclass(frozen=True)
+class Send:
+    """Send this server event to the client."""
+
+    event: dict[str, Any]
+
+    @property
+    def type(self) -> str:
+        return str(self.event["type"])
+
+
+@dataclass(frozen=True)
+class Run:
+    """Put this attempt at the tail of the chain."""
+
+    attempt: Attempt
+
+
+@dataclass(frozen=True)
+class ResumeChain:
+    """The core has settled a failure; the chain may run its next live attempt."""
+
+
+@dataclass(frozen=True)
+class DropOutput:
+    """Discard this response's audio still queued for the socket (it was interrupted)."""
+
+    response_id: str
+
+
+@dataclass(frozen=True)
+class SwitchModel:
+    """Open a stream of model ``name`` in place of the current one, then report back."""
+
+    name: str
+    config: StreamConfig
+
+
+@dataclass(frozen=True)
+class Closed:
+    """The terminal event has been sent: close the stream and the socket."""
+
+    reason: str
+
+
+Effect = Send | Run | ResumeChain | DropOutput | SwitchModel | Closed

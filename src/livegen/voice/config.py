@@ -1,0 +1,196 @@
+"""A voice session's configuration: parsed from ``session.update``, rendered as the session object.
+
+OpenAI's GA shape nests audio settings (``audio.input.format``,
+``audio.input.turn_detection``, ``audio.output.voice``); the beta shape kept
+them flat (``input_audio_format``, ``turn_detection``, ``voice``,
+``modalities``). Both are accepted; the GA shape is what the server sends back.
+An update is partial: fields not named keep their values. Parsing is pure and
+all-or-nothing: a bad field raises ``InvalidRequest`` and the session keeps
+its old configuration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from livegen.errors import InvalidRequest
+from livegen.models.voice import StreamConfig, TurnDetection
+from livegen.protocol.audio import AudioFormat, parse_format
+
+
+@dataclass(frozen=True)
+class ServerVad:
+    threshold: float = 0.5
+    prefix_padding_ms: int = 300
+    silence_duration_ms: int = 500
+    create_response: bool = True
+    interrupt_response: bool = True
+    idle_timeout_ms: int | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "type": "server_vad",
+            "threshold": self.threshold,
+            "prefix_padding_ms": self.prefix_padding_ms,
+            "silence_duration_ms": self.silence_duration_ms,
+            "create_response": self.create_response,
+            "interrupt_response": self.interrupt_response,
+            "idle_timeout_ms": self.idle_timeout_ms,
+        }
+
+
+@dataclass(frozen=True)
+class Config:
+    model: str = ""
+    instructions: str = ""
+    output_modalities: tuple[str, ...] = ("audio",)
+    voice: str = "alloy"
+    input_format: AudioFormat = field(default_factory=AudioFormat)
+    output_format: AudioFormat = field(default_factory=AudioFormat)
+    turn_detection: ServerVad | None = field(default_factory=ServerVad)
+    transcription_model: str = ""
+
+    def stream_config(self) -> StreamConfig:
+        vad = self.turn_detection
+        return StreamConfig(
+            instructions=self.instructions,
+            voice=self.voice,
+            turn_detection=None
+            if vad is None
+            else TurnDetection(vad.threshold, vad.prefix_padding_ms, vad.silence_duration_ms),
+            transcription_model=self.transcription_model,
+        )
+
+    def to_wire(self, session_id: str) -> dict[str, Any]:
+        return {
+            "id": session_id,
+            "object": "realtime.session",
+            "type": "realtime",
+            "model": self.model,
+            "instructions": self.instructions,
+            "output_modalities": list(self.output_modalities),
+            "audio": {
+                "input": {
+                    "format": self.input_format.to_wire(),
+                    "turn_detection": None if self.turn_detection is None else self.turn_detection.to_wire(),
+                    "transcription": {"model": self.transcription_model}
+                    if self.transcription_model
+                    else None,
+                    "noise_reduction": None,
+                },
+                "output": {"format": self.output_format.to_wire(), "voice": self.voice, "speed": 1.0},
+            },
+            "tools": [],
+            "tool_choice": "auto",
+            "max_output_tokens": "inf",
+        }
+
+
+def _expect(value: Any, kind: type | tuple[type, ...], param: str) -> Any:
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise InvalidRequest(f"{param} must be a {names}, got {value!r}", code="invalid_value", param=param)
+    return value
+
+
+def _modalities(value: Any, param: str) -> tuple[str, ...]:
+    _expect(value, list, param)
+    if not value or any(m not in ("audio", "text") for m in value):
+        raise InvalidRequest(
+            f"{param} must list 'audio' and/or 'text', got {value!r}", code="invalid_value", param=param
+        )
+    # Audio output always carries its transcript, so ["text", "audio"] (beta) means audio.
+    return ("audio",) if "audio" in value else ("text",)
+
+
+def _turn_detection(value: Any, current: ServerVad | None, param: str) -> ServerVad | None:
+    if value is None:
+        return None
+    _expect(value, dict, param)
+    kind = value.get("type", "server_vad")
+    if kind != "server_vad":
+        raise InvalidRequest(
+            f"turn detection {kind!r} is not supported; use 'server_vad' or null",
+            code="unsupported_turn_detection",
+            param=f"{param}.type",
+        )
+    vad = current or ServerVad()
+    updates: dict[str, Any] = {}
+    if "threshold" in value:
+        threshold = _expect(value["threshold"], (int, float), f"{param}.threshold")
+        if not 0.0 <= threshold <= 1.0:
+            raise InvalidRequest(
+                f"{param}.threshold must be in [0, 1]", code="invalid_value", param=f"{param}.threshold"
+            )
+        updates["threshold"] = float(threshold)
+    for name in ("prefix_padding_ms", "silence_duration_ms"):
+        if name in value:
+            number = _expect(value[name], int, f"{param}.{name}")
+            if not 0 <= number <= 10_000:
+                raise InvalidRequest(
+                    f"{param}.{name} must be 0..10000 ms", code="invalid_value", param=f"{param}.{name}"
+                )
+            updates[name] = number
+    for name in ("create_response", "interrupt_response"):
+        if name in value:
+            updates[name] = _expect(value[name], bool, f"{param}.{name}")
+    if "idle_timeout_ms" in value:
+        idle = value["idle_timeout_ms"]
+        updates["idle_timeout_ms"] = None if idle is None else _expect(idle, int, f"{param}.idle_timeout_ms")
+    return replace(vad, **updates)
+
+
+def apply_update(config: Config, session: dict[str, Any]) -> Config:
+    """``config`` with the fields of a ``session.update`` applied (GA or beta shape)."""
+    updates: dict[str, Any] = {}
+    if session.get("type", "realtime") != "realtime":
+        raise InvalidRequest(
+            f"session type {session.get('type')!r} is not supported here; use 'realtime'",
+            code="invalid_value",
+            param="session.type",
+        )
+    if session.get("model") not in (None, ""):
+        # Whether the session may still switch is the session's call (voice/session.py).
+        updates["model"] = _expect(session["model"], str, "session.model")
+    if "instructions" in session:
+        updates["instructions"] = _expect(session["instructions"], str, "session.instructions")
+    for key in ("output_modalities", "modalities"):
+        if key in session:
+            updates["output_modalities"] = _modalities(session[key], f"session.{key}")
+    audio = _expect(session.get("audio", {}), dict, "session.audio")
+    audio_in = _expect(audio.get("input", {}), dict, "session.audio.input")
+    audio_out = _expect(audio.get("output", {}), dict, "session.audio.output")
+    for param, value in (
+        ("session.audio.input.format", audio_in.get("format")),
+        ("session.input_audio_format", session.get("input_audio_format")),
+    ):
+        if value is not None:
+            updates["input_format"] = parse_format(value, param)
+    for param, value in (
+        ("session.audio.output.format", audio_out.get("format")),
+        ("session.output_audio_format", session.get("output_audio_format")),
+    ):
+        if value is not None:
+            updates["output_format"] = parse_format(value, param)
+    for param, source in (
+        ("session.audio.input.turn_detection", audio_in),
+        ("session.turn_detection", session),
+    ):
+        if "turn_detection" in source:
+            updates["turn_detection"] = _turn_detection(
+                source["turn_detection"], config.turn_detection, param
+            )
+    for param, value in (
+        ("session.audio.output.voice", audio_out.get("voice")),
+        ("session.voice", session.get("voice")),
+    ):
+        if value is not None:
+            updates["voice"] = _expect(value, str, param)
+    for param, value in (
+        ("session.audio.input.transcription", audio_in.get("transcription")),
+        ("session.input_audio_transcription", session.get("input_audio_transcription")),
+    ):
+        if value is not None:
+            updates["transcription_model"] = str(_expect(value, dict, param).get("model") or "")
+    return replace(config, **updates)

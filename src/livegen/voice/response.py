@@ -1,0 +1,72 @@
+"""One assistant response: its wire object, its item, its paced audio and its one terminal.
+
+The session core (``voice/session.py``) creates a ``Response`` when it sends
+``response.created`` and finishes it exactly once, when it sends
+``response.done``. In between the response holds the audio the model made but
+the client has not been sent yet: audio leaves no faster than real time plus
+a lead (``Limits.lead_ms``), so that a barge-in has little to take back.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from livegen.protocol.audio import OutputEncoder
+from livegen.voice.conversation import Item
+from livegen.voice.ledger import Playback
+
+
+@dataclass(frozen=True)
+class AudioChunk:
+    start_ms: float
+    end_ms: float
+    #: Base64 of the wire-format audio.
+    audio: str
+
+
+@dataclass(eq=False)
+class Response:
+    id: str
+    epoch: int
+    modalities: tuple[str, ...]
+    voice: str
+    output_format: dict[str, Any]
+    #: Each response resamples on its own, so its tail can be flushed at its end.
+    encoder: OutputEncoder
+    item: Item | None = None
+    playback: Playback | None = None
+    pending_audio: deque[AudioChunk] = field(default_factory=deque)
+    #: The model said RESPONSE_DONE; the response ends once its audio is out.
+    model_status: str | None = None
+    is_finished: bool = False
+
+    @property
+    def is_audio(self) -> bool:
+        return "audio" in self.modalities
+
+    @property
+    def num_pending_ms(self) -> float:
+        if not self.pending_audio:
+            return 0.0
+        return self.pending_audio[-1].end_ms - self.pending_audio[0].start_ms
+
+    def to_wire(self, status: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "object": "realtime.response",
+            "status": status,
+            "status_details": details,
+            "output": [] if self.item is None else [self.item.to_wire()],
+            "output_modalities": list(self.modalities),
+            "conversation_id": "conv_default",
+            "audio": {"output": {"format": self.output_format, "voice": self.voice}},
+            "max_output_tokens": "inf",
+            "metadata": None,
+            "usage": None,
+        }
+
+    def item_refs(self) -> dict[str, Any]:
+        assert self.item is not None
+        return {"response_id": self.id, "item_id": self.item.id, "output_index": 0, "content_index": 0}

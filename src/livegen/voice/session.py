@@ -1,0 +1,579 @@
+"""The voice session core: one state machine per session, sans-IO.
+
+Everything a voice session decides happens here, in one object that one task
+drives (DESIGN.md voice promise 1): client events (``receive``), the outcomes
+of model calls (``settle``), model outputs (``on_output``) and the clock
+(``tick``). Each call takes ``now`` (seconds, any monotonic origin) and returns
+effects for the runtime: events to send, attempts to put on the append chain
+(``voice/chain.py``), and the end of the session. A client mistake raises a
+``RemoteProtocolError`` with the session unchanged; ``reject`` turns it into
+OpenAI's ``error`` event.
+
+The epoch fence (promise 2): a client cancel, an input clear, an output clear
+and a barge-in each advance ``epoch``; attempts carry the epoch of their
+moment, and model outputs of an older epoch are dropped here, before any
+event is built. The response of an older epoch has already been finished by
+whoever advanced the epoch, so nothing is left waiting for them.
+
+Neighbours: ``ledger.py`` owns the byte and playback arithmetic,
+``response.py`` one response's wire form, ``conversation.py`` the items,
+``vad.py`` the fallback detector, ``output.py`` the other half of this
+object (model outputs, pacing, terminals), ``protocol/`` the wire codecs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from enum import StrEnum
+from typing import Any, ClassVar
+
+from livegen.errors import CapacityExceeded, InvalidRequest, InvalidState, RemoteProtocolError
+from livegen.models.voice import ResponseRequest
+from livegen.protocol import realtime as wire
+from livegen.protocol.audio import InputDecoder, OutputEncoder, pcm_ms
+from livegen.voice.chain import (
+    INPUT_KINDS,
+    Attempt,
+    AttemptKind,
+    AttemptState,
+    Closed,
+    Effect,
+    Outcome,
+    ResumeChain,
+    Run,
+    Send,
+    SwitchModel,
+)
+from livegen.voice.config import Config, apply_update
+from livegen.voice.conversation import Conversation, Item, item_from_wire
+from livegen.voice.ledger import InputLedger, Playback
+from livegen.voice.output import Speaker
+from livegen.voice.response import Response
+from livegen.voice.settings import IdFactory, Limits, ModelFacts
+from livegen.voice.vad import Edge, EnergyVad
+
+#: A truncate this far past the audio is clamped (clients' playback clocks overshoot a little).
+TRUNCATE_SLACK_MS = 250
+
+
+class Phase(StrEnum):
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+class Session(Speaker):
+    def __init__(
+        self,
+        session_id: str,
+        model: ModelFacts,
+        ids: IdFactory,
+        limits: Limits | None = None,
+        canonical_name: Callable[[str], str] | None = None,
+    ) -> None:
+        self.id = session_id
+        self.model = model
+        #: A model's registered name for any of its aliases (a pure lookup, injected).
+        self.canonical_name = canonical_name or (lambda name: name)
+        self.ids = ids
+        self.limits = limits or Limits()
+        self.config = Config(model=model.name)
+        self.phase = Phase.OPEN
+        self.epoch = 0
+        self.ledger = InputLedger(self.limits.max_input_bytes)
+        self.conversation = Conversation()
+        self.response: Response | None = None
+        self.playbacks: dict[str, Playback] = {}
+        self.attempts: list[Attempt] = []  # live attempts, in wire order
+        self._next_seq = 0
+        self._decoder = InputDecoder(self.config.input_format, model.input_rate)
+        self._vad: EnergyVad | None = None
+        self._vad_item_id: str | None = None
+        #: Input ms accepted since the session began (the VAD clock) and since the last commit.
+        self.input_ms = 0.0
+        self.buffer_bytes = 0
+        self.num_stale_outputs = 0
+        #: The model may change (session.update) until it has been given input or a request.
+        self._is_model_locked = False
+        self._pending_config: Config | None = None
+        self._pending_event_id: str | None = None
+        self._reset_vad()
+
+    # --- helpers ---------------------------------------------------------------------
+
+    def _event(self, type_: str, **fields: Any) -> Send:
+        return Send({"type": type_, "event_id": self.ids("event"), **fields})
+
+    def _attempt(self, kind: AttemptKind, now: float, **fields: Any) -> Attempt:
+        if kind is not AttemptKind.UPDATE:
+            self._is_model_locked = True
+        attempt = Attempt(self._next_seq, kind, self.epoch, received_at=now, **fields)
+        self._next_seq += 1
+        self.attempts.append(attempt)
+        return attempt
+
+    def _control(self, kind: AttemptKind, now: float, **fields: Any) -> list[Effect]:
+        """A cancel, clear or update for the model; one still queued of its kind is brought up to date.
+
+        Coalescing keeps these bounded (one queued per kind) however fast a client sends them,
+        and is exact: a queued clear or cancel has nothing of the newer epoch ahead of it, and
+        only the newest configuration matters.
+        """
+        for attempt in self.attempts:
+            if attempt.kind is kind:
+                attempt.epoch = self.epoch
+                attempt.config = fields.get("config", attempt.config)
+                return []
+        return [Run(self._attempt(kind, now, **fields))]
+
+    def _reset_vad(self) -> None:
+        vad = self.config.turn_detection
+        if vad is None or self.model.has_vad:
+            self._vad = None
+        else:
+            self._vad = EnergyVad(self.model.input_rate, vad.threshold, vad.silence_duration_ms)
+
+    @property
+    def is_closed(self) -> bool:
+        return self.phase is Phase.CLOSED
+
+    @property
+    def num_pending_commits(self) -> int:
+        return sum(1 for a in self.attempts if a.kind is AttemptKind.COMMIT)
+
+    # --- lifecycle -------------------------------------------------------------------
+
+    def open(self, now: float) -> list[Effect]:
+        return [self._event("session.created", session=self.config.to_wire(self.id))]
+
+    def close(self, now: float, reason: str = "client_closed") -> list[Effect]:
+        """The terminal: end the live response, give back every reservation, send ``session.closed``."""
+        if self.is_closed:
+            return []
+        effects = self._end_response(now, "cancelled", {"type": "cancelled", "reason": "session_closed"})
+        for attempt in self.attempts:
+            attempt.state = AttemptState.CANCELLED
+        self.attempts.clear()
+        self.ledger.clear()
+        self.buffer_bytes = 0
+        self.phase = Phase.CLOSED
+        effects.append(self._event("session.closed", session_id=self.id, reason=reason))
+        effects.append(Closed(reason))
+        return effects
+
+    def reject(self, error: RemoteProtocolError) -> list[Effect]:
+        """OpenAI's error event for a client mistake; the session goes on."""
+        if self.is_closed:
+            return []
+        return [self._event("error", error=error.to_error_body())]
+
+    # --- client events ---------------------------------------------------------------
+
+    def receive(self, event: wire.ClientEvent, now: float) -> list[Effect]:
+        """Apply one client event. Raises ``RemoteProtocolError`` (state unchanged) on a mistake."""
+        if self.is_closed:
+            return []
+        handler = self._handlers.get(type(event))
+        if handler is None:  # pragma: no cover - every decoded type has a handler
+            raise InvalidRequest(f"unhandled event {event.TYPE}", code="unknown_event_type")
+        try:
+            return handler(self, event, now)
+        except RemoteProtocolError as error:
+            raise error.with_event_id(event.event_id) from None
+
+    def _on_session_update(self, event: wire.SessionUpdate, now: float) -> list[Effect]:
+        config = apply_update(self.config, event.session)
+        if config.model != self.config.model:
+            config = replace(config, model=self.canonical_name(config.model))
+        if config.model != self.config.model:
+            return self._switch_model(config, event.event_id)
+        if config.voice != self.config.voice and any(p.generated_ms for p in self.playbacks.values()):
+            raise InvalidState(
+                "the voice cannot change once the session has spoken",
+                code="voice_locked",
+                param="session.voice",
+            )
+        if config.input_format != self.config.input_format:
+            self._decoder = InputDecoder(config.input_format, self.model.input_rate)
+        old_vad = self.config.turn_detection
+        self.config = config
+        if config.turn_detection != old_vad:
+            self._reset_vad()
+        effects = self._control(AttemptKind.UPDATE, now, config=config.stream_config())
+        return [*effects, self._event("session.updated", session=config.to_wire(self.id))]
+
+    def _switch_model(self, config: Config, event_id: str | None) -> list[Effect]:
+        """A new model, allowed until the current one has been given input or asked to respond."""
+        if self._is_model_locked:
+            raise InvalidState(
+                f"the session already uses {self.config.model!r}: the model can change only before "
+                "the first append or response",
+                code="model_change_unsupported",
+                param="session.model",
+            )
+        for attempt in self.attempts:  # updates owed to the old stream: the new one opens with the config
+            attempt.state = AttemptState.CANCELLED
+        self.attempts.clear()
+        self._pending_config = config
+        self._pending_event_id = event_id
+        return [SwitchModel(config.model, config.stream_config())]
+
+    def model_switched(self, model: ModelFacts, now: float) -> list[Effect]:
+        """The runtime opened a stream of the new model: adopt its rates and the pending config."""
+        config = self._pending_config
+        if config is None or self.is_closed:
+            return []
+        self._pending_config = None
+        self.model = model
+        self.config = config
+        self._decoder = InputDecoder(config.input_format, model.input_rate)
+        self._reset_vad()
+        return [self._event("session.updated", session=config.to_wire(self.id))]
+
+    def model_switch_failed(self, error: RemoteProtocolError) -> list[Effect]:
+        """The new model could not open: the session keeps its model and configuration."""
+        self._pending_config = None
+        error.with_event_id(self._pending_event_id)
+        return self.reject(error)
+
+    def _on_append(self, event: wire.AudioAppend, now: float) -> list[Effect]:
+        data = event.audio_bytes()
+        self._decoder.check(data)
+        if not data:
+            return []
+        # Reserve before decoding so a refused append leaves the resampler untouched.
+        wire_format = self._decoder.wire
+        estimate = len(data) * self.model.input_rate * 2 // (wire_format.rate * wire_format.bytes_per_sample)
+        reservation = self.ledger.reserve(estimate)
+        pcm = self._decoder.decode(data)
+        self.ledger.resize(reservation, len(pcm))
+        self.buffer_bytes += len(pcm)
+        self.input_ms += pcm_ms(len(pcm), self.model.input_rate)
+        append = self._attempt(AttemptKind.APPEND, now, pcm=pcm, reservation=reservation)
+        effects: list[Effect] = [Run(append)]
+        if self._vad is not None:
+            for transition in self._vad.feed(pcm):
+                if transition.edge is Edge.STARTED:
+                    effects += self._speech_started(transition.audio_ms, now)
+                else:
+                    effects += self._speech_stopped(transition.audio_ms, now)
+        return effects
+
+    def _on_commit(self, event: wire.AudioCommit, now: float) -> list[Effect]:
+        if self.buffer_bytes == 0:
+            raise InvalidState(
+                "the input audio buffer is empty: append audio before committing",
+                code="input_audio_buffer_commit_empty",
+            )
+        return self._commit(self.ids("item"), now)
+
+    def _commit(self, item_id: str, now: float) -> list[Effect]:
+        if self.num_pending_commits >= self.limits.max_pending_commits:
+            raise CapacityExceeded(
+                f"{self.num_pending_commits} commits are already waiting for the model; wait for their items",
+                code="too_many_pending_commits",
+            )
+        effects: list[Effect] = []
+        tail = self._decoder.flush()  # the turn's last ms, held in the resampler
+        if tail:
+            reservation = self.ledger.reserve(len(tail), is_forced=True)
+            effects.append(Run(self._attempt(AttemptKind.APPEND, now, pcm=tail, reservation=reservation)))
+        self.buffer_bytes = 0
+        self._vad_item_id = None
+        item = Item(id=item_id, role="user", content_type="input_audio")
+        previous = self.conversation.add(item)
+        commit = self._attempt(AttemptKind.COMMIT, now, item_id=item_id)
+        return [
+            *effects,
+            Run(commit),
+            self._event("input_audio_buffer.committed", item_id=item_id, previous_item_id=previous),
+            self._event("conversation.item.added", item=item.to_wire(), previous_item_id=previous),
+            self._event("conversation.item.done", item=item.to_wire(), previous_item_id=previous),
+        ]
+
+    def _on_clear(self, event: wire.AudioClear, now: float) -> list[Effect]:
+        effects = self._advance_epoch(now, "client_cancelled")
+        # Only audio after the last commit is dropped: committed turns still reach the model.
+        last_commit = max((a.seq for a in self.attempts if a.kind is AttemptKind.COMMIT), default=-1)
+        dropped = [a for a in self.attempts if a.kind is AttemptKind.APPEND and a.seq > last_commit]
+        if dropped and dropped[0].reservation is not None:
+            self.ledger.rollback(dropped[0].reservation)
+        for attempt in dropped:
+            attempt.state = AttemptState.CANCELLED
+        self.attempts = [a for a in self.attempts if a.is_live]
+        self._decoder.flush()  # what the resampler held is uncommitted audio too: dropped
+        self.buffer_bytes = 0
+        self._vad_item_id = None
+        if self._vad is not None:
+            self._vad.reset()
+        effects += self._control(AttemptKind.CLEAR, now)
+        effects.append(self._event("input_audio_buffer.cleared"))
+        return effects
+
+    def _on_item_create(self, event: wire.ItemCreate, now: float) -> list[Effect]:
+        raw_id = event.item.get("id")
+        item = item_from_wire(event.item, raw_id if isinstance(raw_id, str) and raw_id else self.ids("item"))
+        previous = self.conversation.add(item, event.previous_item_id)
+        return [
+            self._event("conversation.item.added", item=item.to_wire(), previous_item_id=previous),
+            self._event("conversation.item.done", item=item.to_wire(), previous_item_id=previous),
+        ]
+
+    def _on_item_retrieve(self, event: wire.ItemRetrieve, now: float) -> list[Effect]:
+        item = self.conversation.get(event.item_id)
+        return [self._event("conversation.item.retrieved", item=item.to_wire())]
+
+    def _on_item_delete(self, event: wire.ItemDelete, now: float) -> list[Effect]:
+        self.conversation.get(event.item_id)
+        effects: list[Effect] = []
+        if (
+            self.response is not None
+            and self.response.item is not None
+            and self.response.item.id == event.item_id
+        ):
+            effects += self._interrupt(now, "client_cancelled")
+        self.conversation.delete(event.item_id)
+        effects.append(self._event("conversation.item.deleted", item_id=event.item_id))
+        return effects
+
+    def _on_item_truncate(self, event: wire.ItemTruncate, now: float) -> list[Effect]:
+        item = self.conversation.get(event.item_id)
+        if item.role != "assistant" or item.content_type != "output_audio":
+            raise InvalidRequest(
+                f"item {item.id!r} has no assistant audio to truncate", code="invalid_value", param="item_id"
+            )
+        if event.content_index != 0:
+            raise InvalidRequest("content_index must be 0", code="invalid_value", param="content_index")
+        playback = self.playbacks.get(item.id)
+        generated = item.generated_audio_ms if playback is None else playback.generated_ms
+        if not 0 <= event.audio_end_ms <= generated + TRUNCATE_SLACK_MS:
+            raise InvalidRequest(
+                f"audio_end_ms {event.audio_end_ms} is beyond the item's {generated:.0f} ms of audio",
+                code="invalid_value",
+                param="audio_end_ms",
+            )
+        effects: list[Effect] = []
+        if self.response is not None and self.response.item is item:
+            effects += self._interrupt(now, "client_cancelled")
+        end_ms = min(float(event.audio_end_ms), item.audio_ms)
+        if playback is not None:
+            playback.stop(now)  # the client stopped playing it: no later barge-in for this audio
+        self._truncate_item(item, end_ms)
+        effects.append(
+            self._event(
+                "conversation.item.truncated", item_id=item.id, content_index=0, audio_end_ms=round(end_ms)
+            )
+        )
+        return effects
+
+    def _on_response_create(self, event: wire.ResponseCreate, now: float) -> list[Effect]:
+        if self.response is not None:
+            raise InvalidState(
+                f"response {self.response.id} is still in progress; cancel it or wait for response.done",
+                code="conversation_already_has_active_response",
+            )
+        overrides = event.response or {}
+        instructions = overrides.get("instructions", self.config.instructions)
+        if not isinstance(instructions, str):
+            raise InvalidRequest("response.instructions must be a string", code="invalid_value")
+        modalities = self.config.output_modalities
+        for key in ("output_modalities", "modalities"):
+            if key in overrides:
+                value = overrides[key]
+                if not isinstance(value, list) or not value or any(m not in ("audio", "text") for m in value):
+                    raise InvalidRequest(f"response.{key} must list audio and/or text", code="invalid_value")
+                modalities = ("audio",) if "audio" in value else ("text",)
+        return self._create_response(now, instructions, modalities)
+
+    def _create_response(self, now: float, instructions: str, modalities: tuple[str, ...]) -> list[Effect]:
+        response = Response(
+            id=self.ids("resp"),
+            epoch=self.epoch,
+            modalities=modalities,
+            voice=self.config.voice,
+            output_format=self.config.output_format.to_wire(),
+            encoder=OutputEncoder(self.config.output_format, self.model.output_rate),
+        )
+        self.response = response
+        request = ResponseRequest(
+            response_id=response.id,
+            history=tuple(self.conversation.history()),
+            instructions=instructions,
+            modalities=modalities,
+            voice=self.config.voice,
+        )
+        respond = self._attempt(AttemptKind.RESPOND, now, request=request, response_id=response.id)
+        return [self._event("response.created", response=response.to_wire("in_progress")), Run(respond)]
+
+    def _on_response_cancel(self, event: wire.ResponseCancel, now: float) -> list[Effect]:
+        if self.response is None or event.response_id not in (None, self.response.id):
+            raise InvalidState(
+                "there is no response in progress to cancel"
+                if event.response_id is None
+                else f"response {event.response_id!r} is not in progress",
+                code="response_cancel_not_active",
+            )
+        return self._interrupt(now, "client_cancelled")
+
+    def _on_output_clear(self, event: wire.OutputAudioClear, now: float) -> list[Effect]:
+        effects = self._interrupt(now, "client_cancelled")
+        effects.append(self._event("output_audio_buffer.cleared", response_id=None))
+        return effects
+
+    def _on_playback_ack(self, event: wire.PlaybackAck, now: float) -> list[Effect]:
+        playback = (
+            next(
+                (
+                    p
+                    for p in self.playbacks.values()
+                    if event.response_id in (None, p.response_id) and event.item_id in (None, p.item_id)
+                ),
+                None,
+            )
+            if (event.response_id or event.item_id)
+            else None
+        )
+        if playback is None:
+            raise InvalidRequest(
+                "playback.ack must name a recent response_id or item_id",
+                code="unknown_response",
+                param="response_id",
+            )
+        if event.played_ms < 0:
+            raise InvalidRequest("played_ms must be >= 0", code="invalid_value", param="played_ms")
+        playback.ack(event.played_ms)
+        return []
+
+    def _on_close(self, event: wire.SessionClose, now: float) -> list[Effect]:
+        return self.close(now, "client_closed")
+
+    _handlers: ClassVar[dict[type[wire.ClientEvent], Callable[[Session, Any, float], list[Effect]]]] = {
+        wire.SessionUpdate: _on_session_update,
+        wire.AudioAppend: _on_append,
+        wire.AudioCommit: _on_commit,
+        wire.AudioClear: _on_clear,
+        wire.ItemCreate: _on_item_create,
+        wire.ItemRetrieve: _on_item_retrieve,
+        wire.ItemDelete: _on_item_delete,
+        wire.ItemTruncate: _on_item_truncate,
+        wire.ResponseCreate: _on_response_create,
+        wire.ResponseCancel: _on_response_cancel,
+        wire.OutputAudioClear: _on_output_clear,
+        wire.PlaybackAck: _on_playback_ack,
+        wire.SessionClose: _on_close,
+    }
+
+    # --- turn policy -----------------------------------------------------------------
+
+    def _speech_started(self, audio_ms: float, now: float) -> list[Effect]:
+        vad = self.config.turn_detection
+        if vad is None:
+            return []
+        self._vad_item_id = self._vad_item_id or self.ids("item")
+        start = max(0, round(audio_ms) - vad.prefix_padding_ms)
+        effects: list[Effect] = [
+            self._event("input_audio_buffer.speech_started", audio_start_ms=start, item_id=self._vad_item_id)
+        ]
+        if vad.interrupt_response and self._is_speaking(now):
+            effects += self._interrupt(now, "turn_detected")
+        return effects
+
+    def _speech_stopped(self, audio_ms: float, now: float) -> list[Effect]:
+        vad = self.config.turn_detection
+        if vad is None:
+            return []
+        item_id = self._vad_item_id or self.ids("item")
+        effects: list[Effect] = [
+            self._event("input_audio_buffer.speech_stopped", audio_end_ms=round(audio_ms), item_id=item_id)
+        ]
+        if self.buffer_bytes == 0:
+            return effects
+        try:
+            effects += self._commit(item_id, now)
+        except CapacityExceeded as error:
+            return [*effects, *self.reject(error)]
+        if vad.create_response and self.response is None:
+            effects += self._create_response(now, self.config.instructions, self.config.output_modalities)
+        return effects
+
+    def _is_speaking(self, now: float) -> bool:
+        """A response is running, or audio already sent is still playing at the client."""
+        return self.response is not None or any(p.is_playing(now) for p in self.playbacks.values())
+
+    # --- the fence and interruption ---------------------------------------------------
+
+    def _advance_epoch(self, now: float, reason: str) -> list[Effect]:
+        """Advance the fence; end the live response (cancelled), truncating history to what was heard."""
+        effects = self._end_response(now, "cancelled", {"type": "cancelled", "reason": reason})
+        self.epoch += 1
+        for playback in self.playbacks.values():
+            if playback.is_playing(now):
+                item = self._find_item(playback.item_id)
+                heard = playback.stop(now)
+                if item is not None:
+                    self._truncate_item(item, heard)
+                    effects.append(self._truncated(item.id, heard))
+        effects += self._control(AttemptKind.CANCEL, now)
+        return effects
+
+    def _interrupt(self, now: float, reason: str) -> list[Effect]:
+        return self._advance_epoch(now, reason)
+
+    # --- the chain's reports -----------------------------------------------------------
+
+    def settle(self, attempt: Attempt, outcome: Outcome, now: float, error: str = "") -> list[Effect]:
+        """The runtime ran ``attempt``; settle what it reserved. A cancelled attempt is ignored."""
+        if not attempt.is_live or self.is_closed:
+            return []
+        self.attempts.remove(attempt)
+        if outcome is Outcome.OK:
+            attempt.state = AttemptState.DONE
+            if attempt.reservation is not None:
+                self.ledger.commit(attempt.reservation)
+            return []
+        attempt.state = AttemptState.FAILED
+        effects = [*self._break_chain(attempt, now)]
+        message = f"the model refused a {attempt.kind.value}: {error or 'no reason given'}"
+        effects.append(
+            self._event(
+                "error",
+                error={
+                    "type": "server_error",
+                    "code": "model_append_failed",
+                    "message": message,
+                    "param": None,
+                    "event_id": None,
+                },
+            )
+        )
+        effects.append(ResumeChain())
+        return effects
+
+    def _break_chain(self, failed: Attempt, now: float) -> list[Effect]:
+        """A failed input attempt: roll back it and every later input attempt; fail their response."""
+        effects: list[Effect] = []
+        if failed.reservation is not None:
+            self.ledger.rollback(failed.reservation)
+        later = [a for a in self.attempts if a.kind in INPUT_KINDS and a.seq > failed.seq]
+        if failed.kind in INPUT_KINDS:
+            for attempt in later:
+                attempt.state = AttemptState.FAILED
+                if attempt.reservation is not None:
+                    self.ledger.rollback(attempt.reservation)
+            self.attempts = [a for a in self.attempts if a.is_live]
+            self.buffer_bytes = 0
+        bound = {a.response_id for a in [failed, *later] if a.response_id}
+        if self.response is not None and self.response.id in bound:
+            details = {
+                "type": "failed",
+                "error": {
+                    "type": "server_error",
+                    "code": "model_append_failed",
+                    "message": "the model failed to take input for this response",
+                },
+            }
+            effects += self._end_response(now, "failed", details)
+        return effects
+
+
+__all__ = ["IdFactory", "Limits", "ModelFacts", "Phase", "Session"]

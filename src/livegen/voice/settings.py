@@ -1,0 +1,29 @@
+"""The fixed facts of a voice session: its limits, its model's rates, its id factory."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+#: Makes a fresh id with the given prefix ("event", "item", "resp"); injected, so the core stays pure.
+IdFactory = Callable[[str], str]
+
+
+@dataclass(frozen=True)
+class Limits:
+    #: Input bytes (PCM16 at the model rate) accepted but not yet taken by the model.
+    max_input_bytes: int = 8 * 1024 * 1024
+    #: Commits waiting in the chain.
+    max_pending_commits: int = 4
+    #: Audio is released to the client at most this far ahead of real-time playback.
+    lead_ms: float = 200.0
+    #: Audio a response may hold back for pacing; more fails that response.
+    max_buffered_output_ms: float = 120_000.0
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    name: str
+    input_rate: int
+    output_rate: int
+    has_vad: bool

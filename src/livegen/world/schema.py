@@ -1,0 +1,129 @@
+"""A small JSON Schema check for control data: the subset models declare.
+
+Models describe a track's ``data`` with JSON Schema (shown to clients in
+``session.created``). The core checks incoming data against it on entry, so a
+bad value is refused with the client's event id instead of failing a chunk
+later. Only the keywords our models use are understood: ``type``, ``enum``,
+``properties``, ``required``, ``additionalProperties``, ``items``,
+``minimum``, ``maximum``; unknown keywords are ignored, never guessed at.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+#: A compiled check: (value, path) -> the first problem, or None.
+Check = Callable[[Any, str], "str | None"]
+
+_TYPES: dict[str, tuple[type, ...]] = {
+    "object": (Mapping,),
+    "array": (tuple, list),
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "null": (type(None),),
+}
+
+
+def problem(value: Any, schema: Mapping[str, Any], path: str = "data") -> str | None:
+    """The first way ``value`` breaks ``schema``, as a sentence; None if it fits."""
+    expected = schema.get("type")
+    if isinstance(expected, str) and not _is_type(value, expected):
+        return f"{path} must be of type {expected}, got {_json_type(value)}"
+    if "enum" in schema and value not in schema["enum"]:
+        options = ", ".join(repr(v) for v in schema["enum"])
+        return f"{path} must be one of {options}, got {value!r}"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if "minimum" in schema and value < schema["minimum"]:
+            return f"{path} must be >= {schema['minimum']}, got {value}"
+        if "maximum" in schema and value > schema["maximum"]:
+            return f"{path} must be <= {schema['maximum']}, got {value}"
+    if isinstance(value, Mapping):
+        return _object_problem(value, schema, path)
+    if isinstance(value, (tuple, list)) and isinstance(schema.get("items"), Mapping):
+        for i, item in enumerate(value):
+            found = problem(item, schema["items"], f"{path}[{i}]")
+            if found:
+                return found
+    return None
+
+
+def _object_problem(value: Mapping[str, Any], schema: Mapping[str, Any], path: str) -> str | None:
+    properties: Mapping[str, Any] = schema.get("properties", {})
+    for name in schema.get("required", ()):
+        if name not in value:
+            return f"{path} lacks the required field {name!r}"
+    for name, item in value.items():
+        if name in properties:
+            found = problem(item, properties[name], f"{path}.{name}")
+            if found:
+                return found
+        elif schema.get("additionalProperties") is False:
+            return f"{path} has an unknown field {name!r}"
+    return None
+
+
+def _is_type(value: Any, expected: str) -> bool:
+    if expected in ("integer", "number") and isinstance(value, bool):
+        return False
+    return isinstance(value, _TYPES.get(expected, (object,)))
+
+
+def _json_type(value: Any) -> str:
+    for name in _TYPES:
+        if _is_type(value, name):
+            return name
+    return type(value).__name__
+
+
+def compile_schema(schema: Mapping[str, Any]) -> Check:
+    """A check for ``schema``, built once per track; fast when the value fits.
+
+    Values that fit pass a few cheap tests (the event path runs this per
+    control); anything else goes to ``problem`` for the sentence that says why.
+    """
+    if not set(schema) <= {"type", "enum", "properties", "required", "additionalProperties", "description"}:
+        return lambda value, path: problem(value, schema, path)
+    expected = schema.get("type")
+    types = (
+        ((dict, Mapping) if expected == "object" else _TYPES.get(expected))
+        if isinstance(expected, str)
+        else None
+    )
+    is_number = expected in ("integer", "number")
+    enum = schema.get("enum")
+    required = tuple(schema.get("required", ()))
+    is_closed = schema.get("additionalProperties") is False
+    properties: Mapping[str, Any] = schema.get("properties", {})
+    # A property that is only an enum (the usual shape of a control) is checked inline.
+    enums = {name: sub["enum"] for name, sub in properties.items() if set(sub) <= {"enum", "description"}}
+    children = {name: compile_schema(sub) for name, sub in properties.items() if name not in enums}
+
+    def check(value: Any, path: str) -> str | None:
+        if types is not None and (not isinstance(value, types) or (is_number and type(value) is bool)):
+            return problem(value, schema, path)
+        if enum is not None and value not in enum:
+            return problem(value, schema, path)
+        if isinstance(value, dict):
+            for name in required:
+                if name not in value:
+                    return problem(value, schema, path)
+            for name, item in value.items():
+                allowed = enums.get(name)
+                if allowed is not None:
+                    if item not in allowed:
+                        return problem(value, schema, path)
+                    continue
+                child = children.get(name)
+                if child is None:
+                    if is_closed:
+                        return problem(value, schema, path)
+                elif child(item, path) is not None:
+                    return problem(value, schema, path)
+        elif isinstance(value, Mapping):
+            return problem(value, schema, path)
+        return None
+
+    return check

@@ -1,0 +1,393 @@
+"""One world session's transactional state: events in, chunk transactions out.
+
+The core of DESIGN.md section 1 (world promises). It owns the four identities
+(``session_id``; client ``event_id``s, monotonic across reset; ``chunk_index``,
+contiguous and back to 0 on reset; one ``request_id`` per chunk execution),
+the bounded queue of accepted events with its window of recent ids and its
+floors, and the committed prompt and controls.
+
+A chunk is a plan: ``begin_tick`` snapshots the pending events into an
+immutable ``Plan`` (every fallible step, reducer ``prepare`` included, runs
+before any mutation); the runtime runs the model; then ``commit_tick`` (only
+with the exact metadata echo) or ``fail_tick``. Nothing advances on failure.
+Reset and close are two-step too (``begin_*`` asks the runtime to release the
+model-side state, ``finish_*`` records whether that worked), because only the
+runtime can talk to the worker that holds it.
+
+Sans-IO: no clock, no ids of its own (``new_id`` is injected), no I/O. What
+the runtime must do comes out as effects (``take_effects``): a committed
+chunk's output, events a reducer refused, state to release, a failure to
+report. Effects stay queued until taken, so a caller cancelled right after
+``commit_tick`` cannot lose the chunk it committed (upstream gap 2).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from enum import StrEnum
+from typing import NoReturn
+
+import msgspec
+
+from livegen.errors import (
+    CapacityExceeded,
+    InvalidRequest,
+    InvalidState,
+    LocalProtocolError,
+    ModelContractError,
+    ModelError,
+)
+from livegen.models.world import ControlTrack, TickMeta
+from livegen.world import schema
+from livegen.world.events import ControlInput, Event, freeze
+from livegen.world.reducer import LastWriteWins, Prepared, Reducer
+
+
+class Status(StrEnum):
+    ACTIVE = "active"
+    RESETTING = "resetting"
+    FAILED = "failed"
+    CLOSING = "closing"
+    CLEANUP_FAILED = "cleanup_failed"
+    CLOSED = "closed"
+
+
+class AcceptStatus(StrEnum):
+    ACCEPTED = "accepted"
+    DUPLICATE = "duplicate"
+
+
+class Acceptance(msgspec.Struct, frozen=True):
+    """An event is queued (or already was); queued is not applied."""
+
+    event_id: int
+    status: AcceptStatus
+    pending_event_count: int
+
+
+class Plan(msgspec.Struct, frozen=True):
+    """The immutable snapshot of one chunk transaction."""
+
+    meta: TickMeta
+    seed: int
+    prompt: str
+    controls: Mapping[str, ControlInput]
+    prepared: Prepared
+
+    def control_data(self) -> dict[str, object]:
+        """Track -> data, as the model's ``Tick.controls`` takes it."""
+        return {track: control.data for track, control in self.controls.items()}
+
+
+class Output(msgspec.Struct, frozen=True):
+    """Effect: a committed chunk; its output must reach the client."""
+
+    meta: TickMeta
+    output: object
+
+
+class Rejection(msgspec.Struct, frozen=True):
+    """Effect: events a reducer refused, dropped from the queue; tell the client."""
+
+    error: InvalidRequest
+    event_ids: tuple[int, ...]
+
+
+class Release(msgspec.Struct, frozen=True):
+    """Effect: forget the model-side state (KV pages, game state) of this session."""
+
+    reason: str
+
+
+class Failure(msgspec.Struct, frozen=True):
+    """Effect: a chunk failed; the session is ``failed`` until reset."""
+
+    code: str
+    message: str
+
+
+Effect = Output | Rejection | Release | Failure
+_CLOSED_STATES = (Status.CLOSING, Status.CLEANUP_FAILED, Status.CLOSED)
+
+
+class Session:
+    """The transactional event queue and chunk snapshots of one world."""
+
+    def __init__(
+        self,
+        session_id: str,
+        *,
+        tracks: Sequence[ControlTrack],
+        new_id: Callable[[], str],
+        max_pending_events: int = 64,
+        prompt: str = "",
+        seed: int = 0,
+        reducer: Reducer | None = None,
+    ) -> None:
+        if max_pending_events < 1:
+            raise InvalidRequest("max_pending_events must be >= 1", param="max_pending_events")
+        self.session_id = session_id
+        self.seed = seed
+        self.max_pending_events = max_pending_events
+        self.initial_prompt = prompt
+        self._tracks = {track.name: track for track in tracks}
+        self._checks = {track.name: schema.compile_schema(track.json_schema) for track in tracks}
+        self._paths = {track.name: f"controls.{track.name}.data" for track in tracks}
+        self._new_id = new_id
+        self._reducer: Reducer = reducer or LastWriteWins()
+        self._status = Status.ACTIVE
+        self._pending: dict[int, Event] = {}
+        self._recent: OrderedDict[int, None] = OrderedDict()
+        self._floor = -1
+        self._in_flight: Plan | None = None
+        self._chunk_index = 0
+        self._prompt = prompt
+        self._controls = self._default_controls()
+        self._effects: list[Effect] = []
+
+    # -- read-only views -------------------------------------------------------------------
+    @property
+    def status(self) -> Status:
+        return self._status
+
+    @property
+    def chunk_index(self) -> int:
+        return self._chunk_index
+
+    @property
+    def pending_event_count(self) -> int:
+        return len(self._pending)
+
+    @property
+    def pending_ids(self) -> tuple[int, ...]:
+        return tuple(sorted(self._pending))
+
+    @property
+    def event_floor(self) -> int:
+        """Ids at or below this are stale: the committed floor, raised by an in-flight tick."""
+        in_flight = self._in_flight.meta.applied_event_ids if self._in_flight else ()
+        return max((self._floor, *in_flight))
+
+    @property
+    def committed_floor(self) -> int:
+        return self._floor
+
+    @property
+    def in_flight(self) -> Plan | None:
+        return self._in_flight
+
+    @property
+    def prompt(self) -> str:
+        return self._prompt
+
+    @property
+    def controls(self) -> Mapping[str, ControlInput]:
+        return dict(self._controls)
+
+    def take_effects(self) -> list[Effect]:
+        effects, self._effects = self._effects, []
+        return effects
+
+    # -- events ----------------------------------------------------------------------------
+    def accept(self, event: Event) -> Acceptance:
+        """Queue an event, or report it a duplicate; raise if stale, full or refused."""
+        if self._status is not Status.ACTIVE:
+            self._refuse(event.event_id)
+        if event.controls:
+            self._check_controls(event)
+        if event.event_id in self._pending or event.event_id in self._recent:
+            return Acceptance(event.event_id, AcceptStatus.DUPLICATE, len(self._pending))
+        floor = self.event_floor if self._in_flight is not None else self._floor
+        if event.event_id <= floor:
+            raise InvalidState(
+                f"event {event.event_id} is stale: ids at or below {floor} are already applied or in flight",
+                code="stale_event",
+                event_id=event.event_id,
+            )
+        if len(self._pending) >= self.max_pending_events:
+            raise CapacityExceeded(
+                f"event queue full ({self.max_pending_events} pending); retry after the next chunk",
+                code="queue_full",
+                event_id=event.event_id,
+            )
+        self._pending[event.event_id] = event
+        self._recent[event.event_id] = None
+        while len(self._recent) > self.max_pending_events:
+            self._recent.popitem(last=False)
+        return Acceptance(event.event_id, AcceptStatus.ACCEPTED, len(self._pending))
+
+    def _refuse(self, event_id: int) -> NoReturn:
+        """Events are taken only while active: closed, failed and resetting sessions refuse them."""
+        if self._status in _CLOSED_STATES:
+            raise InvalidState("the session is closed", code="session_closed", event_id=event_id)
+        hint = "send world.reset to go on" if self._status is Status.FAILED else "wait for world.reset.done"
+        raise InvalidState(
+            f"the session is {self._status.value}; {hint}",
+            code=f"session_{self._status.value}",
+            event_id=event_id,
+        )
+
+    def _check_controls(self, event: Event) -> None:
+        for control in event.controls:
+            track = self._tracks.get(control.track)
+            found: str | None
+            if track is None:
+                known = ", ".join(sorted(self._tracks)) or "none"
+                found = f"unknown control track {control.track!r}; this model's tracks: {known}"
+            elif control.schema != track.schema:
+                found = f"track {track.name!r} takes schema {track.schema!r}, got {control.schema!r}"
+            else:
+                found = self._checks[track.name](control.data, self._paths[track.name])
+            if found:
+                raise InvalidRequest(found, code="invalid_event", param="controls", event_id=event.event_id)
+
+    # -- chunk transactions ----------------------------------------------------------------
+    def begin_tick(self) -> Plan:
+        """Snapshot the pending events into the next chunk's plan."""
+        if self._status is not Status.ACTIVE or self._in_flight is not None:
+            raise LocalProtocolError(f"cannot begin a tick: {self._status.value}, {self._in_flight}")
+        events = [self._pending[event_id] for event_id in sorted(self._pending)]
+        prepared, refused = self._prepare(events)
+        applied = [event for event in events if event.event_id not in refused]
+        prompt = self._prompt
+        for event in applied:
+            prompt = event.prompt if event.prompt is not None else prompt
+        meta = TickMeta(
+            session_id=self.session_id,
+            request_id=f"ar-{self.session_id}-{self._chunk_index}-{self._new_id()}",
+            chunk_index=self._chunk_index,
+            applied_event_ids=tuple(event.event_id for event in applied),
+        )
+        plan = Plan(meta, self.seed, prompt, dict(prepared.controls), prepared)
+        # Every fallible step is behind us: mutate.
+        if refused:
+            self._drop_refused(refused)
+        self._in_flight = plan
+        return plan
+
+    def _prepare(self, events: Sequence[Event]) -> tuple[Prepared, tuple[int, ...]]:
+        """Reduce events; on a reducer error, find the events to blame and leave them out.
+
+        Upstream gap 1: a reducer that raised in ``prepare`` left its event in
+        the queue, failing every later tick. ``prepare`` is speculative, so
+        trying each event alone is safe; the ones that fail alone are refused
+        (or all of them, when only their combination fails).
+        """
+        try:
+            return self._reducer.prepare(self.controls, events, self._chunk_index), ()
+        except Exception:
+            pass
+        refused = tuple(event.event_id for event in events if not self._prepares_alone(event))
+        kept = [event for event in events if event.event_id not in refused] if refused else []
+        refused = refused or tuple(event.event_id for event in events)
+        try:
+            return self._reducer.prepare(self.controls, kept, self._chunk_index), refused
+        except Exception:
+            return Prepared(self.controls), tuple(event.event_id for event in events)
+
+    def _prepares_alone(self, event: Event) -> bool:
+        try:
+            self._reducer.prepare(self.controls, [event], self._chunk_index)
+        except Exception:
+            return False
+        return True
+
+    def _drop_refused(self, refused: tuple[int, ...]) -> None:
+        for event_id in refused:
+            del self._pending[event_id]
+            self._recent.pop(event_id, None)
+        names = ", ".join(str(event_id) for event_id in refused)
+        error = InvalidRequest(
+            f"the control reducer refused event(s) {names}; they were dropped and the session goes on",
+            code="event_rejected",
+            event_id=refused[0],
+        )
+        self._effects.append(Rejection(error, refused))
+
+    def commit_tick(self, plan: Plan, echoed: TickMeta, output: object) -> Output:
+        """Commit a chunk whose model step succeeded and echoed ``plan.meta`` exactly."""
+        self._require_in_flight(plan)
+        if echoed != plan.meta:
+            self.fail_tick(plan, ModelContractError.code, f"the model echoed {echoed}, expected {plan.meta}")
+            raise ModelContractError(f"model echoed {echoed}, expected {plan.meta}")
+        try:
+            self._reducer.commit(plan.prepared)  # the only fallible step, so first
+        except Exception as exc:
+            self.fail_tick(plan, "chunk_failed", f"control reducer commit failed: {exc}")
+            raise ModelError(f"control reducer commit failed: {exc}") from exc
+        for event_id in plan.meta.applied_event_ids:
+            del self._pending[event_id]
+        self._floor = max((self._floor, *plan.meta.applied_event_ids))
+        self._prompt = plan.prompt
+        self._controls = dict(plan.controls)
+        self._chunk_index += 1
+        self._in_flight = None
+        committed = Output(plan.meta, output)
+        self._effects.append(committed)
+        return committed
+
+    def fail_tick(self, plan: Plan, code: str, message: str) -> None:
+        """The chunk failed: nothing advances, the session is ``failed``, state is released."""
+        self._require_in_flight(plan)
+        self._in_flight = None
+        self._status = Status.FAILED
+        self._effects.extend([Release("failed"), Failure(code, message)])
+
+    def _require_in_flight(self, plan: Plan) -> None:
+        if self._in_flight is not plan:
+            raise LocalProtocolError(f"chunk {plan.meta.request_id} is not the tick in flight")
+
+    # -- reset and close -------------------------------------------------------------------
+    def begin_reset(self) -> None:
+        if self._in_flight is not None:
+            raise LocalProtocolError("settle the tick in flight before a reset")
+        if self._status not in (Status.ACTIVE, Status.FAILED):
+            code = "session_closed" if self._status in _CLOSED_STATES else "invalid_state"
+            raise InvalidState(f"cannot reset a session that is {self._status.value}", code=code)
+        self._status = Status.RESETTING
+        self._effects.append(Release("reset"))
+
+    def finish_reset(self, is_released: bool) -> None:
+        """Record the worker's answer; on success the world starts over at chunk 0."""
+        if self._status is not Status.RESETTING:
+            raise LocalProtocolError(f"no reset in progress (status {self._status})")
+        if not is_released:
+            self._status = Status.FAILED
+            return
+        try:
+            self._reducer.reset()
+        except Exception as exc:
+            self._status = Status.FAILED
+            self._effects.append(Failure("reset_failed", f"control reducer reset failed: {exc}"))
+            return
+        self._floor = max((self._floor, *self._pending))
+        self._pending.clear()
+        self._prompt = self.initial_prompt
+        self._controls = self._default_controls()
+        self._chunk_index = 0
+        self._status = Status.ACTIVE
+
+    def begin_close(self) -> bool:
+        """Start closing; False when already closed (a no-op)."""
+        if self._status is Status.CLOSED:
+            return False
+        if self._in_flight is not None or self._status in (Status.CLOSING, Status.RESETTING):
+            raise LocalProtocolError(f"settle the {self._status.value} session before closing it")
+        self._status = Status.CLOSING
+        self._effects.append(Release("close"))
+        return True
+
+    def finish_close(self, is_released: bool) -> None:
+        """Closed, or a tombstone (``cleanup_failed``) until a close retry works."""
+        if self._status is not Status.CLOSING:
+            raise LocalProtocolError(f"no close in progress (status {self._status})")
+        if not is_released:
+            self._status = Status.CLEANUP_FAILED
+            return
+        self._pending.clear()
+        self._status = Status.CLOSED
+
+    def _default_controls(self) -> dict[str, ControlInput]:
+        tracks = self._tracks.items()
+        return {name: ControlInput(name, track.schema, freeze(track.default)) for name, track in tracks}

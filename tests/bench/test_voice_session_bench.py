@@ -1,0 +1,36 @@
+"""The voice-session benchmark runs end to end at a toy size and reports every figure it promises."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from livegen.cli import main
+
+
+def test_voice_session_bench_reports_its_figures(tmp_path: Path) -> None:
+    out = tmp_path / "out.json"
+    args = [
+        "bench",
+        "voice-session",
+        "--levels",
+        "1,3",
+        "--seconds",
+        "1",
+        "--idle-sessions",
+        "3",
+        "--json",
+        str(out),
+    ]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    assert [level["sessions"] for level in report["levels"]] == [1, 3]
+    for level in report["levels"]:
+        assert level["appends"] == level["sessions"] * (50 - 10)  # 1 s of 20 ms appends, less the warm-up
+        assert level["append_to_model_ms"]["p50"] > 0
+        assert level["events_per_second_per_core"] > 0
+    assert report["sessions_per_core"] in (0, 1, 3)
+    assert report["memory_per_idle_session_kib"] >= 0

@@ -1,0 +1,263 @@
+"""The world panel in real headless Chromium against a real /v1/worlds (procedural-world).
+
+Keys and on-screen buttons must move the agent (frames change), releasing them
+must stop it (frames settle: the sticky action went back to "none"), a prompt
+must restyle the room, and reset must start the world again. The stream only
+keeps going because the page acks each chunk it has shown. The server needs
+an API key here, so the page's key form and the WebSocket key subprotocol are
+on the path too.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import httpx
+import numpy as np
+from page_browser import Browser
+from PIL import Image
+from selenium.webdriver.common.action_chains import ActionChains
+from selenium.webdriver.common.keys import Keys
+
+from livegen.server.thread import ServerThread
+
+KEY = "world-key"
+# Reads the 32x32 canvas itself: exact model pixels, unlike a scaled screenshot.
+READ_CANVAS = """
+const canvas = document.querySelector('[data-testid=world-canvas]');
+return Array.from(canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height).data);
+"""
+
+
+def canvas_pixels(browser: Browser) -> np.ndarray:
+    data = np.array(browser.js(READ_CANVAS), dtype=np.uint8)
+    return data.reshape(32, 32, 4)[:, :, :3]
+
+
+def stats(browser: Browser) -> dict:
+    return dict(browser.js("return window.livegen.world"))
+
+
+def settled_frame(browser: Browser, timeout: float = 10.0) -> np.ndarray:
+    """The canvas once it has stopped changing for half a second (eight frames at 16 fps)."""
+    deadline = time.monotonic() + timeout
+    previous = canvas_pixels(browser)
+    since = time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        current = canvas_pixels(browser)
+        if not np.array_equal(current, previous):
+            previous, since = current, time.monotonic()
+        elif time.monotonic() - since >= 0.5:
+            return current
+    raise AssertionError("the world never stopped changing with no key held")
+
+
+def changed_fraction(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.any(a != b, axis=-1).mean())
+
+
+def hold(browser: Browser, key: str, seconds: float) -> None:
+    drawn = stats(browser)["framesDrawn"]
+    ActionChains(browser.driver).key_down(key).perform()
+    time.sleep(seconds)
+    ActionChains(browser.driver).key_up(key).perform()
+    browser.wait_for(lambda: stats(browser)["framesDrawn"] > drawn + 4, what="frames after the key")
+
+
+def move(browser: Browser, press: Callable[[str], None], directions: list[str]) -> np.ndarray:
+    """Press each way in turn until the settled frame changes (a wall or the crate may block one way)."""
+    before = settled_frame(browser)
+    for direction in directions:
+        press(direction)
+        after = settled_frame(browser)
+        if changed_fraction(before, after) > 0.005:  # the 4x4 agent moved
+            return after
+    raise AssertionError(f"no frame change after pressing {directions}")
+
+
+def key_press(browser: Browser, seconds: float = 0.6) -> Callable[[str], None]:
+    return lambda key: hold(browser, key, seconds)
+
+
+def pad_press(browser: Browser, seconds: float = 0.6) -> Callable[[str], None]:
+    def press(direction: str) -> None:
+        button = browser.find(f"world-control-{direction}")
+        drawn = stats(browser)["framesDrawn"]
+        ActionChains(browser.driver).click_and_hold(button).pause(seconds).release().perform()
+        browser.wait_for(lambda: stats(browser)["framesDrawn"] > drawn + 4, what="frames after the button")
+
+    return press
+
+
+ARROWS = [Keys.ARROW_RIGHT, Keys.ARROW_LEFT, Keys.ARROW_DOWN, Keys.ARROW_UP]
+
+
+def save_canvas(browser: Browser, name: str) -> Image.Image:
+    return browser.screenshot(name, "world-canvas")
+
+
+def open_world(
+    start_server: Callable[..., ServerThread], open_browser: Callable[..., Browser]
+) -> tuple[Browser, ServerThread]:
+    server = start_server(api_key=KEY, voice_model="none", world_model="procedural-world")
+    server.wait_ready()
+    browser = open_browser()
+    browser.open(server.http_url + "/")
+    browser.wait_for(lambda: browser.find("api-key").is_displayed(), what="the API key field")
+    browser.find("api-key").send_keys(KEY)
+    browser.find("api-key-submit").click()
+    browser.wait_for(lambda: "procedural-world" in browser.text("status"), what="the ready status")
+    browser.find("world-start").click()
+    browser.wait_for(lambda: stats(browser)["framesDrawn"] >= 8, what="the first frames")
+    assert stats(browser)["state"] == "live"
+    return browser, server
+
+
+def test_keys_move_the_world_and_release_stops_it(
+    start_server: Callable[..., ServerThread], open_browser: Callable[..., Browser]
+) -> None:
+    browser, _ = open_world(start_server, open_browser)
+    save_canvas(browser, "world-start")
+    move(browser, key_press(browser), ARROWS)
+    save_canvas(browser, "world-after-arrows")
+    # The move was applied in a chunk the page showed, and timed.
+    assert stats(browser)["latenciesMs"], "no applied event came back in a chunk"
+    move(browser, key_press(browser), ["d", "a", "s", "w"])
+    # The on-screen pad sends the same control while pressed.
+    move(browser, pad_press(browser), ["left", "right", "up", "down"])
+    browser.screenshot("world-page-moved")
+
+    # Only acked chunks free credit: well past max_chunks_ahead (4) means the page acks.
+    current = stats(browser)
+    assert current["chunksReceived"] > 8
+    assert current["acksSent"] >= current["chunksReceived"] - 5
+    assert current["errors"] == []
+
+
+def test_prompt_restyles_and_reset_starts_again(
+    start_server: Callable[..., ServerThread], open_browser: Callable[..., Browser]
+) -> None:
+    browser, _ = open_world(start_server, open_browser)
+    before = settled_frame(browser)
+    moved = move(browser, key_press(browser), ARROWS)
+
+    browser.find("world-prompt").send_keys("a snow room", Keys.ENTER)
+    browser.wait_for(
+        lambda: canvas_pixels(browser).mean() > moved.mean() + 40, what="the snow theme (a brighter room)"
+    )
+    save_canvas(browser, "world-snow")
+
+    index_before = stats(browser)["lastChunkIndex"]
+    browser.find("world-reset").click()
+    browser.wait_for(lambda: stats(browser)["resets"] == 1, what="world.reset.done")
+    browser.wait_for(lambda: stats(browser)["lastChunkIndex"] is not None, what="a chunk after reset")
+    browser.wait_for(lambda: stats(browser)["lastChunkIndex"] < index_before, what="chunk indices from 0")
+    after_reset = settled_frame(browser)
+    save_canvas(browser, "world-reset")
+    # Same seed, same room: the agent is back where it started.
+    agent_moved = np.any(before != moved, axis=-1)
+    assert np.any(after_reset[agent_moved] != moved[agent_moved])
+    assert stats(browser)["state"] == "live"
+
+
+def test_pacing_off_runs_faster_than_the_model_fps_and_end_closes(
+    start_server: Callable[..., ServerThread], open_browser: Callable[..., Browser]
+) -> None:
+    browser, server = open_world(start_server, open_browser)
+    browser.wait_for(lambda: stats(browser)["fps"] >= 12, what="realtime playback near 16 fps")
+    assert stats(browser)["fps"] <= 18
+    browser.find("world-pacing").click()
+    browser.wait_for(lambda: stats(browser)["fps"] > 24, what="asap playback above the model's 16 fps")
+    fps_text = browser.text("world-fps")
+    assert int(fps_text) > 16
+
+    def open_sessions() -> int:
+        health = httpx.get(f"{server.http_url}/health").json()
+        return int(health["services"]["world"]["sessions"])
+
+    assert open_sessions() == 1
+    browser.find("world-stop").click()
+    assert stats(browser)["state"] == "off"
+    assert browser.find("world-start").is_enabled()
+    browser.wait_for(lambda: open_sessions() == 0, what="the server to close the session")
+
+
+class SlowWorld:
+    """The procedural world, stepping slower than a frame (80 ms a chunk, like a neural model on CPU)."""
+
+    STEP_S = 0.08
+
+    def __init__(self) -> None:
+        from livegen.models.procedural import load
+
+        self.inner = load()
+        self.name = "slow-world"
+        self.spec = self.inner.spec
+
+    def new_kv_storage(self, num_pages: int) -> object:
+        return self.inner.new_kv_storage(num_pages)
+
+    def step(self, ticks: object, kv_storage: object) -> object:
+        time.sleep(self.STEP_S)  # runs in the scheduler's worker thread
+        return self.inner.step(ticks, kv_storage)  # type: ignore[arg-type]
+
+    def release(self, session_id: str) -> None:
+        self.inner.release(session_id)
+
+
+def load_slow_world() -> SlowWorld:
+    return SlowWorld()
+
+
+def test_stalls_ask_the_server_to_run_further_ahead(
+    start_server: Callable[..., ServerThread], open_browser: Callable[..., Browser]
+) -> None:
+    from livegen.models import Kind, ModelInfo, Registry
+
+    slow = ModelInfo("slow-world", Kind.WORLD, f"{__name__}:load_slow_world", "procedural, slowed down")
+    server = start_server(registry=Registry([slow]), voice_model="none", world_model="slow-world")
+    server.wait_ready()
+    browser = open_browser()
+    browser.open(server.http_url + "/")
+    browser.wait_for(lambda: "slow-world" in browser.text("status"), what="the ready status")
+    browser.find("world-start").click()
+    # One chunk ahead leaves 62 ms between frames for an 80 ms step: playback stalls,
+    # and the page asks for more chunks ahead until it stops stalling.
+    browser.wait_for(lambda: stats(browser)["chunksAhead"] >= 2, what="a step up in chunks ahead")
+    stepped_at = stats(browser)["stalls"]
+    drawn = stats(browser)["framesDrawn"]
+    browser.wait_for(lambda: stats(browser)["framesDrawn"] > drawn + 48, what="3 s more of frames")
+    assert stats(browser)["stalls"] - stepped_at <= 2
+    assert "ahead" in browser.text("world-chunk")
+    assert stats(browser)["errors"] == []
+
+
+def test_a_refused_event_is_said_in_words_and_the_world_goes_on(
+    start_server: Callable[..., ServerThread], open_browser: Callable[..., Browser]
+) -> None:
+    browser, _ = open_world(start_server, open_browser)
+    browser.js(
+        "const box = document.querySelector('[data-testid=world-prompt]');"
+        "box.value = 'x'.repeat(5000); box.form.requestSubmit();"
+    )
+    browser.wait_for(lambda: stats(browser)["errors"], what="the error event")
+    status = browser.text("status")
+    assert status.startswith("World: ") and "prompt" in status.lower(), status
+    assert browser.find("status").get_attribute("data-level") == "warn"
+    drawn = stats(browser)["framesDrawn"]
+    browser.wait_for(lambda: stats(browser)["framesDrawn"] > drawn + 8, what="frames after the error")
+    assert stats(browser)["state"] == "live"
+
+
+def test_a_lost_server_is_said_in_words(
+    start_server: Callable[..., ServerThread], open_browser: Callable[..., Browser]
+) -> None:
+    browser, server = open_world(start_server, open_browser)
+    server.stop()
+    browser.wait_for(lambda: stats(browser)["state"] != "live", what="the page to notice")
+    words = browser.text("world-state")
+    browser.screenshot("world-server-gone")
+    assert words.startswith(("Stopped: the server", "Closed by the server")), words
+    assert browser.find("world-start").is_enabled()

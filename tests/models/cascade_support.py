@@ -1,0 +1,212 @@
+"""Helpers for the cascade's tests: spoken questions and a local chat-completions server.
+
+Questions are spoken by espeak-ng with a formant voice, unlike the assistant's neural one
+(Piper's joe), through the model's own speech worker. ``ChatServer`` is a
+test double of an OpenAI-compatible endpoint: real HTTP, canned replies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import numpy as np
+
+from livegen.models.voice import OutputKind, VoiceOutput
+
+USER_VOICE = "espeak:en-us+m2"
+
+
+def speak_as_user(cascade: Any, text: str, lead_s: float = 0.3, trail_s: float = 1.0) -> bytes:
+    """``text`` spoken in the user's voice, 16 kHz PCM16, with silence around it."""
+    import soxr
+
+    speech = cascade.speak(text, USER_VOICE).result(timeout=60)
+    samples = np.frombuffer(speech.pcm, "<i2").astype(np.float32) / 32768.0
+    audio = soxr.resample(samples, 24_000, 16_000)
+    silence = [np.zeros(int(seconds * 16_000), np.float32) for seconds in (lead_s, trail_s)]
+    joined = np.concatenate([silence[0], audio, silence[1]])
+    pcm: bytes = (np.clip(joined, -1, 1) * 32767).astype("<i2").tobytes()
+    return pcm
+
+
+@dataclass
+class ChatServer:
+    """A local OpenAI-compatible chat endpoint (a test double) that streams a canned reply."""
+
+    url: str
+    reply: list[str] = field(default_factory=list)
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    status: int = 200
+
+
+class _Handler(BaseHTTPRequestHandler):
+    chat: ChatServer
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.chat.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), **body})
+        self.send_response(self.chat.status)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        if self.chat.status != 200:
+            self.wfile.write(b'{"error": "no such model"}')
+            return
+        for delta in self.chat.reply:
+            chunk = {"choices": [{"index": 0, "delta": {"content": delta}, "finish_reason": None}]}
+            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            self.wfile.flush()
+        self.wfile.write(b'data: {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}\n\n')
+        self.wfile.write(b"data: [DONE]\n\n")
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@contextmanager
+def serve_chat() -> Iterator[ChatServer]:
+    handler = type("Handler", (_Handler,), {})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    chat = ChatServer(url=f"http://127.0.0.1:{server.server_address[1]}/v1")
+    handler.chat = chat  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield chat
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+class Driver:
+    """Drives a voice stream the way the session runtime does, and records what it says.
+
+    Audio goes in as 20 ms chunks in wire order; every output lands in
+    ``outputs`` with the time it arrived.
+    """
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.outputs: list[VoiceOutput] = []
+        self.arrived: list[float] = []
+        self._pump = asyncio.ensure_future(self._read())
+
+    async def _read(self) -> None:
+        async for output in self.stream.outputs():
+            self.outputs.append(output)
+            self.arrived.append(time.perf_counter())
+
+    async def say(self, epoch: int, pcm: bytes, realtime: bool = False) -> None:
+        """Append ``pcm`` in 20 ms chunks; at the pace of speech when ``realtime``."""
+        chunk = 640
+        for start in range(0, len(pcm), chunk):
+            await self.stream.append(epoch, pcm[start : start + chunk])
+            await asyncio.sleep(0.02 if realtime else 0)
+
+    async def wait_for(self, kind: OutputKind, within: float = 60.0, **match: Any) -> VoiceOutput:
+        deadline = time.perf_counter() + within
+        while time.perf_counter() < deadline:
+            for output in self.outputs:
+                if output.kind == kind and all(getattr(output, k) == v for k, v in match.items()):
+                    return output
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"no {kind} {match} within {within} s; got {[o.kind for o in self.outputs]}")
+
+    def of(self, kind: OutputKind, **match: Any) -> list[VoiceOutput]:
+        return [
+            o for o in self.outputs if o.kind == kind and all(getattr(o, k) == v for k, v in match.items())
+        ]
+
+    def text(self, response_id: str) -> str:
+        return "".join(o.text for o in self.of(OutputKind.TEXT_DELTA, response_id=response_id))
+
+    def audio(self, response_id: str) -> bytes:
+        return b"".join(o.audio for o in self.of(OutputKind.AUDIO_DELTA, response_id=response_id))
+
+    async def close(self) -> None:
+        await self.stream.aclose()
+        await self._pump
+
+
+def heard(cascade: Any, pcm24: bytes) -> str:
+    """What Whisper hears in assistant audio (24 kHz PCM16): proof that it is speech of the answer."""
+    import soxr
+
+    samples = np.frombuffer(pcm24, "<i2").astype(np.float32) / 32768.0
+    text: str = cascade.transcribe_now(soxr.resample(samples, 24_000, 16_000).astype(np.float32))
+    return text
+
+
+def wire_audio(cascade: Any, text: str, lead_s: float = 0.3, trail_s: float = 0.0) -> bytes:
+    """``text`` in the user's voice as the Realtime wire carries it: 24 kHz PCM16."""
+    speech = cascade.speak(text, USER_VOICE).result(timeout=60).pcm
+    return bytes(2 * int(lead_s * 24_000)) + speech + bytes(2 * int(trail_s * 24_000))
+
+
+class RealtimeCall:
+    """One conversation through the official OpenAI SDK: a microphone task and a recorder."""
+
+    def __init__(self, connection: Any) -> None:
+        self.connection = connection
+        self.events: list[Any] = []
+        self._microphone: asyncio.Queue[bytes] = asyncio.Queue()
+        self._tasks = [asyncio.ensure_future(self._record()), asyncio.ensure_future(self._stream())]
+
+    def say(self, pcm24: bytes) -> None:
+        """Queue speech; between utterances the microphone sends silence, as a real one does."""
+        self._microphone.put_nowait(pcm24)
+
+    async def _stream(self) -> None:
+        import base64
+
+        chunk = 2 * 480  # 20 ms at 24 kHz
+        started = time.perf_counter()
+        sent = 0
+        pending = b""
+        while True:
+            if not pending and not self._microphone.empty():
+                pending = self._microphone.get_nowait()
+            piece, pending = (pending[:chunk], pending[chunk:]) if pending else (bytes(chunk), b"")
+            piece = piece.ljust(chunk, b"\0")
+            await asyncio.sleep(max(0.0, started + sent * 0.02 - time.perf_counter()))
+            await self.connection.input_audio_buffer.append(audio=base64.b64encode(piece).decode())
+            sent += 1
+
+    async def _record(self) -> None:
+        async for event in self.connection:
+            self.events.append(event)
+
+    async def wait_for(self, kind: str, within: float = 60.0, after: int = 0, **match: Any) -> Any:
+        deadline = time.perf_counter() + within
+        while time.perf_counter() < deadline:
+            for event in self.events[after:]:
+                if event.type == kind and all(_get(event, k) == v for k, v in match.items()):
+                    return event
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"no {kind} {match} within {within} s; got {[e.type for e in self.events]}")
+
+    def of(self, kind: str) -> list[Any]:
+        return [e for e in self.events if e.type == kind]
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(BaseException):
+                await task
+
+
+def _get(event: Any, dotted: str) -> Any:
+    value = event
+    for name in dotted.split("__"):
+        value = getattr(value, name, None)
+    return value

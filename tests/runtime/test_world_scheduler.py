@@ -1,0 +1,230 @@
+"""The world scheduler and runner: batching, KV pages, eviction isolated, pages freed on failure.
+
+A test double stands in for a KV model here (the real KV model, tiny-world,
+is tested with its own issue); it records the ticks it is given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+import numpy as np
+import pytest
+
+from livegen.errors import CapacityExceeded, StateEvicted
+from livegen.models import game
+from livegen.models.world import Chunk, KVGeometry, Tick
+from livegen.protocol import world as wire
+from livegen.runtime.kv_pool import required_bytes
+from livegen.runtime.world_runner import MAX_QUEUED_EVENTS, Options, Runner
+from livegen.runtime.world_scheduler import Scheduler
+from livegen.world import Manager, Status
+
+GEOMETRY = KVGeometry(
+    num_layers=1, num_heads=1, head_dim=4, tokens_per_frame=2, window_frames=4, sink_frames=1
+)
+
+
+class RecordingKVModel:
+    """Echoes ticks with blank frames; can be told to forget a session or to fail."""
+
+    name = "recording-kv"
+    spec = game.room_spec(kv=GEOMETRY)
+
+    def __init__(self) -> None:
+        self.batches: list[list[Tick]] = []
+        self.known: set[str] = set()
+        self.is_failing = False
+
+    def new_kv_storage(self, num_pages: int) -> list[int]:
+        return [0] * num_pages
+
+    def step(self, ticks: Sequence[Tick], kv_storage: Any) -> list[Chunk]:
+        for tick in ticks:
+            if tick.meta.chunk_index > 0 and tick.meta.session_id not in self.known:
+                raise StateEvicted(f"no state for {tick.meta.session_id}")
+        if self.is_failing:
+            raise RuntimeError("the accelerator caught fire")
+        self.batches.append(list(ticks))
+        self.known.update(t.meta.session_id for t in ticks)
+        frames = np.zeros((4, 32, 32, 3), np.uint8)
+        return [Chunk(t.meta, frames) for t in ticks]
+
+    def release(self, session_id: str) -> None:
+        self.known.discard(session_id)
+
+
+class Harness:
+    def __init__(self, model: RecordingKVModel, num_sessions: int = 2) -> None:
+        self.model = model
+        budget = required_bytes(GEOMETRY, 4, num_sessions)
+        self.scheduler = Scheduler(model, kv_budget_bytes=budget)
+        counter = itertools.count()
+        self.manager = Manager(tracks=model.spec.controls, new_id=lambda: f"s{next(counter)}")
+        self.sent: dict[str, list[Any]] = {}
+
+    def open(self, **options: Any) -> Runner:
+        session = self.manager.create()
+        messages = self.sent.setdefault(session.session_id, [])
+
+        async def send_text(text: str) -> None:
+            messages.append(msgspec.json.decode(text))
+
+        async def send_bytes(data: bytes) -> None:
+            messages.append(data)
+
+        runner = Runner(
+            session, self.manager, self.scheduler, send_text, send_bytes, Options(pacing="asap", **options)
+        )
+        runner.start()
+        return runner
+
+    def chunks(self, session_id: str) -> list[dict[str, Any]]:
+        return [m for m in self.sent[session_id] if isinstance(m, dict) and m["type"] == "world.chunk"]
+
+    def errors(self, session_id: str) -> list[dict[str, Any]]:
+        return [m["error"] for m in self.sent[session_id] if isinstance(m, dict) and m["type"] == "error"]
+
+
+async def until(condition: Any, timeout_s: float = 5.0) -> None:
+    async with asyncio.timeout(timeout_s):
+        while not condition():  # noqa: ASYNC110 - polls state that several tasks change
+            await asyncio.sleep(0.005)
+
+
+async def test_due_sessions_step_together_with_their_kv_pages() -> None:
+    harness = Harness(RecordingKVModel())
+    await harness.scheduler.start()
+    a = harness.open(max_chunks_ahead=3)
+    b = harness.open(max_chunks_ahead=3)
+    await until(lambda: a.session.chunk_index == 3 and b.session.chunk_index == 3)
+    await harness.scheduler.stop()
+    assert max(len(batch) for batch in harness.model.batches) == 2, "two due sessions share a step"
+    for session_id in (a.session_id, b.session_id):
+        ticks = [t for batch in harness.model.batches for t in batch if t.meta.session_id == session_id]
+        assert [t.meta.chunk_index for t in ticks] == [0, 1, 2]
+        assert ticks[0].context_pages == ()
+        assert all(len(t.write_pages) == 4 for t in ticks)
+        # sink_frames=1 then a window of 4: after chunk 0 the context is 1 sink + 3 window pages
+        assert ticks[1].context_pages == (ticks[0].write_pages[0], *ticks[0].write_pages[1:])
+        assert ticks[2].context_pages[0] == ticks[0].write_pages[0]
+        assert ticks[2].context_pages[1:] == ticks[1].write_pages
+    for batch in harness.model.batches:
+        pages = [p for t in batch for p in (*t.context_pages, *t.write_pages)]
+        assert len(pages) == len(set(pages)), "sessions of one batch never share a page"
+
+
+async def test_eviction_fails_only_that_session_and_frees_its_pages() -> None:
+    model = RecordingKVModel()
+    harness = Harness(model)
+    await harness.scheduler.start()
+    a = harness.open(max_chunks_ahead=1)
+    b = harness.open(max_chunks_ahead=1)
+    await until(lambda: a.session.chunk_index == 1 and b.session.chunk_index == 1)
+    model.release(a.session_id)
+    a.ack(0)
+    b.ack(0)
+    await until(lambda: a.session.status is Status.FAILED and b.session.chunk_index == 2)
+    await until(lambda: bool(harness.errors(a.session_id)))
+    assert harness.errors(a.session_id)[0]["code"] == "state_evicted"
+    assert harness.scheduler.pool is not None and harness.scheduler.pool.pages(a.session_id) == ()
+    await a.reset()
+    await until(lambda: a.session.chunk_index == 1)
+    await harness.scheduler.stop()
+
+
+async def test_a_failed_step_fails_its_sessions_and_frees_pages() -> None:
+    model = RecordingKVModel()
+    harness = Harness(model)
+    await harness.scheduler.start()
+    a = harness.open(max_chunks_ahead=1)
+    await until(lambda: a.session.chunk_index == 1)
+    model.is_failing = True
+    a.ack(0)
+    await until(lambda: a.session.status is Status.FAILED)
+    await until(lambda: bool(harness.errors(a.session_id)))
+    assert harness.errors(a.session_id)[0]["code"] == "chunk_failed"
+    assert harness.scheduler.pool.pages(a.session_id) == ()  # type: ignore[union-attr]
+    await until(lambda: a.session_id not in model.known)
+    await harness.scheduler.stop()
+
+
+async def test_a_full_pool_refuses_new_sessions_until_one_closes() -> None:
+    harness = Harness(RecordingKVModel(), num_sessions=1)
+    await harness.scheduler.start()
+    first = harness.open()
+    with pytest.raises(CapacityExceeded) as error:
+        harness.open()
+    assert error.value.code == "kv_pool_full"
+    await first.close()
+    assert first.session.status is Status.CLOSED
+    harness.open()
+    await harness.scheduler.stop()
+
+
+async def test_realtime_pacing_follows_the_media_clock() -> None:
+    """Chunk k may start once chunk k-1 is due on screen: at anchor + (k-1) * 250 ms here."""
+    now = [100.0]
+    model = RecordingKVModel()
+    scheduler = Scheduler(model, kv_budget_bytes=required_bytes(GEOMETRY, 4, 1), clock=lambda: now[0])
+    manager = Manager(tracks=model.spec.controls, new_id=lambda: "x")
+
+    async def discard(message: Any) -> None:
+        pass
+
+    runner = Runner(manager.create(), manager, scheduler, discard, discard, Options(max_chunks_ahead=8))
+    scheduler.add(runner)
+    for index in range(3):
+        plan = runner.begin_tick(now[0])
+        assert plan is not None and plan.meta.chunk_index == index
+        [chunk] = model.step([Tick(plan.meta, 0, "", {})], None)
+        runner.tick_done(plan, chunk, 1.0)
+        deadline = 100.0 + index * 0.25
+        assert runner.next_deadline() == pytest.approx(deadline)
+        assert not runner.is_due(deadline - 0.001) and runner.is_due(deadline)
+        now[0] = deadline
+    runner.options = dataclasses.replace(runner.options, pacing="asap")
+    assert runner.is_due(now[0]) and runner.next_deadline() is None
+    runner.abort_sending()
+
+
+async def test_a_client_that_does_not_read_is_flagged_not_buffered_forever() -> None:
+    model = RecordingKVModel()
+    scheduler = Scheduler(model, kv_budget_bytes=required_bytes(GEOMETRY, 4, 1))
+    manager = Manager(tracks=model.spec.controls, new_id=lambda: "x")
+    stuck = asyncio.Event()
+
+    async def never_sends(message: Any) -> None:
+        await stuck.wait()
+
+    runner = Runner(manager.create(), manager, scheduler, never_sends, never_sends, Options())
+    runner.start()
+    for event_id in range(1, MAX_QUEUED_EVENTS + 10):
+        runner.send(wire.EventAccepted(event_id, "accepted", 0))
+    assert runner.is_overflowing
+    runner.abort_sending()
+
+
+async def test_a_bug_in_one_session_stops_only_that_session(monkeypatch: pytest.MonkeyPatch) -> None:
+    harness = Harness(RecordingKVModel())
+    await harness.scheduler.start()
+    broken = harness.open(max_chunks_ahead=1)
+    healthy = harness.open(max_chunks_ahead=8)
+    await until(lambda: broken.session.chunk_index == 1)
+
+    def bug() -> None:
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(broken.session, "begin_tick", bug)
+    broken.ack(0)
+    await until(lambda: bool(harness.errors(broken.session_id)))
+    assert harness.errors(broken.session_id)[0]["code"] == "internal_error"
+    await until(lambda: healthy.session.chunk_index == 8)
+    await broken.close()
+    assert broken.session.status is Status.CLOSED
+    await harness.scheduler.stop()

@@ -1,0 +1,342 @@
+"""The voice core against DESIGN.md section 1's voice promises, as a Hypothesis state machine.
+
+Rules are client events, model outputs (of the current and of stale epochs),
+append-chain outcomes (success, failure) and the clock; the test plays the
+runtime's part by running the chain in order. Illegal rules still run: they
+must raise the typed error and leave the session unchanged.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+from collections import Counter, deque
+from typing import Any
+
+import numpy as np
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from livegen.errors import InvalidRequest, RemoteProtocolError
+from livegen.models.voice import OutputKind, VoiceOutput
+from livegen.protocol import realtime as wire
+from livegen.voice.chain import (
+    INPUT_KINDS,
+    Attempt,
+    AttemptKind,
+    Closed,
+    Outcome,
+    ResumeChain,
+    Run,
+    Send,
+    SwitchModel,
+)
+from livegen.voice.session import Limits, ModelFacts, Session
+
+RATE = 8_000
+
+
+def pcm(ms: int, loud: bool) -> bytes:
+    samples = np.arange(RATE * ms // 1000)
+    wave = (np.sin(samples * 0.3) * (8000 if loud else 0)).astype("<i2")
+    return wave.tobytes()
+
+
+def append(ms: int, loud: bool) -> wire.AudioAppend:
+    return wire.AudioAppend(audio=base64.b64encode(pcm(ms, loud)).decode(), event_id="evt_append")
+
+
+class VoiceCore(RuleBasedStateMachine):
+    @initialize(has_vad=st.booleans(), server_vad=st.booleans())
+    def open(self, has_vad: bool, server_vad: bool) -> None:
+        counter = itertools.count()
+        self.session = Session(
+            "sess_1",
+            ModelFacts("scripted", RATE, RATE, has_vad),
+            ids=lambda prefix: f"{prefix}_{next(counter)}",
+            limits=Limits(max_input_bytes=4000, max_pending_commits=2, lead_ms=40),
+        )
+        self.now = 0.0
+        self.chain: deque[Attempt] = deque()
+        self.is_chain_blocked = False
+        self.sent: list[dict[str, Any]] = []
+        self.is_terminal_sent = False
+        self.last_epoch = 0
+        self.pending_switch: SwitchModel | None = None
+        self.apply(self.session.open(self.now))
+        fmt = {"type": "audio/pcm", "rate": RATE}
+        vad = {"type": "server_vad", "silence_duration_ms": 30} if server_vad else None
+        update = {"audio": {"input": {"format": fmt, "turn_detection": vad}, "output": {"format": fmt}}}
+        self.apply(self.session.receive(wire.SessionUpdate(session=update), self.now))
+
+    # --- plumbing --------------------------------------------------------------------
+
+    def apply(self, effects: list[Any]) -> list[Any]:
+        for effect in effects:
+            if isinstance(effect, Send):
+                assert not self.is_terminal_sent, f"{effect.type} sent after the terminal event"
+                self.sent.append(effect.event)
+                if effect.type == "session.closed":
+                    self.is_terminal_sent = True
+            elif isinstance(effect, Run):
+                self.chain.append(effect.attempt)
+            elif isinstance(effect, ResumeChain):
+                self.is_chain_blocked = False
+            elif isinstance(effect, SwitchModel):
+                self.pending_switch = effect
+            elif isinstance(effect, Closed):
+                assert self.is_terminal_sent
+        return effects
+
+    def snapshot(self) -> tuple[Any, ...]:
+        s = self.session
+        return (
+            s.epoch,
+            s.ledger.pending_bytes,
+            len(s.attempts),
+            s.buffer_bytes,
+            None if s.response is None else s.response.id,
+            len(s.conversation),
+            s.config,
+            s.phase,
+        )
+
+    def client(self, event: wire.ClientEvent) -> None:
+        before = self.snapshot()
+        try:
+            self.apply(self.session.receive(event, self.now))
+        except RemoteProtocolError as error:
+            assert error.code and error.message
+            assert self.snapshot() == before, "a refused event changed the session"
+            if event.event_id is not None:
+                assert error.event_id == event.event_id
+            self.apply(self.session.reject(error))
+
+    def model(self, output: VoiceOutput) -> None:
+        is_stale = output.epoch < self.session.epoch
+        num_sent = len(self.sent)
+        self.apply(self.session.on_output(output, self.now))
+        if is_stale:
+            assert len(self.sent) == num_sent, "stale-epoch output reached the client"
+
+    # --- client rules ----------------------------------------------------------------
+
+    @rule(ms=st.sampled_from([10, 20, 40, 100, 300]), loud=st.booleans())
+    def append_audio(self, ms: int, loud: bool) -> None:
+        self.client(append(ms, loud))
+
+    @rule()
+    def spoken_turn(self) -> None:
+        """Speech then silence: under server VAD, a turn that commits itself (and may barge in)."""
+        self.client(append(100, True))
+        self.client(append(100, False))
+
+    @rule(audio=st.sampled_from(["not base64!", "QUJD", "AAA="]))
+    def append_bad_audio(self, audio: str) -> None:
+        self.client(wire.AudioAppend(audio=audio, event_id="evt_bad"))
+
+    @rule()
+    def commit(self) -> None:
+        self.client(wire.AudioCommit(event_id="evt_commit"))
+
+    @rule()
+    def clear(self) -> None:
+        self.client(wire.AudioClear())
+
+    @rule(modalities=st.sampled_from([None, ["text"], ["audio"]]))
+    def response_create(self, modalities: list[str] | None) -> None:
+        body = None if modalities is None else {"output_modalities": modalities}
+        self.client(wire.ResponseCreate(response=body, event_id="evt_resp"))
+
+    @rule(named=st.booleans())
+    def response_cancel(self, named: bool) -> None:
+        current = self.session.response
+        response_id = (current.id if current else "resp_gone") if named else None
+        self.client(wire.ResponseCancel(response_id=response_id, event_id="evt_cancel"))
+
+    @rule()
+    def output_clear(self) -> None:
+        self.client(wire.OutputAudioClear())
+
+    @rule(played=st.integers(0, 3000), pick=st.integers(0, 20))
+    def playback_ack(self, played: int, pick: int) -> None:
+        ids = [p.response_id for p in self.session.playbacks.values()] + ["resp_unknown"]
+        self.client(wire.PlaybackAck(response_id=ids[pick % len(ids)], played_ms=played))
+
+    @rule(end=st.integers(0, 3000), pick=st.integers(0, 20))
+    def truncate(self, end: int, pick: int) -> None:
+        ids = [*self.session.playbacks, "item_unknown"]
+        self.client(wire.ItemTruncate(item_id=ids[pick % len(ids)], audio_end_ms=end, event_id="evt_trunc"))
+
+    @rule(pick=st.integers(0, 20))
+    def delete_item(self, pick: int) -> None:
+        ids = [*self.session.playbacks, "item_unknown"]
+        self.client(wire.ItemDelete(item_id=ids[pick % len(ids)]))
+
+    @rule(text=st.sampled_from(["hi", ""]))
+    def create_text_item(self, text: str) -> None:
+        item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+        self.client(wire.ItemCreate(item=item))
+
+    @rule(vad=st.booleans())
+    def session_update(self, vad: bool) -> None:
+        detection = {"type": "server_vad", "silence_duration_ms": 30} if vad else None
+        self.client(wire.SessionUpdate(session={"audio": {"input": {"turn_detection": detection}}}))
+
+    @rule()
+    def bad_session_update(self) -> None:
+        self.client(wire.SessionUpdate(session={"audio": {"input": {"format": {"type": "audio/opus"}}}}))
+
+    @rule(name=st.sampled_from(["scripted", "other"]), opens=st.booleans())
+    def switch_model(self, name: str, opens: bool) -> None:
+        """A model switch is allowed only before input or a response reached the model."""
+        self.client(wire.SessionUpdate(session={"model": name}, event_id="evt_model"))
+        switch, self.pending_switch = self.pending_switch, None
+        if switch is None:
+            return
+        assert not any(a.kind in INPUT_KINDS for a in self.session.attempts)
+        if opens:
+            facts = ModelFacts(switch.name, RATE, RATE, self.session.model.has_vad)
+            self.apply(self.session.model_switched(facts, self.now))
+            assert self.session.config.model == switch.name
+        else:
+            before = self.session.config
+            self.apply(
+                self.session.model_switch_failed(InvalidRequest("no such model", code="model_not_found"))
+            )
+            assert self.session.config == before and self.sent[-1]["error"]["event_id"] == "evt_model"
+
+    @rule()
+    def close(self) -> None:
+        self.apply(self.session.close(self.now))
+
+    # --- runtime and model rules -------------------------------------------------------
+
+    @precondition(lambda self: self.chain and not self.is_chain_blocked)
+    @rule(fails=st.booleans())
+    def run_chain_head(self, fails: bool) -> None:
+        attempt = self.chain.popleft()
+        if not attempt.is_live:
+            return  # settled by a canceller: the runtime skips it
+        if fails:
+            self.is_chain_blocked = True
+        outcome = Outcome.FAILED if fails else Outcome.OK
+        self.apply(self.session.settle(attempt, outcome, self.now, error="scripted failure"))
+        if self.session.is_closed:
+            self.is_chain_blocked = False
+
+    @rule(
+        kind=st.sampled_from(list(OutputKind)),
+        stale=st.booleans(),
+        ms=st.sampled_from([10, 20, 100, 400]),
+    )
+    def model_output(self, kind: OutputKind, stale: bool, ms: int) -> None:
+        epoch = self.session.epoch - 1 if stale else self.session.epoch
+        response = self.session.response
+        items = list(self.session.playbacks) or [None]
+        self.model(
+            VoiceOutput(
+                kind=kind,
+                epoch=epoch,
+                response_id=None if response is None else response.id,
+                item_id=items[0],
+                text="word ",
+                audio=pcm(ms, True) if kind is OutputKind.AUDIO_DELTA else b"",
+                audio_ms=int(self.session.input_ms),
+                status="completed",
+            )
+        )
+
+    def current(self, kind: OutputKind, **fields: Any) -> None:
+        response = self.session.response
+        response_id = None if response is None else response.id
+        self.model(VoiceOutput(kind=kind, epoch=self.session.epoch, response_id=response_id, **fields))
+
+    @rule(ms=st.sampled_from([20, 100, 400]))
+    def model_audio(self, ms: int) -> None:
+        self.current(OutputKind.AUDIO_DELTA, audio=pcm(ms, True))
+
+    @rule()
+    def model_text(self) -> None:
+        self.current(OutputKind.TEXT_DELTA, text="word ")
+
+    @rule(status=st.sampled_from(["completed", "incomplete"]))
+    def model_done(self, status: str) -> None:
+        self.current(OutputKind.RESPONSE_DONE, status=status)
+
+    @rule()
+    def model_transcript(self) -> None:
+        user_items = [e["item_id"] for e in self.sent if e["type"] == "input_audio_buffer.committed"]
+        if user_items:
+            self.current(OutputKind.TRANSCRIPT_DONE, item_id=user_items[-1], text="hello there")
+
+    @rule(seconds=st.sampled_from([0.01, 0.05, 0.3, 2.0]))
+    def advance_clock(self, seconds: float) -> None:
+        self.now += seconds
+        deadline = self.session.next_deadline()
+        self.apply(self.session.tick(self.now))
+        if deadline is not None and deadline <= self.now:
+            next_deadline = self.session.next_deadline()
+            assert next_deadline is None or next_deadline > self.now or next_deadline == deadline
+
+    @rule()
+    def outbox_overflow(self) -> None:
+        self.apply(self.session.on_outbox_overflow(self.now))
+
+    # --- the promises ----------------------------------------------------------------
+
+    @invariant()
+    def one_done_per_created(self) -> None:
+        created = [e["response"]["id"] for e in self.sent if e["type"] == "response.created"]
+        done = Counter(e["response"]["id"] for e in self.sent if e["type"] == "response.done")
+        assert all(count == 1 for count in done.values()), done
+        assert set(done) <= set(created)
+        live = self.session.response
+        assert set(created) - set(done) == (set() if live is None else {live.id}), "a response is stuck"
+
+    @invariant()
+    def budgets_exact(self) -> None:
+        s = self.session
+        reserved = sum(a.reservation.num_bytes for a in s.attempts if a.reservation is not None)
+        assert s.ledger.pending_bytes == reserved >= 0
+        assert s.ledger.pending_bytes <= s.limits.max_input_bytes
+        assert all(a.is_live for a in s.attempts)
+        if not any(a.kind is AttemptKind.APPEND for a in s.attempts):
+            assert s.ledger.pending_bytes == 0
+        assert s.num_pending_commits <= s.limits.max_pending_commits
+        controls = Counter(a.kind for a in s.attempts if a.kind not in INPUT_KINDS)
+        assert all(count == 1 for count in controls.values()), "control attempts must stay bounded"
+
+    @invariant()
+    def epoch_only_advances(self) -> None:
+        assert self.session.epoch >= self.last_epoch
+        self.last_epoch = self.session.epoch
+
+    @invariant()
+    def closed_means_idle(self) -> None:
+        if self.session.is_closed:
+            assert self.is_terminal_sent
+            assert self.session.ledger.pending_bytes == 0 and not self.session.attempts
+            assert self.session.response is None
+
+    @invariant()
+    def history_holds_what_was_heard(self) -> None:
+        for playback in self.session.playbacks.values():
+            assert 0 <= playback.played_ms <= playback.sent_ms <= playback.generated_ms + 1e-6
+            if playback.is_stopped:
+                assert playback.committed_ms <= playback.sent_ms + 1e-6
+
+    def teardown(self) -> None:
+        if not hasattr(self, "session"):
+            return
+        self.apply(self.session.close(self.now))
+        created = Counter(e["response"]["id"] for e in self.sent if e["type"] == "response.created")
+        done = Counter(e["response"]["id"] for e in self.sent if e["type"] == "response.done")
+        assert created == done
+        assert [e["type"] for e in self.sent].count("session.closed") == 1
+        assert self.sent[-1]["type"] == "session.closed"
+
+
+TestVoiceCore = VoiceCore.TestCase
+TestVoiceCore.settings = settings(settings(), stateful_step_count=80)

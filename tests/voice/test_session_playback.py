@@ -1,0 +1,135 @@
+"""Pacing and the playback ledger, driven with an explicit clock (no waiting, no wall time)."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from livegen.models.voice import OutputKind, VoiceOutput
+from livegen.protocol import realtime as wire
+from livegen.voice.chain import Send
+from livegen.voice.session import Limits, ModelFacts, Session
+
+RATE = 8_000
+
+
+def new_session(lead_ms: float = 200) -> Session:
+    counter = itertools.count()
+    session = Session(
+        "s", ModelFacts("m", RATE, RATE, False), lambda p: f"{p}_{next(counter)}", Limits(lead_ms=lead_ms)
+    )
+    session.open(0.0)
+    fmt = {"type": "audio/pcm", "rate": RATE}
+    session.receive(
+        wire.SessionUpdate(session={"audio": {"input": {"format": fmt}, "output": {"format": fmt}}}), 0.0
+    )
+    return session
+
+
+def events(effects: list[Any], kind: str) -> list[dict[str, Any]]:
+    return [e.event for e in effects if isinstance(e, Send) and e.type == kind]
+
+
+def speak(session: Session, now: float, words: list[str], audio_ms: int) -> list[Any]:
+    response = session.response
+    assert response is not None
+    effects: list[Any] = []
+    for word in words:
+        effects += session.on_output(VoiceOutput(OutputKind.TEXT_DELTA, 0, response.id, text=word), now)
+    for _ in range(audio_ms // 100):
+        audio = bytes(RATE * 2 // 10)
+        effects += session.on_output(VoiceOutput(OutputKind.AUDIO_DELTA, 0, response.id, audio=audio), now)
+    return effects
+
+
+def test_audio_leaves_at_real_time_plus_the_lead() -> None:
+    session = new_session(lead_ms=200)
+    session.receive(wire.ResponseCreate(), 0.0)
+    effects = speak(session, 10.0, ["one two"], 2000)
+    assert len(events(effects, "response.output_audio.delta")) == 2  # 0-100 now, 100-200 inside the lead
+    assert session.next_deadline() == 10.0 + (300 - 200) / 1000
+    released = events(session.tick(11.0), "response.output_audio.delta")
+    assert len(released) == 10  # up to 1.2 s: one second of playback plus the lead
+    assert session.playbacks[next(iter(session.playbacks))].sent_ms == 1200
+
+
+def test_interruption_keeps_only_what_was_heard() -> None:
+    session = new_session(lead_ms=200)
+    session.receive(wire.ResponseCreate(), 0.0)
+    speak(session, 0.0, ["aaaa ", "bbbb ", "cccc ", "dddd "], 2000)
+    session.tick(0.5)
+    item_id = next(iter(session.playbacks))
+    session.receive(wire.PlaybackAck(item_id=item_id, played_ms=500), 0.5)
+    effects = session.receive(wire.ResponseCancel(), 0.5)
+    done = events(effects, "response.done")[0]["response"]
+    assert done["status"] == "cancelled" and done["status_details"]["reason"] == "client_cancelled"
+    assert events(effects, "conversation.item.truncated")[0]["audio_end_ms"] == 500
+    item = session.conversation.get(item_id)
+    assert item.audio_ms == 500 and item.status == "incomplete"
+    assert item.text == "aaaa "  # a quarter of 2 s heard: a quarter of the words
+    # Nothing more of it is sent, whatever the model still says at the old epoch.
+    late = session.on_output(VoiceOutput(OutputKind.AUDIO_DELTA, 0, done["id"], audio=bytes(1600)), 0.6)
+    assert late == [] and session.num_stale_outputs == 1
+
+
+def test_acks_never_pass_what_was_sent_and_truncate_clamps() -> None:
+    session = new_session(lead_ms=0)
+    session.receive(wire.ResponseCreate(), 0.0)
+    speak(session, 0.0, ["x"], 1000)
+    response = session.response
+    assert response is not None
+    session.on_output(VoiceOutput(OutputKind.RESPONSE_DONE, 0, response.id, status="completed"), 0.0)
+    session.tick(5.0)
+    assert session.response is None
+    item_id = next(iter(session.playbacks))
+    session.receive(wire.PlaybackAck(item_id=item_id, played_ms=99_999), 5.0)
+    assert session.playbacks[item_id].played_ms == 1000
+    effects = session.receive(wire.ItemTruncate(item_id=item_id, audio_end_ms=1100), 5.0)  # within the slack
+    assert events(effects, "conversation.item.truncated")[0]["audio_end_ms"] == 1000
+
+
+def loud(ms: int) -> wire.AudioAppend:
+    import base64
+
+    import numpy as np
+
+    wave = (np.sin(np.arange(RATE * ms // 1000) * 0.3) * 9000).astype("<i2").tobytes()
+    return wire.AudioAppend(audio=base64.b64encode(wave).decode())
+
+
+def test_barge_in_cancels_through_the_fence_and_cuts_history_where_the_listener_was() -> None:
+    session = new_session(lead_ms=200)
+    session.receive(wire.ResponseCreate(), 0.0)
+    speak(session, 0.0, ["one ", "two ", "three ", "four "], 4000)
+    session.tick(1.0)  # 1 s played, 1.2 s sent
+    epoch = session.epoch
+    effects = session.receive(loud(100), 1.0)
+    kinds = [e.type for e in effects if isinstance(e, Send)]
+    assert kinds.index("input_audio_buffer.speech_started") < kinds.index("response.done")
+    done = events(effects, "response.done")[0]["response"]
+    assert (done["status"], done["status_details"]["reason"]) == ("cancelled", "turn_detected")
+    assert events(effects, "conversation.item.truncated")[0]["audio_end_ms"] == 1000
+    assert session.epoch == epoch + 1
+    assert session.conversation.get(done["output"][0]["id"]).text == "one "
+    assert session.response is None and session.next_deadline() is None  # nothing more to send
+
+
+def test_clear_gives_back_every_reserved_byte_and_fences_queued_appends() -> None:
+    session = new_session()
+    runs = []
+    for _ in range(5):
+        runs += [e.attempt for e in session.receive(loud(100), 0.0) if hasattr(e, "attempt")]
+    assert session.ledger.pending_bytes == 5 * 1600
+    session.receive(wire.AudioClear(), 0.0)
+    assert session.ledger.pending_bytes == 0
+    assert not any(a.is_live for a in runs if a.kind == "append")
+
+
+def test_clear_keeps_committed_turns_on_their_way_to_the_model() -> None:
+    session = new_session()
+    committed = [e.attempt for e in session.receive(loud(100), 0.0) if hasattr(e, "attempt")]
+    committed += [e.attempt for e in session.receive(wire.AudioCommit(), 0.0) if hasattr(e, "attempt")]
+    dropped = [e.attempt for e in session.receive(loud(100), 0.0) if hasattr(e, "attempt")]
+    session.receive(wire.AudioClear(), 0.0)
+    assert all(a.is_live for a in committed) and not any(a.is_live for a in dropped)
+    assert session.ledger.pending_bytes == sum(a.reservation.num_bytes for a in committed if a.reservation)

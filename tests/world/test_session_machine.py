@@ -1,0 +1,342 @@
+"""The world core against DESIGN.md section 1's world promises, as a Hypothesis state machine.
+
+Rules are client events (new, duplicate and stale ids, overflow, poison controls
+a reducer refuses), model outcomes (commit, a wrong echo, a failed step, a
+cancellation right after commit, a reducer commit that fails) and lifecycle
+(reset and close, with cleanup that works or fails). Illegal rules run too and
+must raise the typed error with the state unchanged.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from livegen.errors import (
+    CapacityExceeded,
+    InvalidRequest,
+    InvalidState,
+    LocalProtocolError,
+    ModelContractError,
+    ModelError,
+)
+from livegen.models.world import ControlTrack, TickMeta
+from livegen.world import (
+    AcceptStatus,
+    ControlInput,
+    Event,
+    Failure,
+    LastWriteWins,
+    Manager,
+    Output,
+    Plan,
+    Prepared,
+    Rejection,
+    Release,
+    Session,
+    Status,
+)
+
+MODE = ControlTrack(
+    name="mode",
+    schema="test.mode.v1",
+    json_schema={"type": "object", "properties": {"v": {"type": "string"}}, "required": ["v"]},
+    default={"v": "idle"},
+)
+MAX_PENDING = 4
+SID = "world-1"
+
+
+class PickyReducer(LastWriteWins):
+    """Last-write-wins that refuses the value 'poison' and can be told to fail its commit."""
+
+    def __init__(self) -> None:
+        self.is_commit_failing = False
+        self.num_commits = 0
+
+    def prepare(
+        self, current: Mapping[str, ControlInput], events: Sequence[Event], chunk_index: int
+    ) -> Prepared:
+        if any(c.data["v"] == "poison" for e in events for c in e.controls):
+            raise ValueError("poison")
+        return super().prepare(current, events, chunk_index)
+
+    def commit(self, prepared: Prepared) -> None:
+        if self.is_commit_failing:
+            raise RuntimeError("reducer commit failed")
+        self.num_commits += 1
+
+
+def snapshot(session: Session) -> tuple[Any, ...]:
+    return (
+        session.status,
+        session.chunk_index,
+        session.pending_ids,
+        session.committed_floor,
+        session.event_floor,
+        session.prompt,
+        tuple(sorted(session.controls.items())),
+        session.in_flight,
+    )
+
+
+class WorldMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        counter = itertools.count()
+        self.reducer = PickyReducer()
+        self.manager = Manager(
+            tracks=[MODE],
+            new_id=lambda: str(next(counter)),
+            max_sessions=1,
+            reducer_factory=lambda: self.reducer,
+        )
+        self.session = self.manager.create(SID, max_pending_events=MAX_PENDING, prompt="start")
+        self.plan: Plan | None = None
+        self.settled: Plan | None = None
+        self.chunks_since_reset = 0
+        self.all_applied: list[int] = []
+        self.committed: list[str] = []
+        self.delivered: list[str] = []
+        self.released_reasons: list[str] = []
+        self.refused: set[int] = set()
+        self.next_id = 0
+        self.seen_ids: list[int] = []
+
+    # -- helpers ---------------------------------------------------------------------------
+    def drain(self) -> None:
+        for effect in self.session.take_effects():
+            if isinstance(effect, Output):
+                self.delivered.append(effect.meta.request_id)
+            elif isinstance(effect, Release):
+                self.released_reasons.append(effect.reason)
+            elif isinstance(effect, Rejection):
+                assert effect.error.code == "event_rejected"
+                for event_id in effect.event_ids:
+                    assert str(event_id) in effect.error.message
+                self.refused.update(effect.event_ids)
+
+    def unchanged_after(self, call: Any, error: type[Exception]) -> Exception:
+        before = snapshot(self.session)
+        with pytest.raises(error) as caught:
+            call()
+        assert snapshot(self.session) == before
+        return caught.value
+
+    # -- client events ---------------------------------------------------------------------
+    @rule(gap=st.integers(1, 3), value=st.sampled_from(["a", "b", "poison"]), with_prompt=st.booleans())
+    def new_event(self, gap: int, value: str, with_prompt: bool) -> None:
+        self.drain()
+        event_id = self.next_id + gap
+        prompt = f"p{event_id}" if with_prompt else None
+        event = Event.of(event_id, prompt, [ControlInput.of("mode", "test.mode.v1", {"v": value})])
+        before = snapshot(self.session)
+        accepting = self.session.status is Status.ACTIVE
+        if not accepting:
+            error = self.unchanged_after(lambda: self.session.accept(event), InvalidState)
+            assert isinstance(error, InvalidState) and error.event_id == event_id
+            return
+        if self.session.pending_event_count >= MAX_PENDING:
+            error = self.unchanged_after(lambda: self.session.accept(event), CapacityExceeded)
+            assert error.code == "queue_full" and error.event_id == event_id
+            return
+        acceptance = self.session.accept(event)
+        assert acceptance.status is AcceptStatus.ACCEPTED
+        assert acceptance.pending_event_count == len(before[2]) + 1
+        self.next_id = event_id
+        self.seen_ids.append(event_id)
+
+    @rule(data=st.data())
+    def resend_event(self, data: st.DataObject) -> None:
+        """A client retransmits an id it sent: duplicate (no change) or stale (typed error)."""
+        self.drain()
+        if not self.seen_ids or self.session.status is not Status.ACTIVE:
+            return
+        event_id = data.draw(st.sampled_from(self.seen_ids))
+        event = Event.of(event_id, "again")
+        before = snapshot(self.session)
+        if event_id in self.session.pending_ids:
+            assert self.session.accept(event).status is AcceptStatus.DUPLICATE
+            assert snapshot(self.session) == before
+        elif event_id <= self.session.event_floor:
+            try:
+                assert self.session.accept(event).status is AcceptStatus.DUPLICATE
+            except InvalidState as error:
+                assert error.code == "stale_event"
+            assert snapshot(self.session) == before
+
+    @rule()
+    def bad_event(self) -> None:
+        event = Event.of(self.next_id + 1, None, [ControlInput.of("nope", "x.v1", {})])
+        error = self.unchanged_after(lambda: self.session.accept(event), (InvalidRequest, InvalidState))
+        assert error.event_id == self.next_id + 1  # type: ignore[attr-defined]
+
+    # -- ticks -----------------------------------------------------------------------------
+    @rule()
+    def begin_tick(self) -> None:
+        self.drain()
+        if self.session.status is not Status.ACTIVE or self.plan is not None:
+            self.unchanged_after(self.session.begin_tick, LocalProtocolError)
+            return
+        pending = self.session.pending_ids
+        self.plan = self.session.begin_tick()
+        self.drain()
+        applied = self.plan.meta.applied_event_ids
+        assert set(applied) | self.refused >= set(pending)
+        assert list(applied) == sorted(applied)
+        assert self.plan.meta.chunk_index == self.session.chunk_index == self.chunks_since_reset
+        for event_id in applied:
+            assert self.session.event_floor >= event_id
+
+    def _commit(self) -> Output:
+        assert self.plan is not None
+        plan, self.plan = self.plan, None
+        self.settled = plan
+        out = self.session.commit_tick(plan, plan.meta, f"frames of {plan.meta.request_id}")
+        self.committed.append(plan.meta.request_id)
+        self.chunks_since_reset += 1
+        self.all_applied.extend(plan.meta.applied_event_ids)
+        return out
+
+    @precondition(lambda self: self.plan is not None)
+    @rule()
+    def commit(self) -> None:
+        assert self.plan is not None
+        if self.reducer.is_commit_failing:
+            plan, self.plan = self.plan, None
+            self.settled = plan
+            chunk = self.session.chunk_index
+            with pytest.raises(ModelError):
+                self.session.commit_tick(plan, plan.meta, "frames")
+            assert self.session.status is Status.FAILED and self.session.chunk_index == chunk
+            return
+        self._commit()
+        self.drain()
+
+    @precondition(lambda self: self.plan is not None and not self.reducer.is_commit_failing)
+    @rule()
+    def cancelled_during_commit(self) -> None:
+        """The caller is cancelled right after commit: the return value is lost, the effect is not."""
+        self._commit()
+
+    @precondition(lambda self: self.plan is not None)
+    @rule(how=st.sampled_from(["model_error", "wrong_echo", "state_evicted"]))
+    def fail(self, how: str) -> None:
+        assert self.plan is not None
+        plan, self.plan = self.plan, None
+        self.settled = plan
+        chunk, pending = self.session.chunk_index, self.session.pending_ids
+        if how == "wrong_echo":
+            echo = TickMeta(SID, plan.meta.request_id, plan.meta.chunk_index + 1, plan.meta.applied_event_ids)
+            with pytest.raises(ModelContractError):
+                self.session.commit_tick(plan, echo, "frames")
+        else:
+            self.session.fail_tick(plan, how, "boom")
+        effects = self.session.take_effects()
+        assert any(isinstance(e, Release) for e in effects), "state must be released at once"
+        assert any(isinstance(e, Failure) for e in effects)
+        assert self.session.status is Status.FAILED
+        assert self.session.chunk_index == chunk and self.session.pending_ids == pending
+        assert self.session.event_floor == self.session.committed_floor
+
+    @precondition(lambda self: self.settled is not None)
+    @rule(how=st.sampled_from(["commit", "fail"]))
+    def settle_a_settled_plan(self, how: str) -> None:
+        """A late or repeated model answer for a chunk already settled changes nothing."""
+        plan = self.settled
+        assert plan is not None
+        if how == "commit":
+            self.unchanged_after(
+                lambda: self.session.commit_tick(plan, plan.meta, "late"), LocalProtocolError
+            )
+        else:
+            self.unchanged_after(lambda: self.session.fail_tick(plan, "late", "late"), LocalProtocolError)
+
+    @rule()
+    def toggle_reducer_commit_failure(self) -> None:
+        self.reducer.is_commit_failing = not self.reducer.is_commit_failing
+
+    # -- lifecycle -------------------------------------------------------------------------
+    @rule(is_released=st.booleans())
+    def reset(self, is_released: bool) -> None:
+        self.drain()
+        if self.plan is not None:
+            self.unchanged_after(self.session.begin_reset, LocalProtocolError)
+            return
+        if self.session.status not in (Status.ACTIVE, Status.FAILED):
+            self.unchanged_after(self.session.begin_reset, InvalidState)
+            return
+        pending = self.session.pending_ids
+        self.session.begin_reset()
+        assert self.session.status is Status.RESETTING
+        self.session.finish_reset(is_released)
+        self.drain()
+        if is_released:
+            assert self.session.status is Status.ACTIVE and self.session.chunk_index == 0
+            assert self.session.prompt == "start" and self.session.pending_event_count == 0
+            assert all(event_id <= self.session.committed_floor for event_id in pending)
+            self.chunks_since_reset = 0
+        else:
+            assert self.session.status is Status.FAILED
+
+    @rule(is_released=st.booleans())
+    def close(self, is_released: bool) -> None:
+        self.drain()
+        if self.plan is not None:
+            self.unchanged_after(self.session.begin_close, LocalProtocolError)
+            return
+        if not self.session.begin_close():
+            return
+        self.manager.finish_close(SID, is_released)
+        self.drain()
+        if is_released:
+            assert SID not in self.manager
+            assert self.session.status is Status.CLOSED
+        else:
+            assert self.manager.tombstones == [SID]
+            with pytest.raises(InvalidState) as error:
+                self.manager.create(SID)
+            assert error.value.code == "session_cleanup_pending"
+
+    @precondition(lambda self: self.session.status is Status.CLOSED)
+    @rule()
+    def reopen(self) -> None:
+        """A closed world's id may be reused; the client's ids start over with the new world."""
+        self.reducer = PickyReducer()
+        self.session = self.manager.create(SID, max_pending_events=MAX_PENDING, prompt="start")
+        self.chunks_since_reset = 0
+        self.seen_ids, self.next_id, self.all_applied = [], 0, []
+
+    # -- the promises ----------------------------------------------------------------------
+    @invariant()
+    def identities(self) -> None:
+        assert self.session.chunk_index == self.chunks_since_reset
+        assert len(self.all_applied) == len(set(self.all_applied)), "an event applied twice"
+        assert self.all_applied == sorted(self.all_applied), "event ids not monotonic across chunks"
+        assert len(self.committed) == len(set(self.committed)), "request ids must be unique"
+
+    @invariant()
+    def bounded_queue_above_floor(self) -> None:
+        assert self.session.pending_event_count <= MAX_PENDING
+        assert all(event_id > self.session.committed_floor for event_id in self.session.pending_ids)
+        assert not set(self.session.pending_ids) & set(self.all_applied)
+
+    @invariant()
+    def no_committed_output_is_lost(self) -> None:
+        queued = [e.meta.request_id for e in self.session._effects if isinstance(e, Output)]
+        assert sorted(self.delivered + queued) == sorted(self.committed)
+
+    @invariant()
+    def failed_means_released(self) -> None:
+        if self.session.status is Status.FAILED:
+            assert self.session.in_flight is None
+
+
+TestWorldMachine = WorldMachine.TestCase
+TestWorldMachine.settings = settings(stateful_step_count=50, deadline=None)
