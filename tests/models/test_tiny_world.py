@@ -237,11 +237,14 @@ def test_training_is_seeded(tmp_path: Path) -> None:
     assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
 
 
-def test_tiny_world_is_the_default_world_model() -> None:
+def test_tiny_world_is_registered_and_opt_in() -> None:
     registry = default_registry()
     entry = registry.get("tiny-world")
     assert entry.kind == Kind.WORLD and "torch" in entry.requires
-    assert registry.default(Kind.WORLD) == entry
+    assert entry.is_available()
+    # opt-in until it follows actions past the first minute (issue 6): procedural-world stays default
+    assert registry.resolve(Kind.WORLD, "tiny-world") == entry
+    assert registry.default(Kind.WORLD) == registry.get("procedural-world")
 
 
 def test_train_world_command_writes_checkpoint_and_metrics(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""tiny-world as the default model of /v1/worlds, over the wire: the game's first frame, and the
+"""tiny-world behind /v1/worlds (`--world-model tiny-world`), over the wire: the game's first frame, and the
 same seed and events give the same frames (the client holds flow control so events land on the
 same chunks)."""
 
@@ -11,6 +11,7 @@ pytest.importorskip("torch")
 
 from livegen.client.world import WorldClient
 from livegen.models import game
+from livegen.server import ServerConfig
 from livegen.server.thread import ServerThread
 
 ACTIONS = ["right", "down", "left"]
@@ -36,7 +37,7 @@ async def play(server: ServerThread, seed: int) -> list[np.ndarray]:
 
 
 async def test_tiny_world_serves_worlds_deterministically_from_the_games_first_frame() -> None:
-    with ServerThread() as server:
+    with ServerThread(ServerConfig(world_model="tiny-world", api_key=None)) as server:
         server.wait_ready()
         first = await play(server, seed=21)
         again = await play(server, seed=21)

@@ -23,7 +23,7 @@ RIGHT = {"track": "action", "schema": "livegen.action.v1", "data": {"action": "r
 
 @pytest.fixture(scope="module")
 def world_server() -> object:
-    # pinned: these tests check procedural-world's exact frames and state (tiny-world is the default)
+    # pinned: these tests check procedural-world's exact frames and state (whatever the default is)
     with ServerThread(ServerConfig(api_key=None, world_model="procedural-world")) as server:
         server.wait_ready()
         yield server

@@ -42,7 +42,9 @@ CATALOG: list[ModelInfo] = [
         loader="livegen.models.tinyworld.model:load",
         description="Embedded AR-diffusion world model of the room game (0.7 M params, CPU)",
         requires=("torch",),
-        priority=10,
+        # Opt-in (--world-model tiny-world) until it follows actions past its first
+        # minute of play; procedural-world (priority 50) stays the default until then.
+        priority=60,
     ),
 ]
 
