@@ -65,25 +65,25 @@ class RunnerLimits:
     outbox: int = 512
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _ClientItem:
     event: wire.ClientEvent | RemoteProtocolError
     received_at: float
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Settled:
     attempt: Attempt
     outcome: Outcome
     error: str
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Output:
     output: VoiceOutput
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Stop:
     reason: str
 
@@ -190,19 +190,19 @@ class Runner:
 
     def _handle(self, item: _Item, now: float) -> list[Effect]:
         session = self.session
-        if isinstance(item, _Output):
-            return session.on_output(item.output, now)
+        if isinstance(item, _ClientItem):  # the common case (appends) first
+            event = item.event
+            if isinstance(event, RemoteProtocolError):
+                return session.reject(event)
+            try:
+                return session.receive(event, item.received_at)
+            except RemoteProtocolError as error:
+                return session.reject(error)
         if isinstance(item, _Settled):
             return session.settle(item.attempt, item.outcome, now, item.error)
-        if isinstance(item, _Stop):
-            return session.close(now, item.reason)
-        event = item.event
-        if isinstance(event, RemoteProtocolError):
-            return session.reject(event)
-        try:
-            return session.receive(event, item.received_at)
-        except RemoteProtocolError as error:
-            return session.reject(error)
+        if isinstance(item, _Output):
+            return session.on_output(item.output, now)
+        return session.close(now, item.reason)
 
     def _apply(self, effects: list[Effect]) -> None:
         for effect in effects:
