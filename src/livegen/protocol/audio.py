@@ -204,10 +204,18 @@ class InputDecoder:
         self.wire = wire
         self.model_rate = model_rate
         self._resample = _Resampler(wire.rate, model_rate)
+        # Per-append constants, worked out once per format rather than once per append.
+        self._is_pcm = wire.encoding is Encoding.PCM
+        self._estimate_factor = model_rate * 2
+        self._estimate_divisor = wire.rate * wire.bytes_per_sample
+
+    def estimate(self, num_bytes: int) -> int:
+        """The model PCM bytes that ``num_bytes`` of wire audio decode to (before resampler lag)."""
+        return num_bytes * self._estimate_factor // self._estimate_divisor
 
     def check(self, data: bytes, param: str = "audio") -> None:
         """Refuse bytes that cannot be this format (before any state changes)."""
-        if self.wire.encoding is Encoding.PCM and len(data) % 2:
+        if self._is_pcm and len(data) % 2:
             raise InvalidRequest(
                 f"audio/pcm is 16-bit: got {len(data)} bytes, an odd count",
                 code="invalid_audio_format",
@@ -216,7 +224,7 @@ class InputDecoder:
 
     def decode(self, data: bytes) -> bytes:
         self.check(data)
-        pcm = data if self.wire.encoding is Encoding.PCM else g711_decode(data, self.wire.encoding)
+        pcm = data if self._is_pcm else g711_decode(data, self.wire.encoding)
         return self._resample(pcm)
 
     def flush(self) -> bytes:

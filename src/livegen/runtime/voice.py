@@ -36,6 +36,7 @@ from livegen.errors import InvalidRequest, RemoteProtocolError
 from livegen.logs import log_event
 from livegen.models.voice import StreamConfig, VoiceOutput, VoiceStream
 from livegen.protocol import realtime as wire
+from livegen.runtime.mailbox import Mailbox
 from livegen.voice.chain import (
     Attempt,
     AttemptKind,
@@ -64,25 +65,25 @@ class RunnerLimits:
     outbox: int = 512
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _ClientItem:
     event: wire.ClientEvent | RemoteProtocolError
     received_at: float
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Settled:
     attempt: Attempt
     outcome: Outcome
     error: str
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Output:
     output: VoiceOutput
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Stop:
     reason: str
 
@@ -112,8 +113,8 @@ class Runner:
         self._send_text = send_text
         self._clock = clock
         self._on_sent = on_sent
-        self._mailbox: asyncio.Queue[_Item] = asyncio.Queue(self.limits.mailbox)
-        self._chain: asyncio.Queue[Attempt] = asyncio.Queue()
+        self._mailbox: Mailbox[_Item] = Mailbox(self.limits.mailbox)
+        self._chain: Mailbox[Attempt] = Mailbox()
         self._chain_resumed = asyncio.Event()
         self._chain_resumed.set()
         #: (response id of an audio delta or None, event).
@@ -170,7 +171,6 @@ class Runner:
     async def _run_core(self) -> None:
         session = self.session
         mailbox = self._mailbox
-        waiting: asyncio.Future[_Item] | None = None  # a get() kept across pacing wake-ups
         while not session.is_closed:
             if self._stop_reason is not None:
                 self._apply(session.close(self._clock(), self._stop_reason))
@@ -180,38 +180,29 @@ class Runner:
             if deadline is not None and deadline <= now:
                 self._apply(session.tick(now))
                 continue
-            if waiting is None and not mailbox.empty():
-                item = mailbox.get_nowait()
-            elif waiting is None and deadline is None:
-                item = await mailbox.get()
-            else:
-                # Never cancel a get() on timeout: a cancelled get can lose the item it took.
-                waiting = waiting or asyncio.ensure_future(mailbox.get())
-                done, _ = await asyncio.wait({waiting}, timeout=None if deadline is None else deadline - now)
-                if not done:
-                    continue
-                item, waiting = waiting.result(), None
-            self._apply(self._handle(item, self._clock()))
+            if mailbox.empty():
+                # wait() takes no item, so waking at the deadline can never lose one.
+                await mailbox.wait(None if deadline is None else deadline - now)
+                continue
+            self._apply(self._handle(mailbox.get_nowait(), self._clock()))
             if self._switch is not None:
                 await self._switch_model(self._switch)
-        if waiting is not None:
-            waiting.cancel()
 
     def _handle(self, item: _Item, now: float) -> list[Effect]:
         session = self.session
-        if isinstance(item, _Output):
-            return session.on_output(item.output, now)
+        if isinstance(item, _ClientItem):  # the common case (appends) first
+            event = item.event
+            if isinstance(event, RemoteProtocolError):
+                return session.reject(event)
+            try:
+                return session.receive(event, item.received_at)
+            except RemoteProtocolError as error:
+                return session.reject(error)
         if isinstance(item, _Settled):
             return session.settle(item.attempt, item.outcome, now, item.error)
-        if isinstance(item, _Stop):
-            return session.close(now, item.reason)
-        event = item.event
-        if isinstance(event, RemoteProtocolError):
-            return session.reject(event)
-        try:
-            return session.receive(event, item.received_at)
-        except RemoteProtocolError as error:
-            return session.reject(error)
+        if isinstance(item, _Output):
+            return session.on_output(item.output, now)
+        return session.close(now, item.reason)
 
     def _apply(self, effects: list[Effect]) -> None:
         for effect in effects:

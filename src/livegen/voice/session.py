@@ -238,14 +238,13 @@ class Session(Speaker):
 
     def _on_append(self, event: wire.AudioAppend, now: float) -> list[Effect]:
         data = event.audio_bytes()
-        self._decoder.check(data)
+        decoder = self._decoder
+        decoder.check(data)
         if not data:
             return []
         # Reserve before decoding so a refused append leaves the resampler untouched.
-        wire_format = self._decoder.wire
-        estimate = len(data) * self.model.input_rate * 2 // (wire_format.rate * wire_format.bytes_per_sample)
-        reservation = self.ledger.reserve(estimate)
-        pcm = self._decoder.decode(data)
+        reservation = self.ledger.reserve(decoder.estimate(len(data)))
+        pcm = decoder.decode(data)
         self.ledger.resize(reservation, len(pcm))
         self.buffer_bytes += len(pcm)
         self.input_ms += pcm_ms(len(pcm), self.model.input_rate)
