@@ -9,26 +9,20 @@ tested over the real server in ``test_workers_ray.py``.
 from __future__ import annotations
 
 import asyncio
-import itertools
 from collections.abc import Sequence
-from typing import Any
 
-import msgspec
 import numpy as np
 import pytest
 
 from livegen.errors import CapacityExceeded, LocalProtocolError, StateEvicted
 from livegen.models import game
-from livegen.models.world import Chunk, KVGeometry, Tick, TickMeta
+from livegen.models.world import Chunk, Tick, TickMeta
 from livegen.runtime.kv_pool import required_bytes
 from livegen.runtime.workers import WorkerPool
-from livegen.runtime.world_runner import Options, Runner
 from livegen.runtime.world_scheduler import Scheduler
-from livegen.world import Manager, Status
+from livegen.world import Status
+from runtime.world_harness import GEOMETRY, RunnerHarness, until
 
-GEOMETRY = KVGeometry(
-    num_layers=1, num_heads=1, head_dim=4, tokens_per_frame=2, window_frames=4, sink_frames=1
-)
 SPEC = game.room_spec(kv=GEOMETRY)
 
 
@@ -81,33 +75,11 @@ class FakeWorker:
         return {session_id for batch in self.steps for session_id in batch}
 
 
-class Harness:
+class Harness(RunnerHarness):
     def __init__(self, num_workers: int = 2, sessions_per_worker: int = 4) -> None:
         self.workers = [FakeWorker(f"w{i}") for i in range(num_workers)]
         budget = required_bytes(GEOMETRY, SPEC.frames_per_chunk, sessions_per_worker)
-        self.scheduler = Scheduler(workers=self.workers, kv_budget_bytes=budget)
-        counter = itertools.count()
-        self.manager = Manager(tracks=SPEC.controls, new_id=lambda: f"s{next(counter)}")
-        self.sent: dict[str, list[Any]] = {}
-
-    def open(self, **options: Any) -> Runner:
-        session = self.manager.create()
-        messages = self.sent.setdefault(session.session_id, [])
-
-        async def send_text(text: str) -> None:
-            messages.append(msgspec.json.decode(text))
-
-        async def send_bytes(data: bytes) -> None:
-            pass
-
-        runner = Runner(
-            session, self.manager, self.scheduler, send_text, send_bytes, Options(pacing="asap", **options)
-        )
-        runner.start()
-        return runner
-
-    def errors(self, session_id: str) -> list[str]:
-        return [m["error"]["code"] for m in self.sent[session_id] if m["type"] == "error"]
+        super().__init__(Scheduler(workers=self.workers, kv_budget_bytes=budget), SPEC.controls)
 
     def kv_pages(self, session_id: str) -> list[tuple[int, ...]]:
         """The session's pages in each worker's KV pool (empty where it is not admitted)."""
@@ -118,12 +90,6 @@ class Harness:
             except LocalProtocolError:  # not admitted there
                 pages.append(())
         return pages
-
-
-async def until(condition: Any, timeout_s: float = 5.0) -> None:
-    async with asyncio.timeout(timeout_s):
-        while not condition():  # noqa: ASYNC110 - polls state that several tasks change
-            await asyncio.sleep(0.005)
 
 
 async def test_new_sessions_go_to_the_least_loaded_worker_and_their_ticks_stay_there() -> None:
@@ -191,7 +157,7 @@ async def test_a_reset_session_moves_to_the_least_loaded_worker_and_close_releas
     assert w1.releases == [b.session_id] and w0.releases == []
     c.ack(1)  # mid-rollout, c stays with its state on w0 although w1 is now idle
     await until(lambda: c.session.chunk_index == 4)
-    assert c.session_id not in w1.stepped() and harness.errors(c.session_id) == []
+    assert c.session_id not in w1.stepped() and harness.error_codes(c.session_id) == []
     await c.reset()  # c's state is gone everywhere; its next rollout goes to the idle worker
     assert w0.releases == [c.session_id] and c.session_id not in w0.held
     await until(lambda: c.session.chunk_index == 2)
@@ -217,11 +183,11 @@ async def test_a_failing_worker_fails_only_its_own_sessions() -> None:
     harness.workers[0].is_failing_steps = True
     a.ack(0)
     await until(lambda: a.session.status is Status.FAILED)
-    await until(lambda: bool(harness.errors(a.session_id)))
-    assert harness.errors(a.session_id) == ["chunk_failed"]
+    await until(lambda: bool(harness.error_codes(a.session_id)))
+    assert harness.error_codes(a.session_id) == ["chunk_failed"]
     await until(lambda: a.session_id in harness.workers[0].releases)  # the failure releases its state
     await until(lambda: b.session.chunk_index == 50)
-    assert harness.errors(b.session_id) == [] and b.session.status is Status.ACTIVE
+    assert harness.error_codes(b.session_id) == [] and b.session.status is Status.ACTIVE
     await harness.scheduler.stop()
 
 
@@ -235,7 +201,7 @@ async def test_a_lost_worker_gets_no_new_rollouts_and_its_sessions_move_on_reset
     assert b.session_id in w1.held
     w1.is_alive, w1.is_failing_steps = False, True  # its process died
     b.ack(0)
-    await until(lambda: harness.errors(b.session_id) == ["chunk_failed"])
+    await until(lambda: harness.error_codes(b.session_id) == ["chunk_failed"])
     c = harness.open(max_chunks_ahead=1)
     await until(lambda: c.session.chunk_index == 1)
     assert c.session_id in w0.held, "a new session goes to a live worker, however loaded"

@@ -8,26 +8,21 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import itertools
 from collections.abc import Sequence
 from typing import Any
 
-import msgspec
 import numpy as np
 import pytest
 
 from livegen.errors import CapacityExceeded, StateEvicted
 from livegen.models import game
-from livegen.models.world import Chunk, KVGeometry, Tick
+from livegen.models.world import Chunk, Tick
 from livegen.protocol import world as wire
 from livegen.runtime.kv_pool import required_bytes
 from livegen.runtime.world_runner import MAX_QUEUED_EVENTS, Options, Runner
 from livegen.runtime.world_scheduler import Scheduler
 from livegen.world import Manager, Status
-
-GEOMETRY = KVGeometry(
-    num_layers=1, num_heads=1, head_dim=4, tokens_per_frame=2, window_frames=4, sink_frames=1
-)
+from runtime.world_harness import GEOMETRY, RunnerHarness, until
 
 
 class RecordingKVModel:
@@ -59,42 +54,11 @@ class RecordingKVModel:
         self.known.discard(session_id)
 
 
-class Harness:
+class Harness(RunnerHarness):
     def __init__(self, model: RecordingKVModel, num_sessions: int = 2) -> None:
-        self.model = model
         budget = required_bytes(GEOMETRY, 4, num_sessions)
-        self.scheduler = Scheduler(model, kv_budget_bytes=budget)
-        counter = itertools.count()
-        self.manager = Manager(tracks=model.spec.controls, new_id=lambda: f"s{next(counter)}")
-        self.sent: dict[str, list[Any]] = {}
-
-    def open(self, **options: Any) -> Runner:
-        session = self.manager.create()
-        messages = self.sent.setdefault(session.session_id, [])
-
-        async def send_text(text: str) -> None:
-            messages.append(msgspec.json.decode(text))
-
-        async def send_bytes(data: bytes) -> None:
-            messages.append(data)
-
-        runner = Runner(
-            session, self.manager, self.scheduler, send_text, send_bytes, Options(pacing="asap", **options)
-        )
-        runner.start()
-        return runner
-
-    def chunks(self, session_id: str) -> list[dict[str, Any]]:
-        return [m for m in self.sent[session_id] if isinstance(m, dict) and m["type"] == "world.chunk"]
-
-    def errors(self, session_id: str) -> list[dict[str, Any]]:
-        return [m["error"] for m in self.sent[session_id] if isinstance(m, dict) and m["type"] == "error"]
-
-
-async def until(condition: Any, timeout_s: float = 5.0) -> None:
-    async with asyncio.timeout(timeout_s):
-        while not condition():  # noqa: ASYNC110 - polls state that several tasks change
-            await asyncio.sleep(0.005)
+        super().__init__(Scheduler(model, kv_budget_bytes=budget), model.spec.controls)
+        self.model = model
 
 
 async def test_due_sessions_step_together_with_their_kv_pages() -> None:
