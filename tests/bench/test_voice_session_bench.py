@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from livegen.cli import main
 
 
-def test_voice_session_bench_reports_its_figures(tmp_path: Path) -> None:
+@pytest.mark.parametrize("aligned", [False, True])
+def test_voice_session_bench_reports_its_figures(tmp_path: Path, aligned: bool) -> None:
     out = tmp_path / "out.json"
     args = [
         "bench",
@@ -21,16 +23,22 @@ def test_voice_session_bench_reports_its_figures(tmp_path: Path) -> None:
         "1",
         "--idle-sessions",
         "3",
+        "--runs",
+        "2",
         "--json",
         str(out),
+        *(["--aligned"] if aligned else []),
     ]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     report = json.loads(out.read_text())
+    assert report["phases"] == ("aligned" if aligned else "spread")
     assert [level["sessions"] for level in report["levels"]] == [1, 3]
     for level in report["levels"]:
         assert level["appends"] == level["sessions"] * (50 - 10)  # 1 s of 20 ms appends, less the warm-up
         assert level["append_to_model_ms"]["p50"] > 0
         assert level["events_per_second_per_core"] > 0
+        assert len(level["p99_of_each_run"]) == 2
+        assert level["append_to_model_ms"]["p99"] in level["p99_of_each_run"]
     assert report["sessions_per_core"] in (0, 1, 3)
     assert report["memory_per_idle_session_kib"] >= 0
