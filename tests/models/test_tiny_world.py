@@ -208,6 +208,7 @@ def test_training_runs_resumes_and_exports_checked_weights(tmp_path: Path) -> No
     export_weights(out / "checkpoint.pt", dest)
     net, manifest = load_net(dest.parent)
     assert manifest["step"] == 3 and net.cfg == SMALL
+    assert set(manifest["palettes"]) == set(game.THEMES)
     data = bytearray(dest.read_bytes())
     data[len(data) // 2] ^= 0xFF
     dest.write_bytes(bytes(data))
@@ -301,3 +302,45 @@ def test_hold_still_keeps_small_changes_out_and_lets_real_ones_through() -> None
     assert torch.equal(out[..., :4, :4], prev[..., :4, :4])
     assert torch.equal(out[..., 10:14, 10:14], x0[..., 10:14, 10:14])
     assert torch.equal(hold_still(x0, prev, 0.0), x0)
+
+
+def test_theme_palettes_are_the_colours_of_that_themes_frames() -> None:
+    from livegen.models.tinyworld.data import theme_palettes
+
+    palettes = theme_palettes(num_clips=24)
+    assert set(palettes) <= set(game.THEMES) and len(palettes) >= 4
+    for theme, colours in palettes.items():
+        frame = game.render(game.new_game(3, theme))
+        used = {tuple(c) for c in np.unique(frame.reshape(-1, 3), axis=0).tolist()}
+        assert used <= {tuple(c) for c in colours}, theme  # every colour a room of the theme uses
+        assert len(colours) <= 10  # and not every colour there is
+
+
+def test_snap_to_palette_picks_each_pixels_nearest_colour_per_row() -> None:
+    from livegen.models.tinyworld.net import to_uint8
+    from livegen.models.tinyworld.sampling import palette_tensor, snap_to_palette
+
+    palettes = {"a": [[0, 0, 0], [255, 0, 0]], "b": [[0, 0, 255], [0, 255, 0], [255, 255, 255]]}
+    palette = palette_tensor(palettes, ["a", "b"])
+    assert palette.shape == (2, 3, 3)
+    x0 = torch.full((2, 3, 2, 2), -1.0)  # black everywhere
+    x0[:, 0, 0, 0] = 0.6  # reddish pixel
+    out = to_uint8(snap_to_palette(x0, palette)).numpy()
+    assert out[0, 0, 0].tolist() == [255, 0, 0] and out[0, 1, 1].tolist() == [0, 0, 0]
+    # row b has no black: its nearest is blue or green (equidistant; argmin takes the first)
+    assert out[1, 1, 1].tolist() == [0, 0, 255]
+    assert torch.equal(snap_to_palette(x0, None), x0)
+
+
+def test_the_model_draws_only_its_themes_colours_when_given_palettes() -> None:
+    from livegen.models.tinyworld.data import theme_palettes
+
+    palettes = theme_palettes(num_clips=24)
+    plain = TinyWorld(random_net())
+    snapped = TinyWorld(random_net(), palettes=palettes)
+    ticks = [tick("s", 0), tick("s", 1)]
+    frames_plain = np.concatenate([plain.step([t], None)[0].frames for t in ticks])
+    frames = np.concatenate([snapped.step([t], None)[0].frames for t in ticks])
+    allowed = {tuple(c) for c in palettes["lava"]}
+    assert {tuple(c) for c in frames.reshape(-1, 3).tolist()} <= allowed
+    assert not {tuple(c) for c in frames_plain.reshape(-1, 3).tolist()} <= allowed  # a random net strays

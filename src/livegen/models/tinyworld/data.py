@@ -46,6 +46,17 @@ def sticky_actions(rng: np.random.Generator, num: int, keep: float = 0.75) -> li
     return actions
 
 
+def held_actions(rng: np.random.Generator, num: int) -> list[str]:
+    """Actions as a served session gets them: one per chunk, held for the chunk's frames, a key
+    kept for several chunks (how long varies by clip), starting anywhere in a chunk. Long holds
+    walk the agent into walls and the bar and keep it pushing there, which is where a rollout
+    is most likely to go wrong."""
+    fpc = game.FRAMES_PER_CHUNK
+    chunks = sticky_actions(rng, num // fpc + 2, keep=float(rng.uniform(0.5, 0.9)))
+    offset = int(rng.integers(fpc))
+    return [a for a in chunks for _ in range(fpc)][offset : offset + num]
+
+
 def sample_clips(rng: np.random.Generator, batch: int, length: int, theme_switch_prob: float = 0.05) -> Clip:
     frames = np.empty((batch, length, game.SIZE, game.SIZE, 3), dtype=np.uint8)
     actions = np.zeros((batch, length), dtype=np.int64)
@@ -54,7 +65,7 @@ def sample_clips(rng: np.random.Generator, batch: int, length: int, theme_switch
     for b in range(batch):
         theme = str(rng.choice(game.THEMES))
         state = game.new_game(int(rng.integers(2**31)), theme)
-        walk = sticky_actions(rng, int(rng.integers(0, 48)) + length)
+        walk = held_actions(rng, int(rng.integers(0, 48)) + length)
         for action in walk[:-length]:
             state = game.step(state, action)
         switch_at = int(rng.integers(1, length)) if rng.random() < theme_switch_prob else -1
@@ -68,6 +79,20 @@ def sample_clips(rng: np.random.Generator, batch: int, length: int, theme_switch
             themes[b, i] = THEME_INDEX[state.theme]
             sprites[b, i] = sprite_mask(state)
     return Clip(frames, actions, themes, sprites)
+
+
+def theme_palettes(num_clips: int = 48, seed: int = 0) -> dict[str, list[list[int]]]:
+    """Per theme, every colour its training frames use: the codebook generated pixels snap to.
+
+    Read from rendered clips like the training data (not from the game's tables), so a model
+    trained on other frames gets its own codebook the same way."""
+    clips = sample_clips(np.random.default_rng(seed), num_clips, 2, theme_switch_prob=0.0)
+    palettes: dict[str, list[list[int]]] = {}
+    for theme, index in THEME_INDEX.items():
+        pixels = clips.frames[clips.themes == index].reshape(-1, 3)
+        if len(pixels):
+            palettes[theme] = np.unique(pixels, axis=0).tolist()
+    return palettes
 
 
 def sprite_mask(state: game.State) -> npt.NDArray[np.bool_]:

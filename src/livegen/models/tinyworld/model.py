@@ -32,7 +32,7 @@ from livegen.errors import ModelContractError, StateEvicted
 from livegen.models import game
 from livegen.models.tinyworld.data import ACTION_INDEX, THEME_INDEX
 from livegen.models.tinyworld.net import TOKENS_PER_FRAME, Context, Net, to_uint8, to_unit
-from livegen.models.tinyworld.sampling import hold_still, noise_levels
+from livegen.models.tinyworld.sampling import hold_still, noise_levels, palette_tensor, snap_to_palette
 from livegen.models.world import Chunk, KVGeometry, Tick, TickMeta, WorldSpec
 
 NAME = "tiny-world"
@@ -68,10 +68,19 @@ class TinyWorld:
 
     name = NAME
 
-    def __init__(self, net: Net, *, num_steps: int = 2, deadband: float = DEADBAND) -> None:
+    def __init__(
+        self,
+        net: Net,
+        *,
+        num_steps: int = 2,
+        deadband: float = DEADBAND,
+        palettes: dict[str, list[list[int]]] | None = None,
+    ) -> None:
         self.net = net
         self.num_steps = num_steps
         self.deadband = deadband
+        #: Per theme, the colours of its training frames; generated pixels snap to them (None: off).
+        self.palettes = palettes
         cfg = net.cfg
         self.kv_geometry = KVGeometry(
             num_layers=cfg.num_layers,
@@ -208,7 +217,8 @@ class TinyWorld:
             if t_next > 0:
                 eps = (x - (1 - t) * x0) / t
                 x = (1 - t_next) * x0 + t_next * eps
-        return list(to_uint8(hold_still(x0, prev, self.deadband)).numpy())
+        palette = palette_tensor(self.palettes, [j.session.theme for j in jobs]) if self.palettes else None
+        return list(to_uint8(snap_to_palette(hold_still(x0, prev, self.deadband), palette)).numpy())
 
     def _encode(
         self,
@@ -264,7 +274,7 @@ def load() -> TinyWorld:
     from livegen.models.tinyworld.weights import load_net
 
     torch.set_num_threads(1)
-    net, _ = load_net()
-    model = TinyWorld(net)
+    net, manifest = load_net()
+    model = TinyWorld(net, palettes=manifest.get("palettes"))
     model.warm_up()
     return model

@@ -40,6 +40,7 @@ def sample_frame(
     ctx: Context | None,
     num_steps: int,
     deadband: float = 0.0,
+    palette: Tensor | None = None,
 ) -> Tensor:
     """Denoise one frame per row from ``noise`` (B, 3, 32, 32); returns it as uint8 (B, 32, 32, 3)."""
     levels = noise_levels(num_steps)
@@ -53,7 +54,7 @@ def sample_frame(
         if t_next > 0:
             eps = (x - (1 - t) * x0) / t
             x = (1 - t_next) * x0 + t_next * eps
-    return to_uint8(hold_still(x0, prev, deadband))
+    return to_uint8(snap_to_palette(hold_still(x0, prev, deadband), palette))
 
 
 def hold_still(x0: Tensor, prev: Tensor, deadband: float) -> Tensor:
@@ -63,6 +64,29 @@ def hold_still(x0: Tensor, prev: Tensor, deadband: float) -> Tensor:
         return x0
     still = (x0 - prev).abs().amax(dim=1, keepdim=True) < deadband
     return torch.where(still, prev, x0)
+
+
+def snap_to_palette(x0: Tensor, palette: Tensor | None) -> Tensor:
+    """Each pixel of ``x0`` (B, 3, H, W) replaced by its nearest colour in ``palette`` (B, K, 3),
+    all in [-1, 1]: the frame decodes into the codebook of its theme, so that a rollout's
+    context stays made of colours the model was trained on instead of drifting between them."""
+    if palette is None:
+        return x0
+    distance = (x0[:, None] - palette[:, :, :, None, None]).pow(2).sum(dim=2)  # (B, K, H, W)
+    nearest = distance.argmin(dim=1)  # (B, H, W)
+    return (
+        torch.gather(palette, 1, nearest.flatten(1)[..., None].expand(-1, -1, 3))
+        .transpose(1, 2)
+        .reshape(x0.shape)
+    )
+
+
+def palette_tensor(palettes: dict[str, list[list[int]]], themes: Sequence[str]) -> Tensor:
+    """The codebooks of ``themes`` as one (B, K, 3) tensor in [-1, 1], shorter ones padded with
+    their own first colour (a repeat never changes the nearest match)."""
+    width = max(len(palettes[t]) for t in themes)
+    rows = [palettes[t] + [palettes[t][0]] * (width - len(palettes[t])) for t in themes]
+    return to_unit(torch.tensor(rows, dtype=torch.uint8)[:, :, None, :]).squeeze(-1).transpose(1, 2)
 
 
 @torch.no_grad()
@@ -103,6 +127,7 @@ def rollout(
     deadband: float = 0.0,
     sink_frames: int = 1,
     window_frames: int = 2,
+    palettes: dict[str, list[list[int]]] | None = None,
 ) -> npt.NDArray[np.uint8]:
     """Frames [first, then one per action] for one session; ``themes`` per generated frame."""
     gen = torch.Generator().manual_seed(seed)
@@ -118,7 +143,8 @@ def rollout(
         action = torch.tensor([ACTION_INDEX[action_name]])
         theme = torch.tensor([THEME_INDEX[theme_name]])
         noise = torch.randn(1, 3, game.SIZE, game.SIZE, generator=gen)
-        image = sample_frame(net, frame, action, theme, noise, ctx, num_steps, deadband)
+        palette = palette_tensor(palettes, [theme_name]) if palettes else None
+        image = sample_frame(net, frame, action, theme, noise, ctx, num_steps, deadband, palette)
         prev, frame = frame, to_unit(image)
         cache.append(encode_clean(net, frame, prev, action, theme, ctx))
         if len(cache) > sink_frames + window_frames:

@@ -17,6 +17,7 @@ rollouts learn to correct their drift.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -31,9 +32,10 @@ import torch
 
 from livegen.models import game
 from livegen.models.tinyworld.buffer import RolloutBuffer
-from livegen.models.tinyworld.data import agent_errors, sample_clips, sticky_actions
+from livegen.models.tinyworld.data import agent_errors, sample_clips, sticky_actions, theme_palettes
+from livegen.models.tinyworld.model import DEADBAND
 from livegen.models.tinyworld.net import Config, Net, to_uint8, to_unit
-from livegen.models.tinyworld.sampling import rollout
+from livegen.models.tinyworld.sampling import palette_tensor, rollout, snap_to_palette
 
 CHECKPOINT = "checkpoint.pt"
 METRICS = "metrics.json"
@@ -131,9 +133,21 @@ def _self_forced_context(
         clean_prev = torch.cat([context[:, :1], context[:, :-1]], dim=1)
         noise = torch.randn(x[:, 1:].shape, generator=gen)
         pred = net.forward_train(context, clean_prev, clean_cond, noise, context, noisy_cond)
-        context = torch.cat([context[:, :1], to_unit(to_uint8(pred[:, :-1]))], dim=1)
+        own = snap_to_palette(pred[:, :-1].flatten(0, 1), _palettes(themes[:, 1:f].flatten()))
+        context = torch.cat([context[:, :1], to_unit(to_uint8(own)).view_as(pred[:, :-1])], dim=1)
     net.train(was_training)
     return context
+
+
+@functools.cache
+def _theme_palettes() -> dict[str, list[list[int]]]:
+    return theme_palettes()
+
+
+def _palettes(theme_indices: torch.Tensor) -> torch.Tensor:
+    """The codebooks serving snaps to, one row per frame, so self-forced context looks like a
+    served rollout's."""
+    return palette_tensor(_theme_palettes(), [game.THEMES[int(i)] for i in theme_indices])
 
 
 def probe(net: Net, num_frames: int = 48, seeds: tuple[int, ...] = (1001, 1002, 1003)) -> dict[str, float]:
@@ -148,7 +162,15 @@ def probe(net: Net, num_frames: int = 48, seeds: tuple[int, ...] = (1001, 1002, 
         states = [state]
         for action in actions:
             states.append(game.step(states[-1], action))
-        frames = rollout(net, game.render(state), actions, [theme] * num_frames, seed=seed)
+        frames = rollout(
+            net,
+            game.render(state),
+            actions,
+            [theme] * num_frames,
+            seed=seed,
+            deadband=DEADBAND,
+            palettes=_theme_palettes(),
+        )
         errors.append(agent_errors(frames[1:], states[1:]))
     net.train()
     e = np.concatenate(errors)

@@ -2,8 +2,9 @@
 
 The package carries ``models/weights/tiny_world.pt`` (the EMA weights in fp16,
 a plain tensor dict loaded with ``weights_only=True``) and
-``tiny_world.json`` (its sha256, the network config and the training facts
-the closing figures quote). Loading refuses a file whose digest does not
+``tiny_world.json`` (its sha256, the network config, the training facts the
+closing figures quote, and each theme's colour codebook read from the
+training frames, which generated pixels snap to). Loading refuses a file whose digest does not
 match, so a truncated or swapped checkpoint fails loudly instead of
 generating noise.
 """
@@ -19,6 +20,7 @@ from typing import Any
 import torch
 
 from livegen.errors import ModelError
+from livegen.models.tinyworld.data import theme_palettes
 from livegen.models.tinyworld.net import Config, Net
 
 WEIGHTS_FILE = "tiny_world.pt"
@@ -46,6 +48,7 @@ def export_weights(checkpoint: Path, dest: Path, which: str = "ema") -> str:
         "seed": state["seed"],
         "weights": which,
         "last_probe": metrics["probes"][-1] if metrics.get("probes") else None,
+        "palettes": theme_palettes(),
     }
     dest.with_name(MANIFEST_FILE).write_text(json.dumps(manifest, indent=1) + "\n")
     return digest
