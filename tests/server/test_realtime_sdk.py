@@ -148,6 +148,24 @@ async def test_server_vad_barge_in_cancels_and_truncates(voice_server: ServerThr
         assert truncated and truncated[0].audio_end_ms < 20_000
 
 
+async def test_semantic_vad_is_accepted_and_ends_a_turn_by_its_eagerness(voice_server: ServerThread) -> None:
+    async with client(voice_server).realtime.connect(model="scripted-voice") as connection:
+        await until(connection, "session.created")
+        detection = {"type": "semantic_vad", "eagerness": "high"}
+        await connection.session.update(
+            session={"type": "realtime", "audio": {"input": {"turn_detection": detection}}}
+        )
+        updated = (await until(connection, "session.updated"))[-1]
+        echoed = updated.session.audio.input.turn_detection
+        assert (echoed.type, echoed.eagerness) == ("semantic_vad", "high")
+        for _ in range(5):
+            await connection.input_audio_buffer.append(audio=pcm24(100, loud=True))
+        for _ in range(5):  # 500 ms of silence: past "high" (350 ms)
+            await connection.input_audio_buffer.append(audio=pcm24(100))
+        kinds = [e.type for e in await until(connection, "response.created")]
+        assert kinds.index("input_audio_buffer.speech_stopped") < kinds.index("input_audio_buffer.committed")
+
+
 async def test_bad_input_gets_openai_errors_and_the_session_goes_on(voice_server: ServerThread) -> None:
     service = next(s for s in voice_server.app.state.livegen.services if s.name == "voice")
     from livegen.voice.session import Limits

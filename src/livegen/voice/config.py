@@ -19,6 +19,11 @@ from livegen.models.voice import StreamConfig, TurnDetection
 from livegen.protocol.audio import AudioFormat, parse_format
 
 
+#: ``semantic_vad`` has no end-of-turn model here: its eagerness picks how long a silence ends
+#: the turn (OpenAI: "low" waits longer for the user to go on, "high" answers sooner).
+SEMANTIC_SILENCE_MS = {"low": 1200, "medium": 700, "auto": 700, "high": 350}
+
+
 @dataclass(frozen=True)
 class ServerVad:
     threshold: float = 0.5
@@ -27,8 +32,17 @@ class ServerVad:
     create_response: bool = True
     interrupt_response: bool = True
     idle_timeout_ms: int | None = None
+    #: Set when the client asked for ``semantic_vad``: the same detector, timed by eagerness.
+    eagerness: str | None = None
 
     def to_wire(self) -> dict[str, Any]:
+        if self.eagerness is not None:
+            return {
+                "type": "semantic_vad",
+                "eagerness": self.eagerness,
+                "create_response": self.create_response,
+                "interrupt_response": self.interrupt_response,
+            }
         return {
             "type": "server_vad",
             "threshold": self.threshold,
@@ -109,13 +123,15 @@ def _turn_detection(value: Any, current: ServerVad | None, param: str) -> Server
         return None
     _expect(value, dict, param)
     kind = value.get("type", "server_vad")
+    if kind == "semantic_vad":
+        return _semantic_vad(value, current, param)
     if kind != "server_vad":
         raise InvalidRequest(
-            f"turn detection {kind!r} is not supported; use 'server_vad' or null",
+            f"turn detection {kind!r} is not supported; use 'server_vad', 'semantic_vad' or null",
             code="unsupported_turn_detection",
             param=f"{param}.type",
         )
-    vad = current or ServerVad()
+    vad = current if current is not None and current.eagerness is None else ServerVad()
     updates: dict[str, Any] = {}
     if "threshold" in value:
         threshold = _expect(value["threshold"], (int, float), f"{param}.threshold")
@@ -138,6 +154,23 @@ def _turn_detection(value: Any, current: ServerVad | None, param: str) -> Server
     if "idle_timeout_ms" in value:
         idle = value["idle_timeout_ms"]
         updates["idle_timeout_ms"] = None if idle is None else _expect(idle, int, f"{param}.idle_timeout_ms")
+    return replace(vad, **updates)
+
+
+def _semantic_vad(value: dict[str, Any], current: ServerVad | None, param: str) -> ServerVad:
+    eagerness = value.get("eagerness", current.eagerness if current and current.eagerness else "auto")
+    if eagerness not in SEMANTIC_SILENCE_MS:
+        raise InvalidRequest(
+            f"{param}.eagerness must be one of {', '.join(SEMANTIC_SILENCE_MS)}, got {eagerness!r}",
+            code="invalid_value",
+            param=f"{param}.eagerness",
+        )
+    vad = ServerVad(eagerness=eagerness, silence_duration_ms=SEMANTIC_SILENCE_MS[eagerness])
+    updates = {
+        name: _expect(value[name], bool, f"{param}.{name}")
+        for name in ("create_response", "interrupt_response")
+        if name in value
+    }
     return replace(vad, **updates)
 
 

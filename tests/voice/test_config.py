@@ -1,0 +1,67 @@
+"""session.update parsing: turn detection in both dialects, semantic_vad by eagerness, refusals."""
+
+from __future__ import annotations
+
+import pytest
+
+from livegen.errors import InvalidRequest
+from livegen.voice.config import SEMANTIC_SILENCE_MS, Config, apply_update
+
+
+def _ga(detection: object) -> dict[str, object]:
+    return {"audio": {"input": {"turn_detection": detection}}}
+
+
+def test_server_vad_fields_apply_in_both_dialects_and_partially() -> None:
+    config = apply_update(Config(), _ga({"type": "server_vad", "silence_duration_ms": 900}))
+    assert config.turn_detection is not None and config.turn_detection.silence_duration_ms == 900
+    config = apply_update(config, {"turn_detection": {"threshold": 0.8}})  # beta spelling, partial
+    assert config.turn_detection is not None
+    assert (config.turn_detection.threshold, config.turn_detection.silence_duration_ms) == (0.8, 900)
+    assert apply_update(config, _ga(None)).turn_detection is None
+
+
+@pytest.mark.parametrize("eagerness", ["low", "medium", "high", "auto"])
+def test_semantic_vad_times_the_turn_by_eagerness_and_echoes_itself(eagerness: str) -> None:
+    config = apply_update(Config(), _ga({"type": "semantic_vad", "eagerness": eagerness}))
+    vad = config.turn_detection
+    assert vad is not None
+    assert config.stream_config().turn_detection is not None
+    assert config.stream_config().turn_detection.silence_duration_ms == SEMANTIC_SILENCE_MS[eagerness]
+    wire = config.to_wire("s")["audio"]["input"]["turn_detection"]
+    assert wire["type"] == "semantic_vad" and wire["eagerness"] == eagerness
+
+
+def test_semantic_vad_orders_eagerness_and_defaults_to_auto() -> None:
+    assert SEMANTIC_SILENCE_MS["low"] > SEMANTIC_SILENCE_MS["medium"] > SEMANTIC_SILENCE_MS["high"]
+    config = apply_update(Config(), _ga({"type": "semantic_vad", "create_response": False}))
+    assert config.turn_detection is not None
+    assert config.turn_detection.eagerness == "auto" and config.turn_detection.create_response is False
+
+
+def test_switching_back_to_server_vad_drops_the_semantic_timing() -> None:
+    config = apply_update(Config(), _ga({"type": "semantic_vad", "eagerness": "low"}))
+    config = apply_update(config, _ga({"type": "server_vad"}))
+    assert config.turn_detection is not None
+    assert config.turn_detection.eagerness is None
+    assert config.turn_detection.silence_duration_ms == 500
+    assert config.to_wire("s")["audio"]["input"]["turn_detection"]["type"] == "server_vad"
+
+
+@pytest.mark.parametrize(
+    ("detection", "code", "param"),
+    [
+        ({"type": "semantic_vad", "eagerness": "eager"}, "invalid_value", "eagerness"),
+        ({"type": "semantic_vad", "create_response": "yes"}, "invalid_value", "create_response"),
+        ({"type": "push_to_talk"}, "unsupported_turn_detection", "type"),
+    ],
+)
+def test_bad_turn_detection_is_refused_and_leaves_the_config(
+    detection: object, code: str, param: str
+) -> None:
+    before = Config()
+    with pytest.raises(InvalidRequest) as caught:
+        apply_update(before, _ga(detection))
+    assert caught.value.code == code
+    assert caught.value.param == f"session.audio.input.turn_detection.{param}"
+    assert before.turn_detection is not None and before.turn_detection.eagerness is None
