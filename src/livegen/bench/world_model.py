@@ -7,7 +7,10 @@ Figures (medians unless named otherwise):
   procedural-world (from the registry when it is there, else the game itself,
   which is what procedural-world renders) timed the same way;
 - first chunk: time of a new session's chunk-0 step (the model's share of
-  ``session.created`` to first frame), and the cold load time of the model;
+  ``session.created`` to first frame), the cold load time of the model, and
+  the whole path over the wire: a real server and ``WorldClient``, from
+  ``session.created`` arriving to the first chunk's frames decoded, for both
+  models;
 - action following: the same actions from the same seed in both models, the
   generated agent (found by its colour) against the game's, over F frames;
 - stability: long play (default 10 minutes of frames at the spec's fps) with
@@ -110,6 +113,28 @@ def follow(model: Any, seed: int, num_frames: int, fpc: int, prompt: str) -> dic
     return {"errors": errors, "frames": frames, "truth": np.stack([game.render(s) for s in states])}
 
 
+def first_frame_over_wire(model_name: str, sessions: int = 7) -> float:
+    """Median ms from ``session.created`` reaching a real client to its first chunk decoded."""
+    import asyncio
+
+    from livegen.client.world import WorldClient
+    from livegen.server import ServerConfig
+    from livegen.server.thread import ServerThread
+
+    async def one(url: str, seed: int) -> float:
+        async with await WorldClient.connect(url) as client:
+            await client.create(prompt="a forest room", seed=seed)
+            created = time.perf_counter()
+            await client.next_chunk(wait_s=60)
+            return 1000 * (time.perf_counter() - created)
+
+    config = ServerConfig(api_key=None, voice_model="none", world_model=model_name)
+    with ServerThread(config) as server:
+        server.wait_ready()
+        url = f"{server.ws_url}/v1/worlds"
+        return statistics.median(asyncio.run(one(url, seed)) for seed in range(sessions))
+
+
 def _game_states(seed: int, prompt: str, actions: list[str], fpc: int) -> list[game.State]:
     state = game.new_game(seed, game.theme_from_prompt(prompt))
     states = [state]
@@ -167,7 +192,7 @@ def save_strip(
 @click.option("--sessions", default=4, show_default=True, help="Concurrent sessions for the batched figure.")
 @click.option("--chunks", default=24, show_default=True, help="Chunks per speed run.")
 @click.option("--follow-frames", default=300, show_default=True, help="Frames per action-following run.")
-@click.option("--follow-seeds", default=3, show_default=True, help="Rooms (seeds) for action following.")
+@click.option("--follow-seeds", default=12, show_default=True, help="Rooms (seeds) for action following.")
 @click.option(
     "--stability-minutes", default=10.0, show_default=True, help="Minutes of play (at the spec's fps)."
 )
@@ -216,11 +241,19 @@ def command(
         first.append(1000 * (time.perf_counter() - t0))
         model.release(f"first{i}-0")
     report["first_chunk_ms"] = statistics.median(first)
+    report["first_frame_over_wire_ms"] = {
+        name: first_frame_over_wire(name) for name in ("tiny-world", "procedural-world")
+    }
     report["speed"] = {
         "tiny-world": [speed(model, n, chunks, fpc) for n in (1, sessions)],
         "baseline": [speed(baseline, n, chunks, fpc) for n in (1, sessions)],
     }
-    click.echo(json.dumps({k: report[k] for k in ("load_s", "first_chunk_ms", "speed")}, indent=1))
+    click.echo(
+        json.dumps(
+            {k: report[k] for k in ("load_s", "first_chunk_ms", "first_frame_over_wire_ms", "speed")},
+            indent=1,
+        )
+    )
     runs = [follow(model, 2000 + s, follow_frames, fpc, game.THEMES[s % 6]) for s in range(follow_seeds)]
     errors = np.concatenate([r["errors"] for r in runs])
     report["action_following"] = {

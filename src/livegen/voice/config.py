@@ -18,7 +18,6 @@ from livegen.errors import InvalidRequest
 from livegen.models.voice import StreamConfig, TurnDetection
 from livegen.protocol.audio import AudioFormat, parse_format
 
-
 #: ``semantic_vad`` has no end-of-turn model here: its eagerness picks how long a silence ends
 #: the turn (OpenAI: "low" waits longer for the user to go on, "high" answers sooner).
 SEMANTIC_SILENCE_MS = {"low": 1200, "medium": 700, "auto": 700, "high": 350}
