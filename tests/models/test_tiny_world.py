@@ -344,3 +344,17 @@ def test_the_model_draws_only_its_themes_colours_when_given_palettes() -> None:
     allowed = {tuple(c) for c in palettes["lava"]}
     assert {tuple(c) for c in frames.reshape(-1, 3).tolist()} <= allowed
     assert not {tuple(c) for c in frames_plain.reshape(-1, 3).tolist()} <= allowed  # a random net strays
+
+
+def test_obstacle_clips_start_with_the_agent_pushing_into_the_bar_or_crate() -> None:
+    from livegen.models.tinyworld.data import pushing_spots, sample_clips
+
+    state = game.new_game(3)
+    spots = pushing_spots(state)
+    assert spots
+    for position, action in spots:
+        here = game.State(state.theme, position, state.crate, None, state.bar)
+        assert game.agent_fits(state, position) and game.step(here, action) == here  # blocked
+    clips = sample_clips(np.random.default_rng(0), 16, 4, obstacle_share=1.0)
+    first_push_blocked = (clips.frames[:, 1] == clips.frames[:, 0]).all(axis=(1, 2, 3))
+    assert clips.actions[:, 1].min() > 0 and first_push_blocked.mean() > 0.8  # a coin or theme may change

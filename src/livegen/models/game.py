@@ -174,13 +174,21 @@ def step(state: State, action: str) -> State:
     if dx == dy == 0:
         return state
     x, y = state.agent[0] + dx * STEP_PX, state.agent[1] + dy * STEP_PX
-    moved = (x, y, AGENT, AGENT)
-    if not _inside(moved) or _overlap(moved, state.bar) or _overlap(moved, (*state.crate, CRATE, CRATE)):
+    if not agent_fits(state, (x, y)):
         return state
+    moved = (x, y, AGENT, AGENT)
     coin = state.coin
     if coin is not None and _overlap(moved, (*coin, COIN, COIN)):
         coin = None
     return replace(state, agent=(x, y), coin=coin)
+
+
+def agent_fits(state: State, position: tuple[int, int]) -> bool:
+    """Whether the agent may stand at ``position``: inside the walls, off the bar and the crate."""
+    rect = (*position, AGENT, AGENT)
+    return (
+        _inside(rect) and not _overlap(rect, state.bar) and not _overlap(rect, (*state.crate, CRATE, CRATE))
+    )
 
 
 def render(state: State) -> Frame:

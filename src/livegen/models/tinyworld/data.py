@@ -21,6 +21,7 @@ import numpy.typing as npt
 from livegen.models import game
 
 ACTION_INDEX = {name: i for i, name in enumerate(game.ACTIONS)}
+MOVES = {"up": (0, -1), "down": (0, 1), "left": (-1, 0), "right": (1, 0)}
 THEME_INDEX = {name: i for i, name in enumerate(game.THEMES)}
 
 
@@ -57,7 +58,49 @@ def held_actions(rng: np.random.Generator, num: int) -> list[str]:
     return [a for a in chunks for _ in range(fpc)][offset : offset + num]
 
 
-def sample_clips(rng: np.random.Generator, batch: int, length: int, theme_switch_prob: float = 0.05) -> Clip:
+def pushing_spots(state: game.State) -> list[tuple[tuple[int, int], str]]:
+    """Every (agent position, action) where the agent stands free and the action pushes it into
+    the bar or the crate (not a wall): the collisions a rollout gets wrong most often."""
+    lo, hi = game.WALL, game.SIZE - game.WALL - game.AGENT
+    spots = []
+    for x in range(lo, hi + 1, game.STEP_PX):
+        for y in range(lo, hi + 1, game.STEP_PX):
+            if not game.agent_fits(state, (x, y)):
+                continue
+            for action, (dx, dy) in MOVES.items():
+                nx, ny = x + dx * game.STEP_PX, y + dy * game.STEP_PX
+                if (dx or dy) and lo <= nx <= hi and lo <= ny <= hi and not game.agent_fits(state, (nx, ny)):
+                    spots.append(((x, y), action))
+    return spots
+
+
+def against_obstacle(
+    rng: np.random.Generator, state: game.State, length: int
+) -> tuple[game.State, list[str]]:
+    """``state`` with its agent moved next to the bar or the crate, and ``length`` actions that
+    push into it for a while, then go on as a player would (sliding along it, backing off)."""
+    spots = pushing_spots(state)
+    if not spots:
+        return state, held_actions(rng, length)
+    position, push = spots[int(rng.integers(len(spots)))]
+    coin = None if state.coin is not None and _touches_coin(position, state.coin) else state.coin
+    moved = replace(state, agent=position, coin=coin)
+    pushes = int(rng.integers(1, length + 1))
+    return moved, [push] * pushes + held_actions(rng, length - pushes)
+
+
+def _touches_coin(agent: tuple[int, int], coin: tuple[int, int]) -> bool:
+    (ax, ay), (cx, cy) = agent, coin
+    return ax < cx + game.COIN and cx < ax + game.AGENT and ay < cy + game.COIN and cy < ay + game.AGENT
+
+
+def sample_clips(
+    rng: np.random.Generator,
+    batch: int,
+    length: int,
+    theme_switch_prob: float = 0.05,
+    obstacle_share: float = 0.0,
+) -> Clip:
     frames = np.empty((batch, length, game.SIZE, game.SIZE, 3), dtype=np.uint8)
     actions = np.zeros((batch, length), dtype=np.int64)
     themes = np.zeros((batch, length), dtype=np.int64)
@@ -68,6 +111,9 @@ def sample_clips(rng: np.random.Generator, batch: int, length: int, theme_switch
         walk = held_actions(rng, int(rng.integers(0, 48)) + length)
         for action in walk[:-length]:
             state = game.step(state, action)
+        if rng.random() < obstacle_share:
+            state, tail = against_obstacle(rng, state, length - 1)
+            walk = ["none", *tail]  # the clip's first frame is where it starts; no action led to it
         switch_at = int(rng.integers(1, length)) if rng.random() < theme_switch_prob else -1
         for i, action in enumerate(walk[-length:]):
             if i == switch_at:

@@ -55,6 +55,8 @@ class Hyper:
     self_forcing_depth: int = 1
     #: Share of steps trained on long self-rollout streams (``buffer.py``).
     rollout_share: float = 0.0
+    #: Share of clips that start with the agent pushing into the bar or the crate (``data.py``).
+    obstacle_share: float = 0.0
 
 
 def make_optimizer(net: Net, lr: float) -> torch.optim.Optimizer:
@@ -77,7 +79,7 @@ def loss_on_batch(
     if buffer is not None and from_buffer:
         clip, context = buffer.batch()
     else:
-        clip = sample_clips(rng, hp.batch, f + 1)
+        clip = sample_clips(rng, hp.batch, f + 1, obstacle_share=hp.obstacle_share)
     x = to_unit(torch.from_numpy(clip.frames))
     actions, themes = torch.from_numpy(clip.actions), torch.from_numpy(clip.themes)
     b = x.shape[0]
@@ -317,6 +319,13 @@ def train(
     help="Share of steps whose context is a long rollout of the model's own frames.",
 )
 @click.option(
+    "--obstacle-share",
+    default=0.3,
+    show_default=True,
+    help="Share of clips that start with the agent pushing into the bar or the crate, the "
+    "collisions rollouts get wrong most.",
+)
+@click.option(
     "--export",
     type=click.Path(path_type=Path),
     default=None,
@@ -333,6 +342,7 @@ def command(
     self_forcing: float,
     self_forcing_depth: int,
     rollout_share: float,
+    obstacle_share: float,
     export: Path | None,
 ) -> None:
     """Train the tiny-world model on the procedural room game (one CPU thread, resumable)."""
@@ -344,6 +354,7 @@ def command(
         self_forcing=self_forcing,
         self_forcing_depth=self_forcing_depth,
         rollout_share=rollout_share,
+        obstacle_share=obstacle_share,
     )
     metrics = train(out, steps=steps, minutes=minutes, seed=seed, resume=resume, hp=hp)
     click.echo(f"step {metrics['step']}, {metrics['train_seconds'] / 60:.1f} min trained; {out / METRICS}")
