@@ -26,8 +26,9 @@ from livegen.logs import bind_session, log_event
 from livegen.models import Kind
 from livegen.models.voice import StreamConfig, VoiceModel, VoiceStream
 from livegen.protocol import realtime as wire
+from livegen.protocol.beta import to_beta, wants_beta
 from livegen.runtime.voice import Runner
-from livegen.server.auth import select_subprotocol
+from livegen.server.auth import offered_subprotocols, select_subprotocol
 from livegen.voice.session import Limits, ModelFacts, Session
 
 if TYPE_CHECKING:
@@ -165,11 +166,19 @@ class RealtimeService:
                 raise InvalidRequest(message, code="model_error", param="session.model") from exc
             return ModelFacts(name, model.input_rate, model.output_rate, model.has_vad), stream
 
-        runner = Runner(session, stream, websocket.send_text, on_sent=on_sent, open_model=open_model)
+        beta = wants_beta(dict(websocket.headers), offered_subprotocols(websocket.scope))
+        runner = Runner(
+            session,
+            stream,
+            websocket.send_text,
+            on_sent=on_sent,
+            open_model=open_model,
+            dialect=to_beta if beta else None,
+        )
         self.runners.add(runner)
         metrics.sessions_open.labels(kind="voice").inc()
         metrics.sessions_total.labels(kind="voice").inc()
-        log_event(logger, "voice.session_opened", model=name)
+        log_event(logger, "voice.session_opened", model=name, dialect="beta" if beta else "ga")
         run = asyncio.create_task(runner.run())
         reader = asyncio.create_task(self._read(websocket, runner, events_in))
         try:
