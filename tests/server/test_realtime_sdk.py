@@ -166,6 +166,22 @@ async def test_semantic_vad_is_accepted_and_ends_a_turn_by_its_eagerness(voice_s
         assert kinds.index("input_audio_buffer.speech_stopped") < kinds.index("input_audio_buffer.committed")
 
 
+async def test_idle_timeout_answers_when_nobody_speaks_after_the_answer(voice_server: ServerThread) -> None:
+    model_of(voice_server).script.reply_ms = 200
+    async with client(voice_server).realtime.connect(model="scripted-voice") as connection:
+        await until(connection, "session.created")
+        detection = {"type": "server_vad", "idle_timeout_ms": 300}
+        await connection.session.update(
+            session={"type": "realtime", "audio": {"input": {"turn_detection": detection}}}
+        )
+        await until(connection, "session.updated")
+        await connection.response.create()
+        first = (await until(connection, "response.done"))[-1].response.id
+        events = await until(connection, "response.created")  # nobody spoke: the server asks again
+        assert "input_audio_buffer.timeout_triggered" in [e.type for e in events]
+        assert events[-1].response.id != first
+
+
 async def test_bad_input_gets_openai_errors_and_the_session_goes_on(voice_server: ServerThread) -> None:
     service = next(s for s in voice_server.app.state.livegen.services if s.name == "voice")
     from livegen.voice.session import Limits

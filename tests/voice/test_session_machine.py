@@ -179,10 +179,16 @@ class VoiceCore(RuleBasedStateMachine):
         item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
         self.client(wire.ItemCreate(item=item))
 
-    @rule(vad=st.booleans())
-    def session_update(self, vad: bool) -> None:
-        detection = {"type": "server_vad", "silence_duration_ms": 30} if vad else None
-        self.client(wire.SessionUpdate(session={"audio": {"input": {"turn_detection": detection}}}))
+    @rule(vad=st.sampled_from(["none", "server", "server_idle"]))
+    def session_update(self, vad: str) -> None:
+        detection: dict[str, Any] | None = {"type": "server_vad", "silence_duration_ms": 30}
+        if vad == "server_idle":
+            detection = {**detection, "idle_timeout_ms": 200}
+        self.client(
+            wire.SessionUpdate(
+                session={"audio": {"input": {"turn_detection": None if vad == "none" else detection}}}
+            )
+        )
 
     @rule()
     def bad_session_update(self) -> None:
@@ -307,6 +313,16 @@ class VoiceCore(RuleBasedStateMachine):
         assert s.num_pending_commits <= s.limits.max_pending_commits
         controls = Counter(a.kind for a in s.attempts if a.kind not in INPUT_KINDS)
         assert all(count == 1 for count in controls.values()), "control attempts must stay bounded"
+
+    @invariant()
+    def idle_timeouts_follow_finished_answers(self) -> None:
+        kinds = [e["type"] for e in self.sent]
+        # each finished response arms the idle timer once; firing starts a response of its own
+        assert kinds.count("input_audio_buffer.timeout_triggered") <= kinds.count("response.done")
+        for i, kind in enumerate(kinds):
+            if kind == "input_audio_buffer.timeout_triggered":
+                rest = kinds[i + 1 :]
+                assert "response.created" in rest or "session.closed" in rest or "error" in rest
 
     @invariant()
     def epoch_only_advances(self) -> None:

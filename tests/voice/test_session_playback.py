@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import itertools
 from typing import Any
+
+import numpy as np
 
 from livegen.models.voice import OutputKind, VoiceOutput
 from livegen.protocol import realtime as wire
@@ -133,3 +136,60 @@ def test_clear_keeps_committed_turns_on_their_way_to_the_model() -> None:
     session.receive(wire.AudioClear(), 0.0)
     assert all(a.is_live for a in committed) and not any(a.is_live for a in dropped)
     assert session.ledger.pending_bytes == sum(a.reservation.num_bytes for a in committed if a.reservation)
+
+
+def _idle_session(timeout_ms: int) -> Session:
+    session = new_session(lead_ms=0)
+    detection = {"type": "server_vad", "silence_duration_ms": 200, "idle_timeout_ms": timeout_ms}
+    session.receive(wire.SessionUpdate(session={"audio": {"input": {"turn_detection": detection}}}), 0.0)
+    return session
+
+
+def _finish(session: Session, now: float, audio_ms: int) -> None:
+    response = session.response
+    assert response is not None
+    speak(session, now, ["hello"], audio_ms)
+    session.on_output(VoiceOutput(OutputKind.RESPONSE_DONE, 0, response.id, status="completed"), now)
+    session.tick(now + audio_ms / 1000)
+
+
+def test_idle_timeout_answers_after_the_answer_played_and_nobody_spoke() -> None:
+    session = _idle_session(1000)
+    assert session.next_deadline() is None  # no answer yet: nothing to time
+    session.receive(wire.ResponseCreate(), 0.0)
+    _finish(session, 0.0, 1000)  # one second of answer, played from t=0
+    assert session.response is None
+    assert session.next_deadline() == 2.0  # played until 1.0 s, then 1 s of silence
+    assert session.tick(1.9) == []
+    silence = wire.AudioAppend(audio=base64.b64encode(bytes(RATE * 2 // 10)).decode())
+    session.receive(silence, 1.95)  # quiet input keeps the timer running
+    effects = session.tick(2.0)
+    triggered = events(effects, "input_audio_buffer.timeout_triggered")
+    assert len(triggered) == 1 and triggered[0]["audio_end_ms"] - triggered[0]["audio_start_ms"] == 100
+    assert events(effects, "input_audio_buffer.committed")[0]["item_id"] == triggered[0]["item_id"]
+    assert len(events(effects, "response.created")) == 1
+    assert session.next_deadline() is None  # once per finished answer
+
+
+def test_speech_stops_the_idle_timer() -> None:
+    session = _idle_session(1000)
+    session.receive(wire.ResponseCreate(), 0.0)
+    _finish(session, 0.0, 500)
+    loud = (np.sin(np.arange(RATE // 10) * 0.3) * 9000).astype("<i2").tobytes()
+    effects = session.receive(wire.AudioAppend(audio=base64.b64encode(loud).decode()), 1.0)
+    assert events(effects, "input_audio_buffer.speech_started")
+    assert session.next_deadline() is None
+    assert not events(session.tick(5.0), "input_audio_buffer.timeout_triggered")
+
+
+def test_without_idle_timeout_nothing_is_timed() -> None:
+    session = _idle_session(1000)
+    session.receive(
+        wire.SessionUpdate(
+            session={"audio": {"input": {"turn_detection": {"type": "server_vad", "idle_timeout_ms": None}}}}
+        ),
+        0.0,
+    )
+    session.receive(wire.ResponseCreate(), 0.0)
+    _finish(session, 0.0, 500)
+    assert session.next_deadline() is None and session.tick(60.0) == []

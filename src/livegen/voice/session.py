@@ -97,6 +97,11 @@ class Session(Speaker):
         self._is_model_locked = False
         self._pending_config: Config | None = None
         self._pending_event_id: str | None = None
+        #: Idle timeout (server VAD's ``idle_timeout_ms``): the user is mid-speech, and since when
+        #: (and from which input ms) nobody has spoken since the last response finished playing.
+        self._in_speech = False
+        self._idle_from: float | None = None
+        self._idle_input_ms = 0.0
         self._reset_vad()
 
     # --- helpers ---------------------------------------------------------------------
@@ -127,6 +132,7 @@ class Session(Speaker):
         return [Run(self._attempt(kind, now, **fields))]
 
     def _reset_vad(self) -> None:
+        self._in_speech = False
         vad = self.config.turn_detection
         if vad is None or self.model.has_vad:
             self._vad = None
@@ -468,6 +474,8 @@ class Session(Speaker):
         vad = self.config.turn_detection
         if vad is None:
             return []
+        self._in_speech = True
+        self._idle_from = None
         self._vad_item_id = self._vad_item_id or self.ids("item")
         start = max(0, round(audio_ms) - vad.prefix_padding_ms)
         effects: list[Effect] = [
@@ -481,6 +489,7 @@ class Session(Speaker):
         vad = self.config.turn_detection
         if vad is None:
             return []
+        self._in_speech = False
         item_id = self._vad_item_id or self.ids("item")
         effects: list[Effect] = [
             self._event("input_audio_buffer.speech_stopped", audio_end_ms=round(audio_ms), item_id=item_id)
@@ -494,6 +503,58 @@ class Session(Speaker):
         if vad.create_response and self.response is None:
             effects += self._create_response(now, self.config.instructions, self.config.output_modalities)
         return effects
+
+    # --- idle timeout -----------------------------------------------------------------
+
+    def _end_response(self, now: float, status: str, details: dict[str, Any] | None) -> list[Effect]:
+        response = self.response
+        effects = super()._end_response(now, status, details)
+        if response is not None:
+            # The idle clock starts when the user has heard the whole answer.
+            playback = response.playback
+            played_until = now
+            if playback is not None and playback.started_at is not None:
+                played_until = max(now, playback.started_at + playback.sent_ms / 1000.0)
+            self._idle_from, self._idle_input_ms = played_until, self.input_ms
+        return effects
+
+    def _idle_deadline(self) -> float | None:
+        vad = self.config.turn_detection
+        if vad is None or vad.idle_timeout_ms is None or self._idle_from is None:
+            return None
+        if self.response is not None or self._in_speech or self.is_closed:
+            return None
+        return self._idle_from + vad.idle_timeout_ms / 1000.0
+
+    def next_deadline(self) -> float | None:
+        deadlines = [d for d in (super().next_deadline(), self._idle_deadline()) if d is not None]
+        return min(deadlines, default=None)
+
+    def tick(self, now: float) -> list[Effect]:
+        effects = super().tick(now)
+        deadline = self._idle_deadline()
+        if deadline is not None and now >= deadline:
+            effects += self._idle_timeout(now)
+        return effects
+
+    def _idle_timeout(self, now: float) -> list[Effect]:
+        """Nobody spoke for ``idle_timeout_ms`` after the answer: commit what came in, and answer."""
+        self._idle_from = None
+        item_id = self._vad_item_id or self.ids("item")
+        effects: list[Effect] = [
+            self._event(
+                "input_audio_buffer.timeout_triggered",
+                audio_start_ms=round(self._idle_input_ms),
+                audio_end_ms=round(self.input_ms),
+                item_id=item_id,
+            )
+        ]
+        if self.buffer_bytes:
+            try:
+                effects += self._commit(item_id, now)
+            except CapacityExceeded as error:
+                return [*effects, *self.reject(error)]
+        return effects + self._create_response(now, self.config.instructions, self.config.output_modalities)
 
     def _is_speaking(self, now: float) -> bool:
         """A response is running, or audio already sent is still playing at the client."""
