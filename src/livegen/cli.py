@@ -91,6 +91,14 @@ def main() -> None:
     "--max-sessions", default=64, show_default=True, type=click.IntRange(1), help="Sessions of each kind."
 )
 @click.option(
+    "--resume-grace",
+    "resume_grace_s",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(0),
+    help="Seconds a voice session outlives a lost socket, waiting for session.resume; 0 ends it at once.",
+)
+@click.option(
     "--llm-base-url",
     envvar="LIVEGEN_LLM_BASE_URL",
     default=None,

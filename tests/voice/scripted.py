@@ -106,6 +106,7 @@ class Stream:
             yield output
 
     async def aclose(self) -> None:
+        self.calls.append("aclose")
         if self.task is not None:
             self.task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -111,6 +111,17 @@ class SessionClose(ClientEvent, frozen=True, kw_only=True):
     TYPE = "session.close"
 
 
+class SessionResume(ClientEvent, frozen=True, kw_only=True):
+    """Extension: re-attach to a session whose socket was lost; the first event of a connection
+    opened with ``/v1/realtime?session_id=<id>``. ``last_event_seq`` is the 1-based position of the
+    last server event the client received (0: none)."""
+
+    TYPE = "session.resume"
+    session_id: str
+    resume_token: str
+    last_event_seq: int = 0
+
+
 EVENT_TYPES: dict[str, type[ClientEvent]] = {
     cls.TYPE: cls
     for cls in (
@@ -127,6 +138,7 @@ EVENT_TYPES: dict[str, type[ClientEvent]] = {
         OutputAudioClear,
         PlaybackAck,
         SessionClose,
+        SessionResume,
     )
 }
 

@@ -19,6 +19,8 @@ class ServerConfig:
     log_level: str = "info"
     #: Most sessions of each kind served at once; more are refused with a clear error.
     max_sessions: int = 64
+    #: Seconds a voice session outlives a lost socket, waiting for ``session.resume`` (0: none).
+    resume_grace_s: float = 30.0
     #: OpenAI-compatible chat endpoint for the voice model's replies (optional).
     llm_base_url: str | None = None
     llm_model: str | None = None

@@ -27,14 +27,21 @@ from livegen.models import Kind
 from livegen.models.voice import StreamConfig, VoiceModel, VoiceStream
 from livegen.protocol import realtime as wire
 from livegen.protocol.beta import to_beta, wants_beta
+from livegen.runtime.attachment import Attachment, JournalGap
 from livegen.runtime.voice import Runner
 from livegen.server.auth import offered_subprotocols, select_subprotocol
+from livegen.server.resume import Handoff, Resumable, new_token, read_resume, resumed_event
 from livegen.voice.session import Limits, ModelFacts, Session
 
 if TYPE_CHECKING:
     from livegen.server.app import State
 
 logger = logging.getLogger("livegen.server.realtime")
+
+#: Close code for a socket whose session was resumed on another connection.
+REPLACED = 4001
+#: A client that closes with these meant to leave; any other loss parks the session for a resume.
+CLEAN_CLOSE_CODES = frozenset({1000, 1001})
 
 
 class RealtimeService:
@@ -47,6 +54,9 @@ class RealtimeService:
         self.default_model = state.voice_model.name
         self.models: dict[str, VoiceModel] = {}
         self.runners: set[Runner] = set()
+        #: Sessions by id, for resuming connections, and the tasks that own them.
+        self.live: dict[str, Resumable] = {}
+        self.owners: set[asyncio.Task[None]] = set()
         self._load_lock = asyncio.Lock()
 
     def routes(self) -> list[BaseRoute]:
@@ -61,6 +71,8 @@ class RealtimeService:
         for runner in list(self.runners):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(runner.done.wait(), 5.0)
+        if self.owners:  # parked sessions end with their runners; let them clean up
+            await asyncio.wait(set(self.owners), timeout=5.0)
 
     def health(self) -> dict[str, Any]:
         return {
@@ -106,6 +118,10 @@ class RealtimeService:
 
     async def endpoint(self, websocket: WebSocket) -> None:
         await websocket.accept(subprotocol=select_subprotocol(websocket.scope))
+        resume_id = websocket.query_params.get("session_id")
+        if resume_id is not None:
+            await self._resume(websocket, resume_id)
+            return
         requested = websocket.query_params.get("model") or self.default_model
         if self.default_model not in self.models:
             await self._refuse(
@@ -125,10 +141,39 @@ class RealtimeService:
             )
             return
         session_id = "sess_" + secrets.token_hex(8)
+        released = asyncio.Event()
         with bind_session(session_id):
-            await self._serve(websocket, session_id, name, model)
+            # The session is a task of the service, not of this handler: when the socket goes,
+            # the handler returns (so a server shutdown never waits for a parked session) and
+            # the session waits for a resume on its own.
+            owner = asyncio.create_task(self._serve(websocket, released, session_id, name, model))
+        self.owners.add(owner)
+        owner.add_done_callback(self.owners.discard)
+        await released.wait()
 
-    async def _serve(self, websocket: WebSocket, session_id: str, name: str, model: VoiceModel) -> None:
+    async def _resume(self, websocket: WebSocket, session_id: str) -> None:
+        """A connection re-attaching to a live session: check, hand over, wait until released."""
+        try:
+            event = await read_resume(websocket, session_id)
+        except RemoteProtocolError as error:
+            await self._refuse(websocket, error.code, error.message, 1008)
+            return
+        except WebSocketDisconnect:
+            return
+        live = self.live.get(session_id)
+        if live is None or not live.check(event.resume_token):
+            code = "session_not_found" if live is None else "invalid_resume_token"
+            message = "no live session with that id" if live is None else "the resume token does not match"
+            await self._refuse(websocket, code, message, 1008)
+            return
+        handoff = Handoff(websocket, event.last_event_seq, event.event_id)
+        await live.handoffs.put(handoff)
+        with bind_session(session_id):
+            await handoff.released.wait()
+
+    async def _serve(
+        self, websocket: WebSocket, released: asyncio.Event, session_id: str, name: str, model: VoiceModel
+    ) -> None:
         counter = itertools.count(1)
         tag = session_id[5:13]
 
@@ -167,48 +212,151 @@ class RealtimeService:
             return ModelFacts(name, model.input_rate, model.output_rate, model.has_vad), stream
 
         beta = wants_beta(dict(websocket.headers), offered_subprotocols(websocket.scope))
+        attachment = Attachment(websocket.send_text)
+        live: Resumable | None = None
+
+        def outgoing(event: dict[str, Any]) -> dict[str, Any]:
+            if event["type"] == "session.created" and live is not None:
+                event = {**event, "resume_token": live.token}
+            return to_beta(event) if beta else event
+
         runner = Runner(
-            session,
-            stream,
-            websocket.send_text,
-            on_sent=on_sent,
-            open_model=open_model,
-            dialect=to_beta if beta else None,
+            session, stream, attachment.send, on_sent=on_sent, open_model=open_model, dialect=outgoing
         )
+        live = Resumable(runner, attachment)
         self.runners.add(runner)
+        self.live[session_id] = live
         metrics.sessions_open.labels(kind="voice").inc()
         metrics.sessions_total.labels(kind="voice").inc()
         log_event(logger, "voice.session_opened", model=name, dialect="beta" if beta else "ga")
         run = asyncio.create_task(runner.run())
-        reader = asyncio.create_task(self._read(websocket, runner, events_in))
+        socket: WebSocket | None = websocket
+        socket_released: asyncio.Event | None = released
         try:
-            await asyncio.wait({reader, run}, return_when=asyncio.FIRST_COMPLETED)
+            while True:
+                if socket is not None:
+                    outcome = await self._hold(socket, live, run, events_in)
+                    if outcome is None:
+                        break
+                    code = REPLACED if isinstance(outcome, Handoff) else 1000
+                    await self._retire(socket, socket_released, code)
+                    socket, socket_released = None, None
+                    if not isinstance(outcome, Handoff):
+                        continue
+                    handoff = outcome
+                elif (parked := await self._park(live, run)) is not None:
+                    handoff = parked
+                else:
+                    break
+                if await self._take(session_id, live, handoff):
+                    socket, socket_released = handoff.websocket, handoff.released
+                else:
+                    await self._retire(handoff.websocket, handoff.released, 1008)
         finally:
-            reader.cancel()
             await runner.stop("client_disconnected")
             with contextlib.suppress(Exception):
                 await run
             self.runners.discard(runner)
+            self.live.pop(session_id, None)
             metrics.sessions_open.labels(kind="voice").dec()
-            with contextlib.suppress(Exception):
-                await websocket.close()
+            await self._retire(socket, socket_released, 1000)
+            released.set()
+            await self._turn_away(live)
             log_event(logger, "voice.session_closed", stale_outputs=session.num_stale_outputs)
 
-    async def _read(self, websocket: WebSocket, runner: Runner, counter: Any) -> None:
-        with contextlib.suppress(WebSocketDisconnect):
-            while True:
+    async def _hold(
+        self, socket: WebSocket, live: Resumable, run: asyncio.Task[None], counter: Any
+    ) -> Handoff | bool | None:
+        """Serve ``socket`` until the session ends (None), the socket is lost (False) or a resume
+        takes the session over (the handoff)."""
+        reader = asyncio.create_task(self._read(socket, live.runner, counter))
+        handoff = asyncio.create_task(live.handoffs.get())
+        try:
+            await asyncio.wait({reader, run, handoff}, return_when=asyncio.FIRST_COMPLETED)
+            if handoff.done():
+                return handoff.result()
+            if run.done() or reader.result() in CLEAN_CLOSE_CODES:
+                return None  # over, or the client said goodbye: nothing to resume
+            return False
+        finally:
+            reader.cancel()
+            handoff.cancel()
+
+    async def _park(self, live: Resumable, run: asyncio.Task[None]) -> Handoff | None:
+        """No socket: wait up to the grace period for a resume (None: the session ends)."""
+        grace = self.state.config.resume_grace_s
+        if run.done() or grace <= 0:
+            return None
+        live.attachment.detach()
+        log_event(logger, "voice.session_parked", grace_s=grace)
+        handoff = asyncio.create_task(live.handoffs.get())
+        try:
+            done, _ = await asyncio.wait({run, handoff}, timeout=grace, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            handoff.cancel()
+        if handoff in done:
+            return handoff.result()
+        log_event(logger, "voice.session_expired" if not done else "voice.session_ended_parked")
+        return None
+
+    async def _retire(self, socket: WebSocket | None, released: asyncio.Event | None, code: int) -> None:
+        """Close a socket the session no longer uses, and let its handler return."""
+        if socket is not None:
+            with contextlib.suppress(Exception):
+                await socket.close(code)
+        if released is not None:
+            released.set()
+
+    async def _turn_away(self, live: Resumable) -> None:
+        """Resumes that arrived as the session ended: tell them, and let their handlers return."""
+        while not live.handoffs.empty():
+            handoff = live.handoffs.get_nowait()
+            await self._refuse(handoff.websocket, "session_not_found", "the session has ended", 1008)
+            handoff.released.set()
+
+    async def _take(self, session_id: str, live: Resumable, handoff: Handoff) -> bool:
+        """Attach the resuming socket: greeting, replay, live. A refused replay (a gap in the
+        journal, a seq never sent) is an error on the new socket; the session stays parked."""
+        live.attachment.detach()
+        token = new_token()
+        greeting = resumed_event(session_id, token, handoff.last_seq, live.attachment.seq)
+        try:
+            replayed = await live.attachment.attach(handoff.websocket.send_text, handoff.last_seq, greeting)
+        except (JournalGap, ValueError) as exc:
+            code = "resume_gap" if isinstance(exc, JournalGap) else "invalid_value"
+            error = InvalidRequest(str(exc), code=code, param="last_event_seq", event_id=handoff.event_id)
+            with contextlib.suppress(Exception):
+                await handoff.websocket.send_text(
+                    wire.encode(
+                        {"type": "error", "event_id": "event_resume", "error": error.to_error_body()}
+                    ).decode()
+                )
+            return False
+        except Exception:  # the new socket died during the replay: parked again, events kept
+            live.attachment.detach()
+            return False
+        live.token = token
+        log_event(logger, "voice.session_resumed", last_seq=handoff.last_seq, replayed=replayed)
+        return True
+
+    async def _read(self, websocket: WebSocket, runner: Runner, counter: Any) -> int:
+        """Pass client events to the runner until the socket closes; returns its close code."""
+        while True:
+            try:
                 message = await websocket.receive()
-                if message["type"] == "websocket.disconnect":
-                    return
-                counter.inc()
-                text = message.get("text")
-                try:
-                    if text is None:
-                        raise InvalidRequest(
-                            "binary messages are not part of this protocol; send JSON text",
-                            code="invalid_event",
-                        )
-                    event: wire.ClientEvent | RemoteProtocolError = wire.decode(text)
-                except RemoteProtocolError as error:
-                    event = error
-                await runner.put_client(event)
+            except WebSocketDisconnect as gone:
+                return gone.code
+            if message["type"] == "websocket.disconnect":
+                return int(message.get("code", 1006))
+            counter.inc()
+            text = message.get("text")
+            try:
+                if text is None:
+                    raise InvalidRequest(
+                        "binary messages are not part of this protocol; send JSON text",
+                        code="invalid_event",
+                    )
+                event: wire.ClientEvent | RemoteProtocolError = wire.decode(text)
+            except RemoteProtocolError as error:
+                event = error
+            await runner.put_client(event)

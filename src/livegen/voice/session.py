@@ -452,6 +452,13 @@ class Session(Speaker):
     def _on_close(self, event: wire.SessionClose, now: float) -> list[Effect]:
         return self.close(now, "client_closed")
 
+    def _on_resume(self, event: wire.SessionResume, now: float) -> list[Effect]:
+        raise InvalidState(
+            "session.resume is the first event of a new connection to /v1/realtime?session_id=<id>, "
+            "not an event inside a session",
+            code="invalid_resume",
+        )
+
     _handlers: ClassVar[dict[type[wire.ClientEvent], Callable[[Session, Any, float], list[Effect]]]] = {
         wire.SessionUpdate: _on_session_update,
         wire.AudioAppend: _on_append,
@@ -466,6 +473,7 @@ class Session(Speaker):
         wire.OutputAudioClear: _on_output_clear,
         wire.PlaybackAck: _on_playback_ack,
         wire.SessionClose: _on_close,
+        wire.SessionResume: _on_resume,
     }
 
     # --- turn policy -----------------------------------------------------------------

@@ -1,0 +1,99 @@
+"""``session.resume``: handing a live voice session to the client's new socket.
+
+The coroutine that opened a session owns it to the end (``RealtimeService._serve``):
+it alone attaches and detaches sockets, so there is no race between a resume
+and the session ending. A resuming connection (``/v1/realtime?session_id=``)
+only checks the request and posts a ``Handoff`` to the owner's queue, then
+keeps its socket open until the owner is done with it (an ASGI handler that
+returns closes its socket). The owner takes a handoff whether its old socket
+is gone (the usual case, within the grace period) or still looks open (a
+half-open connection: the old socket is closed, the new one wins).
+
+Tokens are random, compared in constant time, and rotated on every resume, so
+a token that leaked from an old connection cannot take the session again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import secrets
+from dataclasses import dataclass, field
+
+from starlette.websockets import WebSocket
+
+from livegen.errors import InvalidRequest
+from livegen.protocol import realtime as wire
+from livegen.runtime.attachment import Attachment
+from livegen.runtime.voice import Runner
+
+#: How long a resuming connection may take to send its ``session.resume``.
+FIRST_EVENT_TIMEOUT_S = 10.0
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(24)
+
+
+@dataclass
+class Handoff:
+    """A resuming client's socket, posted to the session's owner."""
+
+    websocket: WebSocket
+    last_seq: int
+    event_id: str | None
+    #: Set by the owner when it is done with the socket (the resuming handler may then return).
+    released: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+@dataclass
+class Resumable:
+    """What a live voice session exposes to resuming connections."""
+
+    runner: Runner
+    attachment: Attachment
+    token: str = field(default_factory=new_token)
+    handoffs: asyncio.Queue[Handoff] = field(default_factory=asyncio.Queue)
+
+    def check(self, token: str) -> bool:
+        return hmac.compare_digest(self.token.encode(), token.encode())
+
+
+async def read_resume(websocket: WebSocket, session_id: str) -> wire.SessionResume:
+    """The resuming connection's first event, which must be a ``session.resume`` for ``session_id``."""
+    try:
+        text = await asyncio.wait_for(websocket.receive_text(), FIRST_EVENT_TIMEOUT_S)
+    except TimeoutError:
+        raise InvalidRequest(
+            f"no session.resume within {FIRST_EVENT_TIMEOUT_S:.0f} s", code="invalid_resume"
+        ) from None
+    event = wire.decode(text)
+    if not isinstance(event, wire.SessionResume):
+        raise InvalidRequest(
+            f"a connection with ?session_id= must begin with session.resume, not {event.TYPE}",
+            code="invalid_resume",
+            event_id=event.event_id,
+        )
+    if event.session_id != session_id:
+        raise InvalidRequest(
+            "session.resume names another session than ?session_id=",
+            code="invalid_resume",
+            param="session_id",
+            event_id=event.event_id,
+        )
+    return event
+
+
+def resumed_event(session_id: str, token: str, last_seq: int, seq: int) -> str:
+    """The greeting on the new socket, before the replay (not itself numbered in the stream)."""
+    return wire.encode(
+        {
+            "type": "session.resumed",
+            "event_id": "event_resumed_" + secrets.token_hex(4),
+            "session_id": session_id,
+            "resume_token": token,
+            "last_event_seq": last_seq,
+            "replay_from_seq": last_seq + 1,
+            "latest_seq": seq,
+        }
+    ).decode()
