@@ -19,8 +19,8 @@ from collections.abc import Awaitable, Callable
 
 SendText = Callable[[str], Awaitable[None]]
 
-#: Enough for about a minute of 24 kHz PCM16 audio deltas, plus the events around them.
-DEFAULT_JOURNAL_BYTES = 8 * 1024 * 1024
+#: About 30 s of 24 kHz PCM16 audio deltas (the default grace period), plus the events around them.
+DEFAULT_JOURNAL_BYTES = 2 * 1024 * 1024
 
 
 class JournalGap(Exception):
