@@ -17,8 +17,9 @@ whoever advanced the epoch, so nothing is left waiting for them.
 
 Neighbours: ``ledger.py`` owns the byte and playback arithmetic,
 ``response.py`` one response's wire form, ``conversation.py`` the items,
-``vad.py`` the fallback detector, ``output.py`` the other half of this
-object (model outputs, pacing, terminals), ``protocol/`` the wire codecs.
+``vad.py`` the fallback detector, ``output.py`` and ``turns.py`` the other
+parts of this object (model outputs, pacing, terminals; turn policy and the
+idle timeout), ``protocol/`` the wire codecs.
 """
 
 from __future__ import annotations
@@ -48,9 +49,9 @@ from livegen.voice.chain import (
 from livegen.voice.config import Config, apply_update
 from livegen.voice.conversation import Conversation, Item, item_from_wire
 from livegen.voice.ledger import InputLedger, Playback
-from livegen.voice.output import Speaker
 from livegen.voice.response import Response
 from livegen.voice.settings import IdFactory, Limits, ModelFacts
+from livegen.voice.turns import TurnTaker
 from livegen.voice.vad import Edge, EnergyVad
 
 #: A truncate this far past the audio is clamped (clients' playback clocks overshoot a little).
@@ -62,7 +63,7 @@ class Phase(StrEnum):
     CLOSED = "closed"
 
 
-class Session(Speaker):
+class Session(TurnTaker):
     def __init__(
         self,
         session_id: str,
@@ -475,98 +476,6 @@ class Session(Speaker):
         wire.SessionClose: _on_close,
         wire.SessionResume: _on_resume,
     }
-
-    # --- turn policy -----------------------------------------------------------------
-
-    def _speech_started(self, audio_ms: float, now: float) -> list[Effect]:
-        vad = self.config.turn_detection
-        if vad is None:
-            return []
-        self._in_speech = True
-        self._idle_from = None
-        self._vad_item_id = self._vad_item_id or self.ids("item")
-        start = max(0, round(audio_ms) - vad.prefix_padding_ms)
-        effects: list[Effect] = [
-            self._event("input_audio_buffer.speech_started", audio_start_ms=start, item_id=self._vad_item_id)
-        ]
-        if vad.interrupt_response and self._is_speaking(now):
-            effects += self._interrupt(now, "turn_detected")
-        return effects
-
-    def _speech_stopped(self, audio_ms: float, now: float) -> list[Effect]:
-        vad = self.config.turn_detection
-        if vad is None:
-            return []
-        self._in_speech = False
-        item_id = self._vad_item_id or self.ids("item")
-        effects: list[Effect] = [
-            self._event("input_audio_buffer.speech_stopped", audio_end_ms=round(audio_ms), item_id=item_id)
-        ]
-        if self.buffer_bytes == 0:
-            return effects
-        try:
-            effects += self._commit(item_id, now)
-        except CapacityExceeded as error:
-            return [*effects, *self.reject(error)]
-        if vad.create_response and self.response is None:
-            effects += self._create_response(now, self.config.instructions, self.config.output_modalities)
-        return effects
-
-    # --- idle timeout -----------------------------------------------------------------
-
-    def _end_response(self, now: float, status: str, details: dict[str, Any] | None) -> list[Effect]:
-        response = self.response
-        effects = super()._end_response(now, status, details)
-        if response is not None:
-            # The idle clock starts when the user has heard the whole answer.
-            playback = response.playback
-            played_until = now
-            if playback is not None and playback.started_at is not None:
-                played_until = max(now, playback.started_at + playback.sent_ms / 1000.0)
-            self._idle_from, self._idle_input_ms = played_until, self.input_ms
-        return effects
-
-    def _idle_deadline(self) -> float | None:
-        vad = self.config.turn_detection
-        if vad is None or vad.idle_timeout_ms is None or self._idle_from is None:
-            return None
-        if self.response is not None or self._in_speech or self.is_closed:
-            return None
-        return self._idle_from + vad.idle_timeout_ms / 1000.0
-
-    def next_deadline(self) -> float | None:
-        deadlines = [d for d in (super().next_deadline(), self._idle_deadline()) if d is not None]
-        return min(deadlines, default=None)
-
-    def tick(self, now: float) -> list[Effect]:
-        effects = super().tick(now)
-        deadline = self._idle_deadline()
-        if deadline is not None and now >= deadline:
-            effects += self._idle_timeout(now)
-        return effects
-
-    def _idle_timeout(self, now: float) -> list[Effect]:
-        """Nobody spoke for ``idle_timeout_ms`` after the answer: commit what came in, and answer."""
-        self._idle_from = None
-        item_id = self._vad_item_id or self.ids("item")
-        effects: list[Effect] = [
-            self._event(
-                "input_audio_buffer.timeout_triggered",
-                audio_start_ms=round(self._idle_input_ms),
-                audio_end_ms=round(self.input_ms),
-                item_id=item_id,
-            )
-        ]
-        if self.buffer_bytes:
-            try:
-                effects += self._commit(item_id, now)
-            except CapacityExceeded as error:
-                return [*effects, *self.reject(error)]
-        return effects + self._create_response(now, self.config.instructions, self.config.output_modalities)
-
-    def _is_speaking(self, now: float) -> bool:
-        """A response is running, or audio already sent is still playing at the client."""
-        return self.response is not None or any(p.is_playing(now) for p in self.playbacks.values())
 
     # --- the fence and interruption ---------------------------------------------------
 
