@@ -327,8 +327,8 @@ def test_snap_to_palette_picks_each_pixels_nearest_colour_per_row() -> None:
     x0[:, 0, 0, 0] = 0.6  # reddish pixel
     out = to_uint8(snap_to_palette(x0, palette)).numpy()
     assert out[0, 0, 0].tolist() == [255, 0, 0] and out[0, 1, 1].tolist() == [0, 0, 0]
-    # row b has no black: its nearest is blue or green (equidistant; argmin takes the first)
-    assert out[1, 1, 1].tolist() == [0, 0, 255]
+    # row b has no black: it decodes to one of the colours it is nearest a blend of
+    assert out[1, 1, 1].tolist() in ([0, 0, 255], [0, 255, 0])
     assert torch.equal(snap_to_palette(x0, None), x0)
 
 
@@ -358,3 +358,16 @@ def test_obstacle_clips_start_with_the_agent_pushing_into_the_bar_or_crate() -> 
     clips = sample_clips(np.random.default_rng(0), 16, 4, obstacle_share=1.0)
     first_push_blocked = (clips.frames[:, 1] == clips.frames[:, 0]).all(axis=(1, 2, 3))
     assert clips.actions[:, 1].min() > 0 and first_push_blocked.mean() > 0.8  # a coin or theme may change
+
+
+def test_a_blend_of_two_colours_decodes_to_its_larger_part_not_a_colour_between() -> None:
+    from livegen.models.tinyworld.net import to_uint8, to_unit
+    from livegen.models.tinyworld.sampling import palette_tensor, snap_to_palette
+
+    red, green, brown = [230, 40, 40], [110, 160, 80], [150, 100, 50]  # forest: agent, floor, crate
+    palette = palette_tensor({"t": [green, brown, red]}, ["t"])
+    mix = [0.6 * r + 0.4 * g for r, g in zip(red, green, strict=True)]  # mostly red; nearest: brown
+    pixels = torch.tensor([[mix, [0.3 * r + 0.7 * g for r, g in zip(red, green, strict=True)], brown]])
+    x0 = to_unit(pixels.to(torch.uint8)[:, None])  # (1, 3, 1, 3)
+    out = to_uint8(snap_to_palette(x0, palette))[0, 0].tolist()
+    assert out == [red, green, brown]

@@ -67,18 +67,30 @@ def hold_still(x0: Tensor, prev: Tensor, deadband: float) -> Tensor:
 
 
 def snap_to_palette(x0: Tensor, palette: Tensor | None) -> Tensor:
-    """Each pixel of ``x0`` (B, 3, H, W) replaced by its nearest colour in ``palette`` (B, K, 3),
-    all in [-1, 1]: the frame decodes into the codebook of its theme, so that a rollout's
-    context stays made of colours the model was trained on instead of drifting between them."""
+    """Each pixel of ``x0`` (B, 3, H, W) decoded to one colour of ``palette`` (B, K, 3), all in
+    [-1, 1], so that a rollout's context stays made of colours the model was trained on.
+
+    Where the model is unsure (did the agent move?), its x0 is a blend of the outcomes, and the
+    nearest palette colour to a blend of red agent and green floor can be a third colour (the
+    brown of the crate), which then stands in the room as an obstacle. So each pixel is read as
+    a mix of two palette colours (the pair whose segment passes nearest to it, a colour with
+    itself included) and decoded to the larger part of the mix."""
     if palette is None:
         return x0
-    distance = (x0[:, None] - palette[:, :, :, None, None]).pow(2).sum(dim=2)  # (B, K, H, W)
-    nearest = distance.argmin(dim=1)  # (B, H, W)
-    return (
-        torch.gather(palette, 1, nearest.flatten(1)[..., None].expand(-1, -1, 3))
-        .transpose(1, 2)
-        .reshape(x0.shape)
-    )
+    b, k = palette.shape[:2]
+    start = palette[:, :, None, :]  # (B, K, 1, 3)
+    span = palette[:, None, :, :] - start  # (B, K, K, 3): segment from colour i to colour j
+    pixels = x0.permute(0, 2, 3, 1).reshape(b, -1, 1, 1, 3)  # (B, N, 1, 1, 3)
+    along = ((pixels - start[:, None]) * span[:, None]).sum(-1) / (span * span).sum(-1).clamp(min=1e-6)[
+        :, None
+    ]
+    along = along.clamp(0, 1)  # (B, N, K, K): how far from colour i toward colour j
+    miss = (pixels - (start[:, None] + along[..., None] * span[:, None])).pow(2).sum(-1)
+    pair = miss.flatten(2).argmin(-1)  # (B, N)
+    share = along.flatten(2).gather(-1, pair[..., None]).squeeze(-1)
+    colour = torch.where(share < 0.5, pair // k, pair % k)
+    decoded = palette.gather(1, colour[..., None].expand(-1, -1, 3))  # (B, N, 3)
+    return decoded.transpose(1, 2).reshape(x0.shape)
 
 
 def palette_tensor(palettes: dict[str, list[list[int]]], themes: Sequence[str]) -> Tensor:
