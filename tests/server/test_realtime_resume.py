@@ -11,7 +11,7 @@ import asyncio
 import base64
 import contextlib
 import json
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -19,6 +19,17 @@ import websockets
 
 from livegen.server.thread import ServerThread
 from voice.scripted import registry
+
+#: Every client connection a test opens; all are closed after it (a refused one too).
+OPENED: list[Any] = []
+
+
+@pytest.fixture(autouse=True)
+async def close_clients() -> AsyncIterator[None]:
+    yield
+    while OPENED:
+        with contextlib.suppress(Exception):
+            await OPENED.pop().close()
 
 
 def serve(start_server: Callable[..., ServerThread], grace_s: float = 30.0) -> ServerThread:
@@ -45,6 +56,7 @@ async def until(ws: Any, kind: str, into: list[dict[str, Any]]) -> dict[str, Any
 
 async def start_answer(server: ServerThread) -> tuple[Any, list[dict[str, Any]]]:
     ws = await websockets.connect(f"{server.ws_url}/v1/realtime?model=scripted-voice")
+    OPENED.append(ws)
     seen: list[dict[str, Any]] = []
     await until(ws, "session.created", seen)
     await ws.send(json.dumps({"type": "response.create"}))
@@ -55,6 +67,7 @@ async def start_answer(server: ServerThread) -> tuple[Any, list[dict[str, Any]]]
 
 async def resume(server: ServerThread, session_id: str, token: str, last_seq: int) -> Any:
     ws = await websockets.connect(f"{server.ws_url}/v1/realtime?session_id={session_id}")
+    OPENED.append(ws)
     message = {
         "type": "session.resume",
         "session_id": session_id,
