@@ -33,7 +33,6 @@ import torch
 from livegen.models import game
 from livegen.models.tinyworld.buffer import RolloutBuffer
 from livegen.models.tinyworld.data import agent_errors, sample_clips, sticky_actions, theme_palettes
-from livegen.models.tinyworld.model import DEADBAND
 from livegen.models.tinyworld.net import Config, Net, to_uint8, to_unit
 from livegen.models.tinyworld.sampling import palette_tensor, rollout, snap_to_palette
 
@@ -170,7 +169,7 @@ def probe(net: Net, num_frames: int = 48, seeds: tuple[int, ...] = (1001, 1002, 
             actions,
             [theme] * num_frames,
             seed=seed,
-            deadband=DEADBAND,
+            deadband=0.0,
             palettes=_theme_palettes(),
         )
         errors.append(agent_errors(frames[1:], states[1:]))
