@@ -49,6 +49,9 @@ class Hyper:
     ema: float = 0.998
     sprite_weight: float = 10.0
     error_weight: float = 10.0
+    #: A pixel off by more than this (in [-1, 1] units, any channel) counts as badly wrong. Night's
+    #: floor and wall colours are 0.24 apart, so an error of 0.12 already decodes to the wrong one.
+    wrong_threshold: float = 0.2
     context_noise: float = 0.08
     self_forcing: float = 0.0
     self_forcing_depth: int = 1
@@ -103,7 +106,7 @@ def loss_on_batch(
     seen = err.detach()
     sprites = torch.from_numpy(clip.sprites)
     moving = (sprites[:, 1:] | sprites[:, :-1] | ((x[:, 1:] - x[:, :-1]).abs().amax(dim=2) > 0.01)).float()
-    wrong = ((pred.detach() - targets).abs().amax(dim=2) > 0.2).float()
+    wrong = ((pred.detach() - targets).abs().amax(dim=2) > hp.wrong_threshold).float()
     weight = 1 + hp.sprite_weight * moving + hp.error_weight * wrong
     loss = (weight * err).mean()
     return loss, {
@@ -325,6 +328,12 @@ def train(
     "collisions rollouts get wrong most.",
 )
 @click.option(
+    "--wrong-threshold",
+    default=0.2,
+    show_default=True,
+    help="Per-pixel error (in [-1, 1] units) above which the loss weighs a pixel up as badly wrong.",
+)
+@click.option(
     "--export",
     type=click.Path(path_type=Path),
     default=None,
@@ -342,6 +351,7 @@ def command(
     self_forcing_depth: int,
     rollout_share: float,
     obstacle_share: float,
+    wrong_threshold: float,
     export: Path | None,
 ) -> None:
     """Train the tiny-world model on the procedural room game (one CPU thread, resumable)."""
@@ -354,6 +364,7 @@ def command(
         self_forcing_depth=self_forcing_depth,
         rollout_share=rollout_share,
         obstacle_share=obstacle_share,
+        wrong_threshold=wrong_threshold,
     )
     metrics = train(out, steps=steps, minutes=minutes, seed=seed, resume=resume, hp=hp)
     click.echo(f"step {metrics['step']}, {metrics['train_seconds'] / 60:.1f} min trained; {out / METRICS}")
