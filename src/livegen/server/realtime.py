@@ -103,18 +103,14 @@ class RealtimeService:
         return self.models[entry.name]
 
     async def _refuse(self, websocket: WebSocket, code: str, message: str, close_code: int) -> None:
-        self.state.metrics.errors.labels(kind="voice", code=code).inc()
-        error = {
-            "type": "invalid_request_error",
-            "code": code,
-            "message": message,
-            "param": None,
-            "event_id": None,
-        }
-        await websocket.send_text(
-            wire.encode({"type": "error", "event_id": "event_refused", "error": error}).decode()
-        )
+        await self._send_error(websocket, InvalidRequest(message, code=code))
         await websocket.close(close_code)
+
+    async def _send_error(self, websocket: WebSocket, error: RemoteProtocolError) -> None:
+        """An OpenAI-shaped error outside any session (refusals, failed resumes), counted."""
+        self.state.metrics.errors.labels(kind="voice", code=error.code).inc()
+        event = {"type": "error", "event_id": "event_refused", "error": error.to_error_body()}
+        await websocket.send_text(wire.encode(event).decode())
 
     async def endpoint(self, websocket: WebSocket) -> None:
         await websocket.accept(subprotocol=select_subprotocol(websocket.scope))
@@ -156,7 +152,8 @@ class RealtimeService:
         try:
             event = await read_resume(websocket, session_id)
         except RemoteProtocolError as error:
-            await self._refuse(websocket, error.code, error.message, 1008)
+            await self._send_error(websocket, error)
+            await websocket.close(1008)
             return
         except WebSocketDisconnect:
             return
@@ -326,11 +323,7 @@ class RealtimeService:
             code = "resume_gap" if isinstance(exc, JournalGap) else "invalid_value"
             error = InvalidRequest(str(exc), code=code, param="last_event_seq", event_id=handoff.event_id)
             with contextlib.suppress(Exception):
-                await handoff.websocket.send_text(
-                    wire.encode(
-                        {"type": "error", "event_id": "event_resume", "error": error.to_error_body()}
-                    ).decode()
-                )
+                await self._send_error(handoff.websocket, error)
             return False
         except Exception:  # the new socket died during the replay: parked again, events kept
             live.attachment.detach()
