@@ -30,7 +30,7 @@ STEP_PX = 2
 
 THEMES: tuple[str, ...] = ("forest", "ocean", "desert", "lava", "snow", "night")
 ACTIONS: tuple[str, ...] = ("none", "up", "down", "left", "right")
-_MOVES = {"none": (0, 0), "up": (0, -1), "down": (0, 1), "left": (-1, 0), "right": (1, 0)}
+MOVES = {"none": (0, 0), "up": (0, -1), "down": (0, 1), "left": (-1, 0), "right": (1, 0)}
 
 # wall, floor a, floor b, bar, crate, coin, agent
 _PALETTES: dict[str, tuple[tuple[int, int, int], ...]] = {
@@ -170,17 +170,21 @@ def new_game(seed: int, theme: str = THEMES[0]) -> State:
 
 def step(state: State, action: str) -> State:
     """One frame of play: move the agent unless a wall, the bar or the crate blocks it."""
-    dx, dy = _MOVES.get(action, (0, 0))
+    dx, dy = MOVES.get(action, (0, 0))
     if dx == dy == 0:
         return state
     x, y = state.agent[0] + dx * STEP_PX, state.agent[1] + dy * STEP_PX
     if not agent_fits(state, (x, y)):
         return state
-    moved = (x, y, AGENT, AGENT)
+    return place_agent(state, (x, y))
+
+
+def place_agent(state: State, position: tuple[int, int]) -> State:
+    """``state`` with the agent at ``position``, taking the coin if it touches it."""
     coin = state.coin
-    if coin is not None and _overlap(moved, (*coin, COIN, COIN)):
+    if coin is not None and _overlap((*position, AGENT, AGENT), (*coin, COIN, COIN)):
         coin = None
-    return replace(state, agent=(x, y), coin=coin)
+    return replace(state, agent=position, coin=coin)
 
 
 def agent_fits(state: State, position: tuple[int, int]) -> bool:

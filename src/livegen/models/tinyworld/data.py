@@ -21,7 +21,6 @@ import numpy.typing as npt
 from livegen.models import game
 
 ACTION_INDEX = {name: i for i, name in enumerate(game.ACTIONS)}
-MOVES = {"up": (0, -1), "down": (0, 1), "left": (-1, 0), "right": (1, 0)}
 THEME_INDEX = {name: i for i, name in enumerate(game.THEMES)}
 
 
@@ -67,7 +66,7 @@ def pushing_spots(state: game.State) -> list[tuple[tuple[int, int], str]]:
         for y in range(lo, hi + 1, game.STEP_PX):
             if not game.agent_fits(state, (x, y)):
                 continue
-            for action, (dx, dy) in MOVES.items():
+            for action, (dx, dy) in game.MOVES.items():
                 nx, ny = x + dx * game.STEP_PX, y + dy * game.STEP_PX
                 if (dx or dy) and lo <= nx <= hi and lo <= ny <= hi and not game.agent_fits(state, (nx, ny)):
                     spots.append(((x, y), action))
@@ -83,15 +82,9 @@ def against_obstacle(
     if not spots:
         return state, held_actions(rng, length)
     position, push = spots[int(rng.integers(len(spots)))]
-    coin = None if state.coin is not None and _touches_coin(position, state.coin) else state.coin
-    moved = replace(state, agent=position, coin=coin)
+    moved = game.place_agent(state, position)
     pushes = int(rng.integers(1, length + 1))
     return moved, [push] * pushes + held_actions(rng, length - pushes)
-
-
-def _touches_coin(agent: tuple[int, int], coin: tuple[int, int]) -> bool:
-    (ax, ay), (cx, cy) = agent, coin
-    return ax < cx + game.COIN and cx < ax + game.AGENT and ay < cy + game.COIN and cy < ay + game.AGENT
 
 
 def sample_clips(

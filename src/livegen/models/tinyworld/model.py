@@ -19,7 +19,6 @@ global state, so a seed, prompt and actions always give the same frames.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,7 +31,7 @@ from livegen.errors import ModelContractError, StateEvicted
 from livegen.models import game
 from livegen.models.tinyworld.data import ACTION_INDEX, THEME_INDEX
 from livegen.models.tinyworld.net import TOKENS_PER_FRAME, Context, Net, to_uint8, to_unit
-from livegen.models.tinyworld.sampling import hold_still, noise_levels, palette_tensor, snap_to_palette
+from livegen.models.tinyworld.sampling import palette_table, sample_frame
 from livegen.models.world import Chunk, KVGeometry, Tick, TickMeta, WorldSpec
 
 NAME = "tiny-world"
@@ -82,8 +81,8 @@ class TinyWorld:
         self.net = net
         self.num_steps = num_steps
         self.deadband = deadband
-        #: Per theme, the colours of its training frames; generated pixels snap to them (None: off).
-        self.palettes = palettes
+        #: Per theme index, the colours of its training frames; generated pixels snap to them.
+        self._palettes = palette_table(palettes)
         cfg = net.cfg
         self.kv_geometry = KVGeometry(
             num_layers=cfg.num_layers,
@@ -210,18 +209,11 @@ class TinyWorld:
         action = torch.tensor([j.action for j in jobs])
         theme = torch.tensor([THEME_INDEX[j.session.theme] for j in jobs])
         noise = torch.stack([j.noise[k] for j in jobs])
-        levels = noise_levels(self.num_steps)
-        x = x0 = noise
-        for t, t_next in itertools.pairwise(levels):
-            c = self.net.cond(torch.full((len(jobs),), t), action, theme)
-            pred, _ = self.net.run_frame(x, prev, c, ctx, decode=True)
-            assert pred is not None
-            x0 = pred
-            if t_next > 0:
-                eps = (x - (1 - t) * x0) / t
-                x = (1 - t_next) * x0 + t_next * eps
-        palette = palette_tensor(self.palettes, [j.session.theme for j in jobs]) if self.palettes else None
-        return list(to_uint8(snap_to_palette(hold_still(x0, prev, self.deadband), palette)).numpy())
+        palette = None if self._palettes is None else self._palettes[theme]
+        frames = sample_frame(
+            self.net, prev, action, theme, noise, ctx, self.num_steps, self.deadband, palette
+        )
+        return list(frames.numpy())
 
     def _encode(
         self,

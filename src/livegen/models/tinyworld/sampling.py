@@ -101,6 +101,11 @@ def palette_tensor(palettes: dict[str, list[list[int]]], themes: Sequence[str]) 
     return to_unit(torch.tensor(rows, dtype=torch.uint8)[:, :, None, :]).squeeze(-1).transpose(1, 2)
 
 
+def palette_table(palettes: dict[str, list[list[int]]] | None) -> Tensor | None:
+    """Every theme's codebook, one row per theme index (index it with a batch's theme tensor)."""
+    return None if palettes is None else palette_tensor(palettes, game.THEMES)
+
+
 @torch.no_grad()
 def encode_clean(
     net: Net,
@@ -143,6 +148,7 @@ def rollout(
 ) -> npt.NDArray[np.uint8]:
     """Frames [first, then one per action] for one session; ``themes`` per generated frame."""
     gen = torch.Generator().manual_seed(seed)
+    table = palette_table(palettes)
     cache: list[KV] = []
     frame = to_unit(torch.from_numpy(first))[None]
     prev = frame
@@ -155,7 +161,7 @@ def rollout(
         action = torch.tensor([ACTION_INDEX[action_name]])
         theme = torch.tensor([THEME_INDEX[theme_name]])
         noise = torch.randn(1, 3, game.SIZE, game.SIZE, generator=gen)
-        palette = palette_tensor(palettes, [theme_name]) if palettes else None
+        palette = None if table is None else table[theme]
         image = sample_frame(net, frame, action, theme, noise, ctx, num_steps, deadband, palette)
         prev, frame = frame, to_unit(image)
         cache.append(encode_clean(net, frame, prev, action, theme, ctx))

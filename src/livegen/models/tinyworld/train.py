@@ -34,7 +34,7 @@ from livegen.models import game
 from livegen.models.tinyworld.buffer import RolloutBuffer
 from livegen.models.tinyworld.data import agent_errors, sample_clips, sticky_actions, theme_palettes
 from livegen.models.tinyworld.net import Config, Net, to_uint8, to_unit
-from livegen.models.tinyworld.sampling import palette_tensor, rollout, snap_to_palette
+from livegen.models.tinyworld.sampling import palette_table, rollout, snap_to_palette
 
 CHECKPOINT = "checkpoint.pt"
 METRICS = "metrics.json"
@@ -137,21 +137,19 @@ def _self_forced_context(
         clean_prev = torch.cat([context[:, :1], context[:, :-1]], dim=1)
         noise = torch.randn(x[:, 1:].shape, generator=gen)
         pred = net.forward_train(context, clean_prev, clean_cond, noise, context, noisy_cond)
-        own = snap_to_palette(pred[:, :-1].flatten(0, 1), _palettes(themes[:, 1:f].flatten()))
+        own = snap_to_palette(pred[:, :-1].flatten(0, 1), _palette_table()[themes[:, 1:f].flatten()])
         context = torch.cat([context[:, :1], to_unit(to_uint8(own)).view_as(pred[:, :-1])], dim=1)
     net.train(was_training)
     return context
 
 
 @functools.cache
-def _theme_palettes() -> dict[str, list[list[int]]]:
-    return theme_palettes()
-
-
-def _palettes(theme_indices: torch.Tensor) -> torch.Tensor:
-    """The codebooks serving snaps to, one row per frame, so self-forced context looks like a
-    served rollout's."""
-    return palette_tensor(_theme_palettes(), [game.THEMES[int(i)] for i in theme_indices])
+def _palette_table() -> torch.Tensor:
+    """The codebooks serving snaps to, by theme index, so self-forced context looks like a served
+    rollout's."""
+    table = palette_table(theme_palettes())
+    assert table is not None
+    return table
 
 
 def probe(net: Net, num_frames: int = 48, seeds: tuple[int, ...] = (1001, 1002, 1003)) -> dict[str, float]:
@@ -173,7 +171,7 @@ def probe(net: Net, num_frames: int = 48, seeds: tuple[int, ...] = (1001, 1002, 
             [theme] * num_frames,
             seed=seed,
             deadband=0.0,
-            palettes=_theme_palettes(),
+            palettes=theme_palettes(),
         )
         errors.append(agent_errors(frames[1:], states[1:]))
     net.train()
