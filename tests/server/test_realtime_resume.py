@@ -78,6 +78,16 @@ async def resume(server: ServerThread, session_id: str, token: str, last_seq: in
     return ws
 
 
+async def session_ended(server: ServerThread) -> Any:
+    """The voice service, once its last session has ended and released its model stream (or 5 s)."""
+    service = next(s for s in server.app.state.livegen.services if s.name == "voice")
+    for _ in range(100):
+        if not service.runners and "aclose" in service.models["scripted-voice"].streams[-1].calls:
+            break
+        await asyncio.sleep(0.05)
+    return service
+
+
 async def drop(ws: Any) -> None:
     """Lose the connection without a close frame, as a network drop does (a clean close means
     the client left, and ends the session)."""
@@ -163,13 +173,8 @@ async def test_after_the_grace_period_the_session_is_gone_and_released(
     ws, before = await start_answer(server)
     session_id, token = before[0]["session"]["id"], before[0]["resume_token"]
     await drop(ws)
-    service = next(s for s in server.app.state.livegen.services if s.name == "voice")
-    stream = service.models["scripted-voice"].streams[-1]
-    for _ in range(100):
-        if "aclose" in stream.calls:
-            break
-        await asyncio.sleep(0.05)
-    assert "aclose" in stream.calls and not service.runners
+    service = await session_ended(server)
+    assert "aclose" in service.models["scripted-voice"].streams[-1].calls and not service.runners
     late = await resume(server, session_id, token, last_seq=len(before))
     assert (await recv(late))["error"]["code"] == "session_not_found"
 
@@ -178,11 +183,7 @@ async def test_a_clean_close_ends_the_session_at_once(start_server: Callable[...
     server = serve(start_server)
     ws, before = await start_answer(server)
     await ws.close()  # code 1000: the client meant to leave
-    service = next(s for s in server.app.state.livegen.services if s.name == "voice")
-    for _ in range(100):
-        if not service.runners:
-            break
-        await asyncio.sleep(0.05)
+    service = await session_ended(server)
     assert not service.runners and "aclose" in service.models["scripted-voice"].streams[-1].calls
     late = await resume(server, before[0]["session"]["id"], before[0]["resume_token"], last_seq=1)
     assert (await recv(late))["error"]["code"] == "session_not_found"
