@@ -20,7 +20,7 @@ from livegen.models import Kind, default_registry, game  # noqa: E402
 from livegen.models.tinyworld.model import TinyWorld  # noqa: E402
 from livegen.models.tinyworld.net import Config, Net  # noqa: E402
 from livegen.models.tinyworld.sampling import stack_context  # noqa: E402
-from livegen.models.tinyworld.train import Hyper, train  # noqa: E402
+from livegen.models.tinyworld.train import Hyper, learning_rate, train  # noqa: E402
 from livegen.models.tinyworld.weights import export_weights, load_net  # noqa: E402
 from livegen.models.world import Tick, TickMeta, WorldModel  # noqa: E402
 
@@ -216,7 +216,8 @@ def test_training_runs_resumes_and_exports_checked_weights(tmp_path: Path) -> No
         load_net(dest.parent)
 
 
-def test_training_is_seeded(tmp_path: Path) -> None:
+def test_training_is_seeded_wherever_its_data_is_drawn(tmp_path: Path) -> None:
+    """Run b draws its clips in a worker process, run a in the training process: same run."""
     hp = Hyper(batch=2, context=2)
     runs = [
         train(
@@ -227,15 +228,29 @@ def test_training_is_seeded(tmp_path: Path) -> None:
             resume=False,
             hp=hp,
             cfg=SMALL,
+            workers=workers,
+            snapshots=workers > 0,
             show_progress=False,
         )
-        for name in ("a", "b")
+        for name, workers in (("a", 0), ("b", 1))
     ]
     states = [
         torch.load(tmp_path / name / "checkpoint.pt", weights_only=False)["model"] for name in ("a", "b")
     ]
     assert runs[0]["history"] == runs[1]["history"]
     assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
+    snapshot = torch.load(tmp_path / "b" / "snapshots" / "ema-2.pt", weights_only=True)
+    assert snapshot.keys() == states[1].keys() and all(v.dtype == torch.float16 for v in snapshot.values())
+    assert not (tmp_path / "a" / "snapshots").exists()
+
+
+def test_learning_rate_warms_up_then_anneals_to_lr_end() -> None:
+    hp = Hyper(lr=1e-3, warmup=100)
+    assert learning_rate(hp, 0, 0.0, None) == pytest.approx(1e-5)
+    assert learning_rate(hp, 5000, 0.7, None) == pytest.approx(1e-3)
+    assert learning_rate(hp, 5000, 0.0, 1e-4) == pytest.approx(1e-3)
+    assert learning_rate(hp, 5000, 0.5, 1e-4) == pytest.approx(5.5e-4)
+    assert learning_rate(hp, 5000, 1.0, 1e-4) == pytest.approx(1e-4)
 
 
 def test_tiny_world_is_registered_and_opt_in() -> None:

@@ -179,7 +179,8 @@ class Net(nn.Module):
     def rope(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         """cos/sin tables broadcastable to (B, H, N, hd/2) for per-token frame positions (B, N) or (N,)."""
         half = self.cfg.head_dim // 2
-        freqs = self.cfg.rope_base ** (-torch.arange(half, dtype=torch.float32) / half)
+        exponents = torch.arange(half, dtype=torch.float32, device=positions.device) / half
+        freqs = self.cfg.rope_base**-exponents
         angles = positions.to(torch.float32)[..., None] * freqs
         if angles.dim() == 2:
             angles = angles[None]
@@ -229,9 +230,10 @@ class Net(nn.Module):
         skip, tokens = self.stem(frames, prevs, conds.flatten(0, 1))
         x = tokens.reshape(b, 2 * f * TOKENS_PER_FRAME, -1)
         c_tok = conds.repeat_interleave(TOKENS_PER_FRAME, dim=1)
-        frame_pos = torch.cat([torch.arange(f), torch.arange(1, f + 1)])
+        frame_pos = torch.cat([torch.arange(f), torch.arange(1, f + 1)]).to(clean.device)
         rope = self.rope(frame_pos.repeat_interleave(TOKENS_PER_FRAME))
         mask = train_mask(f).repeat_interleave(TOKENS_PER_FRAME, 0).repeat_interleave(TOKENS_PER_FRAME, 1)
+        mask = mask.to(clean.device)
         for block in self.blocks:
             x, _, _ = block(x, c_tok, rope, mask[None, None])
         out_tokens = x[:, f * TOKENS_PER_FRAME :].reshape(b * f, TOKENS_PER_FRAME, -1)
@@ -248,7 +250,8 @@ class Net(nn.Module):
         if kv is None:
             return None
         num_frames = kv[0][0].shape[2] // TOKENS_PER_FRAME
-        cos, sin = self.rope(torch.arange(num_frames).repeat_interleave(TOKENS_PER_FRAME))
+        positions = torch.arange(num_frames, device=kv[0][0].device)
+        cos, sin = self.rope(positions.repeat_interleave(TOKENS_PER_FRAME))
         mask = None
         if valid is not None:
             b = valid.shape[0]
@@ -266,7 +269,7 @@ class Net(nn.Module):
         num_ctx = 0 if ctx is None else ctx.num_frames
         skip, x = self.stem(x_t, prev, c)
         c_tok = c[:, None]
-        rope = self.rope(torch.full((TOKENS_PER_FRAME,), num_ctx))
+        rope = self.rope(torch.full((TOKENS_PER_FRAME,), num_ctx, device=x_t.device))
         mask = None if ctx is None else ctx.mask
         new_kv: list[tuple[Tensor, Tensor]] = []
         last = len(self.blocks) - 1

@@ -17,6 +17,7 @@ rollouts learn to correct their drift.
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import math
@@ -32,9 +33,11 @@ import torch
 
 from livegen.models import game
 from livegen.models.tinyworld.buffer import RolloutBuffer
-from livegen.models.tinyworld.data import agent_errors, sample_clips, sticky_actions, theme_palettes
+from livegen.models.tinyworld.data import agent_errors, sticky_actions, theme_palettes
+from livegen.models.tinyworld.feed import Drawn, Recipe, batches
 from livegen.models.tinyworld.net import Config, Net, to_uint8, to_unit
 from livegen.models.tinyworld.sampling import palette_table, rollout, snap_to_palette
+from livegen.models.tinyworld.weights import fp16_tensors
 
 CHECKPOINT = "checkpoint.pt"
 METRICS = "metrics.json"
@@ -67,44 +70,45 @@ def make_optimizer(net: Net, lr: float) -> torch.optim.Optimizer:
 
 def sample_t(gen: torch.Generator, shape: tuple[int, ...]) -> torch.Tensor:
     """Noise levels leaning high: a quarter exactly 1 (where sampling starts), the rest logit-normal."""
-    t = torch.sigmoid(torch.randn(shape, generator=gen) + 0.5)
-    return torch.where(torch.rand(shape, generator=gen) < 0.25, torch.ones(shape), t)
+    device = gen.device
+    t = torch.sigmoid(torch.randn(shape, generator=gen, device=device) + 0.5)
+    return torch.where(torch.rand(shape, generator=gen, device=device) < 0.25, torch.ones_like(t), t)
 
 
 def loss_on_batch(
-    net: Net, hp: Hyper, step: int, seed: int, buffer: RolloutBuffer | None = None
+    net: Net, hp: Hyper, drawn: Drawn, buffer: RolloutBuffer | None = None
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    rng = np.random.default_rng([seed, step])
-    gen = torch.Generator().manual_seed(int(rng.integers(2**62)))
+    device = next(net.parameters()).device
+    gen = torch.Generator(device=device).manual_seed(drawn.noise_seed)
     f = hp.context
-    from_buffer = buffer is not None and rng.random() < hp.rollout_share
-    if buffer is not None and from_buffer:
+    if drawn.clip is None:
+        assert buffer is not None, "a rollout step needs the rollout buffer"
         clip, context = buffer.batch()
     else:
-        clip = sample_clips(rng, hp.batch, f + 1, obstacle_share=hp.obstacle_share)
-    x = to_unit(torch.from_numpy(clip.frames))
-    actions, themes = torch.from_numpy(clip.actions), torch.from_numpy(clip.themes)
+        clip = drawn.clip
+    x = to_unit(torch.from_numpy(clip.frames).to(device))
+    actions, themes = torch.from_numpy(clip.actions).to(device), torch.from_numpy(clip.themes).to(device)
     b = x.shape[0]
-    if buffer is not None and from_buffer:
+    if drawn.clip is None:
+        assert buffer is not None
         buffer.advance(net, clip, context, gen)
     else:
-        sigma = torch.rand(b, 1, 1, 1, 1, generator=gen) * hp.context_noise
-        context = x[:, :f] + sigma * torch.randn(x[:, :f].shape, generator=gen)
-        if hp.self_forcing > 0 and torch.rand((), generator=gen) < hp.self_forcing:
+        sigma = torch.rand(b, 1, 1, 1, 1, generator=gen, device=device) * hp.context_noise
+        context = x[:, :f] + sigma * torch.randn(x[:, :f].shape, generator=gen, device=device)
+        if hp.self_forcing > 0 and torch.rand((), generator=gen, device=device) < hp.self_forcing:
             context = _self_forced_context(net, x, context, actions, themes, hp.self_forcing_depth, gen)
     targets = x[:, 1:]
     t = sample_t(gen, (b, f))
-    noise = torch.randn(targets.shape, generator=gen)
+    noise = torch.randn(targets.shape, generator=gen, device=device)
     noisy = (1 - t)[..., None, None, None] * targets + t[..., None, None, None] * noise
     clean_prev = torch.cat([context[:, :1], context[:, :-1]], dim=1)
-    clean_cond = net.cond(torch.zeros(b * f), actions[:, :f].flatten(), themes[:, :f].flatten()).view(
-        b, f, -1
-    )
+    zeros = torch.zeros(b * f, device=device)
+    clean_cond = net.cond(zeros, actions[:, :f].flatten(), themes[:, :f].flatten()).view(b, f, -1)
     noisy_cond = net.cond(t.flatten(), actions[:, 1:].flatten(), themes[:, 1:].flatten()).view(b, f, -1)
     pred = net.forward_train(context, clean_prev, clean_cond, noisy, context, noisy_cond)
     err = (pred - targets).pow(2).mean(dim=2)  # (B, F, 32, 32)
     seen = err.detach()
-    sprites = torch.from_numpy(clip.sprites)
+    sprites = torch.from_numpy(clip.sprites).to(device)
     moving = (sprites[:, 1:] | sprites[:, :-1] | ((x[:, 1:] - x[:, :-1]).abs().amax(dim=2) > 0.01)).float()
     wrong = ((pred.detach() - targets).abs().amax(dim=2) > hp.wrong_threshold).float()
     weight = 1 + hp.sprite_weight * moving + hp.error_weight * wrong
@@ -130,26 +134,27 @@ def _self_forced_context(
     b, f = context.shape[:2]
     was_training = net.training
     net.eval()
-    zeros = torch.zeros(b * f)
+    zeros = torch.zeros(b * f, device=x.device)
     clean_cond = net.cond(zeros, actions[:, :f].flatten(), themes[:, :f].flatten()).view(b, f, -1)
     noisy_cond = net.cond(zeros + 1, actions[:, 1:].flatten(), themes[:, 1:].flatten()).view(b, f, -1)
+    palettes = _palette_table(str(x.device))[themes[:, 1:f].flatten()]
     for _ in range(depth):
         clean_prev = torch.cat([context[:, :1], context[:, :-1]], dim=1)
-        noise = torch.randn(x[:, 1:].shape, generator=gen)
+        noise = torch.randn(x[:, 1:].shape, generator=gen, device=x.device)
         pred = net.forward_train(context, clean_prev, clean_cond, noise, context, noisy_cond)
-        own = snap_to_palette(pred[:, :-1].flatten(0, 1), _palette_table()[themes[:, 1:f].flatten()])
+        own = snap_to_palette(pred[:, :-1].flatten(0, 1), palettes)
         context = torch.cat([context[:, :1], to_unit(to_uint8(own)).view_as(pred[:, :-1])], dim=1)
     net.train(was_training)
     return context
 
 
 @functools.cache
-def _palette_table() -> torch.Tensor:
+def _palette_table(device: str) -> torch.Tensor:
     """The codebooks serving snaps to, by theme index, so self-forced context looks like a served
     rollout's."""
     table = palette_table(theme_palettes())
     assert table is not None
-    return table
+    return table.to(device)
 
 
 def probe(net: Net, num_frames: int = 48, seeds: tuple[int, ...] = (1001, 1002, 1003)) -> dict[str, float]:
@@ -189,6 +194,53 @@ def save(path: Path, payload: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def _resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise click.UsageError(f"--device {name}: this torch sees no CUDA device")
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    return torch.device(name)
+
+
+def _start(
+    ckpt_path: Path, resume: bool, seed: int, cfg: Config | None, hp: Hyper, device: torch.device
+) -> tuple[Net, Net, torch.optim.Optimizer, int, dict[str, Any], int]:
+    """Network, EMA, optimizer, first step, metrics and seed: from the checkpoint, or fresh."""
+    metrics: dict[str, Any] = {"history": [], "probes": [], "train_seconds": 0.0}
+    if resume and ckpt_path.exists():
+        state = torch.load(ckpt_path, weights_only=False, map_location="cpu")
+        net = Net(Config(**state["config"]))
+        net.load_state_dict(state["model"])
+        ema = Net(net.cfg)
+        ema.load_state_dict(state["ema"])
+        net.to(device), ema.to(device)
+        opt = make_optimizer(net, hp.lr)
+        opt.load_state_dict(state["optimizer"])
+        return net, ema, opt, state["step"], state["metrics"], state["seed"]
+    torch.manual_seed(seed)
+    net = Net(cfg or Config())
+    ema = Net(net.cfg)
+    ema.load_state_dict(net.state_dict())
+    net.to(device), ema.to(device)
+    return net, ema, make_optimizer(net, hp.lr), 0, metrics, seed
+
+
+def learning_rate(hp: Hyper, step: int, progress: float, lr_end: float | None) -> float:
+    """Warm-up over the run's first steps, then, with ``lr_end``, a cosine from lr down to lr_end
+    over this session (``progress`` 0 -> 1): annealing a session's end lands on a calmer optimum."""
+    lr = hp.lr if lr_end is None else lr_end + (hp.lr - lr_end) * 0.5 * (1 + math.cos(math.pi * progress))
+    return lr * min(1.0, (step + 1) / hp.warmup)
+
+
+def _cpu_copy(net: Net) -> Net:
+    if next(net.parameters()).device.type == "cpu":
+        return net
+    return copy.deepcopy(net).cpu()
+
+
 def train(
     out: Path,
     *,
@@ -198,6 +250,10 @@ def train(
     resume: bool,
     hp: Hyper,
     cfg: Config | None = None,
+    device: str = "cpu",
+    workers: int = 0,
+    lr_end: float | None = None,
+    snapshots: bool = False,
     checkpoint_every_s: float = 180.0,
     probe_every: int = 250,
     show_progress: bool = True,
@@ -205,37 +261,24 @@ def train(
     from tqdm import tqdm
 
     torch.set_num_threads(1)
+    where = _resolve_device(device)
+    if where.type != "cpu" and hp.rollout_share > 0:
+        raise click.UsageError("--rollout-share runs on the CPU only")
     out.mkdir(parents=True, exist_ok=True)
     ckpt_path = out / CHECKPOINT
-    metrics: dict[str, Any] = {"history": [], "probes": [], "train_seconds": 0.0}
-    if resume and ckpt_path.exists():
-        state = torch.load(ckpt_path, weights_only=False)
-        net = Net(Config(**state["config"]))
-        net.load_state_dict(state["model"])
-        ema = Net(net.cfg)
-        ema.load_state_dict(state["ema"])
-        opt = make_optimizer(net, hp.lr)
-        opt.load_state_dict(state["optimizer"])
-        for group in opt.param_groups:
-            group["lr"] = hp.lr
-        start, metrics, seed = state["step"], state["metrics"], state["seed"]
-    else:
-        torch.manual_seed(seed)
-        net = Net(cfg or Config())
-        ema = Net(net.cfg)
-        ema.load_state_dict(net.state_dict())
-        opt = make_optimizer(net, hp.lr)
-        start = 0
+    net, ema, opt, start, metrics, seed = _start(ckpt_path, resume, seed, cfg, hp, where)
     ema.requires_grad_(False)
     net.train()
     buffer = RolloutBuffer(hp.batch, hp.context, seed + start) if hp.rollout_share > 0 else None
-    deadline = time.monotonic() + minutes * 60 if minutes else math.inf
+    recipe = Recipe(hp.batch, hp.context + 1, hp.obstacle_share, hp.rollout_share)
+    feed = batches(seed, recipe, start, workers)
+    budget_s = minutes * 60 if minutes else math.inf
     end = start + steps if steps else None
     bar = tqdm(
-        total=steps if steps else (round(minutes * 60) if minutes else None),
+        total=steps if steps else (round(budget_s) if minutes else None),
         unit="step" if steps else "s",
         disable=not show_progress,
-        desc="train-world",
+        desc=f"train-world ({where.type})",
     )
     began, last_ckpt, smooth = time.monotonic(), time.monotonic(), None
     step = start
@@ -251,20 +294,26 @@ def train(
             {**payload, "step": step, "config": net.cfg.to_dict(), "seed": seed, "metrics": metrics},
         )
         (out / METRICS).write_text(json.dumps(metrics, indent=1))
+        if snapshots:
+            (out / "snapshots").mkdir(exist_ok=True)
+            save(out / "snapshots" / f"ema-{step}.pt", fp16_tensors(ema.state_dict()))
+
+    def progress() -> float:
+        by_steps = (step - start) / steps if steps else 0.0
+        return min(1.0, max(by_steps, (time.monotonic() - began) / budget_s))
 
     checkpoint.since = began  # type: ignore[attr-defined]
-    while (end is None or step < end) and time.monotonic() < deadline:
+    while (end is None or step < end) and time.monotonic() - began < budget_s:
         for group in opt.param_groups:
-            group["lr"] = hp.lr * min(1.0, (step + 1) / hp.warmup)
-        loss, parts = loss_on_batch(net, hp, step, seed, buffer)
+            group["lr"] = learning_rate(hp, step, progress(), lr_end)
+        loss, parts = loss_on_batch(net, hp, next(feed), buffer)
         opt.zero_grad(set_to_none=True)
         loss.backward()  # type: ignore[no-untyped-call]
         torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
         opt.step()
         with torch.no_grad():
             decay = min(hp.ema, (1 + step) / (10 + step))  # warm-up: early EMA tracks the weights
-            for p_ema, p in zip(ema.parameters(), net.parameters(), strict=True):
-                p_ema.lerp_(p, 1 - decay)
+            torch._foreach_lerp_(list(ema.parameters()), list(net.parameters()), 1 - decay)
         step += 1
         value = float(loss.detach())
         smooth = value if smooth is None else 0.98 * smooth + 0.02 * value
@@ -273,12 +322,13 @@ def train(
         bar.set_postfix(step=step, loss=f"{smooth:.4f}", moving=f"{parts['mse_moving']:.4f}")
         bar.update(1 if steps else round(time.monotonic() - began) - bar.n)
         if step % probe_every == 0:
-            result = {"step": step, **probe(ema)}
+            result = {"step": step, **probe(_cpu_copy(ema))}
             metrics["probes"].append(result)
             bar.write(json.dumps(result))
         if time.monotonic() - last_ckpt > checkpoint_every_s:
             checkpoint()
             last_ckpt = time.monotonic()
+    feed.close()
     checkpoint()
     bar.close()
     return metrics
@@ -332,6 +382,45 @@ def train(
     help="Per-pixel error (in [-1, 1] units) above which the loss weighs a pixel up as badly wrong.",
 )
 @click.option(
+    "--device",
+    default="auto",
+    show_default=True,
+    help="Where to train: cpu, cuda, cuda:N, or auto (cuda when torch sees one).",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(0),
+    default=0,
+    show_default=True,
+    help="Processes that render training clips ahead of the step (0: in the training process). "
+    "A GPU trains faster than one process renders; give it most of the CPU cores.",
+)
+@click.option(
+    "--lr-end",
+    type=click.FloatRange(0),
+    default=None,
+    help="Anneal the learning rate on a cosine from --lr down to this over this session.",
+)
+@click.option(
+    "--snapshots",
+    is_flag=True,
+    help="At every checkpoint also keep the EMA weights as OUT/snapshots/ema-STEP.pt (fp16).",
+)
+@click.option(
+    "--checkpoint-minutes",
+    type=click.FloatRange(0, min_open=True),
+    default=3.0,
+    show_default=True,
+    help="Minutes between checkpoints (and snapshots).",
+)
+@click.option(
+    "--probe-every",
+    type=click.IntRange(1),
+    default=250,
+    show_default=True,
+    help="Steps between action-following probes (3 short rollouts on the CPU).",
+)
+@click.option(
     "--export",
     type=click.Path(path_type=Path),
     default=None,
@@ -350,9 +439,15 @@ def command(
     rollout_share: float,
     obstacle_share: float,
     wrong_threshold: float,
+    device: str,
+    workers: int,
+    lr_end: float | None,
+    snapshots: bool,
+    checkpoint_minutes: float,
+    probe_every: int,
     export: Path | None,
 ) -> None:
-    """Train the tiny-world model on the procedural room game (one CPU thread, resumable)."""
+    """Train the tiny-world model on the procedural room game (resumable; one CPU thread, or a GPU)."""
     if steps is None and minutes is None:
         raise click.UsageError("give --steps or --minutes")
     hp = Hyper(
@@ -364,7 +459,20 @@ def command(
         obstacle_share=obstacle_share,
         wrong_threshold=wrong_threshold,
     )
-    metrics = train(out, steps=steps, minutes=minutes, seed=seed, resume=resume, hp=hp)
+    metrics = train(
+        out,
+        steps=steps,
+        minutes=minutes,
+        seed=seed,
+        resume=resume,
+        hp=hp,
+        device=device,
+        workers=workers,
+        lr_end=lr_end,
+        snapshots=snapshots,
+        checkpoint_every_s=checkpoint_minutes * 60,
+        probe_every=probe_every,
+    )
     click.echo(f"step {metrics['step']}, {metrics['train_seconds'] / 60:.1f} min trained; {out / METRICS}")
     if export is not None:
         from livegen.models.tinyworld.weights import export_weights

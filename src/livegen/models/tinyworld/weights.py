@@ -31,13 +31,17 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def fp16_tensors(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A state dict as the package ships it: fp16 CPU tensors (half the size; serving upcasts)."""
+    return {name: value.detach().to("cpu", torch.float16).contiguous() for name, value in state.items()}
+
+
 def export_weights(checkpoint: Path, dest: Path, which: str = "ema") -> str:
     """Write the EMA (or raw, ``which="model"``) weights of a training checkpoint as fp16 to ``dest``,
     with its manifest beside it."""
     state = torch.load(checkpoint, weights_only=False, map_location="cpu")
-    tensors = {name: value.to(torch.float16).contiguous() for name, value in state[which].items()}
     dest.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(tensors, dest)
+    torch.save(fp16_tensors(state[which]), dest)
     digest = sha256(dest)
     metrics = state["metrics"]
     manifest = {
