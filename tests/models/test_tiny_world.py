@@ -204,10 +204,12 @@ def test_training_runs_resumes_and_exports_checked_weights(tmp_path: Path) -> No
     metrics = train(out, steps=1, minutes=None, seed=3, resume=True, hp=hp, show_progress=False)
     assert metrics["step"] == 3
     assert json.loads((out / "metrics.json").read_text())["step"] == 3
+    stretches = [(s["device"], s["first_step"], s["last_step"]) for s in metrics["sessions"]]
+    assert stretches == [("cpu", 0, 2), ("cpu", 2, 3)]
     dest = tmp_path / "weights" / "tiny_world.pt"
     export_weights(out / "checkpoint.pt", dest)
     net, manifest = load_net(dest.parent)
-    assert manifest["step"] == 3 and net.cfg == SMALL
+    assert manifest["step"] == 3 and net.cfg == SMALL and len(manifest["sessions"]) == 2
     assert set(manifest["palettes"]) == set(game.THEMES)
     data = bytearray(dest.read_bytes())
     data[len(data) // 2] ^= 0xFF

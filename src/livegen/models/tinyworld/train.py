@@ -282,11 +282,15 @@ def train(
     )
     began, last_ckpt, smooth = time.monotonic(), time.monotonic(), None
     step = start
+    # where each stretch of the run trained: a step on a GPU's batch of 256 is not a CPU's step of 16
+    session = {"device": str(where), "batch": hp.batch, "workers": workers, "first_step": start}
+    metrics.setdefault("sessions", []).append(session)
 
     def checkpoint() -> None:
         metrics["train_seconds"] += time.monotonic() - checkpoint.since  # type: ignore[attr-defined]
         checkpoint.since = time.monotonic()  # type: ignore[attr-defined]
         metrics["step"] = step
+        session.update(last_step=step, seconds=round(time.monotonic() - began, 1))
         metrics["config"], metrics["hyper"] = net.cfg.to_dict(), vars(hp)
         payload = {"model": net.state_dict(), "ema": ema.state_dict(), "optimizer": opt.state_dict()}
         save(

@@ -52,6 +52,7 @@ def export_weights(checkpoint: Path, dest: Path, which: str = "ema") -> str:
         "seed": state["seed"],
         "weights": which,
         "last_probe": metrics["probes"][-1] if metrics.get("probes") else None,
+        "sessions": metrics.get("sessions", []),
         "palettes": theme_palettes(),
     }
     dest.with_name(MANIFEST_FILE).write_text(json.dumps(manifest, indent=1) + "\n")
