@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from livegen.errors import ModelContractError, StateEvicted
-from livegen.models import Kind, default_registry, game
+from livegen.models import CATALOG, Kind, Registry, game
 from livegen.models.procedural import ProceduralWorld
 from livegen.models.world import Tick, TickMeta, WorldModel
 
@@ -17,9 +19,13 @@ def tick(session: str, index: int, action: str = "none", prompt: str = "", seed:
     )
 
 
-def test_is_the_registered_default_world_model() -> None:
-    registry = default_registry()
-    # procedural-world stays the default until tiny-world follows actions well enough (issue 6)
+def test_is_the_default_world_model_where_tiny_world_cannot_load() -> None:
+    """A plain install has no torch: /v1/worlds then serves the game itself."""
+    without_torch = [
+        replace(entry, requires=("torch_is_not_installed_here",)) if entry.name == "tiny-world" else entry
+        for entry in CATALOG
+    ]
+    registry = Registry(without_torch)
     assert registry.default(Kind.WORLD).name == "procedural-world"  # type: ignore[union-attr]
     model = registry.load("procedural-world")
     assert isinstance(model, WorldModel) and model.spec.kv is None

@@ -255,14 +255,14 @@ def test_learning_rate_warms_up_then_anneals_to_lr_end() -> None:
     assert learning_rate(hp, 5000, 1.0, 1e-4) == pytest.approx(1e-4)
 
 
-def test_tiny_world_is_registered_and_opt_in() -> None:
+def test_tiny_world_is_registered_and_the_default_world_model() -> None:
     registry = default_registry()
     entry = registry.get("tiny-world")
     assert entry.kind == Kind.WORLD and "torch" in entry.requires
     assert entry.is_available()
-    # opt-in until it follows actions past the first minute (issue 6): procedural-world stays default
     assert registry.resolve(Kind.WORLD, "tiny-world") == entry
-    assert registry.default(Kind.WORLD) == registry.get("procedural-world")
+    assert registry.default(Kind.WORLD) == entry
+    assert registry.resolve(Kind.WORLD, "auto") == entry
 
 
 def test_train_world_command_writes_checkpoint_and_metrics(tmp_path: Path) -> None:

@@ -34,6 +34,7 @@ CATALOG: list[ModelInfo] = [
         kind=Kind.WORLD,
         loader="livegen.models.procedural:load",
         description="deterministic top-down room game, rendered directly (action track, theme prompt)",
+        # The default where torch is missing (a plain install), and the ground truth tiny-world learns.
         priority=50,
     ),
     ModelInfo(
@@ -42,9 +43,8 @@ CATALOG: list[ModelInfo] = [
         loader="livegen.models.tinyworld.model:load",
         description="Embedded AR-diffusion world model of the room game (0.7 M params, CPU)",
         requires=("torch",),
-        # Opt-in (--world-model tiny-world) until it meets issue 6's goals (agent within 2 px on
-        # 90% of frames: 83.6% now; night rooms clutter); procedural-world (50) stays the default.
-        priority=60,
+        # The default of /v1/worlds wherever torch is installed: a world a real model generates.
+        priority=40,
     ),
 ]
 
