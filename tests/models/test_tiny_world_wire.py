@@ -1,9 +1,10 @@
-"""tiny-world behind /v1/worlds (`--world-model tiny-world`), over the wire: the game's first frame, and the
-same seed and events give the same frames (the client holds flow control so events land on the
+"""tiny-world behind /v1/worlds, the default world model, over the wire: the game's first frame, and
+the same seed and events give the same frames (the client holds flow control so events land on the
 same chunks)."""
 
 from __future__ import annotations
 
+import httpx
 import numpy as np
 import pytest
 
@@ -36,9 +37,12 @@ async def play(server: ServerThread, seed: int) -> list[np.ndarray]:
     return frames
 
 
-async def test_tiny_world_serves_worlds_deterministically_from_the_games_first_frame() -> None:
-    with ServerThread(ServerConfig(world_model="tiny-world", api_key=None)) as server:
+async def test_default_server_generates_worlds_with_tiny_world_from_the_games_first_frame() -> None:
+    with ServerThread(ServerConfig(voice_model="none", api_key=None)) as server:
         server.wait_ready()
+        async with httpx.AsyncClient() as http:
+            health = (await http.get(f"{server.http_url}/health")).json()
+        assert health["services"]["world"]["model"] == "tiny-world"
         first = await play(server, seed=21)
         again = await play(server, seed=21)
     assert len(first) == 4 * (len(ACTIONS) + 1)
