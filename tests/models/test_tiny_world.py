@@ -207,9 +207,10 @@ def test_training_runs_resumes_and_exports_checked_weights(tmp_path: Path) -> No
     stretches = [(s["device"], s["first_step"], s["last_step"]) for s in metrics["sessions"]]
     assert stretches == [("cpu", 0, 2), ("cpu", 2, 3)]
     dest = tmp_path / "weights" / "tiny_world.pt"
-    export_weights(out / "checkpoint.pt", dest)
+    export_weights(out / "checkpoint.pt", dest, deadband=0.05)
     net, manifest = load_net(dest.parent)
     assert manifest["step"] == 3 and net.cfg == SMALL and len(manifest["sessions"]) == 2
+    assert manifest["deadband"] == 0.05
     assert set(manifest["palettes"]) == set(game.THEMES)
     data = bytearray(dest.read_bytes())
     data[len(data) // 2] ^= 0xFF

@@ -24,6 +24,8 @@ def test_shipped_weights_are_small_and_checked() -> None:
 
 def test_the_registry_loads_tiny_world_and_it_starts_from_the_games_frame() -> None:
     model = default_registry().load("tiny-world")
+    _, manifest = load_net()
+    assert model.deadband == manifest["deadband"] > 0  # serves with the deadband tuned for its weights
     meta = TickMeta("s", "r", 0, ())
     chunk = model.step(
         [Tick(meta=meta, seed=3, prompt="desert", controls={"action": {"action": "up"}})], None

@@ -36,9 +36,10 @@ def fp16_tensors(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {name: value.detach().to("cpu", torch.float16).contiguous() for name, value in state.items()}
 
 
-def export_weights(checkpoint: Path, dest: Path, which: str = "ema") -> str:
+def export_weights(checkpoint: Path, dest: Path, which: str = "ema", deadband: float | None = None) -> str:
     """Write the EMA (or raw, ``which="model"``) weights of a training checkpoint as fp16 to ``dest``,
-    with its manifest beside it."""
+    with its manifest beside it; ``deadband``, if given, is the still-pixel deadband these weights
+    serve with (tuned on held-out rooms; ``model.load`` reads it)."""
     state = torch.load(checkpoint, weights_only=False, map_location="cpu")
     dest.parent.mkdir(parents=True, exist_ok=True)
     torch.save(fp16_tensors(state[which]), dest)
@@ -55,6 +56,8 @@ def export_weights(checkpoint: Path, dest: Path, which: str = "ema") -> str:
         "sessions": metrics.get("sessions", []),
         "palettes": theme_palettes(),
     }
+    if deadband is not None:
+        manifest["deadband"] = deadband
     dest.with_name(MANIFEST_FILE).write_text(json.dumps(manifest, indent=1) + "\n")
     return digest
 
