@@ -251,7 +251,7 @@ def train(
     hp: Hyper,
     cfg: Config | None = None,
     device: str = "cpu",
-    workers: int = 0,
+    workers: int | None = 0,
     lr_end: float | None = None,
     snapshots: bool = False,
     checkpoint_every_s: float = 180.0,
@@ -271,6 +271,8 @@ def train(
     net.train()
     buffer = RolloutBuffer(hp.batch, hp.context, seed + start) if hp.rollout_share > 0 else None
     recipe = Recipe(hp.batch, hp.context + 1, hp.obstacle_share, hp.rollout_share)
+    if workers is None:
+        workers = 0 if where.type == "cpu" else max(1, (os.cpu_count() or 1) - 2)
     feed = batches(seed, recipe, start, workers)
     budget_s = minutes * 60 if minutes else math.inf
     end = start + steps if steps else None
@@ -394,10 +396,10 @@ def train(
 @click.option(
     "--workers",
     type=click.IntRange(0),
-    default=0,
-    show_default=True,
+    default=None,
     help="Processes that render training clips ahead of the step (0: in the training process). "
-    "A GPU trains faster than one process renders; give it most of the CPU cores.",
+    "Default: 0 on the CPU; on a GPU, which trains faster than one process renders, all cores "
+    "but two.",
 )
 @click.option(
     "--lr-end",
@@ -444,7 +446,7 @@ def command(
     obstacle_share: float,
     wrong_threshold: float,
     device: str,
-    workers: int,
+    workers: int | None,
     lr_end: float | None,
     snapshots: bool,
     checkpoint_minutes: float,
