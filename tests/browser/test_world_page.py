@@ -1,4 +1,5 @@
-"""The world panel in real headless Chromium against a real /v1/worlds (procedural-world).
+"""The world panel in real headless Chromium against a real /v1/worlds (procedural-world, whose
+frames are exact; and the default, tiny-world, as a new user gets it).
 
 Keys and on-screen buttons must move the agent (frames change), releasing them
 must stop it (frames settle: the sticky action went back to "none"), a prompt
@@ -99,16 +100,19 @@ def save_canvas(browser: Browser, name: str) -> Image.Image:
 
 
 def open_world(
-    start_server: Callable[..., ServerThread], open_browser: Callable[..., Browser]
+    start_server: Callable[..., ServerThread],
+    open_browser: Callable[..., Browser],
+    world_model: str = "procedural-world",
+    expect: str = "procedural-world",
 ) -> tuple[Browser, ServerThread]:
-    server = start_server(api_key=KEY, voice_model="none", world_model="procedural-world")
+    server = start_server(api_key=KEY, voice_model="none", world_model=world_model)
     server.wait_ready()
     browser = open_browser()
     browser.open(server.http_url + "/")
     browser.wait_for(lambda: browser.find("api-key").is_displayed(), what="the API key field")
     browser.find("api-key").send_keys(KEY)
     browser.find("api-key-submit").click()
-    browser.wait_for(lambda: "procedural-world" in browser.text("status"), what="the ready status")
+    browser.wait_for(lambda: expect in browser.text("status"), what="the ready status")
     browser.find("world-start").click()
     browser.wait_for(lambda: stats(browser)["framesDrawn"] >= 8, what="the first frames")
     assert stats(browser)["state"] == "live"
@@ -134,6 +138,18 @@ def test_keys_move_the_world_and_release_stops_it(
     assert current["chunksReceived"] > 8
     assert current["acksSent"] >= current["chunksReceived"] - 5
     assert current["errors"] == []
+
+
+def test_the_default_world_is_generated_and_the_keys_steer_it(
+    start_server: Callable[..., ServerThread], open_browser: Callable[..., Browser]
+) -> None:
+    """A new user's world: the default model, tiny-world, generating frames the keys steer."""
+    browser, _ = open_world(start_server, open_browser, world_model="auto", expect="tiny-world")
+    save_canvas(browser, "tiny-world-start")
+    move(browser, key_press(browser), ARROWS)
+    save_canvas(browser, "tiny-world-moved")
+    assert stats(browser)["latenciesMs"], "no applied event came back in a chunk"
+    assert stats(browser)["errors"] == []
 
 
 def test_prompt_restyles_and_reset_starts_again(
