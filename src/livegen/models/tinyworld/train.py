@@ -81,18 +81,17 @@ def loss_on_batch(
     device = next(net.parameters()).device
     gen = torch.Generator(device=device).manual_seed(drawn.noise_seed)
     f = hp.context
+    context: torch.Tensor | None = None
     if drawn.clip is None:
         assert buffer is not None, "a rollout step needs the rollout buffer"
         clip, context = buffer.batch()
+        buffer.advance(net, clip, context, gen)
     else:
         clip = drawn.clip
     x = to_unit(torch.from_numpy(clip.frames).to(device))
     actions, themes = torch.from_numpy(clip.actions).to(device), torch.from_numpy(clip.themes).to(device)
     b = x.shape[0]
-    if drawn.clip is None:
-        assert buffer is not None
-        buffer.advance(net, clip, context, gen)
-    else:
+    if context is None:
         sigma = torch.rand(b, 1, 1, 1, 1, generator=gen, device=device) * hp.context_noise
         context = x[:, :f] + sigma * torch.randn(x[:, :f].shape, generator=gen, device=device)
         if hp.self_forcing > 0 and torch.rand((), generator=gen, device=device) < hp.self_forcing:
@@ -160,6 +159,7 @@ def _palette_table(device: str) -> torch.Tensor:
 def probe(net: Net, num_frames: int = 48, seeds: tuple[int, ...] = (1001, 1002, 1003)) -> dict[str, float]:
     """Action following on held-out rooms: agent position in a rollout against the game's."""
     net.eval()
+    palettes = theme_palettes()
     errors = []
     for seed in seeds:
         rng = np.random.default_rng(seed)
@@ -176,7 +176,7 @@ def probe(net: Net, num_frames: int = 48, seeds: tuple[int, ...] = (1001, 1002, 
             [theme] * num_frames,
             seed=seed,
             deadband=0.0,
-            palettes=theme_palettes(),
+            palettes=palettes,
         )
         errors.append(agent_errors(frames[1:], states[1:]))
     net.train()
