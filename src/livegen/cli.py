@@ -16,6 +16,7 @@ import click
 
 #: Subcommand name -> "module:click_command", loaded on use.
 TOOLS: dict[str, str] = {
+    "talk": "livegen.client.talk_cli:talk",
     "world": "livegen.client.world_cli:world",
     "train-world": "livegen.models.tinyworld.train:command",
 }
