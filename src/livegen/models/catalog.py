@@ -46,6 +46,13 @@ CATALOG: list[ModelInfo] = [
         # The default of /v1/worlds wherever torch is installed: a world a real model generates.
         priority=40,
     ),
+    ModelInfo(
+        name="causal-wan-tiny",
+        kind=Kind.WORLD,
+        loader="livegen.models.causalwan.loader:load_tiny",
+        description="causal Wan 2.1 (Self-Forcing architecture), tiny random config: the real path, no weights",
+        requires=("torch", "diffusers", "transformers"),
+    ),
 ]
 
 
