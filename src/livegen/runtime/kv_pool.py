@@ -76,6 +76,8 @@ class Pool:
         if self.capacity < 1:
             need = required_bytes(geometry, most, 1, state_bytes_per_session)
             raise ConfigError(f"KV budget of {budget_bytes} bytes is below one session's {need} bytes")
+        self._free: list[int] = list(range(self.num_pages - 1, -1, -1))
+        self._sessions: dict[str, _Pages] = {}
 
     @classmethod
     def for_spec(cls, spec: WorldSpec, budget_bytes: int) -> Pool:
@@ -88,8 +90,6 @@ class Pool:
             first_chunk_pages=spec.pages_in_chunk(0),
             state_bytes_per_session=spec.state_bytes_per_session,
         )
-        self._free: list[int] = list(range(self.num_pages - 1, -1, -1))
-        self._sessions: dict[str, _Pages] = {}
 
     @property
     def num_sessions(self) -> int:
