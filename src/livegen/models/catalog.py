@@ -50,7 +50,7 @@ CATALOG: list[ModelInfo] = [
         name="causal-wan-tiny",
         kind=Kind.WORLD,
         loader="livegen.models.causalwan.loader:load_tiny",
-        description="causal Wan 2.1 (Self-Forcing architecture), tiny random config: the real path, no weights",
+        description="causal Wan 2.1 (Self-Forcing architecture), tiny random config, no weights",
         requires=("torch", "diffusers", "transformers"),
     ),
 ]

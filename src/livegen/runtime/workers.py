@@ -101,8 +101,7 @@ class WorkerPool:
         self.spec = workers[0].spec
         kv = self.spec.kv
         self._slots = [
-            _Slot(worker, Pool.for_spec(self.spec, kv_budget_bytes) if kv else None)
-            for worker in workers
+            _Slot(worker, Pool.for_spec(self.spec, kv_budget_bytes) if kv else None) for worker in workers
         ]
         #: Session id -> index of the slot it is placed on (admitted to that slot's KV pool).
         self._placed: dict[str, int] = {}

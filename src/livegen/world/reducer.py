@@ -84,9 +84,8 @@ def _for_next_chunk(control: ControlInput) -> ControlInput:
     data = control.data
     if control.schema == KEYS_V1 and isinstance(data, Mapping) and data.get("taps"):
         return _with(control, {**data, "taps": ()})
-    if control.schema == MOUSE_V1 and isinstance(data, Mapping):
-        if any(data.get(name) for name in _MOTION):
-            return _with(control, {**data, **dict.fromkeys(_MOTION, 0)})
+    if control.schema == MOUSE_V1 and isinstance(data, Mapping) and any(data.get(n) for n in _MOTION):
+        return _with(control, {**data, **dict.fromkeys(_MOTION, 0)})
     return control
 
 

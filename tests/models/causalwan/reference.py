@@ -30,7 +30,9 @@ class _Masked:
         self.mask = mask
         self.stock = WanAttnProcessor()
 
-    def __call__(self, attn: Any, hidden: Tensor, enc: Any = None, mask: Any = None, rotary: Any = None) -> Tensor:
+    def __call__(
+        self, attn: Any, hidden: Tensor, enc: Any = None, mask: Any = None, rotary: Any = None
+    ) -> Tensor:
         return self.stock(attn, hidden, None, self.mask[0], rotary)  # type: ignore[no-any-return]
 
 

@@ -68,7 +68,9 @@ def reference(model: Any) -> Reference:
     return Reference(model)
 
 
-def test_served_rollout_equals_the_plain_rollout_without_cache(model: Any, reference: Reference, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_served_rollout_equals_the_plain_rollout_without_cache(
+    model: Any, reference: Reference, monkeypatch: pytest.MonkeyPatch
+) -> None:
     served = Served(model)
     ref_a = reference.rollout(1, "a red room", A_CONTROLS)
     ref_b = reference.rollout(2, "blue sky", B_CONTROLS)
@@ -131,7 +133,10 @@ def test_a_recorded_session_replays_bit_identically(model: Any) -> None:
         served = Served(model)
         out = []
         for chunk in range(3):
-            ticks = [served.tick("R", chunk, 9, "replay", A_CONTROLS[chunk]), served.tick("S", chunk, 4, "x", {})]
+            ticks = [
+                served.tick("R", chunk, 9, "replay", A_CONTROLS[chunk]),
+                served.tick("S", chunk, 4, "x", {}),
+            ]
             out.extend(frames for frames, _ in served.step(ticks)[:1])
         model.release("R")
         model.release("S")

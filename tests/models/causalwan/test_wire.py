@@ -32,7 +32,9 @@ def server() -> Any:
         yield running
 
 
-async def test_keys_and_mouse_over_the_wire_land_in_the_protocols_chunk(server: ServerThread, model: Any) -> None:
+async def test_keys_and_mouse_over_the_wire_land_in_the_protocols_chunk(
+    server: ServerThread, model: Any
+) -> None:
     client = await WorldClient.connect(server.ws_url, auto_ack=False)
     async with client:
         created = await client.create(
@@ -61,7 +63,10 @@ async def test_keys_and_mouse_over_the_wire_land_in_the_protocols_chunk(server: 
     # in chunk 2 KeyD still held, the tap and the motion gone.
     expected = [
         {"keys": {"down": [], "taps": []}, "mouse": {"dx": 0, "dy": 0, "wheel": 0, "buttons": 0}},
-        {"keys": {"down": ["KeyD"], "taps": ["KeyW"]}, "mouse": {"dx": 16, "dy": 0, "wheel": 0, "buttons": 0}},
+        {
+            "keys": {"down": ["KeyD"], "taps": ["KeyW"]},
+            "mouse": {"dx": 16, "dy": 0, "wheel": 0, "buttons": 0},
+        },
         {"keys": {"down": ["KeyD"], "taps": []}, "mouse": {"dx": 0, "dy": 0, "wheel": 0, "buttons": 0}},
     ]
     for index, (chunk, controls) in enumerate(zip((first, second, third), expected, strict=True)):

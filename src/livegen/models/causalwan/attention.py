@@ -51,7 +51,7 @@ class Pass:
 
 def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """Wan's RoPE on interleaved pairs, as the stock processor applies it."""
-    x1, x2 = x.unflatten(-1, (-1, 2)).unbind(-1)
+    x1, x2 = x.reshape(*x.shape[:-1], -1, 2).unbind(-1)
     cos, sin = cos[..., 0::2], sin[..., 1::2]
     out = torch.empty_like(x)
     out[..., 0::2] = x1 * cos - x2 * sin
@@ -60,7 +60,7 @@ def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 
 def _heads(attn: Any, x: Tensor) -> Tensor:
-    return x.unflatten(2, (attn.heads, -1))
+    return x.reshape(*x.shape[:2], attn.heads, -1)
 
 
 def _attend(attn: Any, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
@@ -135,7 +135,7 @@ def install(transformer: Any, state: Pass) -> None:
 def rope(transformer: Any, positions: Tensor, height: int, width: int) -> tuple[Tensor, Tensor]:
     """RoPE cos/sin for frames at absolute ``positions`` (batch, frames): (batch, tokens, 1, head_dim)."""
     module = transformer.rope
-    p_t, p_h, p_w = transformer.config.patch_size
+    _, p_h, p_w = transformer.config.patch_size
     pph, ppw = height // p_h, width // p_w
     batch, frames = positions.shape
     split = [module.t_dim, module.h_dim, module.w_dim]

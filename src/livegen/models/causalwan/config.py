@@ -42,7 +42,9 @@ class CausalWanConfig:
     def tokens_per_frame(self, patch_size: tuple[int, ...]) -> int:
         return (self.latent_height // patch_size[1]) * (self.latent_width // patch_size[2])
 
-    def state_bytes_per_session(self, num_layers: int, num_heads: int, head_dim: int, dtype_bytes: int = 4) -> int:
+    def state_bytes_per_session(
+        self, num_layers: int, num_heads: int, head_dim: int, dtype_bytes: int = 4
+    ) -> int:
         """Model state besides KV pages: the prompt's cross-attention K/V and the decoder cache."""
         cross = num_layers * 2 * self.text_len * num_heads * head_dim * dtype_bytes
         return cross + self.decoder_state_bytes

@@ -42,12 +42,14 @@ def tiny_config() -> CausalWanConfig:
 
 def byte_tokens(prompt: str, length: int) -> tuple[Tensor, Tensor]:
     """The tiny model's tokenizer: UTF-8 bytes (+2), then end-of-sequence (1), padded with 0."""
-    ids = [b + 2 for b in prompt.encode()][: length - 1] + [1]
+    ids = [*(b + 2 for b in prompt.encode()[: length - 1]), 1]
     mask = [1] * len(ids) + [0] * (length - len(ids))
     return torch.tensor([ids + [0] * (length - len(ids))]), torch.tensor([mask])
 
 
-def text_encoder_fn(encoder: Any, tokenize: Callable[[str], tuple[Tensor, Tensor]]) -> Callable[[str], Tensor]:
+def text_encoder_fn(
+    encoder: Any, tokenize: Callable[[str], tuple[Tensor, Tensor]]
+) -> Callable[[str], Tensor]:
     """prompt -> (1, text_len, dim) embeddings, zero past the prompt's tokens, as the Wan pipeline pads."""
 
     def encode(prompt: str) -> Tensor:
@@ -55,7 +57,8 @@ def text_encoder_fn(encoder: Any, tokenize: Callable[[str], tuple[Tensor, Tensor
         device = next(encoder.parameters()).device
         with torch.inference_mode():
             hidden = encoder(input_ids=ids.to(device), attention_mask=mask.to(device)).last_hidden_state
-        return hidden * mask.to(hidden)[..., None]
+        embeds: Tensor = hidden * mask.to(hidden)[..., None]
+        return embeds
 
     return encode
 
@@ -106,7 +109,9 @@ def _with_decoder_bytes(config: CausalWanConfig, vae: Any) -> CausalWanConfig:
     from dataclasses import replace
 
     dtype = next(vae.parameters()).dtype
-    return replace(config, decoder_state_bytes=state_bytes(vae, config.latent_height, config.latent_width, dtype))
+    return replace(
+        config, decoder_state_bytes=state_bytes(vae, config.latent_height, config.latent_width, dtype)
+    )
 
 
 def load_tiny() -> CausalWan:

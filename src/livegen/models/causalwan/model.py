@@ -86,7 +86,11 @@ class CausalWan:
         self._pass = Pass()
         attention.install(transformer, self._pass)
         tc = transformer.config
-        self.num_layers, self.num_heads, self.head_dim = tc.num_layers, tc.num_attention_heads, tc.attention_head_dim
+        self.num_layers, self.num_heads, self.head_dim = (
+            tc.num_layers,
+            tc.num_attention_heads,
+            tc.attention_head_dim,
+        )
         self.tokens_per_frame = config.tokens_per_frame(tuple(tc.patch_size))
         self.spec = self._spec()
         self._sessions: dict[str, _Session] = {}
@@ -163,7 +167,9 @@ class CausalWan:
         session = None if meta.chunk_index == 0 else self._sessions.get(meta.session_id)
         if meta.chunk_index > 0 and session is None:
             raise StateEvicted(f"no causal-wan state for session {meta.session_id}")
-        text = session.text if session is not None and session.prompt == tick.prompt else self._text(tick.prompt)
+        text = (
+            session.text if session is not None and session.prompt == tick.prompt else self._text(tick.prompt)
+        )
         if session is None:
             context: list[Tensor] = []
         elif kv_storage is None:
@@ -212,7 +218,9 @@ class CausalWan:
             self._pass.context, self._pass.mask, self._pass.collect, self._pass.text = None, None, None, []
         # (layers, 2, batch, tokens, heads, hd) -> per job (frames, layers, 2, tokens/frame, heads, hd)
         kv = torch.stack([torch.stack(pair) for pair in collected])
-        kv = kv.unflatten(3, (frames, self.tokens_per_frame)).permute(2, 3, 0, 1, 4, 5, 6)
+        kv = kv.reshape(*kv.shape[:3], frames, self.tokens_per_frame, *kv.shape[4:]).permute(
+            2, 3, 0, 1, 4, 5, 6
+        )
         for job, latents, chunk_kv in zip(jobs, x0, kv, strict=True):
             job.latents, job.kv = latents, chunk_kv.contiguous()
 
@@ -233,7 +241,9 @@ class CausalWan:
         per_layer = rows.permute(2, 3, 0, 1, 4, 5, 6).flatten(3, 4)
         state.context = [(layer[0], layer[1]) for layer in per_layer]
         t = self.tokens_per_frame
-        valid = [[False] * (width - len(j.context)) * t + [True] * (len(j.context) + frames) * t for j in jobs]
+        valid = [
+            [False] * (width - len(j.context)) * t + [True] * (len(j.context) + frames) * t for j in jobs
+        ]
         state.mask = torch.tensor(valid, device=self.device)[:, None, None, :]
 
     def _controls(self, jobs: list[_Job], frames: int) -> Tensor | None:
