@@ -47,6 +47,15 @@ CATALOG: list[ModelInfo] = [
         priority=40,
     ),
     ModelInfo(
+        name="causal-wan",
+        kind=Kind.WORLD,
+        loader="livegen.models.causalwan.weights:load",
+        description="causal Wan 2.1 (Self-Forcing family) from --world-model-path DIR; bring the weights",
+        requires=("torch", "diffusers", "transformers"),
+        # Never the default: it needs a directory of weights.
+        priority=1000,
+    ),
+    ModelInfo(
         name="causal-wan-tiny",
         kind=Kind.WORLD,
         loader="livegen.models.causalwan.loader:load_tiny",

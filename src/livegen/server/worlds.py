@@ -75,7 +75,8 @@ class WorldService:
         if num_workers > 0:
             scheduler = Scheduler(workers=await self._start_ray_workers(num_workers))
         else:
-            model = await asyncio.to_thread(self.state.registry.load, self.entry.name)
+            options = self.state.config.world_options()
+            model = await asyncio.to_thread(self.state.registry.load, self.entry.name, options)
             scheduler = Scheduler(model)
         await scheduler.start()
         self.manager = Manager(

@@ -261,7 +261,9 @@ class CausalWan:
         hidden = tr.patch_embedding(x).flatten(2).transpose(1, 2).contiguous()
         embedder = tr.condition_embedder
         t = torch.full((batch,), sigma * 1000.0, device=x.device)
-        temb = embedder.time_embedder(embedder.timesteps_proj(t).to(self.dtype)).type_as(hidden)
+        # As the stock embedder: the time embedder may be kept in float32 under a bfloat16 model.
+        time_dtype = next(embedder.time_embedder.parameters()).dtype
+        temb = embedder.time_embedder(embedder.timesteps_proj(t).to(time_dtype)).type_as(hidden)
         if cond is not None:
             # Per frame: the step's time embedding plus the frame's controls, for each of its tokens.
             temb = temb[:, None] + self.control_embedding(cond)  # type: ignore[misc]
