@@ -28,7 +28,6 @@ from livegen.errors import (
     ModelError,
 )
 from livegen.models.world import ControlTrack, TickMeta
-from livegen.world.schema import KEYS_SCHEMA, KEYS_V1, MOUSE_SCHEMA, MOUSE_V1
 from livegen.world import (
     AcceptStatus,
     ControlInput,
@@ -44,6 +43,7 @@ from livegen.world import (
     Session,
     Status,
 )
+from livegen.world.schema import KEYS_SCHEMA, KEYS_V1, MOUSE_SCHEMA, MOUSE_V1
 
 MODE = ControlTrack(
     name="mode",
