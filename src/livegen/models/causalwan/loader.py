@@ -27,13 +27,13 @@ TINY_SEED = 17
 TINY_TEXT_LEN = 16
 
 
-def tiny_config() -> CausalWanConfig:
+def tiny_config(latent_size: int = 8, sink_frames: int = 1, window_frames: int = 3) -> CausalWanConfig:
     return CausalWanConfig(
-        latent_height=8,
-        latent_width=8,
+        latent_height=latent_size,
+        latent_width=latent_size,
         in_channels=4,
-        sink_frames=1,
-        window_frames=3,
+        sink_frames=sink_frames,
+        window_frames=window_frames,
         text_len=TINY_TEXT_LEN,
         description="causal Wan 2.1 architecture, tiny and randomly initialised (64x64, meaningless "
         "frames): try the whole path without weights; keys and mouse steer it in a fixed random way",
@@ -63,22 +63,29 @@ def text_encoder_fn(
     return encode
 
 
-def build_tiny() -> CausalWan:
+def build_tiny(
+    latent_size: int = 8,
+    num_layers: int = 2,
+    num_heads: int = 2,
+    head_dim: int = 12,
+    window: tuple[int, int] = (1, 3),
+) -> CausalWan:
+    """The tiny configuration (the defaults); larger sizes and (sink, window) for benches."""
     from diffusers import AutoencoderKLWan, FlowMatchEulerDiscreteScheduler, WanTransformer3DModel
     from transformers import UMT5Config, UMT5EncoderModel
 
-    config = tiny_config()
+    config = tiny_config(latent_size, *window)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(TINY_SEED)
         transformer = WanTransformer3DModel(
-            num_attention_heads=2,
-            attention_head_dim=12,
+            num_attention_heads=num_heads,
+            attention_head_dim=head_dim,
             in_channels=config.in_channels,
             out_channels=config.in_channels,
             text_dim=16,
             freq_dim=16,
-            ffn_dim=32,
-            num_layers=2,
+            ffn_dim=32 if head_dim == 12 else 4 * num_heads * head_dim,
+            num_layers=num_layers,
             rope_max_seq_len=64,
         )
         vae = AutoencoderKLWan(
@@ -96,7 +103,7 @@ def build_tiny() -> CausalWan:
             relative_attention_num_buckets=8, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0,
         )  # fmt: skip
         encoder = UMT5EncoderModel(umt5)
-        controls = ControlEmbedding(len(config.keys), transformer.config.num_attention_heads * 12)
+        controls = ControlEmbedding(len(config.keys), num_heads * head_dim)
     for module in (transformer, vae, encoder, controls):
         module.eval()
     config = _with_decoder_bytes(config, vae)
