@@ -227,10 +227,10 @@ def command(
     if model_name == "causal-wan-tiny":
         from livegen.bench.causal_wan import run
 
-        report = run(default_registry().load(model_name), chunks)
-        click.echo(json.dumps(report, indent=1))
+        figures = run(default_registry().load(model_name), chunks)
+        click.echo(json.dumps(figures, indent=1))
         if json_path is not None:
-            json_path.write_text(json.dumps(report, indent=1) + "\n")
+            json_path.write_text(json.dumps(figures, indent=1) + "\n")
         return
     from livegen.models.tinyworld.weights import WEIGHTS_FILE, shipped_dir
 
