@@ -316,6 +316,7 @@ class Connection:
             "height": spec.height,
             "fps": spec.fps,
             "frames_per_chunk": spec.frames_per_chunk,
+            "first_chunk_frames": spec.frames_in_chunk(0),
             "controls": [
                 {
                     "track": track.name,
