@@ -112,3 +112,12 @@ def test_weight_options_reach_only_models_that_take_them() -> None:
     assert ServerConfig().world_options() == {}
     with pytest.raises(ConfigError, match="'procedural-world' takes no path option"):
         default_registry().load("procedural-world", {"path": "/w"})
+
+
+def test_bfloat16_weights_serve_with_float32_modules_kept(weights_dir: Path) -> None:
+    """The GPU dtype, run on the CPU: diffusers keeps some modules float32 under a bfloat16 model."""
+    wan = weights.load(str(weights_dir), dtype="bfloat16", device="cpu")
+    assert wan.dtype == torch.bfloat16 and wan.spec.kv is not None and wan.spec.kv.bytes_per_element == 2
+    frames = step(wan)
+    assert [f.shape for f in frames] == [(9, 64, 64, 3), (12, 64, 64, 3)]
+    assert all(f.std() > 0 for f in frames)

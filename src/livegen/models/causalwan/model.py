@@ -79,8 +79,9 @@ class CausalWan:
         self.transformer, self.vae, self.scheduler = transformer, vae, scheduler
         self.encode_text = encode_text
         self.control_embedding = control_embedding
-        self.dtype = next(transformer.parameters()).dtype
-        self.device = next(transformer.parameters()).device
+        # The blocks' dtype: diffusers keeps a few modules float32 under a bfloat16 model.
+        self.dtype = transformer.patch_embedding.weight.dtype
+        self.device = transformer.patch_embedding.weight.device
         scheduler.set_timesteps(sigmas=list(config.sigmas), device="cpu")
         self.sigmas = [float(s) for s in scheduler.sigmas[: len(config.sigmas)]]
         self._pass = Pass()

@@ -165,7 +165,9 @@ def load(path: str | None = None, dtype: str = "auto", device: str = "auto") -> 
     except (OSError, ValueError) as exc:
         raise ConfigError(f"cannot load causal-wan weights from {root}: {exc}") from exc
     for module in (transformer, vae, encoder):
-        module.to(target).eval()
+        if target.type != "cpu":
+            module.to(target)
+        module.eval()
     config = _serving_config(root, transformer.config.in_channels)
     config = replace(
         config, decoder_state_bytes=state_bytes(vae, config.latent_height, config.latent_width, torch_dtype)
