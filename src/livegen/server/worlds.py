@@ -98,7 +98,8 @@ class WorldService:
         from livegen.runtime.ray_worker import Cluster
 
         self.cluster = await Cluster.connect(self.state.config.ray_address, num_workers)
-        workers = await self.cluster.start_workers(self.entry.name, num_workers)
+        options = self.state.config.world_options()
+        workers = await self.cluster.start_workers(self.entry.name, num_workers, options)
         log_event(logger, "world.workers_started", model=self.entry.name, num_workers=num_workers)
         return list(workers)
 
