@@ -277,3 +277,22 @@ def test_a_lost_server_is_said_in_words(
     browser.screenshot("world-server-gone")
     assert words.startswith(("Stopped: the server", "Closed by the server")), words
     assert browser.find("world-start").is_enabled()
+
+
+def tap(browser: Browser) -> Callable[[str], None]:
+    def press(key: str) -> None:
+        drawn = stats(browser)["framesDrawn"]
+        ActionChains(browser.driver).key_down(key).key_up(key).perform()
+        browser.wait_for(lambda: stats(browser)["framesDrawn"] > drawn + 8, what="frames after the tap")
+
+    return press
+
+
+def test_a_quick_key_tap_moves_the_agent(
+    start_server: Callable[..., ServerThread], open_browser: Callable[..., Browser]
+) -> None:
+    """A press and release far shorter than a chunk (250 ms) land in one chunk: on the `keys` track
+    the server makes them a tap, one frame of movement, where last-write-wins lost the press."""
+    browser, _ = open_world(start_server, open_browser)
+    move(browser, tap(browser), ARROWS)
+    assert stats(browser)["errors"] == []

@@ -22,6 +22,10 @@ const KEYS = {
   KeyD: "right",
 };
 const DIRECTIONS = ["up", "left", "down", "right"];
+// Keys sent on a model's `livegen.keys.v1` track (as KeyboardEvent.code): the server turns a
+// press and release within one chunk into a tap, so a quick tap is never lost.
+const KEY_CODES = new Set([...Object.keys(KEYS), "Space", "ShiftLeft"]);
+const KEYS_SCHEMA = "livegen.keys.v1";
 const ARROWS = { up: "↑", down: "↓", left: "←", right: "→" };
 const LATENCY_WINDOW = 30;
 // Offered with the key: a browser that offers subprotocols fails the handshake
@@ -113,6 +117,8 @@ export class WorldPanel {
     this.spec = null;
     this.tracks = [];
     this.moveTrack = null;
+    this.keysTrack = null;
+    this.heldCodes = []; // codes held on the keys track, in press order
     this.held = []; // direction keys held, latest last
     this.actions = new Map(); // track name -> value last sent
     this.incoming = null;
@@ -233,6 +239,7 @@ export class WorldPanel {
     this.el.canvas.parentElement.style.aspectRatio = `${this.spec.width} / ${this.spec.height}`;
     this.tracks = normalizeTracks(session.controls);
     this.moveTrack = this.tracks.find((track) => DIRECTIONS.every((d) => track.values.includes(d))) || null;
+    this.keysTrack = this.tracks.find((track) => track.schema === KEYS_SCHEMA) || null;
     this.buildPad();
     this.setState("live", this.liveWords());
     this.status.set(`World: live, ${this.spec.width}×${this.spec.height} at ${this.spec.fps} fps`, "ok");
@@ -385,6 +392,15 @@ export class WorldPanel {
   }
 
   onKey(event, isDown) {
+    if (this.keysTrack && this.ws && KEY_CODES.has(event.code)) {
+      if (event.target.closest?.("input, textarea, select")) return;
+      event.preventDefault();
+      if (isDown && event.repeat) return;
+      this.heldCodes = this.heldCodes.filter((code) => code !== event.code);
+      if (isDown) this.heldCodes.push(event.code);
+      this.sendKeys();
+      return;
+    }
     const direction = KEYS[event.code];
     if (!direction || !this.moveTrack || !this.ws) return;
     if (event.target.closest?.("input, textarea, select")) return;
@@ -395,7 +411,17 @@ export class WorldPanel {
     this.setControl(this.moveTrack, this.held.at(-1) ?? this.moveTrack.rest);
   }
 
+  sendKeys() {
+    if (!this.keysTrack || this.stats.state !== "live") return;
+    const data = { down: [...this.heldCodes] };
+    this.sendEvent({ controls: [{ track: this.keysTrack.name, schema: KEYS_SCHEMA, data }] });
+  }
+
   releaseAll() {
+    if (this.heldCodes.length) {
+      this.heldCodes = [];
+      this.sendKeys();
+    }
     this.held = [];
     if (this.moveTrack) this.setControl(this.moveTrack, this.moveTrack.rest);
   }
@@ -404,6 +430,7 @@ export class WorldPanel {
     this.el.pad.replaceChildren();
     for (const track of this.tracks) {
       const values = track === this.moveTrack ? DIRECTIONS : track.values.filter((v) => v !== track.rest);
+      if (!values.length) continue; // free-form tracks (keys, mouse) have no buttons
       const group = document.createElement("div");
       group.className = track === this.moveTrack ? "dpad" : "buttons";
       group.setAttribute("role", "group");
@@ -451,6 +478,7 @@ export class WorldPanel {
     this.dropQueued();
     this.actions.clear();
     this.held = [];
+    this.heldCodes = [];
     this.send({ type: "world.reset" });
     this.setState("resetting", "Resetting…");
   }
