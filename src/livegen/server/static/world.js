@@ -26,6 +26,10 @@ const DIRECTIONS = ["up", "left", "down", "right"];
 // press and release within one chunk into a tap, so a quick tap is never lost.
 const KEY_CODES = new Set([...Object.keys(KEYS), "Space", "ShiftLeft"]);
 const KEYS_SCHEMA = "livegen.keys.v1";
+// A model's `livegen.mouse.v1` track gets drags and wheel over the canvas, summed and sent at
+// most this often (the server sums them again over a chunk).
+const MOUSE_SCHEMA = "livegen.mouse.v1";
+const MOUSE_FLUSH_MS = 100;
 const ARROWS = { up: "↑", down: "↓", left: "←", right: "→" };
 const LATENCY_WINDOW = 30;
 // Offered with the key: a browser that offers subprotocols fails the handshake
@@ -106,6 +110,11 @@ export class WorldPanel {
       event.preventDefault();
       this.sendPrompt();
     });
+    const canvas = this.el.canvas;
+    canvas.addEventListener("pointermove", (event) => this.onPointer(event, event.movementX, event.movementY));
+    canvas.addEventListener("pointerdown", (event) => this.onPointer(event, 0, 0));
+    canvas.addEventListener("pointerup", (event) => this.onPointer(event, 0, 0));
+    canvas.addEventListener("wheel", (event) => this.onWheel(event), { passive: false });
     window.addEventListener("keydown", (event) => this.onKey(event, true));
     window.addEventListener("keyup", (event) => this.onKey(event, false));
     window.addEventListener("blur", () => this.releaseAll());
@@ -118,6 +127,8 @@ export class WorldPanel {
     this.tracks = [];
     this.moveTrack = null;
     this.keysTrack = null;
+    this.mouseTrack = null;
+    this.mouse = { dx: 0, dy: 0, wheel: 0, buttons: 0, sentButtons: 0, timer: null };
     this.heldCodes = []; // codes held on the keys track, in press order
     this.held = []; // direction keys held, latest last
     this.actions = new Map(); // track name -> value last sent
@@ -240,6 +251,7 @@ export class WorldPanel {
     this.tracks = normalizeTracks(session.controls);
     this.moveTrack = this.tracks.find((track) => DIRECTIONS.every((d) => track.values.includes(d))) || null;
     this.keysTrack = this.tracks.find((track) => track.schema === KEYS_SCHEMA) || null;
+    this.mouseTrack = this.tracks.find((track) => track.schema === MOUSE_SCHEMA) || null;
     this.buildPad();
     this.setState("live", this.liveWords());
     this.status.set(`World: live, ${this.spec.width}×${this.spec.height} at ${this.spec.fps} fps`, "ok");
@@ -409,6 +421,41 @@ export class WorldPanel {
     this.held = this.held.filter((held) => held !== direction);
     if (isDown) this.held.push(direction);
     this.setControl(this.moveTrack, this.held.at(-1) ?? this.moveTrack.rest);
+  }
+
+  onPointer(event, dx, dy) {
+    if (!this.mouseTrack || !this.ws) return;
+    const mouse = this.mouse;
+    mouse.buttons = event.buttons;
+    if (event.buttons) {
+      mouse.dx += dx;
+      mouse.dy += dy;
+    }
+    this.queueMouse();
+  }
+
+  onWheel(event) {
+    if (!this.mouseTrack || !this.ws) return;
+    event.preventDefault();
+    this.mouse.wheel += Math.sign(event.deltaY);
+    this.queueMouse();
+  }
+
+  queueMouse() {
+    const mouse = this.mouse;
+    const changed = mouse.dx || mouse.dy || mouse.wheel || mouse.buttons !== mouse.sentButtons;
+    if (!changed || mouse.timer !== null) return;
+    mouse.timer = setTimeout(() => this.flushMouse(), MOUSE_FLUSH_MS);
+  }
+
+  flushMouse() {
+    const mouse = this.mouse;
+    mouse.timer = null;
+    if (!this.mouseTrack || this.stats.state !== "live") return;
+    const data = { dx: mouse.dx, dy: mouse.dy, wheel: mouse.wheel, buttons: mouse.buttons & 31 };
+    mouse.dx = mouse.dy = mouse.wheel = 0;
+    mouse.sentButtons = data.buttons;
+    this.sendEvent({ controls: [{ track: this.mouseTrack.name, schema: MOUSE_SCHEMA, data }] });
   }
 
   sendKeys() {
