@@ -64,3 +64,18 @@ def test_an_aborted_chunk_gives_its_pages_back_and_keeps_the_context() -> None:
     pool.abort("a")
     assert pool.num_free_pages == free + 3
     assert pool.plan("a", 1)[0] == context
+
+
+def test_extra_kv_branches_grow_the_page() -> None:
+    """Classifier-free guidance keeps two K/V branches, Matrix-Game adds keyboard and mouse caches."""
+    two = KVGeometry(
+        num_layers=2,
+        num_heads=2,
+        head_dim=8,
+        tokens_per_frame=4,
+        window_frames=4,
+        sink_frames=1,
+        num_branches=2,
+    )
+    assert two.page_bytes == 2 * GEOMETRY.page_bytes
+    assert Pool(two, 3, required_bytes(GEOMETRY, 3, 4)).capacity == 2
