@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import logging
 from collections.abc import AsyncIterator, Coroutine, Sequence
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ import numpy as np
 
 from livegen.errors import CapacityExceeded, InvalidRequest, InvalidState, ModelError
 from livegen.models.cascade import llm, replies, vad
-from livegen.models.cascade.tts import Speech
+from livegen.models.cascade.tts import Speech, SynthesisError
 from livegen.models.voice import (
     HistoryTurn,
     OutputKind,
@@ -78,6 +79,8 @@ class Stream:
         self._outputs: asyncio.Queue[VoiceOutput | None] = asyncio.Queue()
         self._detector = vad.Detector(model.vad_path, config.turn_detection or TurnDetection())
         self._llm = llm.Client(model.llm) if model.llm else None
+        #: Speech for this session: the workers are shared fairly between sessions.
+        self._say: replies.Speak = functools.partial(model.speak, owner=session_id)
         # The uncommitted input: samples [_buffer_start, _buffer_start + len(_buffer) / 2).
         self._buffer = bytearray()
         self._buffer_start = 0
@@ -284,7 +287,7 @@ class Stream:
         parts = [await asyncio.shield(task) for task in [*settled, tail]]
         user_text = " ".join(part for part in parts if part)
         chat = self._chat(self._next_history or [], user_text, self._config.instructions)
-        return replies.start(self._model.speak, self._llm, user_text, voice, chat)
+        return replies.start(self._say, self._llm, user_text, voice, chat)
 
     def _chat(
         self, history: Sequence[HistoryTurn], user_text: str, instructions: str
@@ -303,16 +306,20 @@ class Stream:
             chat = self._chat(request.history, user_text or "", instructions)
             answer = await self._use_prepared(prepared, user_text, voice, chat)
             if answer is None:
-                answer = replies.start(self._model.speak, self._llm, user_text, voice, chat)
+                answer = replies.start(self._say, self._llm, user_text, voice, chat)
             spoken = await self._speak(epoch, rid, answer, "audio" in request.modalities, voice)
         except asyncio.CancelledError:
             self._drop_prepared(prepared)
             self._next_history = None  # what the user heard of it is the core's to say
             raise
         except Exception as exc:
-            logger.exception("response %s failed", rid)
+            if isinstance(exc, ModelError):  # a worker failed, not our code: one line, no traceback
+                logger.warning("response %s failed: %s", rid, exc)
+            else:
+                logger.exception("response %s failed", rid)
             self._next_history = None
-            self._emit(OutputKind.ERROR, epoch, response_id=rid, text=f"{type(exc).__name__}: {exc}")
+            code = exc.code if isinstance(exc, ModelError) else type(exc).__name__
+            self._emit(OutputKind.ERROR, epoch, response_id=rid, text=f"{code}: {exc}")
             self._emit(OutputKind.RESPONSE_DONE, epoch, response_id=rid, status="failed")
             return
         finally:
@@ -381,7 +388,7 @@ class Stream:
                     audio.cancel()
                     audio = None
                 elif wants_audio and audio is None:
-                    audio = self._model.speak(text, voice)
+                    audio = self._say(text, voice)
                 try:
                     await queue.put((text, audio))
                 except asyncio.CancelledError:
@@ -399,9 +406,9 @@ class Stream:
     ) -> None:
         try:
             speech = await asyncio.wrap_future(audio)
-        except ModelError as exc:  # Piper failed: espeak-ng is the instant fallback
+        except SynthesisError as exc:  # Piper could not say it: espeak-ng is the instant fallback
             logger.warning("speech synthesis failed, falling back to espeak-ng: %s", exc)
-            speech = await asyncio.wrap_future(self._model.speak(text, "espeak"))
+            speech = await asyncio.wrap_future(self._say(text, "espeak"))
         for start in range(0, len(speech.pcm), AUDIO_DELTA_BYTES):
             chunk = speech.pcm[start : start + AUDIO_DELTA_BYTES]
             self._emit(OutputKind.AUDIO_DELTA, epoch, response_id=rid, audio=chunk)
