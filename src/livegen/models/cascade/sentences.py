@@ -26,6 +26,9 @@ _MIN_FIRST_WORDS = 4
 MAX_PIECE_CHARS = 200
 #: Characters past the limit a sentence end needs to be recognised (its space and the next character).
 _LOOKAHEAD = 2
+#: A search for a sentence end resumes this far before where the last one gave up: an end that
+#: was cut short by the end of the text ("3." waiting for its space) starts there.
+_RESUME_MARGIN = 4
 
 
 class Splitter:
@@ -33,20 +36,23 @@ class Splitter:
         #: Text not yet emitted starts at ``_start``; compacted after every feed, so it stays short.
         self._text = ""
         self._start = 0
+        #: Where the last search for a sentence end gave up: text before it holds none.
+        self._searched_to = 0
         self._num_pieces = 0 if early_first else 1
 
     def feed(self, delta: str) -> list[str]:
         """Pieces completed by ``delta``, in order."""
         self._text += delta
         pieces = self._pieces(final=False)
-        self._text, self._start = self._text[self._start :], 0
+        self._text, self._searched_to = self._text[self._start :], self._searched_to - self._start
+        self._start = 0
         return pieces
 
     def flush(self) -> list[str]:
         """What is left at the end of the reply, in pieces of at most ``MAX_PIECE_CHARS``."""
         pieces = self._pieces(final=True)
         rest = self._text[self._start :].strip()
-        self._text, self._start = "", 0
+        self._text, self._start, self._searched_to = "", 0, 0
         return [*pieces, rest] if rest else pieces
 
     def _pieces(self, final: bool) -> list[str]:
@@ -62,7 +68,9 @@ class Splitter:
         """Where the next piece ends, looking only at its window; None: wait for more text."""
         start, limit = self._start, self._start + MAX_PIECE_CHARS
         end = min(len(self._text), limit + _LOOKAHEAD)
-        sentence = _SENTENCE_END.search(self._text, start, end)
+        resume = max(start, self._searched_to - _RESUME_MARGIN)
+        sentence = _SENTENCE_END.search(self._text, resume, end)
+        self._searched_to = sentence.start() if sentence is not None else end
         if sentence is not None and sentence.end() > limit:
             sentence = None
         if self._num_pieces == 0 and (clause := self._first_clause(start, sentence)) is not None:

@@ -122,7 +122,7 @@ class Slot:
             try:
                 item = self._inbox.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
-                code = _discard(process)
+                code = discard(process)
                 raise ModelError(
                     f"the speech worker did not start (no hello within {self._timing.startup_s} s; "
                     f"exit code {code})"
@@ -131,11 +131,11 @@ class Slot:
                 continue
             hello = item[1]
             if hello is None:
-                code = _discard(process)
+                code = discard(process)
                 raise ModelError(f"the speech worker did not start (exit code {code})")
             break
         if not hello.get("engines"):
-            _discard(process)
+            discard(process)
             raise ModelError(f"the speech worker loaded no engine: {hello.get('errors')}")
         for name, error in hello.get("errors", {}).items():
             logger.warning("speech engine %s is unavailable: %s", name, error)
@@ -152,7 +152,8 @@ class Slot:
     def close(self) -> None:
         self.state = "closed"
         self.wake()
-        self._thread.join(timeout=10)
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
         process, self._process = self._process, None
         if process is not None:
             _stop(process)
@@ -281,7 +282,7 @@ class Slot:
             self.reason = f"speech worker {self.index} (pid {pid}) {lost.reason}; restarting"
             logger.warning("%s", self.reason)
         if process is not None:
-            _discard(process)
+            discard(process)
         if job is not None:
             error_type = SpeechWorkerStuck if lost.is_stuck else SpeechWorkerError
             self._pool.part_failed(job, error_type(f"the speech worker {lost.reason}"))
@@ -309,10 +310,10 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
     try:
         process.wait(timeout=5)
     except subprocess.TimeoutExpired:
-        _discard(process)
+        discard(process)
 
 
-def _discard(process: subprocess.Popen[bytes]) -> int:
+def discard(process: subprocess.Popen[bytes]) -> int:
     """Kill a worker (a stopped one too) and release its input; its exit code."""
     with contextlib.suppress(OSError):
         process.kill()

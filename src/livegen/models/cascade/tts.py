@@ -35,7 +35,7 @@ from typing import Any
 
 from livegen.errors import ModelError
 from livegen.models.cascade import sentences
-from livegen.models.cascade.supervisor import Slot, SpeechWorkerError, SpeechWorkerStuck, Timing
+from livegen.models.cascade.supervisor import Slot, SpeechWorkerError, SpeechWorkerStuck, Timing, discard
 
 SAMPLE_RATE = 24_000
 #: Most workers started by default, whatever the core count: each holds ~100 MB.
@@ -93,6 +93,8 @@ class Pool:
         #: Owners with a part in a worker.
         self._busy: set[Hashable] = set()
         self.closing = threading.Event()
+        #: Parts the workers answered (spoken, failed or cancelled), for tests and benchmarks.
+        self.num_parts = 0
         timing = timing or Timing()
         self.slots = [Slot(self, index, argv, timing) for index in range(size or default_workers())]
         launched = [slot.launch() for slot in self.slots]  # the workers load in parallel
@@ -100,6 +102,8 @@ class Pool:
             for slot, process in zip(self.slots, launched, strict=True):
                 slot.handshake(process)
         except ModelError:
+            for process in launched:  # the ones not adopted yet are nobody's to close
+                discard(process)
             self.close()
             raise
         for slot in self.slots:
@@ -182,6 +186,7 @@ class Pool:
             return job, job.parts.popleft()
 
     def part_done(self, job: Job, reply: dict[str, Any], payload: bytes) -> None:
+        self.num_parts += 1
         status = reply.get("status")
         if status == "ok":
             job.pcm.append(payload)
