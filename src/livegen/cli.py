@@ -118,8 +118,17 @@ def main() -> None:
     default=None,
     help="Ray cluster for --world-workers, e.g. 'auto' or 'ray://head:10001' [default: start a local Ray].",
 )
+@click.option(
+    "--tts-workers",
+    envvar="LIVEGEN_TTS_WORKERS",
+    default=None,
+    type=click.IntRange(1, 64),
+    help="Speech-synthesis worker processes of the cascade voice model [default: the cores, 2 to 8].",
+)
 def serve(**options: Any) -> None:
     """Serve voice and world sessions over WebSockets, with the demo page at /."""
+    import os
+
     import uvicorn
 
     from livegen import logs
@@ -128,6 +137,8 @@ def serve(**options: Any) -> None:
 
     logs.configure(options["log_level"])
     config = ServerConfig(**options)
+    if config.tts_workers is not None:  # read by the voice model's loader, which takes no arguments
+        os.environ["LIVEGEN_TTS_WORKERS"] = str(config.tts_workers)
     try:
         app = create_app(config)
     except ConfigError as exc:

@@ -28,3 +28,6 @@ class ServerConfig:
     world_workers: int = 0
     #: Ray cluster to join for world workers (e.g. "auto" or "ray://head:10001"); None starts a local Ray.
     ray_address: str | None = None
+    #: Speech-synthesis worker processes of the cascade voice model; None: LIVEGEN_TTS_WORKERS, else
+    #: the cores (2 to 8). The model is loaded once per process, so the first server's value holds.
+    tts_workers: int | None = None

@@ -101,6 +101,8 @@ class Slot:
         self.reason = ""
         self.engines: list[str] = []
         self.num_starts = 0
+        #: Whose part the worker is speaking, while busy.
+        self.owner: object = None
         self._thread = threading.Thread(target=self._run, name=f"tts-slot-{index}", daemon=True)
 
     # -- what the pool calls ------------------------------------------------------------------------
@@ -201,11 +203,14 @@ class Slot:
 
     def _run_part(self, job: Job, text: str) -> None:
         request_id = next(_ids)
-        self.state = "busy"
+        self.state, self.owner = "busy", job.owner
         job.future.add_done_callback(lambda _: self.wake())
         header = {"op": "speak", "id": request_id, "text": text, "engine": job.engine}
         self._send({**header, "voice": job.voice, "speed": job.speed})
-        reply, payload = self._await(request_id, self._timing.deadline_s(text), job)
+        try:
+            reply, payload = self._await(request_id, self._timing.deadline_s(text), job)
+        finally:
+            self.owner = None
         self.state = "ready"
         self._pool.part_done(job, reply, payload)
 
