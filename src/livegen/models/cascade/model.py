@@ -6,7 +6,7 @@ and the pool of speech worker subprocesses (``tts.Pool``, ``health`` reports
 on it). Everything a session owns,
 from its Silero state to its responses, lives in ``stream.Stream``. ``load``
 is the registry's loader: it checks the pinned weights, loads Whisper, starts
-the speech worker and warms both up, so the first user does not pay for it.
+the speech workers and warms them up, so the first user does not pay for it.
 
 Replies come from the built-in responder unless a language model is set,
 with ``LIVEGEN_LLM_BASE_URL`` / ``LIVEGEN_LLM_MODEL`` (``LIVEGEN_LLM_API_KEY``

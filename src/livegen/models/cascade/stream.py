@@ -3,7 +3,7 @@
 ``Stream`` is the ``VoiceStream`` of the cascade. It owns the session's
 uncommitted input audio (16 kHz PCM16, positions counted in samples since the
 session started), its Silero state, the transcripts in flight and the
-responses being spoken. The shared parts (Whisper, the speech worker) belong
+responses being spoken. The shared parts (Whisper, the speech workers) belong
 to ``model.CascadeModel``; the epoch fence and the conversation belong to the
 session core, which is why every output carries the epoch of the call it
 answers and why a cancelled response simply stops, without a terminal output.
