@@ -23,6 +23,7 @@ import argparse
 import ctypes
 import os
 import queue
+import signal
 import sys
 import threading
 from collections.abc import Callable
@@ -218,6 +219,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engines", default="piper,espeak", help="Engines to load, preferred first.")
     parser.add_argument("--threads", type=int, default=1, help="ONNX intra-op threads for Piper.")
     args = parser.parse_args(argv)
+    # A Ctrl-C at the terminal reaches the whole process group; the supervisor ends this worker
+    # by closing its input (or kills it), so it does not die mid-frame with a traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     # Frames go to a private copy of stdout; fd 1 itself points at stderr, so a
     # library that prints cannot corrupt the frame stream.
     replies = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
