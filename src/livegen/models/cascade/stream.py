@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from livegen.errors import CapacityExceeded, InvalidRequest, InvalidState, ModelError
-from livegen.models.cascade import llm, replies, vad
+from livegen.models.cascade import llm, replies, tts, vad
 from livegen.models.cascade.tts import Speech, SynthesisError
 from livegen.models.voice import (
     HistoryTurn,
@@ -59,6 +59,10 @@ _TAIL_S = 0.25
 MAX_BUFFER_S = 300
 #: Output audio is sent in pieces of this length (24 kHz PCM16).
 AUDIO_DELTA_BYTES = 24_000 * 2 // 5
+#: A response's audio is synthesised at most this far ahead of real time: a long answer then
+#: costs a core for a second in every ten, not for all its length at once, and other sessions
+#: keep the CPU they need to start theirs (and barge-in wastes less).
+MAX_AHEAD_S = 10.0
 
 
 @dataclass
@@ -356,14 +360,20 @@ class Stream:
         queue: asyncio.Queue[replies.Piece | None] = asyncio.Queue(1)
         producer = self._spawn(self._synthesise(answer.pieces(), wants_audio, voice, queue))
         said: list[str] = []
+        loop = asyncio.get_running_loop()
+        started, emitted_s = loop.time(), 0.0
         try:
             while (item := await queue.get()) is not None:
+                if (ahead := emitted_s - (loop.time() - started)) > MAX_AHEAD_S:
+                    await asyncio.sleep(ahead - MAX_AHEAD_S)
                 text, audio = item
                 delta = text if not said else f" {text}"
                 said.append(delta)
                 self._emit(OutputKind.TEXT_DELTA, epoch, response_id=rid, text=delta)
                 if audio is not None:
-                    await self._emit_audio(epoch, rid, text, audio, voice)
+                    if not emitted_s:
+                        started = loop.time()  # playback starts with the first audio
+                    emitted_s += await self._emit_audio(epoch, rid, text, audio, voice)
             await producer  # re-raises its error, if any
         finally:
             producer.cancel()
@@ -403,7 +413,8 @@ class Stream:
 
     async def _emit_audio(
         self, epoch: int, rid: str, text: str, audio: concurrent.futures.Future[Speech], voice: str
-    ) -> None:
+    ) -> float:
+        """Emit one piece's audio; its length in seconds."""
         try:
             speech = await asyncio.wrap_future(audio)
         except SynthesisError as exc:  # Piper could not say it: espeak-ng is the instant fallback
@@ -412,6 +423,7 @@ class Stream:
         for start in range(0, len(speech.pcm), AUDIO_DELTA_BYTES):
             chunk = speech.pcm[start : start + AUDIO_DELTA_BYTES]
             self._emit(OutputKind.AUDIO_DELTA, epoch, response_id=rid, audio=chunk)
+        return len(speech.pcm) / 2 / tts.SAMPLE_RATE
 
     # -- plumbing --------------------------------------------------------------------------------
 
