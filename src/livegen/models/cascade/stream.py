@@ -66,6 +66,31 @@ MAX_AHEAD_S = 10.0
 
 
 @dataclass
+class Pacing:
+    """How far a response's audio is ahead of real time (playback starts with its first audio)."""
+
+    started: float = 0.0
+    emitted_s: float = 0.0
+
+    def add(self, now: float, seconds: float) -> None:
+        if not self.emitted_s:
+            self.started = now
+        self.emitted_s += seconds
+
+    def excess_s(self, now: float) -> float:
+        """How long to wait before asking for more audio."""
+        return self.emitted_s - (now - self.started) - MAX_AHEAD_S if self.emitted_s else 0.0
+
+    async def wait(self) -> None:
+        """Until the audio so far is less than ``MAX_AHEAD_S`` ahead (more may come meanwhile)."""
+        loop = asyncio.get_running_loop()
+        excess = self.excess_s(loop.time())
+        while excess > 0:
+            await asyncio.sleep(excess)
+            excess = self.excess_s(loop.time())
+
+
+@dataclass
 class Speculation:
     """Work started at a pause, on the input from ``start`` to ``end`` (samples)."""
 
@@ -358,22 +383,18 @@ class Stream:
     ) -> str:
         """Text and audio of each piece in order, the next piece synthesised meanwhile; the text said."""
         queue: asyncio.Queue[replies.Piece | None] = asyncio.Queue(1)
-        producer = self._spawn(self._synthesise(answer.pieces(), wants_audio, voice, queue))
+        pacing = Pacing()
+        producer = self._spawn(self._synthesise(answer.pieces(), wants_audio, voice, queue, pacing))
         said: list[str] = []
         loop = asyncio.get_running_loop()
-        started, emitted_s = loop.time(), 0.0
         try:
             while (item := await queue.get()) is not None:
-                if (ahead := emitted_s - (loop.time() - started)) > MAX_AHEAD_S:
-                    await asyncio.sleep(ahead - MAX_AHEAD_S)
                 text, audio = item
                 delta = text if not said else f" {text}"
                 said.append(delta)
                 self._emit(OutputKind.TEXT_DELTA, epoch, response_id=rid, text=delta)
                 if audio is not None:
-                    if not emitted_s:
-                        started = loop.time()  # playback starts with the first audio
-                    emitted_s += await self._emit_audio(epoch, rid, text, audio, voice)
+                    pacing.add(loop.time(), await self._emit_audio(epoch, rid, text, audio, voice))
             await producer  # re-raises its error, if any
         finally:
             producer.cancel()
@@ -388,8 +409,12 @@ class Stream:
         wants_audio: bool,
         voice: str,
         queue: asyncio.Queue[replies.Piece | None],
+        pacing: Pacing,
     ) -> None:
-        """Feed ``queue`` with pieces and their audio in flight; None at the end, even after an error."""
+        """Feed ``queue`` with pieces and their audio in flight; None at the end, even after an error.
+
+        Audio is asked for only while the response is less than ``MAX_AHEAD_S`` ahead of real time.
+        """
         error: Exception | None = None
         try:
             async for text, prepared_audio in pieces:
@@ -398,6 +423,7 @@ class Stream:
                     audio.cancel()
                     audio = None
                 elif wants_audio and audio is None:
+                    await pacing.wait()
                     audio = self._say(text, voice)
                 try:
                     await queue.put((text, audio))
