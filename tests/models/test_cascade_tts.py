@@ -188,3 +188,19 @@ def test_a_cancel_mid_sentence_frees_the_worker_for_another_session(piper: tts.P
     # not the fifteen parts left of the sentence.
     assert piper.num_parts <= parts_before + 3
     assert piper.slots[0].num_starts == 1  # no restart was needed
+
+
+def test_a_part_past_its_deadline_fails_and_its_worker_is_replaced() -> None:
+    # A synthesiser hung in native code still answers pings (the reader thread does); the
+    # deadline, scaled to the text, is what catches it. Here Piper is simply given too little time
+    # for 200 characters (it needs half a second or more), and espeak-ng plenty for two.
+    hurried = Timing(deadline_base_s=0.1, deadline_per_char_s=0.0, backoff_min_s=0.1)
+    pool = tts.Pool(engines=("piper", "espeak"), size=1, timing=hurried)
+    try:
+        pid = pool.pid()
+        with pytest.raises(tts.SpeechWorkerStuck, match="deadline"):
+            pool.speak(f"{WORDS[:199]}.", owner="s1").result(timeout=60)
+        eventually(lambda: pool.pid() not in (None, pid) and pool.health()[0], within=60)
+        assert pool.speak("Hi.", "espeak", owner="s1").result(timeout=60).pcm
+    finally:
+        pool.close()

@@ -129,6 +129,9 @@ class Slot:
                     f"the speech worker did not start (no hello within {self._timing.startup_s} s; "
                     f"exit code {code})"
                 ) from None
+            if self._pool.is_closed:
+                discard(process)
+                raise ModelError("the speech workers are closed")
             if item is _WAKE or item[0] is not process:
                 continue
             hello = item[1]
@@ -182,7 +185,10 @@ class Slot:
                     self._ping()
                 else:
                     self._run_part(*taken)
-            except _Lost as lost:
+            except Exception as exc:  # a bug here must cost a restart, never the slot
+                if not isinstance(exc, _Lost):
+                    logger.exception("speech worker %d: supervisor error", self.index)
+                lost = exc if isinstance(exc, _Lost) else _Lost(f"was lost ({exc!r})", False)
                 self._lose(lost, taken[0] if taken else None)
                 if time.monotonic() - started < self._timing.young_s:
                     backoff = min(max(2 * backoff, self._timing.backoff_min_s), self._timing.backoff_max_s)
@@ -249,7 +255,9 @@ class Slot:
             if self._pool.is_closed:
                 raise _Lost("was closed", False)
             if now >= deadline:
-                raise _Lost(f"gave no answer within {within_s:.1f} s", True)
+                if job is None:  # this was a ping
+                    raise _Lost(f"stopped answering pings for {within_s} s", True)
+                raise _Lost(f"gave no answer within its deadline of {within_s:.1f} s", True)
             if now >= pong_due:
                 raise _Lost(f"stopped answering pings for {self._timing.liveness_s} s", True)
             if job is not None and ping_id is None and now >= next_ping:
