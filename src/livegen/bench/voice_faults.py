@@ -84,7 +84,8 @@ class Probes:
 
     def worst(self, start: float, end: float) -> dict[str, float | None]:
         health = [latency for sent, latency, _ in self.health if start <= sent <= end]
-        arrivals = [t for t in self.chunks if start <= t <= end]
+        before = [t for t in self.chunks if t < start][-1:]  # a stall that began before the window
+        arrivals = before + [t for t in self.chunks if start <= t <= end]
         gaps = [b - a for a, b in itertools.pairwise(arrivals)]
         return {
             "health_max_ms": _ms(max(health, default=None)),
