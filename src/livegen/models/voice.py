@@ -60,6 +60,8 @@ class VoiceOutput:
     audio: bytes = field(default=b"", repr=False)
     audio_ms: int = 0
     status: str = ""
+    #: For ``ERROR``: a machine code for the failure (``speech_worker_stuck``); "" means ``model_error``.
+    code: str = ""
 
 
 @dataclass(frozen=True)

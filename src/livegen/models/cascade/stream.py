@@ -347,8 +347,8 @@ class Stream:
             else:
                 logger.exception("response %s failed", rid)
             self._next_history = None
-            code = exc.code if isinstance(exc, ModelError) else type(exc).__name__
-            self._emit(OutputKind.ERROR, epoch, response_id=rid, text=f"{code}: {exc}")
+            code = exc.code if isinstance(exc, ModelError) else "model_error"
+            self._emit(OutputKind.ERROR, epoch, response_id=rid, text=f"{code}: {exc}", code=code)
             self._emit(OutputKind.RESPONSE_DONE, epoch, response_id=rid, status="failed")
             return
         finally:
@@ -464,9 +464,10 @@ class Stream:
         audio: bytes = b"",
         audio_ms: int = 0,
         status: str = "",
+        code: str = "",
     ) -> None:
         if not self._is_closed:
-            output = VoiceOutput(kind, epoch, response_id, item_id, text, audio, audio_ms, status)
+            output = VoiceOutput(kind, epoch, response_id, item_id, text, audio, audio_ms, status, code)
             self._outputs.put_nowait(output)
 
     def _spawn(self, coroutine: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
