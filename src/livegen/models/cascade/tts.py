@@ -186,7 +186,6 @@ class Pool:
             return job, job.parts.popleft()
 
     def part_done(self, job: Job, reply: dict[str, Any], payload: bytes) -> None:
-        self.num_parts += 1
         status = reply.get("status")
         if status == "ok":
             job.pcm.append(payload)
@@ -206,6 +205,7 @@ class Pool:
     def _release(self, job: Job) -> None:
         """The owner's part is out of the worker: its next part waits its turn behind other owners."""
         with self._cond:
+            self.num_parts += 1
             self._busy.discard(job.owner)
             if job.parts and not job.future.done() and not self.is_closed:
                 jobs = self._waiting.pop(job.owner, deque())
