@@ -14,6 +14,9 @@ import contextlib
 import json
 import os
 import signal
+import socket
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -159,3 +162,26 @@ async def _until_healthy(server: ServerThread) -> None:
                 return
             await asyncio.sleep(0.05)
     raise AssertionError("the server did not become healthy again")
+
+
+def test_serve_runs_as_many_speech_workers_as_asked() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    argv = [sys.executable, "-m", "livegen", "serve", "--port", str(port), "--world-model", "none"]
+    process = subprocess.Popen([*argv, "--tts-workers", "3"], stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            with contextlib.suppress(httpx.TransportError):
+                health = httpx.get(f"http://127.0.0.1:{port}/health")
+                if health.status_code == 200:
+                    break
+            assert process.poll() is None, "the server exited"
+            time.sleep(0.2)
+        workers = health.json()["services"]["voice"]["tts_workers"]
+        assert [w["state"] for w in workers] == ["ready"] * 3
+        assert len({w["pid"] for w in workers}) == 3
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
