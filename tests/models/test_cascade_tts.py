@@ -7,6 +7,7 @@ import contextlib
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -120,6 +121,34 @@ def test_a_job_on_a_stopped_worker_fails_within_the_liveness_clock() -> None:
         with pytest.raises(tts.SpeechWorkerStuck, match="stopped answering"):
             pool.speak("Are you there?", "espeak", owner="s1").result(timeout=30)
         assert pool.speak("Yes.", "espeak", owner="s1").result(timeout=60).pcm
+    finally:
+        pool.close()
+
+
+def test_asking_never_blocks_on_a_stopped_worker() -> None:
+    # The old worker took requests by a blocking write on the caller's thread (the event loop):
+    # once a stopped worker's 64 KiB pipe was full, the whole server froze until it resumed.
+    pool = tts.Pool(engines=("espeak",), size=1, timing=QUICK)
+    try:
+        os.kill(pool.pid() or 0, signal.SIGSTOP)
+        futures: list[concurrent.futures.Future[tts.Speech]] = []
+        asker = threading.Thread(
+            target=lambda: futures.extend(pool.speak(LONG, "espeak", owner=f"s{i}") for i in range(300))
+        )
+        asker.start()
+        asker.join(timeout=30)
+        assert not asker.is_alive() and len(futures) == 300  # 200 KB asked for, none of it blocked
+        for future in futures[3:]:
+            future.cancel()
+        outcomes = []
+        for future in futures[:3]:
+            try:
+                outcomes.append(bool(future.result(timeout=60).pcm))
+            except tts.SpeechWorkerStuck:
+                outcomes.append(False)
+        # The one on the stopped worker failed (unless the worker was caught out by a ping first);
+        # its replacement spoke the rest.
+        assert outcomes in ([False, True, True], [True, True, True])
     finally:
         pool.close()
 
