@@ -82,8 +82,8 @@ class _Lost(Exception):
         self.is_stuck = is_stuck
 
 
-#: Inbox items: a frame from a process (None at the end of its pipe), or a nudge to look at the job.
-_Frame = tuple[subprocess.Popen[bytes], dict[str, Any] | None, bytes]
+#: Besides (process, header or None at the end of its pipe, payload) frames, the inbox gets this
+#: nudge when a job is cancelled or the pool closes.
 _WAKE = object()
 _ids = itertools.count()
 
