@@ -38,7 +38,7 @@ from livegen.models.cascade import sentences
 from livegen.models.cascade.supervisor import Slot, SpeechWorkerError, SpeechWorkerStuck, Timing, discard
 
 SAMPLE_RATE = 24_000
-#: Most workers started by default, whatever the core count: each holds ~100 MB.
+#: Most workers started by default, whatever the core count: each holds about 190 MB (Piper loaded).
 MAX_DEFAULT_WORKERS = 8
 
 
