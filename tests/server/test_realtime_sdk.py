@@ -209,10 +209,12 @@ async def test_bad_input_gets_openai_errors_and_the_session_goes_on(voice_server
         }
         await expect("invalid_audio_format", fmt)
         await expect(
-            "item_not_found", {"type": "conversation.item.retrieve", "item_id": "nope", "event_id": "e4"}
+            "item_retrieve_invalid_item_id",
+            {"type": "conversation.item.retrieve", "item_id": "nope", "event_id": "e4"},
         )
         await expect(
-            "item_not_found", {"type": "conversation.item.delete", "item_id": "nope", "event_id": "e5"}
+            "item_delete_invalid_item_id",
+            {"type": "conversation.item.delete", "item_id": "nope", "event_id": "e5"},
         )
         await expect("response_cancel_not_active", {"type": "response.cancel", "event_id": "e6"})
         # The budget is 0.5 s of 16 kHz audio: a 1 s append is refused, and nothing accepted is lost.

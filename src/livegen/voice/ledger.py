@@ -23,7 +23,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from livegen.errors import CapacityExceeded, LocalProtocolError
+from livegen.errors import LocalProtocolError
+from livegen.protocol.errors import INPUT_AUDIO_BACKPRESSURE
 
 
 class ReservationState(StrEnum):
@@ -52,12 +53,8 @@ class InputLedger:
         ``is_forced`` takes a few ms of resampler tail at a commit, which must not fail.
         """
         if not is_forced and self.pending_bytes + num_bytes > self.budget_bytes:
-            raise CapacityExceeded(
-                f"input audio backpressure: {self.pending_bytes} bytes are waiting for the model and "
-                f"{num_bytes} more would pass the {self.budget_bytes}-byte budget; "
-                "slow down and resend this append",
-                code="input_audio_backpressure",
-                param="audio",
+            raise INPUT_AUDIO_BACKPRESSURE.error(
+                pending=self.pending_bytes, size=num_bytes, budget=self.budget_bytes
             )
         reservation = Reservation(self._next_seq, num_bytes)
         self._next_seq += 1
