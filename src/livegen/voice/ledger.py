@@ -135,8 +135,21 @@ class Playback:
             return 0.0
         return max(0.0, min(self.sent_ms, (now - self.started_at) * 1000.0))
 
+    def is_all_due(self, now: float) -> bool:
+        """All audio sent so far has been due at real-time playback since the first was released."""
+        return self.started_at is not None and now >= self.started_at + self.sent_ms / 1000.0
+
     def is_playing(self, now: float) -> bool:
-        return not self.is_stopped and self.sent_ms > 0 and self.heard_ms(now) < self.sent_ms
+        """Sent audio is still playing at the client.
+
+        Acks only say where playback is while it is due: an answer whose audio has all been
+        due at real time has finished, whatever the last ack said (a client acking whole ms,
+        or acking less than it played, must not leave it playing forever, to be cut by the
+        next utterance).
+        """
+        if self.is_stopped or self.sent_ms <= 0 or self.is_all_due(now):
+            return False
+        return self.heard_ms(now) < self.sent_ms
 
     def stop(self, now: float) -> float:
         """Cut playback where the listener is now; return that position (committed to history)."""
