@@ -22,6 +22,7 @@ Origins:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from string import Formatter
 from typing import Any, Literal
@@ -314,7 +315,7 @@ def markdown_table() -> str:
     """The table as docs/voice-protocol.md shows it (a test keeps the two equal)."""
     lines = ["| code | type | message | param | origin | when |", "|---|---|---|---|---|---|"]
     for row in TABLE:
-        message = row.message.replace("|", "\\|")
+        message = re.sub(r"\{(\w+)[^}]*\}", r"{\1}", row.message).replace("|", "\\|")
         param = f"`{row.param}`" if row.param else ""
         lines.append(f"| `{row.code}` | {row.type} | {message} | {param} | {row.origin} | {row.when} |")
     return "\n".join(lines)
