@@ -81,7 +81,7 @@ def test_each_row_is_consistent(row: table.WireError) -> None:
     assert row.when and row.message
     if row.kind is not None:
         assert issubclass(row.kind, RemoteProtocolError)
-        assert row.kind.error_type == row.type, "the exception's error.type must be the row's"
+        assert row.kind.error_type == row.error_type, "the exception's error.type must be the row's"
 
 
 def test_openai_defined_errors_carry_openai_words() -> None:

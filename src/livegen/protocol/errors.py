@@ -50,7 +50,8 @@ class WireError:
     origin: Origin
     when: str
     param: str | None = None
-    type: str = "invalid_request_error"
+    #: ``error.type``: OpenAI's family of the error.
+    error_type: str = "invalid_request_error"
     #: The exception that carries it through the cores; None: sent only as a body (model failures).
     kind: type[RemoteProtocolError] | None = InvalidRequest
 
@@ -76,7 +77,7 @@ class WireError:
 
     def body(self, **fields: Any) -> dict[str, Any]:
         """``{type, code, message}``: a response's ``status_details.error``."""
-        return {"type": self.type, "code": self.code, "message": self.text(**fields)}
+        return {"type": self.error_type, "code": self.code, "message": self.text(**fields)}
 
     def event_body(self, **fields: Any) -> dict[str, Any]:
         """The ``error`` object of an ``error`` event not caused by one client event."""
@@ -227,7 +228,7 @@ MODEL_FAILED = WireError(
     "{detail}",
     "livegen",
     "the model failed: an `error` event, or the `response.done` (`failed`) of its response",
-    type="server_error",
+    error_type="server_error",
     kind=None,
 )
 MODEL_APPEND_FAILED = WireError(
@@ -235,7 +236,7 @@ MODEL_APPEND_FAILED = WireError(
     "{detail}",
     "livegen",
     "the model refused input: that turn and its response are rolled back (`response.done` `failed`)",
-    type="server_error",
+    error_type="server_error",
     kind=None,
 )
 OUTPUT_OVERFLOW = WireError(
@@ -243,7 +244,7 @@ OUTPUT_OVERFLOW = WireError(
     "the model made audio faster than it can be paced out",
     "livegen",
     "in `response.done` (`failed`): the model outran pacing by more than 2 minutes of audio",
-    type="server_error",
+    error_type="server_error",
     kind=None,
 )
 OUTBOX_OVERFLOW = WireError(
@@ -251,7 +252,7 @@ OUTBOX_OVERFLOW = WireError(
     "the client is not reading events fast enough",
     "livegen",
     "in `response.done` (`failed`): the client read too slowly to drain the response",
-    type="server_error",
+    error_type="server_error",
     kind=None,
 )
 
@@ -261,7 +262,7 @@ INVALID_API_KEY = WireError(
     "{detail}",
     "openai code",
     "a missing or wrong API key (HTTP 401 before the upgrade)",
-    type="authentication_error",
+    error_type="authentication_error",
     kind=Unauthorized,
 )
 MODEL_NOT_READY = WireError(
@@ -317,7 +318,7 @@ def markdown_table() -> str:
     for row in TABLE:
         message = re.sub(r"\{(\w+)[^}]*\}", r"{\1}", row.message).replace("|", "\\|")
         param = f"`{row.param}`" if row.param else ""
-        lines.append(f"| `{row.code}` | {row.type} | {message} | {param} | {row.origin} | {row.when} |")
+        lines.append(f"| `{row.code}` | {row.error_type} | {message} | {param} | {row.origin} | {row.when} |")
     return "\n".join(lines)
 
 
