@@ -257,7 +257,8 @@ async def test_raw_socket_errors_malformed_json_and_unknown_types(voice_server: 
         assert json.loads(await ws.recv())["error"]["code"] == "invalid_json"
         await ws.send(json.dumps({"type": "response.dance", "event_id": "evt_9"}))
         error = json.loads(await ws.recv())["error"]
-        assert (error["code"], error["event_id"], error["param"]) == ("unknown_event_type", "evt_9", "type")
+        assert (error["code"], error["event_id"], error["param"]) == ("invalid_value", "evt_9", "type")
+        assert error["message"].startswith("Invalid value: 'response.dance'. Supported values are: ")
         await ws.send(json.dumps({"type": "conversation.item.truncate", "item_id": 3, "event_id": "evt_10"}))
         error = json.loads(await ws.recv())["error"]
         assert error["code"] == "invalid_value" and error["event_id"] == "evt_10"

@@ -92,7 +92,11 @@ INVALID_EVENT = WireError(
     "invalid_event", "{detail}", "livegen", "no `type`, not a JSON object, or a binary message"
 )
 UNKNOWN_EVENT_TYPE = WireError(
-    "unknown_event_type", "unknown event type {event_type!r}", "livegen", "an unknown `type`", "type"
+    "invalid_value",
+    "Invalid value: '{event_type}'. Supported values are: {supported}.",
+    "openai",
+    "an unknown `type` (`supported` lists the event types this server takes, OpenAI's way)",
+    "type",
 )
 INVALID_VALUE = WireError(
     "invalid_value", "{detail}", "openai code", "a field of the wrong shape or value (`param` names it)"

@@ -144,6 +144,13 @@ BETA_ALIASES: dict[str, str] = {
     "input.cancel": "input_audio_buffer.clear",
 }
 
+
+def supported() -> str:
+    """The event types taken, as OpenAI lists them: 'a', 'b', and 'c'."""
+    names = [f"'{name}'" for name in EVENT_TYPES]
+    return ", ".join(names[:-1]) + f", and {names[-1]}"
+
+
 _decoder = msgspec.json.Decoder()
 _encoder = msgspec.json.Encoder()
 
@@ -166,7 +173,7 @@ def decode(data: str | bytes) -> ClientEvent:
         )
     cls = EVENT_TYPES.get(BETA_ALIASES.get(kind, kind))
     if cls is None:
-        raise wire_errors.UNKNOWN_EVENT_TYPE.error(event_type=kind, event_id=event_id)
+        raise wire_errors.UNKNOWN_EVENT_TYPE.error(event_type=kind, supported=supported(), event_id=event_id)
     raw.pop("type")
     try:
         return msgspec.convert(raw, cls)

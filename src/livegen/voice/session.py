@@ -199,7 +199,7 @@ class Session(TurnTaker):
             return []
         handler = self._handlers.get(type(event))
         if handler is None:  # pragma: no cover - every decoded type has a handler
-            raise UNKNOWN_EVENT_TYPE.error(event_type=event.TYPE)
+            raise UNKNOWN_EVENT_TYPE.error(event_type=event.TYPE, supported=wire.supported())
         try:
             return handler(self, event, now)
         except RemoteProtocolError as error:
