@@ -101,6 +101,12 @@ UNKNOWN_EVENT_TYPE = WireError(
 INVALID_VALUE = WireError(
     "invalid_value", "{detail}", "openai code", "a field of the wrong shape or value (`param` names it)"
 )
+MISSING_REQUIRED_PARAMETER = WireError(
+    "missing_required_parameter",
+    "Missing required parameter: '{name}'.",
+    "openai",
+    "an event without a field it needs (`param` names it)",
+)
 INVALID_BASE64 = WireError(
     "invalid_base64", "{detail}", "livegen", "audio that is not base64 or not whole samples", "audio"
 )

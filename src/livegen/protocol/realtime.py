@@ -178,10 +178,12 @@ def decode(data: str | bytes) -> ClientEvent:
     try:
         return msgspec.convert(raw, cls)
     except msgspec.ValidationError as exc:
+        param = _param_of(exc)
+        if param is not None and str(exc).startswith("Object missing required field"):
+            missing = wire_errors.MISSING_REQUIRED_PARAMETER
+            raise missing.error(name=param, param=param, event_id=event_id) from None
         detail = f"invalid {cls.TYPE} event: {exc}"
-        raise wire_errors.INVALID_VALUE.error(
-            detail=detail, param=_param_of(exc), event_id=event_id
-        ) from None
+        raise wire_errors.INVALID_VALUE.error(detail=detail, param=param, event_id=event_id) from None
 
 
 def _param_of(exc: msgspec.ValidationError) -> str | None:
