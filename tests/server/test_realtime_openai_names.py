@@ -159,3 +159,19 @@ async def test_errors_carry_openais_code_message_and_param(voice_server: ServerT
         body = await error_for({"type": "input_audio_buffer.commit", "event_id": "empty"})
         assert body["code"] == "input_audio_buffer_commit_empty"
         assert body["message"].startswith("Error committing input audio buffer: buffer too small.")
+
+
+def test_served_names_resolve_families_and_leave_other_names_unknown() -> None:
+    from livegen.errors import ConfigError
+    from livegen.models.registry import ServedNames
+
+    names = ServedNames(
+        registry(), "scripted-voice", served=("house",), patterns=("gpt-realtime", "gpt-realtime-*")
+    )
+    assert names.resolve("gpt-realtime-2.1") == names.resolve("house") == "scripted-voice"
+    assert names.resolve("scripted-8k") == "scripted-8k"
+    assert names.canonical("alias") == names.canonical("gpt-realtime") == "house"
+    assert names.canonical("nope") == "nope"  # unknown names pass, to be refused where they are opened
+    for unknown in ("gpt-realtimex", "gpt-4o", "nope"):
+        with pytest.raises(ConfigError):
+            names.resolve(unknown)
