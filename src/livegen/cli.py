@@ -76,6 +76,21 @@ def main() -> None:
     help="Voice model to serve at /v1/realtime: a name from `livegen models`, 'auto' or 'none'.",
 )
 @click.option(
+    "--served-model-name",
+    "served_model_names",
+    multiple=True,
+    metavar="NAME",
+    help="A name the voice model answers to (repeatable); the first is the model sessions report "
+    "[default: its registered name]. OpenAI's realtime names (gpt-realtime*, gpt-4o*-realtime*) always work.",
+)
+@click.option(
+    "--model-alias",
+    "model_aliases",
+    multiple=True,
+    metavar="PATTERN",
+    help="More names for the voice model, shell-style (repeatable), e.g. 'my-voice-*'.",
+)
+@click.option(
     "--world-model",
     default="auto",
     show_default=True,
