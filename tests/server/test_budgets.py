@@ -27,6 +27,7 @@ from livegen.models.world import Chunk, Tick
 from livegen.runtime.kv_pool import required_bytes
 from livegen.runtime.world_runner import Options, Runner
 from livegen.runtime.world_scheduler import Scheduler
+from livegen.server import budgets
 from livegen.server.budgets import CLOSE_FIRST_MESSAGE_TIMEOUT, CLOSE_NOT_READING
 from livegen.server.thread import ServerThread
 from livegen.world import Manager
@@ -241,3 +242,22 @@ def test_budgets_are_gauges_in_metrics(start_server: StartServer) -> None:
     assert metric(server, "livegen_budget", name="first_message_timeout_seconds") == 30
     text = httpx.get(f"{server.http_url}/metrics").text
     assert "livegen_unsent_bytes " in text and "livegen_connections_open " in text
+
+
+async def test_memory_is_trimmed_once_after_a_mass_of_connections_ends(
+    start_server: StartServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trims: list[int] = []
+    monkeypatch.setattr(budgets, "_malloc_trim", lambda: trims.append(1))
+    server = start_server(world_model="procedural-world", voice_model="none")
+    server.wait_ready()
+    sockets = [await websockets.connect(server.ws_url + "/v1/worlds") for _ in range(budgets.TRIM_AFTER + 4)]
+    assert not trims
+    for ws in sockets:
+        await ws.close()
+    await until_metric(server, 0, "livegen_connections_open")
+    for _ in range(100):
+        if trims:
+            break
+        await asyncio.sleep(0.05)
+    assert trims == [1]
