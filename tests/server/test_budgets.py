@@ -141,9 +141,14 @@ class RawWebSocket:
     def send_json(self, event: dict[str, Any]) -> None:
         payload = json.dumps(event).encode()
         mask = os.urandom(4)
-        assert len(payload) < 126
+        assert len(payload) < 65536
         masked = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
-        self.sock.sendall(bytes([0x81, 0x80 | len(payload)]) + mask + masked)
+        size = (
+            bytes([0x80 | len(payload)])
+            if len(payload) < 126
+            else bytes([0x80 | 126]) + len(payload).to_bytes(2, "big")
+        )
+        self.sock.sendall(bytes([0x81]) + size + mask + masked)
 
     def _read(self, n: int) -> bytes:
         while len(self.buffer) < n:
@@ -188,6 +193,29 @@ async def test_a_world_client_that_does_not_read_is_closed_with_4002(start_serve
     assert code == CLOSE_NOT_READING
     assert events[-1]["type"] == "error" and events[-1]["error"]["code"] == "unsent_bytes_exceeded"
     assert metric(server, "livegen_sessions_open", kind="world") == 0
+    assert metric(server, "livegen_unsent_bytes") == 0
+
+
+async def test_a_voice_client_that_does_not_read_is_closed_with_4002(start_server: StartServer) -> None:
+    server = start_server(world_model="none", max_unsent_bytes=64 * 1024, resume_grace_s=30)
+    server.wait_ready()
+    client = RawWebSocket(server.port, "/v1/realtime")
+    text = "words " * 700  # each item comes back whole in conversation.item.added and .done
+    item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+    with client.sock:
+        for _ in range(2000):
+            client.send_json({"type": "conversation.item.create", "item": item})
+            if metric(server, "livegen_refused_total", code="unsent_bytes_exceeded") >= 1:
+                break
+            await asyncio.sleep(0.01)
+        else:
+            pytest.fail("the server never closed a client that does not read")
+        events, code = client.read_until_close()
+    assert code == CLOSE_NOT_READING
+    assert [e["type"] for e in events[-2:]] == ["error", "session.closed"], [e["type"] for e in events[-6:]]
+    assert events[-2]["error"]["code"] == "unsent_bytes_exceeded"
+    assert events[-1]["reason"] == "outbox_overflow"
+    assert metric(server, "livegen_sessions_open", kind="voice") == 0  # ended, not parked
     assert metric(server, "livegen_unsent_bytes") == 0
 
 

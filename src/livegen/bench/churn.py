@@ -36,7 +36,7 @@ import websockets
 
 #: The child: a real server; ``stats`` prints RSS and fds, ``trim`` calls malloc_trim first.
 CHILD = """
-import ctypes, json, os, sys
+import ctypes, json, os, sys, time
 from livegen.server.config import ServerConfig
 from livegen.server.thread import ServerThread
 server = ServerThread(ServerConfig(api_key=None, resume_grace_s=0.5, max_sessions=4096)).start()
@@ -44,10 +44,12 @@ server.wait_ready()
 print(server.port, flush=True)
 libc = ctypes.CDLL("libc.so.6")
 for line in sys.stdin:
+    started = time.perf_counter()
     if line.strip() == "trim":
         libc.malloc_trim(0)
+    trim_ms = (time.perf_counter() - started) * 1000
     rss = int(next(l for l in open("/proc/self/status") if l.startswith("VmRSS")).split()[1]) * 1024
-    print(json.dumps({"rss": rss, "fds": len(os.listdir("/proc/self/fd"))}), flush=True)
+    print(json.dumps({"rss": rss, "fds": len(os.listdir("/proc/self/fd")), "ms": trim_ms}), flush=True)
 """
 
 
@@ -61,11 +63,11 @@ class Child:
         self.port = int(self.process.stdout.readline())
         self.url = f"ws://127.0.0.1:{self.port}"
 
-    def stats(self, command: str = "stats") -> dict[str, int]:
+    def stats(self, command: str = "stats") -> dict[str, float]:
         assert self.process.stdin is not None and self.process.stdout is not None
         self.process.stdin.write(command + "\n")
         self.process.stdin.flush()
-        result: dict[str, int] = json.loads(self.process.stdout.readline())
+        result: dict[str, float] = json.loads(self.process.stdout.readline())
         return result
 
     def close(self) -> None:
@@ -126,7 +128,7 @@ async def _per_session(child: Child, num: int, turns: int) -> float:
     return (during - before) / num
 
 
-def _slow_reader_rss(child: Child, seconds: float) -> tuple[int, int]:
+def _slow_reader_rss(child: Child, seconds: float) -> tuple[float, float]:
     """RSS before and after ``seconds`` of a world client that acks everything and reads nothing."""
     sock = socket.create_connection(("127.0.0.1", child.port))
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -186,6 +188,7 @@ def command(
         settled = child.stats()
         trimmed = child.stats("trim")
         click.echo(f"churn: {sessions} sessions in {elapsed:.1f} s, {at_once} at once")
+        click.echo(f"  malloc_trim took {trimmed['ms']:.0f} ms")
         for name, stats in [("before", before), ("after", after), ("settled", settled), ("trimmed", trimmed)]:
             click.echo(f"  {name:<8} rss {_mib(stats['rss'])}  fds {stats['fds']}")
         if per_session:

@@ -11,9 +11,10 @@
   (code 1000), so a voice session ends rather than parks for a resume.
 
 After a mass of connections ends (their count falls to a quarter of its
-peak, and by at least ``TRIM_AFTER`` connections), glibc's ``malloc_trim`` is
-called in a thread: glibc keeps freed session memory in its arenas, and
-``livegen bench churn`` measured that trimming gives part of it back.
+peak, and by at least ``TRIM_AFTER`` connections), and after every
+``TRIM_EVERY`` ended connections under steady churn, glibc's ``malloc_trim``
+is called in a thread: glibc keeps freed session memory in its arenas, and
+``livegen bench churn`` measured that trimming gives about half of it back.
 
 The unsent-bytes budget (bytes queued for a socket but not yet written) is
 enforced where the bytes queue, by each endpoint's sender; its close code is
@@ -49,6 +50,8 @@ CLOSE_FIRST_MESSAGE_TIMEOUT = 4003
 NOT_READING_REASON = "unsent bytes over budget: the client is not reading"
 #: Connections that must have ended since the peak before memory is handed back to the system.
 TRIM_AFTER = 64
+#: Under steady churn (the count never falls), trim after this many connections ended.
+TRIM_EVERY = 1000
 
 
 def _malloc_trim() -> None:
@@ -87,6 +90,7 @@ class ConnectionBudgetMiddleware:
         self.metrics = metrics
         self.num_open = 0
         self._peak = 0
+        self._num_ended = 0  # since the last trim
         self._trimming: asyncio.Task[None] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -112,10 +116,12 @@ class ConnectionBudgetMiddleware:
 
     def _maybe_trim(self) -> None:
         """Off the hot path: only after a mass of sessions ended, in a thread, one at a time."""
-        if self._peak - self.num_open < TRIM_AFTER or self.num_open > self._peak // 4:
+        self._num_ended += 1
+        is_mass_end = self._peak - self.num_open >= TRIM_AFTER and self.num_open <= self._peak // 4
+        if not is_mass_end and self._num_ended < TRIM_EVERY:
             return
         if self._trimming is None or self._trimming.done():
-            self._peak = self.num_open
+            self._peak, self._num_ended = self.num_open, 0
             self._trimming = asyncio.get_running_loop().create_task(asyncio.to_thread(_malloc_trim))
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
