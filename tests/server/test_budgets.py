@@ -200,14 +200,14 @@ async def test_a_voice_client_that_does_not_read_is_closed_with_4002(start_serve
     server = start_server(world_model="none", max_unsent_bytes=64 * 1024, resume_grace_s=30)
     server.wait_ready()
     client = RawWebSocket(server.port, "/v1/realtime")
-    text = "words " * 700  # each item comes back whole in conversation.item.added and .done
+    text = "words " * 10_000  # each item comes back whole in conversation.item.added and .done
     item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
     with client.sock:
-        for _ in range(2000):
+        for _ in range(2000):  # quick: the server's pings go unanswered meanwhile (40 s to a drop)
             client.send_json({"type": "conversation.item.create", "item": item})
             if metric(server, "livegen_refused_total", code="unsent_bytes_exceeded") >= 1:
                 break
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(0.001)
         else:
             pytest.fail("the server never closed a client that does not read")
         events, code = client.read_until_close()

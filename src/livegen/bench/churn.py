@@ -102,13 +102,13 @@ async def _one(url: str, kind: str, how: str) -> None:
                 await ws.send(json.dumps({"type": "session.close"}))
 
 
-async def _churn(url: str, num_sessions: int, at_once: int) -> None:
+async def _churn(url: str, num_sessions: int, at_once: int, world_share: float = 0.2) -> None:
     rng = random.Random(18)
     gate = asyncio.Semaphore(at_once)
 
     async def one() -> None:
         async with gate:
-            kind = "world" if rng.random() < 0.2 else "voice"
+            kind = "world" if rng.random() < world_share else "voice"
             await _one(url, kind, rng.choice(["drop", "close", "close_event"]))
 
     await asyncio.gather(*(one() for _ in range(num_sessions)))
@@ -170,9 +170,16 @@ def _mib(num_bytes: float) -> str:
 @click.option("--settle", default=30.0, show_default=True, help="Seconds to wait after the churn.")
 @click.option("--per-session", default=50, show_default=True, help="Sessions for the memory per session.")
 @click.option("--slow-reader", "slow_reader_s", default=0.0, help="Seconds of a never-reading world client.")
+@click.option("--world-share", default=0.2, show_default=True, help="Share of world sessions in the churn.")
 @click.option("--server-src", default=None, help="PYTHONPATH for the server (e.g. another checkout's src).")
 def command(
-    sessions: int, at_once: int, settle: float, per_session: int, slow_reader_s: float, server_src: str | None
+    sessions: int,
+    at_once: int,
+    settle: float,
+    per_session: int,
+    slow_reader_s: float,
+    world_share: float,
+    server_src: str | None,
 ) -> None:
     """Churn sessions through a server; report RSS and fds before, after and settled, and trim."""
     child = Child(server_src)
@@ -181,7 +188,7 @@ def command(
         time.sleep(2)
         before = child.stats()
         started = time.monotonic()
-        asyncio.run(_churn(child.url, sessions, at_once))
+        asyncio.run(_churn(child.url, sessions, at_once, world_share))
         elapsed = time.monotonic() - started
         after = child.stats()
         time.sleep(settle)
