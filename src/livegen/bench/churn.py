@@ -50,6 +50,7 @@ for line in sys.stdin:
     trim_ms = (time.perf_counter() - started) * 1000
     rss = int(next(l for l in open("/proc/self/status") if l.startswith("VmRSS")).split()[1]) * 1024
     print(json.dumps({"rss": rss, "fds": len(os.listdir("/proc/self/fd")), "ms": trim_ms}), flush=True)
+server.stop()
 """
 
 
@@ -71,8 +72,14 @@ class Child:
         return result
 
     def close(self) -> None:
-        self.process.kill()
-        self.process.wait()
+        """End of input: the child stops its server (and the server its workers), then exits."""
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
 
 
 def _text_item(text: str) -> dict[str, Any]:
