@@ -265,6 +265,15 @@ OUTBOX_OVERFLOW = WireError(
     error_type="server_error",
     kind=None,
 )
+UNSENT_BYTES_EXCEEDED = WireError(
+    "unsent_bytes_exceeded",
+    "the client is not reading: what is queued for it passed the server's budget",
+    "livegen",
+    "events queued for a client that does not read passed `--max-unsent-bytes` (or 576 events):"
+    " the session ends (`session.closed` `outbox_overflow`, close 4002)",
+    error_type="server_error",
+    kind=None,
+)
 
 # --- connecting and resuming (server/realtime.py, server/resume.py, server/auth.py) ------
 INVALID_API_KEY = WireError(
