@@ -106,10 +106,11 @@ class Runner:
         clock: Callable[[], float] = time.monotonic,
         on_sent: Callable[[dict[str, Any]], None] | None = None,
         open_model: OpenModel | None = None,
-        dialect: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        dialect: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None,
     ) -> None:
         self.session = session
-        #: Rewrites each outgoing GA event for the client's dialect (``protocol/beta.py``).
+        #: Rewrites each outgoing GA event for the client's dialect (``protocol/beta.py``,
+        #: ``protocol/duplex.py``); None: the event is not sent in that dialect.
         self._dialect = dialect
         self.stream = stream
         self.limits = limits or RunnerLimits()
@@ -250,7 +251,8 @@ class Runner:
                 _, event = self._outbox.popleft()
                 try:
                     wire_event = event if self._dialect is None else self._dialect(event)
-                    await self._send_text(wire.encode(wire_event).decode())
+                    if wire_event is not None:
+                        await self._send_text(wire.encode(wire_event).decode())
                 except Exception:  # the socket is gone: the runner learns it from the reader
                     self._outbox.clear()
                     break
