@@ -100,6 +100,11 @@ class Attachment:
         return self._send is not None
 
     @property
+    def oldest_seq(self) -> int:
+        """The seq of the oldest event the journal holds (``seq + 1`` when it holds none)."""
+        return self._first_seq
+
+    @property
     def journal_bytes(self) -> int:
         return self._journal_bytes
 
