@@ -232,3 +232,17 @@ async def test_a_cut_connection_is_resumed_by_the_client_with_nothing_lost_or_re
     first_response = collector.response_ids[0]
     assert len(collector.audio_bytes(first_response)) == 3000 * 48  # 3 s at 24 kHz, no gap, no repeat
     assert collector.errors() == []
+
+
+@conformance("spoken-turn")
+async def test_a_session_setting_livegen_cannot_honour_is_refused_at_the_handshake(
+    server: ServerThread,
+) -> None:
+    config = vo.SessionConfig(ref_audio=vo.audio_data_url(b"RIFF"), temperature=0.7)
+    with pytest.raises(vo.DuplexProtocolError) as refused:
+        async with vo.DuplexClient(server.ws_url, model="scripted-voice", config=config):
+            pass
+    assert (refused.value.code, refused.value.raw["error"]["param"]) == (
+        "unsupported_parameter",
+        "session.ref_audio",
+    )

@@ -335,3 +335,55 @@ async def test_dropped_sessions_park_apart_from_live_ones_within_their_own_budge
     second = sessions[1][0]
     back = await resume(server, second["session"]["id"], second["resume_token"], last_seq=1)
     assert (await recv(back))["type"] == "session.resumed"
+
+
+async def duplex_open(server: ServerThread) -> tuple[Any, dict[str, Any]]:
+    ws = await websockets.connect(f"{server.ws_url}/v1/realtime?duplex=1&model=scripted-voice&autostart=0")
+    OPENED.append(ws)
+    await ws.send(json.dumps({"type": "session.update", "session": {"sample_rate_hz": 16_000}}))
+    created = await recv(ws)
+    assert created["type"] == "session.created" and created["server_event_seq"] == 1
+    return ws, created
+
+
+async def duplex_resume(server: ServerThread, first: str | bytes) -> Any:
+    ws = await websockets.connect(f"{server.ws_url}/v1/realtime?duplex=1&model=scripted-voice&autostart=0")
+    OPENED.append(ws)
+    await ws.send(first)
+    return ws
+
+
+async def test_duplex_resumes_are_refused_with_vllm_omnis_codes_and_acks_trim_the_journal(
+    start_server: Callable[..., ServerThread],
+) -> None:
+    server = serve(start_server)
+    ws, created = await duplex_open(server)
+    session_id, token = created["session"]["id"], created["resume_token"]
+    await ws.send(json.dumps({"type": "response.create"}))
+    seen = await until(ws, "response.done", [])
+    await ws.send(json.dumps({"type": "session.event_ack", "server_event_seq": seen["server_event_seq"]}))
+    await ws.send(json.dumps({"type": "session.event_ack", "server_event_seq": 10_000, "event_id": "a1"}))
+    error = await until(ws, "error", [])
+    assert (error["error"]["code"], error["error"]["event_id"]) == ("invalid_event_ack", "a1")
+    await drop(ws)
+
+    def resume_text(**fields: Any) -> str:
+        base = {"type": "session.resume", "session_id": session_id, "resume_token": token}
+        return json.dumps({**base, "last_received_server_event_seq": 0, **fields})
+
+    refusals = {
+        "session_resume_expired": resume_text(session_id="sess_nobody"),
+        "invalid_resume_token": resume_text(resume_token="wrong"),
+        "invalid_session_resume": resume_text(last_received_server_event_seq=-1),
+        "session_resume_conflict": resume_text(last_received_server_event_seq=10_000),
+    }
+    for code, text in refusals.items():
+        assert (await recv(await duplex_resume(server, text)))["error"]["code"] == code
+    binary = await duplex_resume(server, b"\x00")
+    assert (await recv(binary))["error"]["code"] == "invalid_event"
+    gap = await duplex_resume(server, resume_text())  # acked events are gone: start over
+    assert (await recv(gap))["type"] == "session.resync_required"
+    back = await duplex_resume(server, resume_text(last_received_server_event_seq=seen["server_event_seq"]))
+    resumed = await recv(back)
+    assert resumed["type"] == "session.resumed" and resumed["session"]["id"] == session_id
+    assert resumed["resume_token"] != token
