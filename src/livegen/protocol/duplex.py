@@ -38,7 +38,7 @@ from typing import Any
 
 import msgspec
 
-from livegen.errors import InvalidRequest
+from livegen.protocol import errors as wire_errors
 from livegen.protocol import realtime as wire
 
 DUPLEX_QUERY = "duplex"
@@ -56,11 +56,11 @@ UNSUPPORTED_SESSION_FIELDS = (
 EXTRA_BODY_FIELDS = frozenset({"auto_response"})
 
 #: Resume refusals, by livegen's code -> vllm-omni's (its client gives up at once on these).
-RESUME_CODES = {
-    "session_not_found": "session_resume_expired",
-    "invalid_resume_token": "invalid_resume_token",
-    "invalid_resume": "invalid_session_resume",
-    "invalid_value": "session_resume_conflict",
+RESUME_ERRORS = {
+    "session_not_found": wire_errors.SESSION_RESUME_EXPIRED,
+    "invalid_resume_token": wire_errors.INVALID_RESUME_TOKEN,
+    "invalid_resume": wire_errors.INVALID_SESSION_RESUME,
+    "invalid_value": wire_errors.SESSION_RESUME_CONFLICT,
 }
 
 _decoder = msgspec.json.Decoder()
@@ -108,12 +108,7 @@ def parse_resume(text: str) -> Resume:
     session_id, token = raw.get("session_id"), raw.get("resume_token")
     seq = raw.get("last_received_server_event_seq", 0)
     if not (isinstance(session_id, str) and session_id and isinstance(token, str) and token and _is_seq(seq)):
-        raise InvalidRequest(
-            "session.resume requires session_id, resume_token, and a non-negative "
-            "last_received_server_event_seq",
-            code="invalid_session_resume",
-            event_id=event_id,
-        )
+        raise wire_errors.INVALID_SESSION_RESUME.error(event_id=event_id)
     return Resume(session_id, token, seq, event_id)
 
 
@@ -138,7 +133,7 @@ class DuplexDialect:
     _updates: deque[tuple[str | None, bool | None]] = field(default_factory=deque)
 
     def inbound(self, text: str) -> Inbound:
-        """The GA events for one duplex client message (raises ``InvalidRequest``)."""
+        """The GA events for one duplex client message (raises a ``RemoteProtocolError``)."""
         raw = _object(text)
         if raw is None:
             return [wire.decode(text)]  # raises the GA error for what is not a typed object
@@ -148,12 +143,8 @@ class DuplexDialect:
         if kind == "session.event_ack":
             seq = raw.get("server_event_seq")
             if not isinstance(seq, int) or not _is_seq(seq):
-                raise InvalidRequest(
-                    "session.event_ack requires a non-negative integer server_event_seq",
-                    code="invalid_event_ack",
-                    param="server_event_seq",
-                    event_id=event_id,
-                )
+                detail = "session.event_ack requires a non-negative integer server_event_seq"
+                raise wire_errors.INVALID_EVENT_ACK.error(detail=detail, event_id=event_id)
             return EventAck(seq, event_id)
         event = wire.decode(text)
         if isinstance(event, wire.SessionUpdate):
@@ -219,12 +210,8 @@ class DuplexDialect:
             _refuse("is_speech", "the server's own turn detection decides what is speech", event_id)
         create = raw.get("response_create")
         if create is not None and not isinstance(create, bool):
-            raise InvalidRequest(
-                f"response_create must be a boolean, got {create!r}",
-                code="invalid_value",
-                param="response_create",
-                event_id=event_id,
-            )
+            detail = f"response_create must be a boolean, got {create!r}"
+            raise wire_errors.INVALID_VALUE.error(detail=detail, param="response_create", event_id=event_id)
         wanted = (self.auto_response and self.manual_turns) if create is None else create
         events: list[wire.ClientEvent] = [event]
         if wanted and self.audio_pending and not self.active:
@@ -242,26 +229,21 @@ def _check_session(session: dict[str, Any], event_id: str | None) -> bool | None
     if extra is None:
         return None
     if not isinstance(extra, dict):
-        raise InvalidRequest(
-            "session.extra_body must be an object", code="invalid_value", param="session.extra_body"
-        )
+        detail = "session.extra_body must be an object"
+        raise wire_errors.INVALID_VALUE.error(detail=detail, param="session.extra_body", event_id=event_id)
     for name in extra:
         if name not in EXTRA_BODY_FIELDS:
             _refuse(f"session.extra_body.{name}", "livegen cannot honour it", event_id)
     auto = extra.get("auto_response")
     if auto is not None and not isinstance(auto, bool):
-        raise InvalidRequest(
-            f"session.extra_body.auto_response must be a boolean, got {auto!r}",
-            code="invalid_value",
-            param="session.extra_body.auto_response",
-            event_id=event_id,
-        )
+        detail = f"session.extra_body.auto_response must be a boolean, got {auto!r}"
+        param = "session.extra_body.auto_response"
+        raise wire_errors.INVALID_VALUE.error(detail=detail, param=param, event_id=event_id)
     return auto
 
 
 def _refuse(param: str, why: str, event_id: str | None) -> None:
-    message = f"unsupported parameter {param!r}: {why}"
-    raise InvalidRequest(message, code="unsupported_parameter", param=param, event_id=event_id)
+    raise wire_errors.UNSUPPORTED_PARAMETER.error(name=param, detail=why, param=param, event_id=event_id)
 
 
 def _object(text: str) -> dict[str, Any] | None:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from livegen.errors import InvalidRequest
+from livegen.protocol import errors as wire_errors
 from livegen.protocol import realtime as wire
 from livegen.protocol.duplex import DuplexDialect
 from livegen.runtime.attachment import Attachment, ResumeCredential
@@ -66,7 +67,7 @@ class Resumable:
 
 async def read_resume(websocket: WebSocket, session_id: str) -> wire.SessionResume:
     """The resuming connection's first event, which must be a ``session.resume`` for ``session_id``."""
-    event = wire.decode(await first_text(websocket, "invalid_resume"))
+    event = wire.decode(await first_text(websocket, wire_errors.INVALID_RESUME))
     if not isinstance(event, wire.SessionResume):
         raise InvalidRequest(
             f"a connection with ?session_id= must begin with session.resume, not {event.TYPE}",
@@ -83,18 +84,18 @@ async def read_resume(websocket: WebSocket, session_id: str) -> wire.SessionResu
     return event
 
 
-async def first_text(websocket: WebSocket, code: str) -> str:
-    """The first message of a connection, which must be text; a binary one is refused with ``code``
-    (raises ``WebSocketDisconnect`` when the client left first)."""
+async def first_text(websocket: WebSocket, refusal: wire_errors.WireError) -> str:
+    """The first message of a connection, which must be text in time; else ``refusal`` is raised
+    (``WebSocketDisconnect`` when the client left first)."""
     try:
         message = await asyncio.wait_for(websocket.receive(), FIRST_EVENT_TIMEOUT_S)
     except TimeoutError:
-        raise InvalidRequest(f"no first event within {FIRST_EVENT_TIMEOUT_S:.0f} s", code=code) from None
+        raise refusal.error(detail=f"no first event within {FIRST_EVENT_TIMEOUT_S:.0f} s") from None
     if message["type"] == "websocket.disconnect":
         raise WebSocketDisconnect(int(message.get("code", 1006)))
     text = message.get("text")
     if text is None:
-        raise InvalidRequest("binary messages are not part of this protocol; send JSON text", code=code)
+        raise refusal.error(detail="binary messages are not part of this protocol; send JSON text")
     return str(text)
 
 
