@@ -152,6 +152,25 @@ def main() -> None:
     help="Ray cluster for --world-workers, e.g. 'auto' or 'ray://head:10001' [default: start a local Ray].",
 )
 @click.option(
+    "--world-model-path",
+    default=None,
+    type=click.Path(exists=True, file_okay=False),
+    help="Directory of world-model weights (causal-wan: the Wan 2.1 diffusers layout); never downloaded.",
+)
+@click.option(
+    "--world-dtype",
+    default="auto",
+    show_default=True,
+    type=click.Choice(["auto", "float32", "bfloat16", "float16"]),
+    help="Dtype of --world-model-path weights; auto: bfloat16 on a GPU, float32 on the CPU.",
+)
+@click.option(
+    "--world-device",
+    default="auto",
+    show_default=True,
+    help="Device of the world model: auto, cpu, cuda, cuda:1.",
+)
+@click.option(
     "--tts-workers",
     envvar="LIVEGEN_TTS_WORKERS",
     default=None,

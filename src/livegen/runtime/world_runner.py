@@ -120,7 +120,10 @@ class Runner:
     def _deadline(self) -> float:
         if self.options.pacing == "asap":
             return float("-inf")
-        return self._anchor + (self.session.chunk_index - 1) * self._chunk_s
+        index = self.session.chunk_index
+        if index == 0:
+            return self._anchor - self._chunk_s
+        return self._anchor + self._scheduler.spec.media_time_ms(index - 1) / 1000
 
     def _is_ready(self) -> bool:
         if self._is_holding or self._ticking is not None:
@@ -145,7 +148,7 @@ class Runner:
 
     def tick_done(self, plan: Plan, chunk: Chunk, model_ms: float) -> None:
         spec = self._scheduler.spec
-        expected = (spec.frames_per_chunk, spec.height, spec.width, 3)
+        expected = (spec.frames_in_chunk(plan.meta.chunk_index), spec.height, spec.width, 3)
         if tuple(chunk.frames.shape) != expected:
             got = tuple(chunk.frames.shape)
             self.tick_failed(plan, "model_contract_error", f"frames shaped {got}, expected {expected}")
@@ -294,7 +297,7 @@ class Runner:
             width=spec.width,
             height=spec.height,
             format=options.format,  # type: ignore[arg-type]
-            media_time_ms=meta.chunk_index * self._chunk_s * 1000,
+            media_time_ms=spec.media_time_ms(meta.chunk_index),
             timings=wire.Timings(round(job.queue_ms, 3), round(job.model_ms, 3), round(encode_ms, 3)),
         )
         await self._send_text(wire.encode(header).decode())

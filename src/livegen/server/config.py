@@ -38,6 +38,16 @@ class ServerConfig:
     world_workers: int = 0
     #: Ray cluster to join for world workers (e.g. "auto" or "ray://head:10001"); None starts a local Ray.
     ray_address: str | None = None
+    #: A directory of world-model weights (``causal-wan``), and their dtype and device.
+    world_model_path: str | None = None
+    world_dtype: str = "auto"
+    world_device: str = "auto"
     #: Speech-synthesis worker processes of the cascade voice model; None: LIVEGEN_TTS_WORKERS, else
     #: the cores (2 to 8). The model is loaded once per process, so the first server's value holds.
     tts_workers: int | None = None
+
+    def world_options(self) -> dict[str, str]:
+        """Keyword options for the world model's loader: only those set, so models without any load."""
+        options = {"path": self.world_model_path, "dtype": self.world_dtype, "device": self.world_device}
+        defaults = {"path": None, "dtype": "auto", "device": "auto"}
+        return {key: value for key, value in options.items() if value != defaults[key] and value is not None}

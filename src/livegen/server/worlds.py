@@ -75,7 +75,8 @@ class WorldService:
         if num_workers > 0:
             scheduler = Scheduler(workers=await self._start_ray_workers(num_workers))
         else:
-            model = await asyncio.to_thread(self.state.registry.load, self.entry.name)
+            options = self.state.config.world_options()
+            model = await asyncio.to_thread(self.state.registry.load, self.entry.name, options)
             scheduler = Scheduler(model)
         await scheduler.start()
         self.manager = Manager(
@@ -97,7 +98,8 @@ class WorldService:
         from livegen.runtime.ray_worker import Cluster
 
         self.cluster = await Cluster.connect(self.state.config.ray_address, num_workers)
-        workers = await self.cluster.start_workers(self.entry.name, num_workers)
+        options = self.state.config.world_options()
+        workers = await self.cluster.start_workers(self.entry.name, num_workers, options)
         log_event(logger, "world.workers_started", model=self.entry.name, num_workers=num_workers)
         return list(workers)
 
@@ -315,6 +317,7 @@ class Connection:
             "height": spec.height,
             "fps": spec.fps,
             "frames_per_chunk": spec.frames_per_chunk,
+            "first_chunk_frames": spec.frames_in_chunk(0),
             "controls": [
                 {
                     "track": track.name,
