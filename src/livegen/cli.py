@@ -117,6 +117,22 @@ def main() -> None:
     help="Seconds a voice session outlives a lost socket, waiting for session.resume; 0 ends it at once.",
 )
 @click.option(
+    "--max-parked-sessions",
+    default=64,
+    show_default=True,
+    type=click.IntRange(0),
+    help="Voice sessions parked for a resume at once, apart from --max-sessions; the oldest go first.",
+)
+@click.option(
+    "--max-parked-mib",
+    "max_parked_bytes",
+    default=256,
+    show_default=True,
+    type=click.IntRange(0),
+    callback=lambda _ctx, _param, mib: mib * 1024 * 1024,
+    help="MiB of journal and history all parked voice sessions hold together; the oldest go first.",
+)
+@click.option(
     "--llm-base-url",
     envvar="LIVEGEN_LLM_BASE_URL",
     default=None,

@@ -11,9 +11,11 @@ import asyncio
 import base64
 import contextlib
 import json
+import socket
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import httpx
 import pytest
 import websockets
 
@@ -209,3 +211,181 @@ async def test_resume_inside_a_session_or_a_bad_first_event_is_a_clear_error(
         ) as bad:
             await bad.send(json.dumps({"type": "response.create"}))
             assert (await recv(bad))["error"]["code"] == "invalid_resume"
+
+
+async def test_a_token_resumes_once_even_when_two_resumes_race(
+    start_server: Callable[..., ServerThread],
+) -> None:
+    server = serve(start_server)
+    ws, before = await start_answer(server)
+    session_id, token = before[0]["session"]["id"], before[0]["resume_token"]
+    await drop(ws)
+    racers = await asyncio.gather(*(resume(server, session_id, token, len(before)) for _ in range(2)))
+    firsts = sorted([(await recv(racer))["type"] for racer in racers])
+    assert firsts == ["error", "session.resumed"]  # single use: the loser is refused
+
+
+async def test_a_binary_first_frame_on_the_resume_path_is_an_error_and_a_close(
+    start_server: Callable[..., ServerThread],
+) -> None:
+    server = serve(start_server)
+    async with websockets.connect(f"{server.ws_url}/v1/realtime?session_id=sess_x") as ws:
+        await ws.send(b"\x00\x01binary")
+        assert (await recv(ws))["error"]["code"] == "invalid_resume"
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            await ws.recv()
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+
+
+class DeafClient:
+    """A raw WebSocket client that stops reading after the greeting, so the server's writes to it
+    block once the kernel's buffers are full (websockets' clients keep reading into memory)."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        key = base64.b64encode(b"0123456789abcdef").decode()
+        request = (
+            "GET /v1/realtime?model=scripted-voice HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            f"Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
+            "Sec-WebSocket-Version: 13\r\n\r\n"
+        )
+        self.sock.sendall(request.encode())
+        self.buffer = b""
+        while b"\r\n\r\n" not in self.buffer:
+            self.buffer += self.sock.recv(4096)
+        self.buffer = self.buffer.split(b"\r\n\r\n", 1)[1]
+
+    def first_event(self) -> dict[str, Any]:
+        while len(self.buffer) < 4 or len(self.buffer) < 4 + int.from_bytes(self.buffer[2:4], "big"):
+            self.buffer += self.sock.recv(4096)
+        assert self.buffer[1] == 126  # session.created: 126..65535 bytes
+        return dict(json.loads(self.buffer[4 : 4 + int.from_bytes(self.buffer[2:4], "big")]))
+
+    def send(self, event: dict[str, Any]) -> None:
+        payload = json.dumps(event).encode()
+        size = len(payload)
+        header = (
+            bytes([0x81, 0x80 | 127]) + size.to_bytes(8, "big") if size > 125 else bytes([0x81, 0x80 | size])
+        )
+        self.sock.sendall(header + b"\0\0\0\0" + payload)  # a zero mask leaves the payload as it is
+
+
+async def test_a_resume_takes_over_promptly_from_a_socket_whose_peer_stopped_reading(
+    start_server: Callable[..., ServerThread],
+) -> None:
+    server = serve(start_server)
+    deaf = DeafClient(server.port)
+    created = deaf.first_event()
+    session_id, token = created["session"]["id"], created["resume_token"]
+    item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "x" * 300_000}]}
+    deaf.send({"type": "conversation.item.create", "item": {"id": "big", **item}})
+    # 12 MB of answers that this client never reads: the server's write blocks, while the unsent
+    # bytes stay under --max-unsent-bytes (16 MiB), past which the session would end instead.
+    for _ in range(40):
+        deaf.send({"type": "conversation.item.retrieve", "item_id": "big"})
+    live = next(s for s in server.app.state.livegen.services if s.name == "voice").live[session_id]
+    seq = -1
+    while seq != live.attachment.seq:  # until the session's sender is stuck in a write
+        seq = live.attachment.seq
+        await asyncio.sleep(0.5)
+    assert seq < 40
+    ws2 = await resume(server, session_id, token, last_seq=seq)
+    greeting = await asyncio.wait_for(recv(ws2), 10)  # not the tens of seconds until TCP gives up
+    assert greeting["type"] == "session.resumed"
+    await ws2.send(json.dumps({"type": "response.cancel"}))
+    assert (await until(ws2, "error", []))["error"]["code"] == "response_cancel_not_active"
+    deaf.sock.close()
+
+
+async def test_dropped_sessions_park_apart_from_live_ones_within_their_own_budget(
+    start_server: Callable[..., ServerThread],
+) -> None:
+    server = start_server(
+        registry=registry(),
+        voice_model="scripted-voice",
+        world_model="none",
+        max_sessions=2,
+        max_parked_sessions=2,
+    )
+    server.wait_ready(timeout=30)
+    url = f"{server.ws_url}/v1/realtime?model=scripted-voice"
+    sessions = []
+    for _ in range(2):
+        ws = await websockets.connect(url)
+        OPENED.append(ws)
+        sessions.append((await until(ws, "session.created", []), ws))
+    refused = await websockets.connect(url)
+    OPENED.append(refused)
+    assert (await recv(refused))["error"]["code"] == "too_many_sessions"  # 2 live at most
+    for _, ws in sessions[:2]:
+        await drop(ws)
+    await asyncio.sleep(0.3)
+    async with httpx.AsyncClient() as http:
+        voice = (await http.get(f"{server.http_url}/health")).json()["services"]["voice"]
+        assert (voice["live_sessions"], voice["parked_sessions"]) == (0, 2) and voice["parked_bytes"] > 0
+        metrics = (await http.get(f"{server.http_url}/metrics")).text
+        assert 'livegen_sessions_parked{kind="voice"} 2.0' in metrics
+    fresh = await websockets.connect(url)  # parked sessions lock nobody out
+    OPENED.append(fresh)
+    assert (await until(fresh, "session.created", []))["type"] == "session.created"
+    await drop(fresh)  # a third parked session: the oldest parked one makes room
+    await asyncio.sleep(0.3)
+    oldest = sessions[0][0]
+    late = await resume(server, oldest["session"]["id"], oldest["resume_token"], last_seq=1)
+    assert (await recv(late))["error"]["code"] == "session_not_found"
+    second = sessions[1][0]
+    back = await resume(server, second["session"]["id"], second["resume_token"], last_seq=1)
+    assert (await recv(back))["type"] == "session.resumed"
+
+
+async def duplex_open(server: ServerThread) -> tuple[Any, dict[str, Any]]:
+    ws = await websockets.connect(f"{server.ws_url}/v1/realtime?duplex=1&model=scripted-voice&autostart=0")
+    OPENED.append(ws)
+    await ws.send(json.dumps({"type": "session.update", "session": {"sample_rate_hz": 16_000}}))
+    created = await recv(ws)
+    assert created["type"] == "session.created" and created["server_event_seq"] == 1
+    return ws, created
+
+
+async def duplex_resume(server: ServerThread, first: str | bytes) -> Any:
+    ws = await websockets.connect(f"{server.ws_url}/v1/realtime?duplex=1&model=scripted-voice&autostart=0")
+    OPENED.append(ws)
+    await ws.send(first)
+    return ws
+
+
+async def test_duplex_resumes_are_refused_with_vllm_omnis_codes_and_acks_trim_the_journal(
+    start_server: Callable[..., ServerThread],
+) -> None:
+    server = serve(start_server)
+    ws, created = await duplex_open(server)
+    session_id, token = created["session"]["id"], created["resume_token"]
+    await ws.send(json.dumps({"type": "response.create"}))
+    seen = await until(ws, "response.done", [])
+    await ws.send(json.dumps({"type": "session.event_ack", "server_event_seq": seen["server_event_seq"]}))
+    await ws.send(json.dumps({"type": "session.event_ack", "server_event_seq": 10_000, "event_id": "a1"}))
+    error = await until(ws, "error", [])
+    assert (error["error"]["code"], error["error"]["event_id"]) == ("invalid_event_ack", "a1")
+    await drop(ws)
+
+    def resume_text(**fields: Any) -> str:
+        base = {"type": "session.resume", "session_id": session_id, "resume_token": token}
+        return json.dumps({**base, "last_received_server_event_seq": 0, **fields})
+
+    refusals = {
+        "session_resume_expired": resume_text(session_id="sess_nobody"),
+        "invalid_resume_token": resume_text(resume_token="wrong"),
+        "invalid_session_resume": resume_text(last_received_server_event_seq=-1),
+        "session_resume_conflict": resume_text(last_received_server_event_seq=10_000),
+    }
+    for code, text in refusals.items():
+        assert (await recv(await duplex_resume(server, text)))["error"]["code"] == code
+    binary = await duplex_resume(server, b"\x00")
+    assert (await recv(binary))["error"]["code"] == "invalid_event"
+    gap = await duplex_resume(server, resume_text())  # acked events are gone: start over
+    assert (await recv(gap))["type"] == "session.resync_required"
+    back = await duplex_resume(server, resume_text(last_received_server_event_seq=seen["server_event_seq"]))
+    resumed = await recv(back)
+    assert resumed["type"] == "session.resumed" and resumed["session"]["id"] == session_id
+    assert resumed["resume_token"] != token

@@ -65,3 +65,36 @@ def test_bad_turn_detection_is_refused_and_leaves_the_config(
     assert caught.value.code == code
     assert caught.value.param == f"session.audio.input.turn_detection.{param}"
     assert before.turn_detection is not None and before.turn_detection.eagerness is None
+
+
+def test_sample_rate_hz_names_the_pcm_rates_as_vllm_omni_clients_send_them() -> None:
+    session = {
+        "input_audio_format": "pcm16",
+        "sample_rate_hz": 16_000,
+        "audio": {"input": {"sample_rate_hz": 16_000}, "output": {"sample_rate_hz": 22_050}},
+    }
+    config = apply_update(Config(), session)
+    assert (config.input_format.rate, config.output_format.rate) == (16_000, 22_050)
+    assert apply_update(config, {"instructions": "x"}).input_format.rate == 16_000  # partial update
+
+
+@pytest.mark.parametrize(
+    ("session", "param"),
+    [
+        (
+            {"sample_rate_hz": 16_000, "audio": {"input": {"sample_rate_hz": 24_000}}},
+            "session.sample_rate_hz",
+        ),
+        (
+            {"audio": {"input": {"format": {"type": "audio/pcm", "rate": 24_000}, "sample_rate_hz": 16_000}}},
+            "session.audio.input.sample_rate_hz",
+        ),
+        ({"sample_rate_hz": "16000"}, "session.sample_rate_hz"),
+        ({"sample_rate_hz": 1}, "session.sample_rate_hz"),
+        ({"input_audio_format": "g711_ulaw", "sample_rate_hz": 16_000}, "session.sample_rate_hz"),
+    ],
+)
+def test_sample_rates_that_disagree_or_cannot_be_are_refused(session: dict[str, object], param: str) -> None:
+    with pytest.raises(InvalidRequest) as refused:
+        apply_update(Config(), session)
+    assert refused.value.param == param

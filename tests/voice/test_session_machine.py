@@ -32,6 +32,7 @@ from livegen.voice.chain import (
     Send,
     SwitchModel,
 )
+from livegen.voice.conversation import MAX_HISTORY_CHARS, MAX_ITEMS
 from livegen.voice.session import Limits, ModelFacts, Session
 
 RATE = 8_000
@@ -201,6 +202,22 @@ class VoiceCore(RuleBasedStateMachine):
     def create_text_item(self, text: str) -> None:
         item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
         self.client(wire.ItemCreate(item=item))
+
+    @rule(size=st.sampled_from([300_000, 700_000, MAX_HISTORY_CHARS + 1]))
+    def create_long_text_item(self, size: int) -> None:
+        item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "x" * size}]}
+        errors = len([e for e in self.sent if e["type"] == "error"])
+        self.client(wire.ItemCreate(item=item, event_id="evt_long"))
+        refused = [e for e in self.sent if e["type"] == "error"][errors:]
+        if size > MAX_HISTORY_CHARS and not self.session.is_closed:  # longer than the whole history
+            assert [e["error"]["param"] for e in refused] == ["item.content"]
+
+    @invariant()
+    def history_is_bounded(self) -> None:
+        if hasattr(self, "session"):
+            # Assistant transcripts grow after their item is added: a few words in this machine.
+            assert self.session.conversation.chars() <= MAX_HISTORY_CHARS + 1_000
+            assert len(self.session.conversation) <= MAX_ITEMS
 
     @rule(vad=st.sampled_from(["none", "server", "server_idle"]))
     def session_update(self, vad: str) -> None:

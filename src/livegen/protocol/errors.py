@@ -326,6 +326,40 @@ RESUME_GAP = WireError(
     "last_event_seq",
 )
 
+# --- vllm-omni's duplex dialect (protocol/duplex.py, server/realtime.py) -----------------
+UNSUPPORTED_PARAMETER = WireError(
+    "unsupported_parameter",
+    "unsupported parameter {name!r}: {detail}",
+    "livegen",
+    "duplex dialect: a field livegen cannot honour (`param` names it); refused, never ignored",
+)
+INVALID_EVENT_ACK = WireError(
+    "invalid_event_ack",
+    "{detail}",
+    "livegen",
+    "duplex dialect: `session.event_ack` without a seq, or of a seq never sent (vllm-omni's code)",
+    "server_event_seq",
+)
+INVALID_SESSION_RESUME = WireError(
+    "invalid_session_resume",
+    "session.resume requires session_id, resume_token, and a non-negative last_received_server_event_seq",
+    "livegen",
+    "duplex dialect: a malformed `session.resume` (vllm-omni's code)",
+)
+SESSION_RESUME_EXPIRED = WireError(
+    "session_resume_expired",
+    "{detail}",
+    "livegen",
+    "duplex dialect: resume of an unknown, ended or expired session (vllm-omni's code)",
+)
+SESSION_RESUME_CONFLICT = WireError(
+    "session_resume_conflict",
+    "{detail}",
+    "livegen",
+    "duplex dialect: resume naming a seq never sent (vllm-omni's code)",
+    "last_received_server_event_seq",
+)
+
 TABLE: tuple[WireError, ...] = tuple(v for v in dict(globals()).values() if isinstance(v, WireError))
 #: Every code livegen can send on the voice wire.
 CODES: frozenset[str] = frozenset(row.code for row in TABLE)

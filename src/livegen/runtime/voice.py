@@ -113,10 +113,11 @@ class Runner:
         clock: Callable[[], float] = time.monotonic,
         on_sent: Callable[[dict[str, Any]], None] | None = None,
         open_model: OpenModel | None = None,
-        dialect: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        dialect: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None,
     ) -> None:
         self.session = session
-        #: Rewrites each outgoing GA event for the client's dialect (``protocol/beta.py``).
+        #: Rewrites each outgoing GA event for the client's dialect (``protocol/beta.py``,
+        #: ``protocol/duplex.py``); None: the event is not sent in that dialect.
         self._dialect = dialect
         self.stream = stream
         self.limits = limits or RunnerLimits()
@@ -238,7 +239,9 @@ class Runner:
             return  # session.closed is the last event (a batch cut short by _not_reading)
         event = effect.event
         is_audio = event["type"] == "response.output_audio.delta"
-        text = wire.encode(event if self._dialect is None else self._dialect(event)).decode()
+        wire_event = event if self._dialect is None else self._dialect(event)
+        # A dialect may hold an event back (""): it still passes through the outbox, in order, to on_sent.
+        text = "" if wire_event is None else wire.encode(wire_event).decode()
         budget = self.limits.outbox_bytes
         # One event passes whatever its size when nothing waits before it: the budget is on backlog.
         is_over_bytes = budget is not None and bool(self._outbox) and self.outbox_bytes + len(text) > budget
@@ -276,7 +279,7 @@ class Runner:
 
     def take_unsent(self) -> list[str]:
         """The wire text still queued (the sender has stopped), for a last write by the endpoint."""
-        texts = [text for _, _, text in self._outbox]
+        texts = [text for _, _, text in self._outbox if text]
         self._outbox.clear()
         self.outbox_bytes = 0
         return texts
@@ -290,14 +293,16 @@ class Runner:
         while True:
             await self._outbox_ready.wait()
             while self._outbox:
-                _, event, text = self._outbox[0]
+                entry = self._outbox[0]
+                _, event, text = entry
                 try:
-                    await self._send_text(text)
+                    if text:
+                        await self._send_text(text)
                 except Exception:  # the socket is gone: the runner learns it from the reader
                     self._outbox.clear()
                     self.outbox_bytes = 0
                     break
-                if self._outbox and self._outbox[0][2] is text:
+                if self._outbox and self._outbox[0] is entry:
                     self._outbox.popleft()  # written: no longer unsent (unless a clear took it)
                     self.outbox_bytes -= len(text)
                 if self._on_sent is not None:

@@ -26,6 +26,11 @@ class ServerConfig:
     max_sessions: int = 64
     #: Seconds a voice session outlives a lost socket, waiting for ``session.resume`` (0: none).
     resume_grace_s: float = 30.0
+    #: Most voice sessions parked (waiting for a resume) at once, apart from ``max_sessions``;
+    #: parking one more ends the oldest parked one.
+    max_parked_sessions: int = 64
+    #: Most bytes of journal and history all parked sessions hold together (the oldest go first).
+    max_parked_bytes: int = 256 * 1024 * 1024
     #: OpenAI-compatible chat endpoint for the voice model's replies (optional).
     llm_base_url: str | None = None
     llm_model: str | None = None

@@ -35,6 +35,20 @@ class Metrics:
             ["kind", "code"],
             registry=self.registry,
         )
+        self.sessions_parked = Gauge(
+            "livegen_sessions_parked",
+            "Sessions without a socket waiting for a resume, by kind (not counted in sessions_open's limit)",
+            ["kind"],
+            registry=self.registry,
+        )
+        self.parked_bytes = Gauge(
+            "livegen_parked_bytes",
+            "Bytes of journal and history that parked sessions hold, by kind",
+            ["kind"],
+            registry=self.registry,
+        )
+        self.sessions_parked.labels(kind="voice").set(0)
+        self.parked_bytes.labels(kind="voice").set(0)
         for kind in ("voice", "world"):
             self.sessions_open.labels(kind=kind).set(0)
         self.budget = Gauge(

@@ -7,6 +7,12 @@ it decodes each text message (a decoding error is answered on the same socket,
 and the session goes on) and writes what the runner sends. Refusals before a
 session exists (unknown model, not ready, too many sessions) are an ``error``
 event followed by a close, so an SDK sees OpenAI's error shape.
+
+A session whose socket is lost is *parked* for ``--resume-grace``: parked
+sessions have their own budget (``--max-parked-sessions``, and
+``--max-parked-bytes`` of journal and history), apart from ``--max-sessions``,
+which counts live ones only, so that dropped clients never lock new ones out.
+Parking past the budget ends the oldest parked sessions first.
 """
 
 from __future__ import annotations
@@ -26,14 +32,15 @@ from livegen.logs import bind_session, log_event
 from livegen.models import Kind
 from livegen.models.registry import OPENAI_REALTIME_PATTERNS, ServedNames
 from livegen.models.voice import StreamConfig, VoiceModel, VoiceStream
+from livegen.protocol import duplex
 from livegen.protocol import errors as wire_errors
 from livegen.protocol import realtime as wire
 from livegen.protocol.beta import to_beta, wants_beta
-from livegen.runtime.attachment import Attachment, JournalGap
+from livegen.runtime.attachment import Attachment, JournalGap, new_token
 from livegen.runtime.voice import Runner, RunnerLimits
 from livegen.server.auth import offered_subprotocols, select_subprotocol
 from livegen.server.budgets import CLOSE_NOT_READING
-from livegen.server.resume import Handoff, Resumable, new_token, read_resume, resumed_event
+from livegen.server.resume import Handoff, Resumable, first_text, read_resume, resumed_event
 from livegen.voice.session import Limits, ModelFacts, Session
 
 if TYPE_CHECKING:
@@ -45,6 +52,8 @@ logger = logging.getLogger("livegen.server.realtime")
 REPLACED = 4001
 #: A client that closes with these meant to leave; any other loss parks the session for a resume.
 CLEAN_CLOSE_CODES = frozenset({1000, 1001})
+#: How long a replaced socket may take to close (its peer may not be reading) before we let go.
+RETIRE_TIMEOUT_S = 5.0
 
 
 class RealtimeService:
@@ -65,6 +74,8 @@ class RealtimeService:
         self.runners: set[Runner] = set()
         #: Sessions by id, for resuming connections, and the tasks that own them.
         self.live: dict[str, Resumable] = {}
+        #: Sessions without a socket, waiting for a resume, oldest first.
+        self.parked: dict[str, Resumable] = {}
         self.owners: set[asyncio.Task[None]] = set()
         self._load_lock = asyncio.Lock()
 
@@ -88,7 +99,13 @@ class RealtimeService:
             "ready": self.default_model in self.models,
             "model": self.default_model,
             "sessions": len(self.runners),
+            "live_sessions": len(self.runners) - len(self.parked),
+            "parked_sessions": len(self.parked),
+            "parked_bytes": self.parked_bytes(),
         }
+
+    def parked_bytes(self) -> int:
+        return sum(live.held_bytes() for live in self.parked.values())
 
     async def _model(self, name: str) -> VoiceModel:
         entry = self.state.registry.get(self.names.resolve(name))
@@ -122,6 +139,20 @@ class RealtimeService:
         if resume_id is not None:
             await self._resume(websocket, resume_id)
             return
+        first: str | None = None
+        if duplex.wants_duplex(websocket.query_params):
+            # vllm-omni's clients open (session.update) or resume (session.resume) with their first message.
+            try:
+                first = await first_text(websocket, wire_errors.INVALID_EVENT)
+            except RemoteProtocolError as error:
+                await self._send_error(websocket, error)
+                await websocket.close(1008)
+                return
+            except WebSocketDisconnect:
+                return
+            if duplex.first_type(first) == "session.resume":
+                await self._resume_duplex(websocket, first)
+                return
         requested = websocket.query_params.get("model") or self.default_model
         if self.default_model not in self.models:
             await self._refuse(websocket, wire_errors.MODEL_NOT_READY, 1013)
@@ -133,7 +164,7 @@ class RealtimeService:
             log_event(logger, "voice.model_not_found", logging.WARNING, requested=requested)
             await self._refuse(websocket, wire_errors.MODEL_NOT_FOUND, 1008, model=requested)
             return
-        if len(self.runners) >= self.state.config.max_sessions:
+        if len(self.runners) - len(self.parked) >= self.state.config.max_sessions:
             limit = self.state.config.max_sessions
             await self._refuse(websocket, wire_errors.TOO_MANY_SESSIONS, 1013, limit=limit)
             return
@@ -144,7 +175,7 @@ class RealtimeService:
             # the handler returns (so a server shutdown never waits for a parked session) and
             # the session waits for a resume on its own.
             log_event(logger, "voice.model_resolved", requested=requested, model=name)
-            owner = asyncio.create_task(self._serve(websocket, released, session_id, name, model))
+            owner = asyncio.create_task(self._serve(websocket, released, session_id, name, model, first))
         self.owners.add(owner)
         owner.add_done_callback(self.owners.discard)
         await released.wait()
@@ -159,22 +190,41 @@ class RealtimeService:
             return
         except WebSocketDisconnect:
             return
-        live = self.live.get(session_id)
-        if live is None or not live.check(event.resume_token):
-            if live is None:
-                await self._refuse(
-                    websocket, wire_errors.SESSION_NOT_FOUND, 1008, detail="no live session with that id"
-                )
-            else:
-                await self._refuse(websocket, wire_errors.INVALID_RESUME_TOKEN, 1008)
+        await self._hand_over(websocket, Handoff(websocket, event.last_event_seq, event.event_id), event)
+
+    async def _resume_duplex(self, websocket: WebSocket, first: str) -> None:
+        """A duplex client's resume: ``session.resume`` as the first message, vllm-omni's codes."""
+        try:
+            request = duplex.parse_resume(first)
+        except RemoteProtocolError as error:
+            await self._send_error(websocket, error)
+            await websocket.close(1008)
             return
-        handoff = Handoff(websocket, event.last_event_seq, event.event_id)
+        handoff = Handoff(websocket, request.last_seq, request.event_id, duplex=True)
+        await self._hand_over(websocket, handoff, request)
+
+    async def _hand_over(self, websocket: WebSocket, handoff: Handoff, request: Any) -> None:
+        """Claim the session's token (single use: a second resume with it is refused) and post
+        the handoff to the session's owner; return when the owner is done with the socket."""
+        session_id = request.session_id
+        live = self.live.get(session_id)
+        if live is None or not live.credential.claim(request.resume_token):
+            error = wire_errors.SESSION_NOT_FOUND if live is None else wire_errors.INVALID_RESUME_TOKEN
+            error = duplex.RESUME_ERRORS[error.code] if handoff.duplex else error
+            await self._refuse(websocket, error, 1008, detail="no live session with that id")
+            return
         await live.handoffs.put(handoff)
         with bind_session(session_id):
             await handoff.released.wait()
 
     async def _serve(
-        self, websocket: WebSocket, released: asyncio.Event, session_id: str, name: str, model: VoiceModel
+        self,
+        websocket: WebSocket,
+        released: asyncio.Event,
+        session_id: str,
+        name: str,
+        model: VoiceModel,
+        first: str | None,
     ) -> None:
         counter = itertools.count(1)
         tag = session_id[5:13]
@@ -212,12 +262,17 @@ class RealtimeService:
             return ModelFacts(name, model.input_rate, model.output_rate, model.has_vad), stream
 
         beta = wants_beta(dict(websocket.headers), offered_subprotocols(websocket.scope))
-        attachment = Attachment(websocket.send_text)
+        dialect = None
+        if first is not None:
+            dialect = duplex.DuplexDialect(hold_created=duplex.first_type(first) == "session.update")
+        attachment = Attachment(websocket.send_text, stamp_seq=dialect is not None)
         live: Resumable | None = None
 
-        def outgoing(event: dict[str, Any]) -> dict[str, Any]:
+        def outgoing(event: dict[str, Any]) -> dict[str, Any] | None:
+            if dialect is not None and (event := dialect.outbound(event)) is None:  # type: ignore[assignment]
+                return None
             if event["type"] == "session.created" and live is not None:
-                event = {**event, "resume_token": live.token}
+                event = {**event, "resume_token": live.credential.token}
             return to_beta(event) if beta else event
 
         runner = Runner(
@@ -229,7 +284,7 @@ class RealtimeService:
             open_model=open_model,
             dialect=outgoing,
         )
-        live = Resumable(runner, attachment)
+        live = Resumable(runner, attachment, duplex=dialect)
         self.runners.add(runner)
         self.live[session_id] = live
         metrics.sessions_open.labels(kind="voice").inc()
@@ -239,8 +294,11 @@ class RealtimeService:
             return runner.outbox_bytes
 
         metrics.unsent_sources.add(unsent_bytes)
-        log_event(logger, "voice.session_opened", model=name, dialect="beta" if beta else "ga")
+        kind = "duplex" if dialect is not None else "beta" if beta else "ga"
+        log_event(logger, "voice.session_opened", model=name, dialect=kind)
         run = asyncio.create_task(runner.run())
+        if first is not None:
+            await self._deliver(first, live)
         socket: WebSocket | None = websocket
         socket_released: asyncio.Event | None = released
         try:
@@ -249,8 +307,13 @@ class RealtimeService:
                     outcome = await self._hold(socket, live, run, events_in)
                     if outcome is None:
                         break
-                    code = REPLACED if isinstance(outcome, Handoff) else 1000
-                    await self._retire(socket, socket_released, code)
+                    if isinstance(outcome, Handoff):
+                        # Abort the old socket's pending write at once (its peer may have stopped
+                        # reading); it closes in the background, and the resume goes on meanwhile.
+                        live.attachment.detach()
+                        self._retire_later(socket, socket_released, REPLACED)
+                    else:
+                        await self._retire(socket, socket_released, 1000)
                     socket, socket_released = None, None
                     if not isinstance(outcome, Handoff):
                         continue
@@ -269,6 +332,8 @@ class RealtimeService:
                 await run
             self.runners.discard(runner)
             self.live.pop(session_id, None)
+            self.parked.pop(session_id, None)
+            self._gauge_parked()
             metrics.sessions_open.labels(kind="voice").dec()
             metrics.unsent_sources.discard(unsent_bytes)
             is_not_reading = runner.close_reason == "outbox_overflow"
@@ -286,7 +351,7 @@ class RealtimeService:
     ) -> Handoff | bool | None:
         """Serve ``socket`` until the session ends (None), the socket is lost (False) or a resume
         takes the session over (the handoff)."""
-        reader = asyncio.create_task(self._read(socket, live.runner, counter))
+        reader = asyncio.create_task(self._read(socket, live, counter))
         handoff = asyncio.create_task(live.handoffs.get())
         try:
             await asyncio.wait({reader, run, handoff}, return_when=asyncio.FIRST_COMPLETED)
@@ -305,16 +370,65 @@ class RealtimeService:
         if run.done() or grace <= 0:
             return None
         live.attachment.detach()
-        log_event(logger, "voice.session_parked", grace_s=grace)
+        if not self._make_room(live):
+            log_event(logger, "voice.session_not_parked", held_bytes=live.held_bytes())
+            return None
+        session_id = live.runner.session.id
+        self.parked[session_id] = live
+        self._gauge_parked()
+        log_event(logger, "voice.session_parked", grace_s=grace, held_bytes=live.held_bytes())
         handoff = asyncio.create_task(live.handoffs.get())
+        evicted = asyncio.create_task(live.evicted.wait())
         try:
-            done, _ = await asyncio.wait({run, handoff}, timeout=grace, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(
+                {run, handoff, evicted}, timeout=grace, return_when=asyncio.FIRST_COMPLETED
+            )
         finally:
             handoff.cancel()
+            evicted.cancel()
+            self.parked.pop(session_id, None)
+            self._gauge_parked()
         if handoff in done:
             return handoff.result()
-        log_event(logger, "voice.session_expired" if not done else "voice.session_ended_parked")
+        outcome = "expired" if not done else "evicted" if evicted in done else "ended_parked"
+        log_event(logger, f"voice.session_{outcome}")
         return None
+
+    def _make_room(self, live: Resumable) -> bool:
+        """Whether ``live`` may park: the oldest parked sessions are ended until it fits in the
+        parked budget (count and bytes); one bigger than the whole byte budget does not park."""
+        config = self.state.config
+        size = live.held_bytes()
+        if config.max_parked_sessions <= 0 or size > config.max_parked_bytes:
+            return False
+        total = self.parked_bytes()
+        for oldest in list(self.parked.values()):
+            if len(self.parked) < config.max_parked_sessions and total + size <= config.max_parked_bytes:
+                break
+            total -= oldest.held_bytes()
+            del self.parked[oldest.runner.session.id]
+            oldest.evicted.set()
+        return True
+
+    def _gauge_parked(self) -> None:
+        metrics = self.state.metrics
+        metrics.sessions_parked.labels(kind="voice").set(len(self.parked))
+        metrics.parked_bytes.labels(kind="voice").set(self.parked_bytes())
+
+    def _retire_later(self, socket: WebSocket, released: asyncio.Event | None, code: int) -> None:
+        """Close a replaced socket without waiting for it (bounded: its peer may never read)."""
+
+        async def retire() -> None:
+            try:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(socket.close(code), RETIRE_TIMEOUT_S)
+            finally:
+                if released is not None:
+                    released.set()
+
+        task = asyncio.create_task(retire())
+        self.owners.add(task)
+        task.add_done_callback(self.owners.discard)
 
     async def _retire(self, socket: WebSocket | None, released: asyncio.Event | None, code: int) -> None:
         """Close a socket the session no longer uses, and let its handler return."""
@@ -337,23 +451,39 @@ class RealtimeService:
         journal, a seq never sent) is an error on the new socket; the session stays parked."""
         live.attachment.detach()
         token = new_token()
-        greeting = resumed_event(session_id, token, handoff.last_seq, live.attachment.seq)
+        if handoff.duplex:
+            session = live.runner.session.config.to_wire(session_id)
+            resumed = {"type": "session.resumed", "session_id": session_id, "session": session}
+            greeting = wire.encode({**resumed, "resume_token": token}).decode()
+        else:
+            greeting = resumed_event(session_id, token, handoff.last_seq, live.attachment.seq)
         try:
             replayed = await live.attachment.attach(handoff.websocket.send_text, handoff.last_seq, greeting)
         except (JournalGap, ValueError) as exc:
-            kind = wire_errors.RESUME_GAP if isinstance(exc, JournalGap) else wire_errors.INVALID_VALUE
-            error = kind.error(detail=exc, param="last_event_seq", event_id=handoff.event_id)
+            live.credential.give_back()
             with contextlib.suppress(Exception):
-                await self._send_error(handoff.websocket, error)
+                await self._refuse_replay(handoff, exc, session_id)
             return False
         except Exception:  # the new socket died during the replay: parked again, events kept
             live.attachment.detach()
+            live.credential.give_back()
             return False
-        live.token = token
+        live.credential.settle(token)
         log_event(logger, "voice.session_resumed", last_seq=handoff.last_seq, replayed=replayed)
         return True
 
-    async def _read(self, websocket: WebSocket, runner: Runner, counter: Any) -> int:
+    async def _refuse_replay(self, handoff: Handoff, exc: Exception, session_id: str) -> None:
+        if handoff.duplex and isinstance(exc, JournalGap):
+            await handoff.websocket.send_text(wire.encode(duplex.resync_required(session_id)).decode())
+            return
+        if handoff.duplex:  # a seq never sent: the gap went to resync_required above
+            error = wire_errors.SESSION_RESUME_CONFLICT.error(detail=exc, event_id=handoff.event_id)
+        else:
+            kind = wire_errors.RESUME_GAP if isinstance(exc, JournalGap) else wire_errors.INVALID_VALUE
+            error = kind.error(detail=exc, param="last_event_seq", event_id=handoff.event_id)
+        await self._send_error(handoff.websocket, error)
+
+    async def _read(self, websocket: WebSocket, live: Resumable, counter: Any) -> int:
         """Pass client events to the runner until the socket closes; returns its close code."""
         while True:
             try:
@@ -364,11 +494,29 @@ class RealtimeService:
                 return int(message.get("code", 1006))
             counter.inc()
             text = message.get("text")
+            if text is None:
+                detail = "binary messages are not part of this protocol; send JSON text"
+                await live.runner.put_client(wire_errors.INVALID_EVENT.error(detail=detail))
+            else:
+                await self._deliver(text, live)
+
+    async def _deliver(self, text: str, live: Resumable) -> None:
+        """One client text message to the runner, through the session's dialect."""
+        runner = live.runner
+        try:
+            if live.duplex is None:
+                await runner.put_client(wire.decode(text))
+                return
+            inbound = live.duplex.inbound(text)
+        except RemoteProtocolError as error:
+            await runner.put_client(error)
+            return
+        if isinstance(inbound, duplex.EventAck):
             try:
-                if text is None:
-                    detail = "binary messages are not part of this protocol; send JSON text"
-                    raise wire_errors.INVALID_EVENT.error(detail=detail)
-                event: wire.ClientEvent | RemoteProtocolError = wire.decode(text)
-            except RemoteProtocolError as error:
-                event = error
-            await runner.put_client(event)
+                live.attachment.acknowledge(inbound.seq)
+            except ValueError as exc:
+                refusal = wire_errors.INVALID_EVENT_ACK.error(detail=str(exc), event_id=inbound.event_id)
+                await runner.put_client(refusal)
+        elif isinstance(inbound, list):
+            for event in inbound:
+                await runner.put_client(event)

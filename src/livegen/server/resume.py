@@ -9,30 +9,29 @@ returns closes its socket). The owner takes a handoff whether its old socket
 is gone (the usual case, within the grace period) or still looks open (a
 half-open connection: the old socket is closed, the new one wins).
 
-Tokens are random, compared in constant time, and rotated on every resume, so
-a token that leaked from an old connection cannot take the session again.
+Tokens are random, compared in constant time, single-use (a resume claims the
+token before it posts its handoff: of two concurrent resumes with one token,
+one wins) and rotated on every resume, so a token that leaked from an old
+connection cannot take the session again (``runtime.attachment.ResumeCredential``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import secrets
 from dataclasses import dataclass, field
 
-from starlette.websockets import WebSocket
+from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from livegen.errors import InvalidRequest
+from livegen.protocol import errors as wire_errors
 from livegen.protocol import realtime as wire
-from livegen.runtime.attachment import Attachment
+from livegen.protocol.duplex import DuplexDialect
+from livegen.runtime.attachment import Attachment, ResumeCredential
 from livegen.runtime.voice import Runner
 
 #: How long a resuming connection may take to send its ``session.resume``.
 FIRST_EVENT_TIMEOUT_S = 10.0
-
-
-def new_token() -> str:
-    return secrets.token_urlsafe(24)
 
 
 @dataclass
@@ -42,6 +41,8 @@ class Handoff:
     websocket: WebSocket
     last_seq: int
     event_id: str | None
+    #: A duplex client (``protocol/duplex.py``): its greeting and refusals are vllm-omni's.
+    duplex: bool = False
     #: Set by the owner when it is done with the socket (the resuming handler may then return).
     released: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -52,22 +53,21 @@ class Resumable:
 
     runner: Runner
     attachment: Attachment
-    token: str = field(default_factory=new_token)
+    credential: ResumeCredential = field(default_factory=ResumeCredential)
     handoffs: asyncio.Queue[Handoff] = field(default_factory=asyncio.Queue)
+    #: The duplex dialect's state when the session was opened by a duplex client (a resume keeps it).
+    duplex: DuplexDialect | None = None
+    #: Set to end a parked session early (the parked budget needs its room).
+    evicted: asyncio.Event = field(default_factory=asyncio.Event)
 
-    def check(self, token: str) -> bool:
-        return hmac.compare_digest(self.token.encode(), token.encode())
+    def held_bytes(self) -> int:
+        """What the session holds while parked: its journal and its history (text)."""
+        return self.attachment.journal_bytes + self.runner.session.conversation.chars()
 
 
 async def read_resume(websocket: WebSocket, session_id: str) -> wire.SessionResume:
     """The resuming connection's first event, which must be a ``session.resume`` for ``session_id``."""
-    try:
-        text = await asyncio.wait_for(websocket.receive_text(), FIRST_EVENT_TIMEOUT_S)
-    except TimeoutError:
-        raise InvalidRequest(
-            f"no session.resume within {FIRST_EVENT_TIMEOUT_S:.0f} s", code="invalid_resume"
-        ) from None
-    event = wire.decode(text)
+    event = wire.decode(await first_text(websocket, wire_errors.INVALID_RESUME))
     if not isinstance(event, wire.SessionResume):
         raise InvalidRequest(
             f"a connection with ?session_id= must begin with session.resume, not {event.TYPE}",
@@ -82,6 +82,21 @@ async def read_resume(websocket: WebSocket, session_id: str) -> wire.SessionResu
             event_id=event.event_id,
         )
     return event
+
+
+async def first_text(websocket: WebSocket, refusal: wire_errors.WireError) -> str:
+    """The first message of a connection, which must be text in time; else ``refusal`` is raised
+    (``WebSocketDisconnect`` when the client left first)."""
+    try:
+        message = await asyncio.wait_for(websocket.receive(), FIRST_EVENT_TIMEOUT_S)
+    except TimeoutError:
+        raise refusal.error(detail=f"no first event within {FIRST_EVENT_TIMEOUT_S:.0f} s") from None
+    if message["type"] == "websocket.disconnect":
+        raise WebSocketDisconnect(int(message.get("code", 1006)))
+    text = message.get("text")
+    if text is None:
+        raise refusal.error(detail="binary messages are not part of this protocol; send JSON text")
+    return str(text)
 
 
 def resumed_event(session_id: str, token: str, last_seq: int, seq: int) -> str:

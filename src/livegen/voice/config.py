@@ -4,7 +4,9 @@ OpenAI's GA shape nests audio settings (``audio.input.format``,
 ``audio.input.turn_detection``, ``audio.output.voice``); the beta shape kept
 them flat (``input_audio_format``, ``turn_detection``, ``voice``,
 ``modalities``). Both are accepted; the GA shape is what the server sends back.
-An update is partial: fields not named keep their values. Parsing is pure and
+vllm-omni's duplex clients name PCM rates as ``sample_rate_hz`` (on the
+session for input, under ``audio.input``/``audio.output``); these are honoured
+too. An update is partial: fields not named keep their values. Parsing is pure and
 all-or-nothing: a bad field raises ``InvalidRequest`` and the session keeps
 its old configuration.
 """
@@ -15,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from livegen.models.voice import StreamConfig, TurnDetection
-from livegen.protocol.audio import AudioFormat, parse_format
+from livegen.protocol.audio import MAX_RATE, MIN_RATE, AudioFormat, Encoding, parse_format
 from livegen.protocol.errors import INVALID_VALUE, UNSUPPORTED_TURN_DETECTION
 
 #: ``semantic_vad`` has no end-of-turn model here: its eagerness picks how long a silence ends
@@ -195,6 +197,16 @@ def apply_update(config: Config, session: dict[str, Any]) -> Config:
     ):
         if value is not None:
             updates["output_format"] = parse_format(value, param)
+    input_rates = (("session.sample_rate_hz", session), ("session.audio.input.sample_rate_hz", audio_in))
+    output_rates = (("session.audio.output.sample_rate_hz", audio_out),)
+    for name, sources, explicit in (
+        ("input_format", input_rates, audio_in.get("format")),
+        ("output_format", output_rates, audio_out.get("format")),
+    ):
+        rate = _sample_rate(sources, explicit)
+        if rate is not None:
+            fmt = updates.get(name, getattr(config, name))
+            updates[name] = _with_rate(fmt, rate, sources[0][0])
     for param, source in (
         ("session.audio.input.turn_detection", audio_in),
         ("session.turn_detection", session),
@@ -216,3 +228,27 @@ def apply_update(config: Config, session: dict[str, Any]) -> Config:
         if value is not None:
             updates["transcription_model"] = str(_expect(value, dict, param).get("model") or "")
     return replace(config, **updates)
+
+
+def _sample_rate(sources: tuple[tuple[str, dict[str, Any]], ...], explicit: Any) -> int | None:
+    """The ``sample_rate_hz`` named by any of ``sources`` (they must agree, also with a GA format
+    object's explicit ``rate``), or None."""
+    rates: dict[str, Any] = {p: src["sample_rate_hz"] for p, src in sources if "sample_rate_hz" in src}
+    if isinstance(explicit, dict) and "rate" in explicit and rates:
+        rates["format.rate"] = explicit["rate"]
+    for param, rate in rates.items():
+        if not isinstance(rate, int) or isinstance(rate, bool) or not MIN_RATE <= rate <= MAX_RATE:
+            detail = f"{param} must be an integer from {MIN_RATE} to {MAX_RATE} Hz, got {rate!r}"
+            raise INVALID_VALUE.error(detail=detail, param=param)
+    if len(set(rates.values())) > 1:
+        raise INVALID_VALUE.error(detail=f"the sample rates named disagree: {rates}", param=next(iter(rates)))
+    return next(iter(rates.values()), None)
+
+
+def _with_rate(fmt: AudioFormat, rate: int, param: str) -> AudioFormat:
+    if fmt.encoding is Encoding.PCM:
+        return replace(fmt, rate=rate)
+    if rate != fmt.rate:
+        detail = f"{param} is {rate} Hz, but {fmt.encoding.value} is always {fmt.rate} Hz"
+        raise INVALID_VALUE.error(detail=detail, param=param)
+    return fmt

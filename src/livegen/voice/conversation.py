@@ -2,8 +2,11 @@
 
 Items are what the model is given as history, so an assistant item holds only
 what the listener heard: truncation (by the client, or by the session on an
-interruption) shortens its audio and its transcript together. The item list is
-bounded; the oldest items leave first, as a model's context would drop them.
+interruption) shortens its audio and its transcript together. The history is
+bounded in items (``MAX_ITEMS``) and in text (``MAX_HISTORY_CHARS``, about a
+megabyte): the oldest items leave first, as a model's context would drop them,
+and a client item longer than the whole budget is refused. A session, live or
+parked for a resume, so never holds more than about a megabyte of history.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from livegen.protocol.errors import (
 )
 
 MAX_ITEMS = 512
+#: Characters of text (transcripts and text parts) a session's history holds at most.
+MAX_HISTORY_CHARS = 1024 * 1024
 
 
 @dataclass(eq=False)
@@ -77,6 +82,9 @@ def item_from_wire(raw: dict[str, Any], item_id: str) -> Item:
     text = part.get("text", part.get("transcript"))
     if text is not None and not isinstance(text, str):
         raise INVALID_VALUE.error(detail="item text must be a string", param="item.content")
+    if text is not None and len(text) > MAX_HISTORY_CHARS:
+        detail = f"item text is {len(text)} characters; a session's history holds at most {MAX_HISTORY_CHARS}"
+        raise INVALID_VALUE.error(detail=detail, param="item.content")
     if content_type == "text":
         content_type = "output_text"
     return Item(id=item_id, role=role, content_type=content_type, text=text)
@@ -113,9 +121,15 @@ class Conversation:
             ordered.insert(index, item)
             self._items = {i.id: i for i in ordered}
             before = None if index == 0 else ordered[index - 1].id
-        while len(self._items) > MAX_ITEMS:
-            del self._items[next(iter(self._items))]
+        chars = self.chars()
+        while len(self._items) > MAX_ITEMS or (chars > MAX_HISTORY_CHARS and len(self._items) > 1):
+            oldest = self._items.pop(next(iter(self._items)))
+            chars -= len(oldest.text or "")
         return before
+
+    def chars(self) -> int:
+        """Characters of text the history holds (what a parked session keeps, with its journal)."""
+        return sum(len(item.text or "") for item in self._items.values())
 
     def get(self, item_id: str, missing: WireError = ITEM_RETRIEVE_INVALID_ITEM_ID) -> Item:
         """The item; an unknown id raises ``missing``, the error of the event that named it."""
