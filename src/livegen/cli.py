@@ -118,6 +118,18 @@ def main() -> None:
     default=None,
     help="Ray cluster for --world-workers, e.g. 'auto' or 'ray://head:10001' [default: start a local Ray].",
 )
+@click.option(
+    "--ssl-certfile",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="PEM certificate (chain) to serve TLS: https:// and wss://. Needs --ssl-keyfile.",
+)
+@click.option(
+    "--ssl-keyfile",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="PEM private key of --ssl-certfile.",
+)
 def serve(**options: Any) -> None:
     """Serve voice and world sessions over WebSockets, with the demo page at /."""
     import uvicorn
@@ -127,8 +139,8 @@ def serve(**options: Any) -> None:
     from livegen.server import ServerConfig, create_app
 
     logs.configure(options["log_level"])
-    config = ServerConfig(**options)
     try:
+        config = ServerConfig(**options)
         app = create_app(config)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from exc
@@ -139,6 +151,9 @@ def serve(**options: Any) -> None:
         log_config=None,
         log_level=config.log_level,
         ws_max_size=16 * 1024 * 1024,
+        # Clients such as the openai Node SDK always dial wss://: the server terminates TLS itself.
+        ssl_certfile=config.ssl_certfile,
+        ssl_keyfile=config.ssl_keyfile,
     )
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from livegen.errors import ConfigError
+
 
 @dataclass(frozen=True)
 class ServerConfig:
@@ -28,3 +30,14 @@ class ServerConfig:
     world_workers: int = 0
     #: Ray cluster to join for world workers (e.g. "auto" or "ray://head:10001"); None starts a local Ray.
     ray_address: str | None = None
+    #: PEM certificate chain and private key: with both set, the server speaks TLS (https://, wss://).
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
+            raise ConfigError("TLS needs both --ssl-certfile and --ssl-keyfile")
+
+    @property
+    def tls(self) -> bool:
+        return self.ssl_certfile is not None
