@@ -37,7 +37,10 @@ def _name(common_name: str) -> x509.Name:
 def make_certificates(directory: Path) -> Certificates:
     """Write ``ca.pem``, ``server.pem`` and ``server-key.pem`` into ``directory``."""
     now = datetime.datetime.now(datetime.UTC)
-    valid = {"not_valid_before": now - datetime.timedelta(hours=1), "not_valid_after": now + datetime.timedelta(days=2)}
+    valid = {
+        "not_valid_before": now - datetime.timedelta(hours=1),
+        "not_valid_after": now + datetime.timedelta(days=2),
+    }
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca = (
         x509.CertificateBuilder(subject_name=_name("livegen test CA"), issuer_name=_name("livegen test CA"))

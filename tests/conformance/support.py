@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -64,3 +65,10 @@ async def until(condition: Callable[[], Any], within: float = 90.0, what: str = 
             return value
         await asyncio.sleep(0.02)
     raise AssertionError(f"not within {within} s: {what or condition}")
+
+
+def refusals(server: Any, code: str) -> float:
+    """How many errors of ``code`` the server has sent (its /metrics counter): proof a case was exercised."""
+    pattern = re.compile(rf'^livegen_errors_total{{code="{re.escape(code)}",kind="voice"}} (\S+)$', re.M)
+    found = pattern.search(server.app.state.livegen.metrics.render().decode())
+    return float(found.group(1)) if found else 0.0

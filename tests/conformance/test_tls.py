@@ -17,9 +17,9 @@ import time
 
 import httpx
 import pytest
-import websockets
 from click.testing import CliRunner
 from openai import AsyncOpenAI
+from websockets.sync.client import connect
 
 from conformance.certs import Certificates
 from conformance.conftest import API_KEY
@@ -35,10 +35,12 @@ async def test_https_and_a_realtime_session_over_wss(
 ) -> None:
     assert tls_server.http_url.startswith("https://") and tls_server.ws_url.startswith("wss://")
     trust = certificates.client_context()
-    health = httpx.get(f"{tls_server.http_url}/health", verify=trust)
+    async with httpx.AsyncClient(verify=trust) as http:
+        health = await http.get(f"{tls_server.http_url}/health")
     assert health.status_code == 200 and health.json()["status"] == "ok"
-    with pytest.raises(httpx.ConnectError):  # a client that does not trust the CA is refused
-        httpx.get(f"{tls_server.http_url}/health", verify=ssl.create_default_context())
+    async with httpx.AsyncClient(verify=ssl.create_default_context()) as http:
+        with pytest.raises(httpx.ConnectError):  # a client that does not trust the CA is refused
+            await http.get(f"{tls_server.http_url}/health")
 
     client = AsyncOpenAI(
         api_key=API_KEY, base_url=f"{tls_server.http_url}/v1", websocket_base_url=f"{tls_server.ws_url}/v1"
@@ -64,7 +66,7 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-async def test_livegen_serve_with_tls_flags_serves_https_and_wss(certificates: Certificates) -> None:
+def test_livegen_serve_with_tls_flags_serves_https_and_wss(certificates: Certificates) -> None:
     port = _free_port()
     command = [sys.executable, "-m", "livegen", "serve", "--port", str(port), "--voice-model", "none"]
     command += ["--world-model", "procedural-world", "--log-level", "warning"]
@@ -81,9 +83,9 @@ async def test_livegen_serve_with_tls_flags_serves_https_and_wss(certificates: C
                 pass
             assert process.poll() is None and time.monotonic() < deadline, "the TLS server did not start"
             time.sleep(0.2)
-        async with websockets.connect(f"wss://127.0.0.1:{port}/v1/worlds", ssl=trust) as ws:
-            await ws.send(json.dumps({"type": "session.update", "session": {"seed": 1}}))
-            assert json.loads(await ws.recv())["type"] == "session.created"
+        with connect(f"wss://127.0.0.1:{port}/v1/worlds", ssl=trust) as ws:
+            ws.send(json.dumps({"type": "session.update", "session": {"seed": 1}}))
+            assert json.loads(ws.recv(timeout=60))["type"] == "session.created"
         with pytest.raises(httpx.TransportError):  # plain http on the TLS port gets no answer
             httpx.get(f"http://127.0.0.1:{port}/health")
     finally:
