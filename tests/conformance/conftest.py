@@ -43,20 +43,19 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     report = yield
-    marker = item.get_closest_marker("conformance")
-    if marker is None:
-        return report
     results = item.config.stash[_RESULTS]
     # The call's outcome, or a failed or skipped setup or teardown (which overrides it).
     if report.when == "call" or report.failed or report.skipped:
-        outcome, reason = _outcome(report, marker)
-        results[item.nodeid] = {
-            "client": marker.kwargs["client"],
-            "capability": marker.kwargs["capability"],
-            "test": item.nodeid,
-            "outcome": outcome,
-            "reason": reason,
-        }
+        for marker in item.iter_markers("conformance"):  # a test may prove several cells
+            outcome, reason = _outcome(report, marker)
+            capability = marker.kwargs["capability"]
+            results[f"{item.nodeid} {capability}"] = {
+                "client": marker.kwargs["client"],
+                "capability": capability,
+                "test": item.nodeid,
+                "outcome": outcome,
+                "reason": reason,
+            }
     return report
 
 
@@ -84,7 +83,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     data = {
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "command": shlex.join(["pytest", *sys.argv[1:]]),
-        "results": sorted(results.values(), key=lambda r: r["test"]),
+        "results": [results[key] for key in sorted(results)],
     }
     path.write_text(json.dumps(data, indent=1) + "\n")
 
