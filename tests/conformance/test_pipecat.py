@@ -103,11 +103,8 @@ class Bot:
 
 @asynccontextmanager
 async def bot(server: ServerThread) -> AsyncIterator[Bot]:
-    llm = OpenAIRealtimeLLMService(
-        api_key=API_KEY,
-        base_url=f"{server.ws_url}/v1/realtime",
-        settings=OpenAIRealtimeLLMService.Settings(model="gpt-realtime"),
-    )  # TEMP
+    # pipecat's defaults (model gpt-realtime-2.1, server VAD), but for the server's URL and key.
+    llm = OpenAIRealtimeLLMService(api_key=API_KEY, base_url=f"{server.ws_url}/v1/realtime")
     upstream, downstream = Recorder(), Recorder()
     worker = PipelineWorker(
         Pipeline([upstream, llm, downstream]), params=PipelineParams(audio_in_sample_rate=24_000)
