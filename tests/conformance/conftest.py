@@ -18,6 +18,7 @@ import datetime
 import json
 import os
 import shlex
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -83,9 +84,26 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     data = {
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "command": shlex.join(["pytest", *sys.argv[1:]]),
+        "livegen": _commit(session.config.rootpath),
         "results": [results[key] for key in sorted(results)],
     }
     path.write_text(json.dumps(data, indent=1) + "\n")
+
+
+def _commit(root: Path) -> str:
+    """The commit under test, marked ``+changes`` when the tree differs from it."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True
+        )
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True)
+    except OSError:
+        return "unknown"
+    return (
+        head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
+        if head.returncode == 0
+        else "unknown"
+    )
 
 
 @pytest.fixture(scope="session")

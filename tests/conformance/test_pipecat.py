@@ -116,6 +116,7 @@ async def bot(server: ServerThread) -> AsyncIterator[Bot]:
     running = asyncio.ensure_future(runner.run())
     try:
         await until(lambda: llm._api_session_ready or the_bot.errors(), within=60, what="session.updated")
+        assert not the_bot.errors(), f"the session did not start: {the_bot.errors()}"
         yield the_bot
     finally:
         await worker.cancel()
