@@ -63,3 +63,25 @@ def test_the_matrix_has_a_row_per_client_and_the_worst_outcome_per_cell(tmp_path
 def test_a_cell_of_only_na_reads_na() -> None:
     only = {**RESULTS, "results": [RESULTS["results"][3]]}
     assert "| a 1.0 | n/a [1] |" in matrix.render(only)
+
+
+def test_the_recorder_writes_each_marked_test_and_its_outcome(tmp_path: Path) -> None:
+    """A real pytest run of one marked test (no server needed) lands in the JSON the matrix reads."""
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "conformance.json"
+    test = "tests/conformance/test_pipecat.py::test_unknown_item_delete_has_no_api"
+    root = Path(__file__).parents[2]
+    env = {**os.environ, "LIVEGEN_CONFORMANCE_JSON": str(out)}
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test]
+    done = subprocess.run(
+        command, cwd=root, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stdout[-2000:]
+    data = json.loads(out.read_text())
+    assert data["command"].endswith(test) and data["date"].endswith("UTC")
+    [result] = data["results"]
+    assert result["client"] == "pipecat 1.14.0" and result["capability"] == "unknown-item"
+    assert result["outcome"] == "n/a" and result["reason"].startswith("delete: pipecat has no API")
