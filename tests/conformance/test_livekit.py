@@ -27,6 +27,7 @@ from livekit import rtc
 from livekit.agents import llm
 from livekit.plugins import openai
 
+from conformance.certs import Certificates
 from conformance.conftest import API_KEY
 from conformance.support import (
     INTERRUPTION,
@@ -100,8 +101,8 @@ class _Collect(logging.Handler):
 
 
 @asynccontextmanager
-async def agent(server: ServerThread) -> AsyncIterator[Agent]:
-    async with aiohttp.ClientSession() as http:
+async def agent(server: ServerThread, connector: aiohttp.BaseConnector | None = None) -> AsyncIterator[Agent]:
+    async with aiohttp.ClientSession(connector=connector) as http:
         model = openai.realtime.RealtimeModel(
             base_url=f"{server.http_url}/v1", api_key=API_KEY, http_session=http
         )
@@ -213,3 +214,15 @@ async def test_idle_cancel(plain_server: ServerThread) -> None:
         answer = await ask_in_text(the_agent, TEXT_QUESTION)
     assert the_agent.problems() == []  # dropped by OpenAI's message, "Cancellation failed: ..."
     assert "4" in answer.text
+
+
+@pytest.mark.conformance(client=CLIENT, capability="tls")
+async def test_tls(tls_server: ServerThread, certificates: Certificates) -> None:
+    # A LiveKit app trusts a private CA through the aiohttp session it hands the model.
+    connector = aiohttp.TCPConnector(ssl=certificates.client_context())
+    async with agent(tls_server, connector) as the_agent:
+        received: list[str] = []
+        the_agent.session.on("openai_server_event_received", lambda event: received.append(event["type"]))
+        await until(lambda: "session.updated" in received or the_agent.problems(), what="session.updated")
+    assert the_agent.problems() == []
+    assert tls_server.ws_url.startswith("wss://")

@@ -88,9 +88,12 @@ def test_livegen_serve_with_tls_flags_serves_https_and_wss(certificates: Certifi
             assert json.loads(ws.recv(timeout=60))["type"] == "session.created"
         with pytest.raises(httpx.TransportError):  # plain http on the TLS port gets no answer
             httpx.get(f"http://127.0.0.1:{port}/health")
-    finally:
+    except BaseException as failure:
         process.terminate()
-        process.communicate(timeout=30)
+        output = process.communicate(timeout=30)[0].decode(errors="replace")
+        raise AssertionError(f"{failure!r}; the server said:\n{output[-3000:]}") from failure
+    process.terminate()
+    process.communicate(timeout=30)
 
 
 def test_a_certificate_without_its_key_is_refused(certificates: Certificates) -> None:
