@@ -16,6 +16,7 @@ import click
 
 #: Subcommand name -> "module:click_command", loaded on use.
 TOOLS: dict[str, str] = {
+    "talk": "livegen.client.talk_cli:talk",
     "world": "livegen.client.world_cli:world",
     "train-world": "livegen.models.tinyworld.train:command",
 }
@@ -73,6 +74,21 @@ def main() -> None:
     default="auto",
     show_default=True,
     help="Voice model to serve at /v1/realtime: a name from `livegen models`, 'auto' or 'none'.",
+)
+@click.option(
+    "--served-model-name",
+    "served_model_names",
+    multiple=True,
+    metavar="NAME",
+    help="A name the voice model answers to (repeatable); the first is the model sessions report "
+    "[default: its registered name]. OpenAI's realtime names (gpt-realtime*, gpt-4o*-realtime*) always work.",
+)
+@click.option(
+    "--model-alias",
+    "model_aliases",
+    multiple=True,
+    metavar="PATTERN",
+    help="More names for the voice model, shell-style (repeatable), e.g. 'my-voice-*'.",
 )
 @click.option(
     "--world-model",

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 import msgspec
 
-from livegen.errors import InvalidRequest
+from livegen.protocol import errors as wire_errors
 
 
 class ClientEvent(msgspec.Struct, frozen=True, kw_only=True):
@@ -43,12 +43,8 @@ class AudioAppend(ClientEvent, frozen=True, kw_only=True):
         try:
             return binascii.a2b_base64(self.audio, strict_mode=True)
         except (binascii.Error, ValueError) as exc:
-            raise InvalidRequest(
-                f"audio is not valid base64: {exc}",
-                code="invalid_base64",
-                param="audio",
-                event_id=self.event_id,
-            ) from None
+            detail = f"audio is not valid base64: {exc}"
+            raise wire_errors.INVALID_BASE64.error(detail=detail, event_id=self.event_id) from None
 
 
 class AudioCommit(ClientEvent, frozen=True, kw_only=True):
@@ -148,6 +144,13 @@ BETA_ALIASES: dict[str, str] = {
     "input.cancel": "input_audio_buffer.clear",
 }
 
+
+def supported() -> str:
+    """The event types taken, as OpenAI lists them: 'a', 'b', and 'c'."""
+    names = [f"'{name}'" for name in EVENT_TYPES]
+    return ", ".join(names[:-1]) + f", and {names[-1]}"
+
+
 _decoder = msgspec.json.Decoder()
 _encoder = msgspec.json.Encoder()
 
@@ -157,27 +160,30 @@ def decode(data: str | bytes) -> ClientEvent:
     try:
         raw = _decoder.decode(data)
     except msgspec.DecodeError as exc:
-        raise InvalidRequest(f"the message is not valid JSON: {exc}", code="invalid_json") from None
+        raise wire_errors.INVALID_JSON.error(detail=exc) from None
     if not isinstance(raw, dict):
-        raise InvalidRequest("an event must be a JSON object with a 'type'", code="invalid_event")
+        raise wire_errors.INVALID_EVENT.error(detail="an event must be a JSON object with a 'type'")
     event_id = raw.get("event_id")
     if not isinstance(event_id, str):
         event_id = None
     kind = raw.get("type")
     if not isinstance(kind, str):
-        raise InvalidRequest("the event has no 'type'", code="invalid_event", param="type", event_id=event_id)
+        raise wire_errors.INVALID_EVENT.error(
+            detail="the event has no 'type'", param="type", event_id=event_id
+        )
     cls = EVENT_TYPES.get(BETA_ALIASES.get(kind, kind))
     if cls is None:
-        raise InvalidRequest(
-            f"unknown event type {kind!r}", code="unknown_event_type", param="type", event_id=event_id
-        )
+        raise wire_errors.UNKNOWN_EVENT_TYPE.error(event_type=kind, supported=supported(), event_id=event_id)
     raw.pop("type")
     try:
         return msgspec.convert(raw, cls)
     except msgspec.ValidationError as exc:
-        raise InvalidRequest(
-            f"invalid {cls.TYPE} event: {exc}", code="invalid_value", param=_param_of(exc), event_id=event_id
-        ) from None
+        param = _param_of(exc)
+        if param is not None and str(exc).startswith("Object missing required field"):
+            missing = wire_errors.MISSING_REQUIRED_PARAMETER
+            raise missing.error(name=param, param=param, event_id=event_id) from None
+        detail = f"invalid {cls.TYPE} event: {exc}"
+        raise wire_errors.INVALID_VALUE.error(detail=detail, param=param, event_id=event_id) from None
 
 
 def _param_of(exc: msgspec.ValidationError) -> str | None:

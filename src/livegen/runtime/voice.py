@@ -32,10 +32,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from livegen.errors import InvalidRequest, RemoteProtocolError
+from livegen.errors import RemoteProtocolError
 from livegen.logs import log_event
 from livegen.models.voice import StreamConfig, VoiceOutput, VoiceStream
 from livegen.protocol import realtime as wire
+from livegen.protocol.errors import MODEL_NOT_FOUND
 from livegen.runtime.mailbox import Mailbox
 from livegen.voice.chain import (
     Attempt,
@@ -270,7 +271,7 @@ class Runner:
         self._switch = None
         try:
             if self._open_model is None:
-                raise InvalidRequest("this server serves one voice model", code="model_not_found")
+                raise MODEL_NOT_FOUND.error(model=switch.name, param="session.model")
             facts, stream = await self._open_model(switch.name, switch.config)
         except RemoteProtocolError as error:
             self._apply(self.session.model_switch_failed(error))

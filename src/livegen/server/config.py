@@ -18,6 +18,11 @@ class ServerConfig:
     voice_model: str = "auto"
     #: A registered world model name, "auto" (the best available) or "none".
     world_model: str = "auto"
+    #: Names the voice model answers to (like vLLM's ``--served-model-name``); the first is the
+    #: ``model`` its sessions report. Empty: its registered name.
+    served_model_names: tuple[str, ...] = ()
+    #: Shell-style patterns of more names for the voice model, beside OpenAI's realtime families.
+    model_aliases: tuple[str, ...] = ()
     log_level: str = "info"
     #: Most sessions of each kind served at once; more are refused with a clear error.
     max_sessions: int = 64
