@@ -15,6 +15,7 @@ embedded voice model from one registry, so the cascade loads once.
 from __future__ import annotations
 
 import datetime
+import gc
 import json
 import os
 import shlex
@@ -163,3 +164,10 @@ def speech(voice_registry: Registry, plain_server: ServerThread) -> Callable[...
         return made[text, lead_s]
 
     return say
+
+
+@pytest.fixture(autouse=True)
+def _collect_garbage() -> Iterator[None]:
+    """Collect garbage after each test: a client's leaked socket fails its own test, not a later one."""
+    yield
+    gc.collect()
