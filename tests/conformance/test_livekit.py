@@ -124,6 +124,8 @@ async def agent(server: ServerThread, connector: aiohttp.BaseConnector | None = 
             await asyncio.gather(*the_agent.tasks, return_exceptions=True)
             await model.aclose()
             logging.getLogger("livekit").removeHandler(handler)
+    # aiohttp's advice for a graceful shutdown: TLS transports finish closing just after the session.
+    await asyncio.sleep(0.25)
 
 
 async def ask_in_text(the_agent: Agent, text: str) -> Generation:
