@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from conformance.certs import Certificates
 from conformance.conftest import API_KEY
 from conformance.support import (
     INTERRUPTION,
@@ -206,3 +207,18 @@ async def test_idle_cancel(plain_server: ServerThread) -> None:
         await until(lambda: the_bot.of(TTSStoppedFrame) or the_bot.errors(), within=120, what="the answer")
     assert the_bot.errors() == []  # pipecat drops response_cancel_not_active by its code
     assert "4" in the_bot.text()
+
+
+@pytest.mark.conformance(client=CLIENT, capability="tls")
+async def test_tls(
+    tls_server: ServerThread, certificates: Certificates, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # pipecat dials with Python's default TLS context: a deployment trusts a private CA through OpenSSL's
+    # SSL_CERT_FILE (without it, this fails with CERTIFICATE_VERIFY_FAILED).
+    monkeypatch.setenv("SSL_CERT_FILE", str(certificates.ca_file))
+    async with bot(tls_server) as the_bot:
+        context = LLMContext(messages=[{"role": "user", "content": TEXT_QUESTION}])
+        await the_bot.worker.queue_frame(LLMContextFrame(context))
+        await until(lambda: the_bot.of(TTSStoppedFrame) or the_bot.errors(), within=120, what="the answer")
+    assert the_bot.errors() == []
+    assert "4" in the_bot.text() and the_bot.llm.base_url.startswith("wss://")
