@@ -227,6 +227,18 @@ def main() -> None:
     type=click.IntRange(1024),
     help="Largest HTTP request head buffered while incomplete (h11 parser).",
 )
+@click.option(
+    "--ssl-certfile",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="PEM certificate (chain) to serve TLS: https:// and wss://. Needs --ssl-keyfile.",
+)
+@click.option(
+    "--ssl-keyfile",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="PEM private key of --ssl-certfile.",
+)
 def serve(**options: Any) -> None:
     """Serve voice and world sessions over WebSockets, with the demo page at /."""
     import os
@@ -242,10 +254,10 @@ def serve(**options: Any) -> None:
     logs.configure(options["log_level"])
     options["allowed_origins"] = parse_list(options["allowed_origins"])
     options["allowed_hosts"] = parse_list(options["allowed_hosts"])
-    config = ServerConfig(**options)
-    if config.tts_workers is not None:  # read by the voice model's loader, which takes no arguments
-        os.environ["LIVEGEN_TTS_WORKERS"] = str(config.tts_workers)
     try:
+        config = ServerConfig(**options)
+        if config.tts_workers is not None:  # read by the voice model's loader, which takes no arguments
+            os.environ["LIVEGEN_TTS_WORKERS"] = str(config.tts_workers)
         app = create_app(config)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from exc

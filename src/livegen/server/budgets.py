@@ -79,6 +79,9 @@ def uvicorn_options(config: ServerConfig) -> dict[str, object]:
         "ws_max_size": 16 * 1024 * 1024,
         "timeout_keep_alive": config.keep_alive_timeout_s,
         "h11_max_incomplete_event_size": config.max_header_bytes,
+        # Clients such as the openai Node SDK always dial wss://: the server terminates TLS itself.
+        "ssl_certfile": config.ssl_certfile,
+        "ssl_keyfile": config.ssl_keyfile,
     }
 
 

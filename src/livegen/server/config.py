@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from livegen.errors import ConfigError
+
 
 @dataclass(frozen=True)
 class ServerConfig:
@@ -65,3 +67,15 @@ class ServerConfig:
         options = {"path": self.world_model_path, "dtype": self.world_dtype, "device": self.world_device}
         defaults = {"path": None, "dtype": "auto", "device": "auto"}
         return {key: value for key, value in options.items() if value != defaults[key] and value is not None}
+
+    #: PEM certificate chain and private key: with both set, the server speaks TLS (https://, wss://).
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
+            raise ConfigError("TLS needs both --ssl-certfile and --ssl-keyfile")
+
+    @property
+    def tls(self) -> bool:
+        return self.ssl_certfile is not None

@@ -2,12 +2,15 @@
 
 For tests and benchmarks that need a live server in their own process: the
 same app and uvicorn as ``livegen serve``, on a socket bound before start so
-that the port is known and never raced for.
+that the port is known and never raced for. A config with ``ssl_certfile`` and
+``ssl_keyfile`` serves TLS, as ``livegen serve --ssl-certfile/--ssl-keyfile``
+does; the URLs then say ``https://`` and ``wss://``.
 """
 
 from __future__ import annotations
 
 import socket
+import ssl
 import threading
 import time
 
@@ -40,11 +43,11 @@ class ServerThread:
 
     @property
     def http_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.config.tls else 'http'}://127.0.0.1:{self.port}"
 
     @property
     def ws_url(self) -> str:
-        return f"ws://127.0.0.1:{self.port}"
+        return f"{'wss' if self.config.tls else 'ws'}://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 30.0) -> ServerThread:
         self._thread.start()
@@ -55,13 +58,13 @@ class ServerThread:
             time.sleep(0.01)
         return self
 
-    def wait_ready(self, timeout: float = 120.0) -> None:
-        """Block until /health answers 200 (models loaded)."""
+    def wait_ready(self, timeout: float = 120.0, verify: ssl.SSLContext | bool = True) -> None:
+        """Block until /health answers 200 (models loaded); ``verify`` trusts a TLS server's CA."""
         import httpx
 
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if httpx.get(f"{self.http_url}/health").status_code == 200:
+            if httpx.get(f"{self.http_url}/health", verify=verify).status_code == 200:
                 return
             time.sleep(0.05)
         raise RuntimeError("the server did not become ready")
