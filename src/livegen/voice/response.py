@@ -41,6 +41,8 @@ class Response:
     #: The model said RESPONSE_DONE; the response ends once its audio is out.
     model_status: str | None = None
     is_finished: bool = False
+    #: ``response.create``'s metadata, echoed on every response object (clients find their reply by it).
+    metadata: dict[str, str] | None = None
 
     @property
     def is_audio(self) -> bool:
@@ -63,7 +65,7 @@ class Response:
             "conversation_id": "conv_default",
             "audio": {"output": {"format": self.output_format, "voice": self.voice}},
             "max_output_tokens": "inf",
-            "metadata": None,
+            "metadata": self.metadata,
             "usage": None,
         }
 

@@ -373,7 +373,10 @@ class Session(TurnTaker):
         if self.response is not None:
             raise CONVERSATION_ALREADY_HAS_ACTIVE_RESPONSE.error(response_id=self.response.id)
         overrides = event.response or {}
-        instructions = overrides.get("instructions", self.config.instructions)
+        # null is "not given", as OpenAI reads it (LiveKit sends instructions: null on every reply).
+        instructions = overrides.get("instructions")
+        if instructions is None:
+            instructions = self.config.instructions
         if not isinstance(instructions, str):
             raise INVALID_VALUE.error(
                 detail="response.instructions must be a string", param="response.instructions"
@@ -386,10 +389,18 @@ class Session(TurnTaker):
                     detail = f"response.{key} must list audio and/or text"
                     raise INVALID_VALUE.error(detail=detail, param=f"response.{key}")
                 modalities = ("audio",) if "audio" in value else ("text",)
-        return self._create_response(now, instructions, modalities)
+        metadata = _metadata(overrides.get("metadata"))
+        return self._create_response(now, instructions, modalities, metadata)
 
-    def _create_response(self, now: float, instructions: str, modalities: tuple[str, ...]) -> list[Effect]:
+    def _create_response(
+        self,
+        now: float,
+        instructions: str,
+        modalities: tuple[str, ...],
+        metadata: dict[str, str] | None = None,
+    ) -> list[Effect]:
         response = Response(
+            metadata=metadata,
             id=self.ids("resp"),
             epoch=self.epoch,
             modalities=modalities,
@@ -524,3 +535,22 @@ class Session(TurnTaker):
 
 
 __all__ = ["IdFactory", "Limits", "ModelFacts", "Phase", "Session"]
+
+
+def _metadata(value: object) -> dict[str, str] | None:
+    """``response.metadata`` as OpenAI bounds it: at most 16 pairs of strings (keys 64, values 512 chars)."""
+    if value is None:
+        return None
+    is_valid = (
+        isinstance(value, dict)
+        and len(value) <= 16
+        and all(
+            isinstance(k, str) and isinstance(v, str) and len(k) <= 64 and len(v) <= 512
+            for k, v in value.items()
+        )
+    )
+    if not is_valid:
+        detail = "response.metadata must be an object of at most 16 string pairs (keys 64, values 512 chars)"
+        raise INVALID_VALUE.error(detail=detail, param="response.metadata")
+    assert isinstance(value, dict)
+    return dict(value)

@@ -34,7 +34,13 @@ class TurnTaker(Speaker):
     def _commit(self, item_id: str, now: float) -> list[Effect]:
         raise NotImplementedError
 
-    def _create_response(self, now: float, instructions: str, modalities: tuple[str, ...]) -> list[Effect]:
+    def _create_response(
+        self,
+        now: float,
+        instructions: str,
+        modalities: tuple[str, ...],
+        metadata: dict[str, str] | None = None,
+    ) -> list[Effect]:
         raise NotImplementedError
 
     def _interrupt(self, now: float, reason: str) -> list[Effect]:
