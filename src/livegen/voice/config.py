@@ -80,7 +80,7 @@ class Config:
             if vad is None
             else TurnDetection(vad.threshold, vad.prefix_padding_ms, vad.silence_duration_ms),
             transcription_model=self.transcription_model,
-            tools=tuple(t.to_chat() for t in self.tools),
+            tools=() if self.tool_choice == "none" else tuple(t.to_chat() for t in self.tools),
             tool_choice=fn.chat_tool_choice(self.tool_choice),
         )
 
