@@ -140,6 +140,13 @@ def main() -> None:
 )
 @click.option("--llm-model", envvar="LIVEGEN_LLM_MODEL", default=None, help="Model name at --llm-base-url.")
 @click.option(
+    "--llm-context-tokens",
+    envvar="LIVEGEN_LLM_CONTEXT_TOKENS",
+    default=None,
+    type=click.IntRange(256),
+    help="Context window of --llm-model in tokens; oldest turns leave the prompt first [default: none].",
+)
+@click.option(
     "--world-workers",
     default=0,
     show_default=True,

@@ -266,3 +266,33 @@ async def test_without_a_language_model_a_session_with_tools_says_it_cannot_call
     assert said(call, first.response.id) == "12 times 7 is 84."
     assert said(call, second.response.id) == replies.NO_TOOLS
     assert second.response.status == "completed" and second.response.usage.output_tokens > 0
+
+
+@pytest.mark.parametrize("truncation", ["auto", "disabled"])
+async def test_a_bounded_context_drops_the_oldest_turns_never_instructions_or_tools(
+    start_server: Callable[..., ServerThread], cascade: Any, chat_server: ChatServer, truncation: str
+) -> None:
+    server = start_server(
+        world_model="none", llm_base_url=chat_server.url, llm_model="tiny", llm_context_tokens=600
+    )
+    chat_server.reply = ["Noted."]
+    try:
+        server.wait_ready(timeout=120)
+        async with sdk(server).realtime.connect(model="gpt-realtime") as connection:
+            call = RealtimeCall(connection)
+            await agent(connection, call, instructions="Be brief.", truncation=truncation)
+            for n in range(4):
+                mark = len(call.events)
+                await ask(connection, f"Question {n}: " + "tell me more " * 60)
+                await call.wait_for("response.done", after=mark)
+            await call.close()
+    finally:
+        cascade.use_llm(None, None)
+    messages = chat_server.requests[-1]["messages"]
+    assert messages[0] == {"role": "system", "content": "Be brief."}
+    assert chat_server.requests[-1]["tools"][0]["function"]["name"] == "get_weather"
+    asked = [m["content"][:11] for m in messages if m["role"] == "user"]
+    if truncation == "disabled":
+        assert asked == [f"Question {n}:" for n in range(4)]
+    else:
+        assert asked[-1] == "Question 3:" and "Question 0:" not in asked

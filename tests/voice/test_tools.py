@@ -298,3 +298,17 @@ def test_usage_is_the_models_when_reported_else_counted_words() -> None:
     effects = s.on_output(VoiceOutput(OutputKind.TEXT_DELTA, 0, rid, text="four five"), 0.0) + done(s)
     usage = events(effects, "response.done")[0]["response"]["usage"]
     assert (usage["input_tokens"], usage["output_tokens"]) == (3, 2)
+
+
+def test_beta_clients_get_the_call_events_under_beta_names() -> None:
+    from livegen.protocol.beta import to_beta
+
+    s = with_tools()
+    s.receive(wire.ResponseCreate(), 0.0)
+    effects = call(s, "call_1") + done(s)
+    beta = [to_beta(e.event) for e in effects if hasattr(e, "event")]
+    kinds = [e["type"] for e in beta]
+    assert "conversation.item.created" in kinds and "conversation.item.added" not in kinds
+    assert kinds.count("response.function_call_arguments.done") == 1
+    [final] = [e for e in beta if e["type"] == "response.done"]
+    assert final["response"]["output"][0]["call_id"] == "call_1"
