@@ -77,8 +77,9 @@ class CascadeModel:
         context_tokens: int | None = None,
     ) -> None:
         """Answer with this OpenAI-compatible endpoint from now on (None: the built-in responder)."""
-        settings = llm.Settings(base_url, model or "default", api_key, context_tokens=context_tokens)
-        self.llm = settings if base_url else None
+        self.llm = None
+        if base_url:
+            self.llm = llm.Settings(base_url, model or "default", api_key, context_tokens=context_tokens)
 
     async def transcribe(self, audio: np.ndarray) -> str:
         loop = asyncio.get_running_loop()
