@@ -296,3 +296,42 @@ async def test_a_bounded_context_drops_the_oldest_turns_never_instructions_or_to
         assert asked == [f"Question {n}:" for n in range(4)]
     else:
         assert asked[-1] == "Question 3:" and "Question 0:" not in asked
+
+
+def test_the_readme_agent_runs(
+    start_server: Callable[..., ServerThread], cascade: Any, chat_server: ChatServer
+) -> None:
+    """README's agent with one tool, run as written, against livegen and a scripted endpoint."""
+    import os
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    [code] = re.findall(
+        r"<!-- tool-agent:begin -->\n```python\n(.*?)```\n<!-- tool-agent:end -->", readme, re.S
+    )
+    chat_server.replies = [
+        Reply(calls=(("call_r", "get_weather", PARIS),), style="ollama"),
+        Reply(("It is sunny in Paris.",)),
+    ]
+    server = start_server(world_model="none", llm_base_url=chat_server.url, llm_model="llama3.2")
+    try:
+        server.wait_ready(timeout=120)
+        code = code.replace("http://127.0.0.1:8000", server.http_url).replace(
+            "ws://127.0.0.1:8000", server.ws_url
+        )
+        run = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=dict(os.environ)
+        )
+    finally:
+        cascade.use_llm(None, None)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == "It is sunny in Paris.\n"
+    tool = chat_server.requests[-1]["messages"][-1]
+    assert tool["role"] == "tool" and json.loads(tool["content"]) == {
+        "city": "Paris",
+        "sky": "sunny",
+        "celsius": 21,
+    }
