@@ -176,26 +176,36 @@ async def test_two_parallel_calls_outputs_in_any_order_unknown_and_duplicate_ref
     ]
 
 
+@pytest.mark.parametrize("how", ["spoken", "cancel"])
 async def test_a_barge_in_between_a_call_and_its_output_abandons_the_call(
-    llm_server: ServerThread, chat_server: ChatServer
+    llm_server: ServerThread, cascade: Any, chat_server: ChatServer, how: str
 ) -> None:
     words = ("Let me look that up for you. This may take a moment, so please bear with me while I check.",)
     chat_server.replies = [Reply(words, (("call_late", "get_weather", PARIS),))]
+    chat_server.reply = ["Okay."]
     async with sdk(llm_server).realtime.connect(model="gpt-realtime") as connection:
         call = RealtimeCall(connection)
-        await agent(connection, call)
+        await agent(connection, call, vad=how == "spoken")
         await ask(connection, "Weather in Paris?")
-        await call.wait_for("response.function_call_arguments.done")
-        await connection.response.cancel()  # the user talks over the answer before the tool is back
-        done = await call.wait_for("response.done")
+        args = await call.wait_for("response.function_call_arguments.done")
+        if how == "spoken":  # the user talks over the answer before the tool is back
+            call.say(wire_audio(cascade, "Stop, never mind.", lead_s=0.0))
+        else:
+            await connection.response.cancel()
+        done = await call.wait_for("response.done", response__id=args.response_id)
         mark = len(call.events)
         await answer(connection, "call_late", "sun")
         error = await call.wait_for("error", after=mark)
         await call.close()
     assert done.response.status == "cancelled"
+    assert done.response.status_details.reason == ("turn_detected" if how == "spoken" else "client_cancelled")
+    [cut] = [o for o in done.response.output if o.type == "function_call"]
+    assert cut.status == "incomplete"
     assert (error.error.code, error.error.param) == ("function_call_abandoned", "item.call_id")
-    added = [e.item.type for e in call.events[mark:] if e.type == "conversation.item.added"]
-    assert added == []
+    outputs = [e for e in call.events[mark:] if e.type == "conversation.item.added"]
+    assert not [e for e in outputs if e.item.type == "function_call_output"]
+    for request in chat_server.requests[1:]:  # the abandoned call never reaches the model
+        assert "call_late" not in json.dumps(request["messages"])
 
 
 async def test_an_out_of_band_text_response_leaves_the_history_unchanged(
