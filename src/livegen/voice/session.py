@@ -19,7 +19,9 @@ Neighbours: ``ledger.py`` owns the byte and playback arithmetic,
 ``response.py`` one response's wire form, ``conversation.py`` the items,
 ``vad.py`` the fallback detector, ``output.py`` and ``turns.py`` the other
 parts of this object (model outputs, pacing, terminals; turn policy and the
-idle timeout), ``protocol/`` the wire codecs.
+idle timeout), ``calls.py`` the tool-call ledger, ``tools.py`` and
+``options.py`` the tools and ``response.create``'s options, ``usage.py`` the
+usage rule, ``protocol/`` the wire codecs.
 """
 
 from __future__ import annotations
