@@ -97,7 +97,7 @@ class Speaker:
         if status != "completed":
             self._abandon_calls(response.id)
         if response.usage is None:
-            response.usage = usage.counted(response.request_text, response.outputs)
+            response.usage = usage.counted(response.request_words, response.outputs)
         effects.append(self._event("response.done", response=response.to_wire(status, details)))
         return effects
 

@@ -52,8 +52,8 @@ class Response:
     #: "auto" or "none" (out-of-band: not added to the default conversation).
     conversation: str = "auto"
     max_output_tokens: int | None = None
-    #: The text the model was given (instructions and history): counted when it reports no usage.
-    request_text: str = ""
+    #: Words of what the model was given (instructions and history), for a model that reports no usage.
+    request_words: int = 0
 
     @property
     def is_audio(self) -> bool:

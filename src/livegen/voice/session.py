@@ -53,6 +53,7 @@ from livegen.protocol.errors import (
     UNKNOWN_RESPONSE,
 )
 from livegen.voice import tools as fn
+from livegen.voice import usage
 from livegen.voice.calls import CallLedger
 from livegen.voice.chain import (
     INPUT_KINDS,
@@ -416,7 +417,7 @@ class Session(TurnTaker):
             encoder=OutputEncoder(self.config.output_format, self.model.output_rate),
             conversation="auto" if options is None else options.conversation,
             max_output_tokens=None if options is None else options.max_output_tokens,
-            request_text=" ".join([instructions, *(turn.text for turn in history)]),
+            request_words=usage.words(instructions, *(turn.text for turn in history)),
         )
         self.response = response
         request = ResponseRequest(

@@ -42,9 +42,13 @@ def reported(usage: Usage) -> dict[str, Any]:
     return to_wire(usage.input_tokens, usage.output_tokens, usage.cached_tokens)
 
 
-def counted(request_text: str, outputs: Sequence[Item]) -> dict[str, Any]:
+def words(*texts: str) -> int:
+    return sum(len(text.split()) for text in texts)
+
+
+def counted(request_words: int, outputs: Sequence[Item]) -> dict[str, Any]:
     """Words in, words out: for a model that counts no tokens."""
     said = sum(
         len((item.text or "").split()) + (1 if item.type == "function_call" else 0) for item in outputs
     )
-    return to_wire(len(request_text.split()), said)
+    return to_wire(request_words, said)
