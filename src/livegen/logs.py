@@ -62,6 +62,34 @@ def log_event(logger: logging.Logger, event: str, level: int = logging.INFO, **f
         logger.log(level, event, extra={"fields": fields})
 
 
+#: Lines uvicorn and websockets log with a traceback at error level for what is a client's fault
+#: (a text frame that is not UTF-8, an opening handshake that fails): one warning line each.
+_CLIENT_FAULTS = ("Invalid UTF-8 sequence received from client.", "opening handshake failed")
+
+
+class ClientFaultFilter(logging.Filter):
+    """Turns a client's fault, logged by the WebSocket stack, into one warning line without a
+    traceback, so that a client cannot flood the log with tracebacks."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR and record.getMessage() in _CLIENT_FAULTS:
+            if record.exc_info and record.exc_info[1] is not None:
+                error = record.exc_info[1]
+                record.msg = f"{record.getMessage()} ({type(error).__name__}: {error})"
+                record.args = None
+            record.exc_info = None
+            record.exc_text = None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
+def quiet_client_faults() -> None:
+    """Install ``ClientFaultFilter`` on the WebSocket stack's logger (idempotent)."""
+    logger = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, ClientFaultFilter) for f in logger.filters):
+        logger.addFilter(ClientFaultFilter())
+
+
 def configure(level: str = "info") -> None:
     """Send livegen's and uvicorn's logs to stderr as logfmt lines."""
     handler = logging.StreamHandler(sys.stderr)
@@ -71,3 +99,4 @@ def configure(level: str = "info") -> None:
         logger.handlers[:] = [handler]
         logger.setLevel(level.upper())
         logger.propagate = False
+    quiet_client_faults()

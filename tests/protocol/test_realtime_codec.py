@@ -49,10 +49,21 @@ def test_each_event_type_decodes(raw: dict[str, object], cls: type[wire.ClientEv
         ('{"type": "response.dance", "event_id": "e"}', "unknown_event_type", "type"),
         (
             '{"type": "conversation.item.truncate", "item_id": "i", "audio_end_ms": "x", "event_id": "e"}',
+            "invalid_type",
+            "audio_end_ms",
+        ),
+        (
+            '{"type": "conversation.item.truncate", "item_id": "i", "audio_end_ms": -1, "event_id": "e"}',
             "invalid_value",
             "audio_end_ms",
         ),
-        ('{"type": "input_audio_buffer.append", "event_id": "e"}', "invalid_value", None),
+        ('{"type": "input_audio_buffer.append", "event_id": "e"}', "missing_required_parameter", "audio"),
+        (
+            '{"type": "response.create", "response": {"instructions": 1}, "event_id": "e"}',
+            "invalid_type",
+            "response.instructions",
+        ),
+        ("[" * 3000 + "]" * 3000, "invalid_json", None),
     ],
 )
 def test_bad_events_are_typed_errors_with_the_event_id(text: str, code: str, param: str | None) -> None:
@@ -100,7 +111,13 @@ def test_decode_never_fails_untyped(kind: str, fields: dict[str, object]) -> Non
     try:
         event = wire.decode(json.dumps({"type": kind, **fields}))
     except InvalidRequest as error:
-        assert error.code in {"invalid_event", "unknown_event_type", "invalid_value"}
+        assert error.code in {
+            "invalid_event",
+            "unknown_event_type",
+            "invalid_type",
+            "invalid_value",
+            "missing_required_parameter",
+        }
     else:
         assert wire.BETA_ALIASES.get(kind, kind) == event.TYPE
 

@@ -17,11 +17,13 @@ Server events are plain dicts built by the core; ``encode`` serialises them.
 from __future__ import annotations
 
 import binascii
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import msgspec
 
 from livegen.errors import InvalidRequest
+from livegen.protocol.realtime_fields import Count, check_nested, explain
 
 
 class ClientEvent(msgspec.Struct, frozen=True, kw_only=True):
@@ -78,8 +80,8 @@ class ItemDelete(ClientEvent, frozen=True, kw_only=True):
 class ItemTruncate(ClientEvent, frozen=True, kw_only=True):
     TYPE = "conversation.item.truncate"
     item_id: str
-    content_index: int = 0
-    audio_end_ms: int
+    content_index: Count = 0
+    audio_end_ms: Count
 
 
 class ResponseCreate(ClientEvent, frozen=True, kw_only=True):
@@ -102,7 +104,7 @@ class PlaybackAck(ClientEvent, frozen=True, kw_only=True):
     TYPE = "playback.ack"
     response_id: str | None = None
     item_id: str | None = None
-    played_ms: int
+    played_ms: Count
 
 
 class SessionClose(ClientEvent, frozen=True, kw_only=True):
@@ -119,7 +121,7 @@ class SessionResume(ClientEvent, frozen=True, kw_only=True):
     TYPE = "session.resume"
     session_id: str
     resume_token: str
-    last_event_seq: int = 0
+    last_event_seq: Count = 0
 
 
 EVENT_TYPES: dict[str, type[ClientEvent]] = {
@@ -152,12 +154,29 @@ _decoder = msgspec.json.Decoder()
 _encoder = msgspec.json.Encoder()
 
 
+def decode_message(message: Mapping[str, Any]) -> ClientEvent:
+    """One client event from one ASGI ``websocket.receive`` message: a binary message (where
+    the protocol has only text) is a typed error like any other bad input, never a ``KeyError``."""
+    text = message.get("text")
+    if text is None:
+        raise InvalidRequest(
+            "binary messages are not part of this protocol; send JSON text", code="invalid_event"
+        )
+    return decode(text)
+
+
 def decode(data: str | bytes) -> ClientEvent:
     """One client event from one WebSocket text message."""
     try:
         raw = _decoder.decode(data)
     except msgspec.DecodeError as exc:
         raise InvalidRequest(f"the message is not valid JSON: {exc}", code="invalid_json") from None
+    except RecursionError:
+        # msgspec stops at the interpreter's recursion limit; a client must not be able to
+        # turn that into an exception of ours.
+        raise InvalidRequest(
+            "the message is not valid JSON: it nests arrays or objects too deeply", code="invalid_json"
+        ) from None
     if not isinstance(raw, dict):
         raise InvalidRequest("an event must be a JSON object with a 'type'", code="invalid_event")
     event_id = raw.get("event_id")
@@ -173,21 +192,14 @@ def decode(data: str | bytes) -> ClientEvent:
         )
     raw.pop("type")
     try:
-        return msgspec.convert(raw, cls)
+        event = msgspec.convert(raw, cls)
     except msgspec.ValidationError as exc:
-        raise InvalidRequest(
-            f"invalid {cls.TYPE} event: {exc}", code="invalid_value", param=_param_of(exc), event_id=event_id
-        ) from None
-
-
-def _param_of(exc: msgspec.ValidationError) -> str | None:
-    message = str(exc)
-    marker = "`$."
-    if marker in message:
-        return message.split(marker, 1)[1].split("`", 1)[0]
-    if "missing required field" in message:
-        return message.rsplit("`", 2)[-2] if message.count("`") >= 2 else None
-    return None
+        raise explain(exc, "", event_id) from None
+    for field in ("session", "item", "response"):
+        value = getattr(event, field, None)
+        if value is not None:
+            check_nested(field, value, event_id)
+    return event
 
 
 def encode(event: dict[str, Any]) -> bytes:
@@ -217,5 +229,6 @@ __all__ = [
     "SessionClose",
     "SessionUpdate",
     "decode",
+    "decode_message",
     "encode",
 ]

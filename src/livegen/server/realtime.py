@@ -28,7 +28,7 @@ from livegen.models.voice import StreamConfig, VoiceModel, VoiceStream
 from livegen.protocol import realtime as wire
 from livegen.protocol.beta import to_beta, wants_beta
 from livegen.runtime.attachment import Attachment, JournalGap
-from livegen.runtime.voice import Runner
+from livegen.runtime.voice import FAILED_CLOSE_CODE, Runner
 from livegen.server.auth import offered_subprotocols, select_subprotocol
 from livegen.server.resume import Handoff, Resumable, new_token, read_resume, resumed_event
 from livegen.voice.session import Limits, ModelFacts, Session
@@ -256,7 +256,7 @@ class RealtimeService:
             self.runners.discard(runner)
             self.live.pop(session_id, None)
             metrics.sessions_open.labels(kind="voice").dec()
-            await self._retire(socket, socket_released, 1000)
+            await self._retire(socket, socket_released, FAILED_CLOSE_CODE if runner.failed else 1000)
             released.set()
             await self._turn_away(live)
             log_event(logger, "voice.session_closed", stale_outputs=session.num_stale_outputs)
@@ -342,14 +342,8 @@ class RealtimeService:
             if message["type"] == "websocket.disconnect":
                 return int(message.get("code", 1006))
             counter.inc()
-            text = message.get("text")
             try:
-                if text is None:
-                    raise InvalidRequest(
-                        "binary messages are not part of this protocol; send JSON text",
-                        code="invalid_event",
-                    )
-                event: wire.ClientEvent | RemoteProtocolError = wire.decode(text)
+                event: wire.ClientEvent | RemoteProtocolError = wire.decode_message(message)
             except RemoteProtocolError as error:
                 event = error
             await runner.put_client(event)

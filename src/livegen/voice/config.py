@@ -21,6 +21,8 @@ from livegen.protocol.audio import AudioFormat, parse_format
 #: ``semantic_vad`` has no end-of-turn model here: its eagerness picks how long a silence ends
 #: the turn (OpenAI: "low" waits longer for the user to go on, "high" answers sooner).
 SEMANTIC_SILENCE_MS = {"low": 1200, "medium": 700, "auto": 700, "high": 350}
+#: The ``idle_timeout_ms`` livegen takes (the wire decoder checks the same range first).
+IDLE_TIMEOUT_MS = (100, 3_600_000)
 
 
 @dataclass(frozen=True)
@@ -103,7 +105,11 @@ class Config:
 def _expect(value: Any, kind: type | tuple[type, ...], param: str) -> Any:
     if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
         names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        raise InvalidRequest(f"{param} must be a {names}, got {value!r}", code="invalid_value", param=param)
+        raise InvalidRequest(
+            f"Invalid type for '{param}': expected a {names}, but got {type(value).__name__} instead.",
+            code="invalid_type",
+            param=param,
+        )
     return value
 
 
@@ -151,14 +157,28 @@ def _turn_detection(value: Any, current: ServerVad | None, param: str) -> Server
         if name in value:
             updates[name] = _expect(value[name], bool, f"{param}.{name}")
     if "idle_timeout_ms" in value:
-        idle = value["idle_timeout_ms"]
-        updates["idle_timeout_ms"] = None if idle is None else _expect(idle, int, f"{param}.idle_timeout_ms")
+        updates["idle_timeout_ms"] = _idle_timeout(value["idle_timeout_ms"], f"{param}.idle_timeout_ms")
     return replace(vad, **updates)
+
+
+def _idle_timeout(value: Any, param: str) -> int | None:
+    """None (off) or MIN..MAX ms: a negative one would answer at once, forever, with no input."""
+    if value is None:
+        return None
+    number: int = _expect(value, int, param)
+    low, high = IDLE_TIMEOUT_MS
+    if not low <= number <= high:
+        raise InvalidRequest(
+            f"Invalid value for '{param}': expected {low}..{high} ms, got {number}.",
+            code="invalid_value",
+            param=param,
+        )
+    return number
 
 
 def _semantic_vad(value: dict[str, Any], current: ServerVad | None, param: str) -> ServerVad:
     eagerness = value.get("eagerness", current.eagerness if current and current.eagerness else "auto")
-    if eagerness not in SEMANTIC_SILENCE_MS:
+    if not isinstance(eagerness, str) or eagerness not in SEMANTIC_SILENCE_MS:
         raise InvalidRequest(
             f"{param}.eagerness must be one of {', '.join(SEMANTIC_SILENCE_MS)}, got {eagerness!r}",
             code="invalid_value",
