@@ -1,0 +1,162 @@
+"""Fuzzing a real server over the wire: every reply protocol-valid, no traceback, others unharmed.
+
+A bounded run of the codec fuzzer's families (``tests/protocol/test_wire_fuzz.py``)
+against ``/v1/realtime`` and ``/v1/worlds`` of a real server with its real models:
+deep nesting, a wrong type in every field, huge integers, binary messages, invalid
+UTF-8. After each voice message a sentinel event (always answered with one error)
+marks where that message's answers end. The server log is captured: it must hold
+no traceback and no error line, whatever the client sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+import websockets
+from websockets.frames import Frame, Opcode
+
+from livegen.server.thread import ServerThread
+from protocol.test_wire_fuzz import MINIMAL, ODD_VALUES, VOICE_FIELDS, _fits, _nested, _with_value
+
+#: Kinds that, when valid, start long work (a response, a transcription) or end the session.
+_HEAVY_WHEN_VALID = {"response.create", "input_audio_buffer.commit", "session.close"}
+NUM_VOICE_CASES = 300
+NUM_WORLD_CASES = 120
+
+
+def voice_cases(rng: random.Random, count: int) -> Iterator[str | bytes]:
+    for _ in range(count):
+        family = rng.choice(["wrong_type", "wrong_type", "nesting", "huge", "binary"])
+        if family == "nesting":
+            yield _nested(rng.randint(500, 20_000), rng.choice(["array", "object"]))
+            continue
+        if family == "binary":
+            yield rng.randbytes(rng.randint(0, 64))
+            continue
+        kind, path, annotation = rng.choice(VOICE_FIELDS)
+        value: Any = rng.choice(ODD_VALUES) if family == "wrong_type" else "__huge__"
+        if kind in _HEAVY_WHEN_VALID and _fits(value, annotation):
+            value = [[]]  # fits no field: refused
+        text = json.dumps({"type": kind, **_with_value(MINIMAL[kind], path, value)})
+        yield text.replace('"__huge__"', rng.choice(["", "-"]) + "9" * rng.randint(19, 5_000))
+
+
+def world_cases(rng: random.Random, count: int) -> Iterator[str | bytes]:
+    """Messages a world connection without a session refuses, one error each."""
+    templates = [
+        '{"type":"world.event","event_id":%s}',
+        '{"type":"chunk.ack","chunk_index":%s}',
+        '{"type":"session.update","session":{"seed":%s}}',
+        '{"type":"world.event","event_id":1,"controls":[{"track":"a","schema":"s","data":%s}]}',
+        '{"type":"session.update","session":{"prompt":%s}}',
+    ]
+    for _ in range(count):
+        family = rng.choice(["nesting", "huge", "wrong", "binary"])
+        if family == "binary":
+            yield rng.randbytes(rng.randint(0, 64))
+        elif family == "nesting":
+            inner = _nested(rng.randint(500, 20_000), rng.choice(["array", "object"]))
+            yield rng.choice([inner, rng.choice(templates) % inner])
+        elif family == "huge":
+            yield rng.choice(templates[:3]) % ("9" * rng.randint(19, 5_000))
+        else:
+            yield rng.choice(templates[2:3] + templates[4:]) % json.dumps(rng.choice([[], {}, True, -1, 1.5]))
+
+
+def check_event(event: Any) -> None:
+    """A protocol-valid server event: an object with a string type; errors with OpenAI's body."""
+    assert isinstance(event, dict) and isinstance(event.get("type"), str), event
+    if event["type"] == "error":
+        body = event["error"]
+        assert {"type", "code", "message"} <= set(body) and all(
+            isinstance(body[k], str) for k in ("type", "code", "message")
+        ), event
+        assert body["type"] == "invalid_request_error", event
+
+
+@pytest.fixture
+def fuzz_server(start_server: Callable[..., ServerThread], caplog: pytest.LogCaptureFixture) -> ServerThread:
+    caplog.set_level(logging.INFO)
+    server = start_server(world_model="procedural-world")
+    server.wait_ready()
+    return server
+
+
+def assert_clean_log(caplog: pytest.LogCaptureFixture) -> None:
+    tracebacks = [r for r in caplog.records if r.exc_info or "Traceback" in r.getMessage()]
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert tracebacks == [] and errors == [], [r.getMessage() for r in tracebacks + errors][:5]
+
+
+async def sentinel_round(ws: Any, message: str | bytes, index: int) -> list[dict[str, Any]]:
+    """Send one fuzz message and a sentinel; the replies up to the sentinel's error."""
+    await ws.send(message)
+    sentinel = f"sentinel_{index}"
+    await ws.send(json.dumps({"type": "conversation.item.retrieve", "item_id": "nope", "event_id": sentinel}))
+    replies: list[dict[str, Any]] = []
+    async with asyncio.timeout(30):
+        while True:
+            event = json.loads(await ws.recv())
+            check_event(event)
+            if event["type"] == "error" and event["error"].get("event_id") == sentinel:
+                return replies
+            replies.append(event)
+
+
+async def test_voice_fuzz_over_the_wire(fuzz_server: ServerThread, caplog: pytest.LogCaptureFixture) -> None:
+    url = f"{fuzz_server.ws_url}/v1/realtime"
+    rng = random.Random(18)
+    async with websockets.connect(url) as bystander, websockets.connect(url, max_size=None) as ws:
+        assert json.loads(await bystander.recv())["type"] == "session.created"
+        assert json.loads(await ws.recv())["type"] == "session.created"
+        num_errors = 0
+        for index, message in enumerate(voice_cases(rng, NUM_VOICE_CASES)):
+            replies = await sentinel_round(ws, message, index)
+            num_errors += sum(r["type"] == "error" for r in replies)
+            assert not any(r["type"] == "session.closed" for r in replies), (message[:200], replies)
+        assert num_errors > NUM_VOICE_CASES // 2  # most cases are refused, each with an error
+        assert await sentinel_round(bystander, json.dumps({"type": "input_audio_buffer.clear"}), 0)
+    async with httpx.AsyncClient() as http:
+        assert (await http.get(f"{fuzz_server.http_url}/health")).status_code == 200
+    assert_clean_log(caplog)
+
+
+async def test_world_fuzz_over_the_wire(fuzz_server: ServerThread, caplog: pytest.LogCaptureFixture) -> None:
+    rng = random.Random(18)
+    async with websockets.connect(f"{fuzz_server.ws_url}/v1/worlds") as ws:
+        for message in world_cases(rng, NUM_WORLD_CASES):
+            await ws.send(message)
+            async with asyncio.timeout(30):
+                event = json.loads(await ws.recv())
+            check_event(event)
+            assert event["type"] == "error", (message[:200], event)
+    assert_clean_log(caplog)
+
+
+async def test_invalid_utf8_closes_that_socket_only_with_1007_and_no_traceback(
+    fuzz_server: ServerThread, caplog: pytest.LogCaptureFixture
+) -> None:
+    url = f"{fuzz_server.ws_url}/v1/realtime"
+    async with websockets.connect(url) as bystander:
+        await bystander.recv()
+        for path in ("/v1/realtime", "/v1/worlds"):
+            async with websockets.connect(f"{fuzz_server.ws_url}{path}") as ws:
+                if path == "/v1/realtime":
+                    await ws.recv()
+                ws.protocol.send_frame(Frame(Opcode.TEXT, b'\xff\xfe{"type"'))
+                ws.send_data()
+                with pytest.raises(websockets.ConnectionClosed) as closed:
+                    async with asyncio.timeout(30):
+                        while True:
+                            await ws.recv()
+                assert closed.value.rcvd is not None and closed.value.rcvd.code == 1007
+        assert await sentinel_round(bystander, json.dumps({"type": "input_audio_buffer.clear"}), 0)
+    assert_clean_log(caplog)
+    assert any("Invalid UTF-8" in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records)
