@@ -8,7 +8,7 @@ import pytest
 
 from livegen.runtime.voice import FAILED_CLOSE_CODE
 from livegen.voice.session import Session
-from runtime.test_voice_runner import Harness
+from runtime.test_voice_runner import Harness, append
 from voice.scripted import ScriptedVoice
 
 
@@ -46,3 +46,25 @@ async def test_a_broken_core_still_gets_its_terminal_event() -> None:
     await h.task
     assert [e["type"] for e in h.sent][-2:] == ["error", "session.closed"]
     assert isinstance(h.session, Session) and h.runner.failed
+
+
+async def test_after_a_refused_append_the_next_append_starts_afresh() -> None:
+    """The docs' promise for ``model_append_failed``: the turn is rolled back in the model too.
+
+    A model that refuses input for being full (the cascade's 300 s cap) refused every later
+    append, because the audio before the refusal stayed in its buffer."""
+    model = ScriptedVoice()
+    h = await Harness(model).start()
+    await h.client(append(100))
+    await h.wait_for(lambda sent: h.stream.received != [])
+    model.script.num_failing_appends = 1
+    await h.client(append(100))
+    await h.wait_for(lambda sent: any(e["type"] == "error" for e in sent))
+    assert [e["error"]["code"] for e in h.of("error")] == ["model_append_failed"]
+    await h.client(append(300))
+    await h.client({"type": "input_audio_buffer.commit"})
+    kind = "conversation.item.input_audio_transcription.completed"
+    await h.wait_for(lambda sent: any(e["type"] == kind for e in sent))
+    assert h.of(kind)[0]["transcript"] == "300 ms"  # only the audio after the refusal
+    assert "clear" in h.stream.calls
+    await h.close()

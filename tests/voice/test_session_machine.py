@@ -231,6 +231,10 @@ class VoiceCore(RuleBasedStateMachine):
         self.apply(self.session.settle(attempt, outcome, self.now, error="scripted failure"))
         if self.session.is_closed:
             self.is_chain_blocked = False
+        elif fails and attempt.kind in INPUT_KINDS:
+            # The turn is rolled back in the model too, so the next append starts afresh.
+            assert any(a.kind is AttemptKind.CLEAR and a.is_live for a in self.chain)
+            assert self.session.buffer_bytes == 0
 
     @rule(
         kind=st.sampled_from(list(OutputKind)),

@@ -526,6 +526,17 @@ class Session(TurnTaker):
         effects.append(ResumeChain())
         return effects
 
+    def _drop_uncommitted(self, now: float) -> list[Effect]:
+        """The turn in progress is rolled back: the model, the resampler and the detector drop
+        what they hold of it too, so the next append starts afresh (a model that refused input
+        for being full would otherwise refuse every append after)."""
+        self.buffer_bytes = 0
+        self._vad_item_id = None
+        self._decoder.flush()
+        if self._vad is not None:
+            self._vad.reset()
+        return self._control(AttemptKind.CLEAR, now)
+
     def _break_chain(self, failed: Attempt, now: float) -> list[Effect]:
         """A failed input attempt: roll back it and every later input attempt; fail their response."""
         effects: list[Effect] = []
@@ -538,7 +549,7 @@ class Session(TurnTaker):
                 if attempt.reservation is not None:
                     self.ledger.rollback(attempt.reservation)
             self.attempts = [a for a in self.attempts if a.is_live]
-            self.buffer_bytes = 0
+            effects += self._drop_uncommitted(now)
         bound = {a.response_id for a in [failed, *later] if a.response_id}
         if self.response is not None and self.response.id in bound:
             details = {
