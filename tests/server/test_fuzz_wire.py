@@ -160,3 +160,24 @@ async def test_invalid_utf8_closes_that_socket_only_with_1007_and_no_traceback(
         assert await sentinel_round(bystander, json.dumps({"type": "input_audio_buffer.clear"}), 0)
     assert_clean_log(caplog)
     assert any("Invalid UTF-8" in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records)
+
+
+async def test_a_13_mib_append_is_refused_by_the_rate_bound_and_the_session_goes_on(
+    fuzz_server: ServerThread, caplog: pytest.LogCaptureFixture
+) -> None:
+    import base64
+
+    url = f"{fuzz_server.ws_url}/v1/realtime"
+    async with websockets.connect(url, max_size=None) as ws:
+        assert json.loads(await ws.recv())["type"] == "session.created"
+        # A 13 MiB message (under the 16 MiB frame limit): about 200 s of 24 kHz audio at once.
+        flood = base64.b64encode(bytes(int(9.75 * 1024 * 1024))).decode()
+        await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": flood, "event_id": "big"}))
+        async with asyncio.timeout(60):
+            error = json.loads(await ws.recv())
+        check_event(error)
+        assert (error["error"]["code"], error["error"]["event_id"]) == ("rate_limit_exceeded", "big")
+        small = base64.b64encode(bytes(24_000 * 2)).decode()  # one second: taken
+        await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": small}))
+        assert await sentinel_round(ws, json.dumps({"type": "input_audio_buffer.commit"}), 0)
+    assert_clean_log(caplog)

@@ -48,6 +48,7 @@ from livegen.voice.chain import (
 )
 from livegen.voice.config import Config, apply_update
 from livegen.voice.conversation import Conversation, Item, item_from_wire
+from livegen.voice.input_rate import InputRate
 from livegen.voice.ledger import InputLedger, Playback
 from livegen.voice.response import Response
 from livegen.voice.settings import IdFactory, Limits, ModelFacts
@@ -82,6 +83,7 @@ class Session(TurnTaker):
         self.phase = Phase.OPEN
         self.epoch = 0
         self.ledger = InputLedger(self.limits.max_input_bytes)
+        self._input_rate = InputRate(self.limits.input_rate_factor, self.limits.input_burst_ms)
         self.conversation = Conversation()
         self.response: Response | None = None
         self.playbacks: dict[str, Playback] = {}
@@ -244,8 +246,11 @@ class Session(TurnTaker):
         return self.reject(error)
 
     def _on_append(self, event: wire.AudioAppend, now: float) -> list[Effect]:
-        data = event.audio_bytes()
         decoder = self._decoder
+        # Bounded before decoding, from the base64 length, so a refused flood costs nothing.
+        audio_ms = len(event.audio) * 3 // 4 * 1000 / (decoder.wire.rate * decoder.wire.bytes_per_sample)
+        self._input_rate.check(audio_ms, now)
+        data = event.audio_bytes()
         decoder.check(data)
         if not data:
             return []
@@ -253,6 +258,7 @@ class Session(TurnTaker):
         reservation = self.ledger.reserve(decoder.estimate(len(data)))
         pcm = decoder.decode(data)
         self.ledger.resize(reservation, len(pcm))
+        self._input_rate.spend(audio_ms)
         self.buffer_bytes += len(pcm)
         self.input_ms += pcm_ms(len(pcm), self.model.input_rate)
         append = self._attempt(AttemptKind.APPEND, now, pcm=pcm, reservation=reservation)
