@@ -13,19 +13,16 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-import types
-import typing
 from typing import Any
 
-import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from livegen.bench.fuzz_cases import MINIMAL, ODD_VALUES, fits, nested, param, voice_fields, with_value
 from livegen.errors import InvalidRequest, RemoteProtocolError
 from livegen.protocol import realtime as wire
 from livegen.protocol import world
-from livegen.protocol.realtime_fields import NESTED
 from livegen.voice.session import ModelFacts, Session
 
 VOICE_CODES = {
@@ -38,98 +35,8 @@ VOICE_CODES = {
 }
 WORLD_CODES = {"invalid_json", "invalid_request", "invalid_event", "unknown_event_type", "message_too_large"}
 
-#: The smallest valid body of each voice event, to which the fuzzer adds one bad field.
-MINIMAL: dict[str, dict[str, Any]] = {
-    "session.update": {"session": {}},
-    "input_audio_buffer.append": {"audio": "AAAA"},
-    "input_audio_buffer.commit": {},
-    "input_audio_buffer.clear": {},
-    "conversation.item.create": {"item": {}},
-    "conversation.item.retrieve": {"item_id": "i"},
-    "conversation.item.delete": {"item_id": "i"},
-    "conversation.item.truncate": {"item_id": "i", "audio_end_ms": 0},
-    "response.create": {},
-    "response.cancel": {},
-    "output_audio_buffer.clear": {},
-    "playback.ack": {"response_id": "r", "played_ms": 0},
-    "session.close": {},
-    "session.resume": {"session_id": "s", "resume_token": "t"},
-}
-
-#: One value of each JSON kind, plus the integers that broke the server before.
-ODD_VALUES: list[Any] = [None, True, 0, -1, 1.5, 10**19, 10**400, "x", "", [], [1], {}, {"a": 1}]
-
-
-def _structs_in(annotation: Any) -> list[Any]:
-    """The msgspec structs (or lists of them) an annotation may hold."""
-    origin = typing.get_origin(annotation)
-    if origin is typing.Annotated:
-        return _structs_in(typing.get_args(annotation)[0])
-    if origin in (typing.Union, types.UnionType):
-        return [s for arg in typing.get_args(annotation) for s in _structs_in(arg)]
-    if origin is list:
-        return [("list", s) for s in _structs_in(typing.get_args(annotation)[0])]
-    if isinstance(annotation, type) and issubclass(annotation, msgspec.Struct):
-        return [annotation]
-    return []
-
-
-def _field_paths(
-    cls: type[msgspec.Struct], prefix: tuple[str, ...] = ()
-) -> list[tuple[tuple[str, ...], Any]]:
-    """Every (path, annotation) of a struct and the structs nested in it; ``[0]`` marks a list."""
-    hints = typing.get_type_hints(cls, include_extras=True)
-    out: list[tuple[tuple[str, ...], Any]] = []
-    for field in msgspec.structs.fields(cls):
-        path = (*prefix, field.encode_name)
-        out.append((path, hints[field.name]))
-        for nested in _structs_in(hints[field.name]):
-            if isinstance(nested, tuple):
-                out += _field_paths(nested[1], (*path, "[0]"))
-            else:
-                out += _field_paths(nested, path)
-    return out
-
-
-def _every_voice_field() -> list[tuple[str, tuple[str, ...], Any]]:
-    fields: list[tuple[str, tuple[str, ...], Any]] = []
-    for kind, cls in wire.EVENT_TYPES.items():
-        for path, annotation in _field_paths(cls):
-            fields.append((kind, path, annotation))
-            shape = NESTED.get(path[0]) if len(path) == 1 else None
-            if shape is not None:
-                fields += [(kind, (path[0], *p), a) for p, a in _field_paths(shape)]
-    return fields
-
-
-VOICE_FIELDS = _every_voice_field()
-
-
-def _with_value(body: dict[str, Any], path: tuple[str, ...], value: Any) -> dict[str, Any]:
-    """``body`` with ``value`` at ``path``, building the objects (and one-item lists) on the way."""
-    body = json.loads(json.dumps(body))
-    node: Any = body
-    for step, after in itertools.pairwise(path):
-        if step == "[0]":
-            continue
-        child: Any = [{}] if after == "[0]" else {}
-        if not isinstance(node.get(step), type(child)):
-            node[step] = child
-        node = node[step][0] if after == "[0]" else node[step]
-    node[path[-1]] = value
-    return body
-
-
-def _param(path: tuple[str, ...]) -> str:
-    return ".".join(path).replace(".[0]", "[0]")
-
-
-def _fits(value: Any, annotation: Any) -> bool:
-    try:
-        msgspec.convert(value, annotation)
-    except msgspec.ValidationError:
-        return False
-    return True
+VOICE_FIELDS = voice_fields()
+_with_value, _param, _fits, _nested = with_value, param, fits, nested
 
 
 def _core() -> Session:
@@ -263,7 +170,7 @@ def test_the_values_that_ended_sessions_are_refused_by_name() -> None:
             "session.turn_detection.idle_timeout_ms",
         ),
     ]
-    for event, code, param in cases:
+    for event, code, where in cases:
         with pytest.raises(InvalidRequest) as caught:
             wire.decode(json.dumps(event))
-        assert (caught.value.code, caught.value.param) == (code, param), event
+        assert (caught.value.code, caught.value.param) == (code, where), event

@@ -14,7 +14,7 @@ import asyncio
 import json
 import logging
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -22,52 +22,11 @@ import pytest
 import websockets
 from websockets.frames import Frame, Opcode
 
+from livegen.bench.fuzz_cases import voice_cases, world_cases
 from livegen.server.thread import ServerThread
-from protocol.test_wire_fuzz import MINIMAL, ODD_VALUES, VOICE_FIELDS, _fits, _nested, _with_value
 
-#: Kinds that, when valid, start long work (a response, a transcription) or end the session.
-_HEAVY_WHEN_VALID = {"response.create", "input_audio_buffer.commit", "session.close"}
 NUM_VOICE_CASES = 300
 NUM_WORLD_CASES = 120
-
-
-def voice_cases(rng: random.Random, count: int) -> Iterator[str | bytes]:
-    for _ in range(count):
-        family = rng.choice(["wrong_type", "wrong_type", "nesting", "huge", "binary"])
-        if family == "nesting":
-            yield _nested(rng.randint(500, 20_000), rng.choice(["array", "object"]))
-            continue
-        if family == "binary":
-            yield rng.randbytes(rng.randint(0, 64))
-            continue
-        kind, path, annotation = rng.choice(VOICE_FIELDS)
-        value: Any = rng.choice(ODD_VALUES) if family == "wrong_type" else "__huge__"
-        if kind in _HEAVY_WHEN_VALID and _fits(value, annotation):
-            value = [[]]  # fits no field: refused
-        text = json.dumps({"type": kind, **_with_value(MINIMAL[kind], path, value)})
-        yield text.replace('"__huge__"', rng.choice(["", "-"]) + "9" * rng.randint(19, 5_000))
-
-
-def world_cases(rng: random.Random, count: int) -> Iterator[str | bytes]:
-    """Messages a world connection without a session refuses, one error each."""
-    templates = [
-        '{"type":"world.event","event_id":%s}',
-        '{"type":"chunk.ack","chunk_index":%s}',
-        '{"type":"session.update","session":{"seed":%s}}',
-        '{"type":"world.event","event_id":1,"controls":[{"track":"a","schema":"s","data":%s}]}',
-        '{"type":"session.update","session":{"prompt":%s}}',
-    ]
-    for _ in range(count):
-        family = rng.choice(["nesting", "huge", "wrong", "binary"])
-        if family == "binary":
-            yield rng.randbytes(rng.randint(0, 64))
-        elif family == "nesting":
-            inner = _nested(rng.randint(500, 20_000), rng.choice(["array", "object"]))
-            yield rng.choice([inner, rng.choice(templates) % inner])
-        elif family == "huge":
-            yield rng.choice(templates[:3]) % ("9" * rng.randint(19, 5_000))
-        else:
-            yield rng.choice(templates[2:3] + templates[4:]) % json.dumps(rng.choice([[], {}, True, -1, 1.5]))
 
 
 def check_event(event: Any) -> None:
