@@ -27,6 +27,7 @@ BENCHES: dict[str, str] = {
     "voice-session": "livegen.bench.voice_session:voice_session",
     "world-workers": "livegen.bench.world_workers:world_workers",
     "world-model": "livegen.bench.world_model:command",
+    "fuzz": "livegen.bench.fuzz:command",
 }
 
 
