@@ -13,7 +13,8 @@ of its own, so the fuzzer's work (encoding 13 MiB) never delays it. The server's
 after: every traceback or error line is counted (goal: 0).
 
 Prints (and with ``--json`` writes) per family: messages sent, replies,
-probe p50/max ms; and the log's traceback and error counts.
+sessions the server ended (goal 0; invalid UTF-8 excepted, which closes by
+rule), probe p50/p99/max ms; and the log's traceback and error counts.
 """
 
 from __future__ import annotations
@@ -114,41 +115,50 @@ async def _answered(ws: Any, event_id: str) -> int:
     return count
 
 
-async def _fuzz_voice(url: str, family: str, seconds: float, rng: random.Random, big: str) -> tuple[int, int]:
+async def _fuzz_voice(
+    url: str, family: str, seconds: float, rng: random.Random, big: str
+) -> tuple[int, int, int]:
+    """(messages sent, replies, sessions lost: ended by the server when they should have gone on)."""
     fields = voice_fields()
-    sent = replies = 0
+    sent = replies = lost = 0
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         async with websockets.connect(url, max_size=None) as ws:
             await ws.recv()
-            while time.monotonic() < deadline:
-                if family == "invalid_utf8":
-                    ws.protocol.send_frame(Frame(Opcode.TEXT, b"\xff\xfe" + rng.randbytes(8)))
-                    ws.send_data()
+            try:
+                while time.monotonic() < deadline:
+                    if family == "invalid_utf8":
+                        ws.protocol.send_frame(Frame(Opcode.TEXT, b"\xff\xfe" + rng.randbytes(8)))
+                        ws.send_data()
+                        sent += 1
+                        with contextlib.suppress(websockets.ConnectionClosed):
+                            await ws.recv()  # the server closes with 1007: then a new socket
+                        break
+                    message = big if family == "big_append" else voice_case(rng, family, fields)
+                    await ws.send(message)
                     sent += 1
-                    with contextlib.suppress(websockets.ConnectionClosed):
-                        await ws.recv()  # the server closes with 1007: then a new socket
-                    break
-                message = big if family == "big_append" else voice_case(rng, family, fields)
-                await ws.send(message)
-                sent += 1
-                replies += await _answered(ws, f"s{sent}")  # the fuzzer never runs ahead
-    return sent, replies
+                    replies += await _answered(ws, f"s{sent}")  # the fuzzer never runs ahead
+            except (websockets.ConnectionClosed, TimeoutError):
+                lost += 1
+    return sent, replies, lost
 
 
-async def _fuzz_world(url: str, seconds: float, rng: random.Random) -> tuple[int, int]:
-    sent = replies = 0
+async def _fuzz_world(url: str, seconds: float, rng: random.Random) -> tuple[int, int, int]:
+    sent = replies = lost = 0
     deadline = time.monotonic() + seconds
-    async with websockets.connect(url) as ws:
-        for message in world_cases(rng, 10**9):
-            if time.monotonic() > deadline:
-                break
-            await ws.send(message)
-            sent += 1
-            async with asyncio.timeout(30):
-                await ws.recv()
-            replies += 1
-    return sent, replies
+    cases = world_cases(rng, 10**9)
+    while time.monotonic() < deadline:
+        async with websockets.connect(url) as ws:
+            try:
+                while time.monotonic() < deadline:
+                    await ws.send(next(cases))
+                    sent += 1
+                    async with asyncio.timeout(30):
+                        await ws.recv()
+                    replies += 1
+            except (websockets.ConnectionClosed, TimeoutError):
+                lost += 1
+    return sent, replies, lost
 
 
 def _stats(times: list[float]) -> dict[str, float]:
@@ -176,10 +186,11 @@ async def _run(port: int, seconds: float, seed: int) -> dict[str, Any]:
         probe = Probe(voice_url)
         await asyncio.sleep(1.0)  # the probe's interpreter starts before the family does
         if family == "world":
-            sent, replies = await _fuzz_world(world_url, seconds, rng)
+            sent, replies, lost = await _fuzz_world(world_url, seconds, rng)
         else:
-            sent, replies = await _fuzz_voice(voice_url, family, seconds, rng, big)
-        report[family] = {"sent": sent, "replies": replies, **_stats(await probe.finish())}
+            sent, replies, lost = await _fuzz_voice(voice_url, family, seconds, rng, big)
+        counts = {"sent": sent, "replies": replies, "sessions_lost": lost}
+        report[family] = {**counts, **_stats(await probe.finish())}
     return report
 
 
