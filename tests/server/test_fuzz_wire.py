@@ -140,3 +140,49 @@ async def test_a_13_mib_append_is_refused_by_the_rate_bound_and_the_session_goes
         await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": small}))
         assert await sentinel_round(ws, json.dumps({"type": "input_audio_buffer.commit"}), 0)
     assert_clean_log(caplog)
+
+
+async def test_deep_nesting_as_the_first_event_of_a_resume_is_refused_with_a_close_frame(
+    fuzz_server: ServerThread, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with websockets.connect(f"{fuzz_server.ws_url}/v1/realtime?session_id=sess_x") as ws:
+        await ws.send("[" * 5_000 + "]" * 5_000)
+        async with asyncio.timeout(30):
+            error = json.loads(await ws.recv())
+            with pytest.raises(websockets.ConnectionClosed) as closed:
+                await ws.recv()
+    assert error["error"]["code"] == "invalid_json"
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+    assert_clean_log(caplog)
+
+
+async def test_a_bug_in_one_session_ends_it_with_error_terminal_and_1011_and_no_other(
+    fuzz_server: ServerThread, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from livegen.voice.session import Session
+
+    original = Session.receive
+
+    def receive(self: Session, event: Any, now: float) -> Any:
+        if getattr(event, "item_id", None) == "boom":  # fault injection: a bug of ours
+            raise KeyError("boom")
+        return original(self, event, now)
+
+    monkeypatch.setattr(Session, "receive", receive)
+    url = f"{fuzz_server.ws_url}/v1/realtime"
+    async with websockets.connect(url) as bystander, websockets.connect(url) as ws:
+        await bystander.recv()
+        await ws.recv()
+        await ws.send(json.dumps({"type": "conversation.item.retrieve", "item_id": "boom"}))
+        events = []
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            async with asyncio.timeout(30):
+                while True:
+                    events.append(json.loads(await ws.recv()))
+        assert [e["type"] for e in events] == ["error", "session.closed"]
+        assert events[0]["error"]["type"] == "server_error" and events[1]["reason"] == "server_error"
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1011
+        assert await sentinel_round(bystander, json.dumps({"type": "input_audio_buffer.clear"}), 0)
+    failures = [r for r in caplog.records if r.getMessage() == "voice.runner_failed"]
+    assert len(failures) == 1 and failures[0].exc_info
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == failures
