@@ -55,7 +55,15 @@ class VoiceCore(RuleBasedStateMachine):
             "sess_1",
             ModelFacts("scripted", RATE, RATE, has_vad),
             ids=lambda prefix: f"{prefix}_{next(counter)}",
-            limits=Limits(max_input_bytes=4000, max_pending_commits=2, lead_ms=40),
+            # A tight input rate bound (1 s bursts at 2x real time), so that floods are refused
+            # amid everything else, and a refusal must leave the session as it was.
+            limits=Limits(
+                max_input_bytes=4000,
+                max_pending_commits=2,
+                lead_ms=40,
+                input_rate_factor=2.0,
+                input_burst_ms=1000.0,
+            ),
         )
         self.now = 0.0
         self.chain: deque[Attempt] = deque()
@@ -125,6 +133,11 @@ class VoiceCore(RuleBasedStateMachine):
     @rule(ms=st.sampled_from([10, 20, 40, 100, 300]), loud=st.booleans())
     def append_audio(self, ms: int, loud: bool) -> None:
         self.client(append(ms, loud))
+
+    @rule(ms=st.sampled_from([600, 1200]))
+    def flood_append(self, ms: int) -> None:
+        """More audio at once than the rate bound may take now: refused, and nothing of it kept."""
+        self.client(append(ms, True))
 
     @rule()
     def spoken_turn(self) -> None:
