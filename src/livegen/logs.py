@@ -62,24 +62,30 @@ def log_event(logger: logging.Logger, event: str, level: int = logging.INFO, **f
         logger.log(level, event, extra={"fields": fields})
 
 
-#: Lines uvicorn and websockets log with a traceback at error level for what is a client's fault
-#: (a text frame that is not UTF-8, an opening handshake that fails): one warning line each.
-_CLIENT_FAULTS = ("Invalid UTF-8 sequence received from client.", "opening handshake failed")
+#: Lines uvicorn and websockets log at error level (some with a traceback) for what is a client's
+#: fault or our ordinary refusal, and the level each becomes: a text frame that is not UTF-8, an
+#: opening handshake that fails, a WebSocket refused with an HTTP answer (401, 403) before accept.
+_CLIENT_FAULTS = {
+    "Invalid UTF-8 sequence received from client.": logging.WARNING,
+    "opening handshake failed": logging.WARNING,
+    "ASGI callable returned without completing handshake.": logging.INFO,
+}
 
 
 class ClientFaultFilter(logging.Filter):
-    """Turns a client's fault, logged by the WebSocket stack, into one warning line without a
-    traceback, so that a client cannot flood the log with tracebacks."""
+    """Turns a client's fault, logged by the WebSocket stack, into one line without a traceback
+    (warning, or info for a refusal), so that a client cannot flood the log with tracebacks."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno >= logging.ERROR and record.getMessage() in _CLIENT_FAULTS:
+        level = _CLIENT_FAULTS.get(record.getMessage()) if record.levelno >= logging.ERROR else None
+        if level is not None:
             if record.exc_info and record.exc_info[1] is not None:
                 error = record.exc_info[1]
                 record.msg = f"{record.getMessage()} ({type(error).__name__}: {error})"
                 record.args = None
             record.exc_info = None
             record.exc_text = None
-            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            record.levelno, record.levelname = level, logging.getLevelName(level)
         return True
 
 

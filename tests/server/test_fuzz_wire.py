@@ -186,3 +186,18 @@ async def test_a_bug_in_one_session_ends_it_with_error_terminal_and_1011_and_no_
     failures = [r for r in caplog.records if r.getMessage() == "voice.runner_failed"]
     assert len(failures) == 1 and failures[0].exc_info
     assert [r for r in caplog.records if r.levelno >= logging.ERROR] == failures
+
+
+async def test_a_refused_websocket_is_one_info_line(
+    start_server: Callable[..., ServerThread], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    server = start_server(api_key="right", world_model="procedural-world")
+    for _ in range(3):
+        with pytest.raises(websockets.InvalidStatus) as refused:
+            async with websockets.connect(f"{server.ws_url}/v1/realtime"):
+                pass
+        assert refused.value.response.status_code == 401
+    assert_clean_log(caplog)
+    lines = [r for r in caplog.records if "without completing handshake" in r.getMessage()]
+    assert len(lines) == 3 and all(r.levelno == logging.INFO for r in lines)
