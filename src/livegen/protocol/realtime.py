@@ -9,7 +9,11 @@ spellings of input events map onto them (``BETA_ALIASES``).
 
 Nested configuration objects (``session``, ``item``, ``response``) stay plain
 dicts here: their meaning belongs to the session core (``voice/config.py``),
-which validates them against the session's state.
+which validates them against the session's state. Their types and ranges are
+checked here, though (``realtime_fields.py``), so that no wrong type reaches
+the core; JSON nested deeper than the parser takes is ``invalid_json``, never
+a ``RecursionError``; and a binary message is ``invalid_event``
+(``decode_message``).
 
 Server events are plain dicts built by the core; ``encode`` serialises them.
 """
