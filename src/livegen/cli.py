@@ -16,6 +16,7 @@ import click
 
 #: Subcommand name -> "module:click_command", loaded on use.
 TOOLS: dict[str, str] = {
+    "talk": "livegen.client.talk_cli:talk",
     "world": "livegen.client.world_cli:world",
     "train-world": "livegen.models.tinyworld.train:command",
 }
@@ -27,6 +28,7 @@ BENCHES: dict[str, str] = {
     "voice-session": "livegen.bench.voice_session:voice_session",
     "world-workers": "livegen.bench.world_workers:world_workers",
     "world-model": "livegen.bench.world_model:command",
+    "voice-faults": "livegen.bench.voice_faults:command",
     "fuzz": "livegen.bench.fuzz:command",
 }
 
@@ -76,6 +78,21 @@ def main() -> None:
     help="Voice model to serve at /v1/realtime: a name from `livegen models`, 'auto' or 'none'.",
 )
 @click.option(
+    "--served-model-name",
+    "served_model_names",
+    multiple=True,
+    metavar="NAME",
+    help="A name the voice model answers to (repeatable); the first is the model sessions report "
+    "[default: its registered name]. OpenAI's realtime names (gpt-realtime*, gpt-4o*-realtime*) always work.",
+)
+@click.option(
+    "--model-alias",
+    "model_aliases",
+    multiple=True,
+    metavar="PATTERN",
+    help="More names for the voice model, shell-style (repeatable), e.g. 'my-voice-*'.",
+)
+@click.option(
     "--world-model",
     default="auto",
     show_default=True,
@@ -119,8 +136,17 @@ def main() -> None:
     default=None,
     help="Ray cluster for --world-workers, e.g. 'auto' or 'ray://head:10001' [default: start a local Ray].",
 )
+@click.option(
+    "--tts-workers",
+    envvar="LIVEGEN_TTS_WORKERS",
+    default=None,
+    type=click.IntRange(1, 64),
+    help="Speech-synthesis worker processes of the cascade voice model [default: the cores, 2 to 8].",
+)
 def serve(**options: Any) -> None:
     """Serve voice and world sessions over WebSockets, with the demo page at /."""
+    import os
+
     import uvicorn
 
     from livegen import logs
@@ -129,6 +155,8 @@ def serve(**options: Any) -> None:
 
     logs.configure(options["log_level"])
     config = ServerConfig(**options)
+    if config.tts_workers is not None:  # read by the voice model's loader, which takes no arguments
+        os.environ["LIVEGEN_TTS_WORKERS"] = str(config.tts_workers)
     try:
         app = create_app(config)
     except ConfigError as exc:

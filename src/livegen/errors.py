@@ -21,7 +21,9 @@ the client's mistakes, and the endpoint that owns the connection turns each one
 into an OpenAI-shaped ``error`` event for that client only. A local error means
 livegen itself is wrong; the endpoint logs it and fails the session, never the
 server. Each remote error carries the ``code`` and ``message`` of the event it
-becomes, and the client's ``event_id`` when the offending event had one.
+becomes, and the client's ``event_id`` when the offending event had one. On the
+voice wire, codes and messages come only from the table in
+``protocol/errors.py`` (OpenAI's words where OpenAI defines the error).
 
 Cores may add subclasses of the classes above in their own modules; the tree
 here is the contract every layer relies on.

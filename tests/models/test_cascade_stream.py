@@ -10,6 +10,7 @@ the answer.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -268,3 +269,24 @@ async def test_bad_input_is_refused_and_changes_nothing(
     await driver.close()
     with pytest.raises(InvalidState, match="closed"):
         await stream.append(1, b"\x00\x00")
+
+
+async def test_a_long_answer_is_synthesised_only_a_little_ahead_of_real_time(cascade: Any) -> None:
+    # Synthesised all at once, a 600-word answer held a core for its whole length and other
+    # sessions' first audio waited on the CPU; paced, it costs a second or so in every ten.
+    words = " ".join(["the quick brown fox jumps over the lazy dog"] * 67)
+    stream = await cascade.open("s9", StreamConfig(turn_detection=None))
+    driver = Driver(stream)
+    await stream.respond(1, ResponseRequest("resp_1", history=[HistoryTurn("user", f"say {words}")]))
+    first = await driver.wait_for(OutputKind.AUDIO_DELTA)
+    await asyncio.sleep(6.0)
+    elapsed = time.perf_counter() - first_arrival(driver, first)
+    spoken_s = len(driver.audio("resp_1")) / 48_000
+    assert not driver.of(OutputKind.RESPONSE_DONE)  # four minutes of speech are not done in six seconds
+    await driver.close()
+    piece_s = 15.0  # the longest piece, 200 characters, is about 13 s of speech
+    assert spoken_s <= elapsed + cascade_stream.MAX_AHEAD_S + 2 * piece_s
+
+
+def first_arrival(driver: Driver, output: Any) -> float:
+    return driver.arrived[driver.outputs.index(output)]

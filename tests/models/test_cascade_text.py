@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
+from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from livegen.models.cascade import arithmetic, responder, sentences
 
@@ -97,3 +101,70 @@ def test_endless_text_is_cut_at_a_space() -> None:
     pieces = sentences.split("word " * 200)
     assert len(pieces) > 1 and all(len(piece) <= 300 for piece in pieces)
     assert " ".join(pieces).split() == ["word"] * 200
+
+
+class CountingPattern:
+    """A compiled pattern that adds up the characters each search is given to scan."""
+
+    def __init__(self, pattern: re.Pattern[str]) -> None:
+        self.pattern = pattern
+        self.scanned = 0
+
+    def _count(self, text: str, pos: int, endpos: int | None) -> None:
+        self.scanned += max(0, min(len(text), len(text) if endpos is None else endpos) - pos)
+
+    def search(self, text: str, pos: int = 0, endpos: int | None = None) -> Any:
+        self._count(text, pos, endpos)
+        return self.pattern.search(text, pos, len(text) if endpos is None else endpos)
+
+    def finditer(self, text: str, pos: int = 0, endpos: int | None = None) -> Any:
+        self._count(text, pos, endpos)
+        return self.pattern.finditer(text, pos, len(text) if endpos is None else endpos)
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_splitting_scans_each_character_a_bounded_number_of_times(
+    monkeypatch: pytest.MonkeyPatch, streamed: bool
+) -> None:
+    # The attack: "say" and 200 KB of words with no sentence end; the old splitter searched
+    # the whole rest of the text for every piece it cut (quadratic: 3.4 s on the event loop).
+    patterns = [CountingPattern(sentences._SENTENCE_END), CountingPattern(sentences._CLAUSE_END)]
+    monkeypatch.setattr(sentences, "_SENTENCE_END", patterns[0])
+    monkeypatch.setattr(sentences, "_CLAUSE_END", patterns[1])
+    text = "say " + "word, " * 2 + "word " * 40_000
+    if streamed:
+        splitter = sentences.Splitter()
+        chunks = [text[i : i + 7] for i in range(0, len(text), 7)]
+        pieces = [piece for chunk in chunks for piece in splitter.feed(chunk)] + splitter.flush()
+    else:
+        pieces = sentences.split(text)
+    assert " ".join(pieces).split() == text.split()
+    assert sum(p.scanned for p in patterns) <= 4 * len(text)  # linear: a constant per character
+
+
+@given(st.text(alphabet=st.sampled_from(list("ab1 .,!?-:;")), max_size=2_000), st.integers(1, 50))
+def test_pieces_are_bounded_keep_every_word_and_do_not_depend_on_chunking(text: str, chunk: int) -> None:
+    whole = sentences.split(text)
+    assert all(0 < len(piece) <= sentences.MAX_PIECE_CHARS for piece in whole)
+    assert " ".join(whole).split() == text.split()
+    splitter = sentences.Splitter()
+    streamed = [p for i in range(0, len(text), chunk) for p in splitter.feed(text[i : i + chunk])]
+    streamed += splitter.flush()
+    assert " ".join(streamed).split() == text.split()
+    assert all(0 < len(piece) <= sentences.MAX_PIECE_CHARS for piece in streamed)
+
+
+def test_one_long_sentence_is_cut_into_bounded_pieces() -> None:
+    sentence = " ".join(["the quick brown fox jumps over the lazy dog"] * 70) + "."
+    for pieces in (sentences.split(sentence), sentences.bound(sentence)):
+        assert len(pieces) > 10 and all(len(piece) <= sentences.MAX_PIECE_CHARS for piece in pieces)
+        assert " ".join(pieces) == sentence
+    assert sentences.bound("Short, and sweet.") == ["Short, and sweet."]  # no early clause cut
+
+
+def test_a_huge_repeat_is_cut_and_says_so() -> None:
+    said = responder.reply("say " + "word " * 50_000, NOW)
+    assert len(said) < responder.MAX_HEARD_CHARS + 100
+    assert said.startswith("Word word") and said.endswith(responder.TOO_LONG_TO_REPEAT)
+    assert "wor " not in said + " "  # cut between words
+    assert responder.reply("say " + "word " * 100, NOW) == "Word" + " word" * 99 + "."

@@ -13,8 +13,10 @@ from voice.scripted import ScriptedVoice
 
 
 async def test_an_unexpected_exception_ends_the_session_with_an_error_and_a_terminal(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # logs.configure() (the CLI's tests) may have stopped livegen's loggers from propagating.
+    monkeypatch.setattr(logging.getLogger("livegen"), "propagate", True)
     caplog.set_level(logging.INFO, logger="livegen")
     h = await Harness(ScriptedVoice()).start()
 

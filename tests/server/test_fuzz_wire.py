@@ -40,9 +40,17 @@ def check_event(event: Any) -> None:
         assert body["type"] == "invalid_request_error", event
 
 
-@pytest.fixture
-def fuzz_server(start_server: Callable[..., ServerThread], caplog: pytest.LogCaptureFixture) -> ServerThread:
+@pytest.fixture(autouse=True)
+def captured_logs(caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every server log line reaches caplog, even after ``logs.configure()`` (the CLI's tests)
+    stopped livegen's and uvicorn's loggers from propagating."""
+    for name in ("livegen", "uvicorn", "uvicorn.error", "uvicorn.access"):
+        monkeypatch.setattr(logging.getLogger(name), "propagate", True)
     caplog.set_level(logging.INFO)
+
+
+@pytest.fixture
+def fuzz_server(start_server: Callable[..., ServerThread]) -> ServerThread:
     server = start_server(world_model="procedural-world")
     server.wait_ready()
     return server

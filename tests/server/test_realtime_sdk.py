@@ -209,10 +209,12 @@ async def test_bad_input_gets_openai_errors_and_the_session_goes_on(voice_server
         }
         await expect("invalid_audio_format", fmt)
         await expect(
-            "item_not_found", {"type": "conversation.item.retrieve", "item_id": "nope", "event_id": "e4"}
+            "item_retrieve_invalid_item_id",
+            {"type": "conversation.item.retrieve", "item_id": "nope", "event_id": "e4"},
         )
         await expect(
-            "item_not_found", {"type": "conversation.item.delete", "item_id": "nope", "event_id": "e5"}
+            "item_delete_invalid_item_id",
+            {"type": "conversation.item.delete", "item_id": "nope", "event_id": "e5"},
         )
         await expect("response_cancel_not_active", {"type": "response.cancel", "event_id": "e6"})
         # The budget is 0.5 s of 16 kHz audio: a 1 s append is refused, and nothing accepted is lost.
@@ -255,7 +257,8 @@ async def test_raw_socket_errors_malformed_json_and_unknown_types(voice_server: 
         assert json.loads(await ws.recv())["error"]["code"] == "invalid_json"
         await ws.send(json.dumps({"type": "response.dance", "event_id": "evt_9"}))
         error = json.loads(await ws.recv())["error"]
-        assert (error["code"], error["event_id"], error["param"]) == ("unknown_event_type", "evt_9", "type")
+        assert (error["code"], error["event_id"], error["param"]) == ("invalid_value", "evt_9", "type")
+        assert error["message"].startswith("Invalid value: 'response.dance'. Supported values are: ")
         await ws.send(json.dumps({"type": "conversation.item.truncate", "item_id": 3, "event_id": "evt_10"}))
         error = json.loads(await ws.recv())["error"]
         assert error["code"] == "invalid_type" and error["event_id"] == "evt_10"

@@ -19,7 +19,7 @@ from typing import ClassVar
 import numpy as np
 
 from livegen.models import Kind, ModelInfo, Registry
-from livegen.models.voice import OutputKind, ResponseRequest, StreamConfig, VoiceOutput
+from livegen.models.voice import ModelHealth, OutputKind, ResponseRequest, StreamConfig, VoiceOutput
 
 
 def tone(ms: int, rate: int, hz: float = 440.0) -> bytes:
@@ -128,6 +128,9 @@ class ScriptedVoice:
         stream = Stream(self, session_id, config)
         self.streams.append(stream)
         return stream
+
+    def health(self) -> ModelHealth:
+        return ModelHealth()
 
 
 def load() -> ScriptedVoice:

@@ -72,6 +72,9 @@ class VoiceCore(RuleBasedStateMachine):
         self.is_terminal_sent = False
         self.last_epoch = 0
         self.pending_switch: SwitchModel | None = None
+        #: Items of answers that have finished playing (all audio due at real time, response over).
+        self.finished: set[str] = set()
+        self.is_client_truncate = False
         self.apply(self.session.open(self.now))
         fmt = {"type": "audio/pcm", "rate": RATE}
         vad = {"type": "server_vad", "silence_duration_ms": 30} if server_vad else None
@@ -84,6 +87,8 @@ class VoiceCore(RuleBasedStateMachine):
         for effect in effects:
             if isinstance(effect, Send):
                 assert not self.is_terminal_sent, f"{effect.type} sent after the terminal event"
+                if effect.type == "conversation.item.truncated" and not self.is_client_truncate:
+                    assert effect.event["item_id"] not in self.finished, "a finished answer was cut"
                 self.sent.append(effect.event)
                 if effect.type == "session.closed":
                     self.is_terminal_sent = True
@@ -177,10 +182,28 @@ class VoiceCore(RuleBasedStateMachine):
         ids = [p.response_id for p in self.session.playbacks.values()] + ["resp_unknown"]
         self.client(wire.PlaybackAck(response_id=ids[pick % len(ids)], played_ms=played))
 
+    @rule(short=st.sampled_from([0, 1, 30]), ms=st.sampled_from([100, 400]))
+    def answer_played_and_acked_short(self, short: int, ms: int) -> None:
+        """A whole answer spoken and played to its end, the client's last ack at or a little short
+        of what was sent (vllm-omni's client acks ``int(played_ms)``)."""
+        self.response_create(None)
+        self.model_audio(ms)
+        self.model_done("completed")
+        self.advance_clock(2.0)
+        for playback in self.session.playbacks.values():
+            played = max(0, int(playback.sent_ms) - short)
+            self.client(wire.PlaybackAck(response_id=playback.response_id, played_ms=played))
+
     @rule(end=st.integers(0, 3000), pick=st.integers(0, 20))
     def truncate(self, end: int, pick: int) -> None:
         ids = [*self.session.playbacks, "item_unknown"]
-        self.client(wire.ItemTruncate(item_id=ids[pick % len(ids)], audio_end_ms=end, event_id="evt_trunc"))
+        self.is_client_truncate = True  # the client may cut any answer, finished or not
+        try:
+            self.client(
+                wire.ItemTruncate(item_id=ids[pick % len(ids)], audio_end_ms=end, event_id="evt_trunc")
+            )
+        finally:
+            self.is_client_truncate = False
 
     @rule(pick=st.integers(0, 20))
     def delete_item(self, pick: int) -> None:
@@ -352,6 +375,17 @@ class VoiceCore(RuleBasedStateMachine):
             assert self.is_terminal_sent
             assert self.session.ledger.pending_bytes == 0 and not self.session.attempts
             assert self.session.response is None
+
+    @invariant()
+    def finished_answers_stay_whole(self) -> None:
+        """An answer whose audio has all been due at real time has finished, whatever the acks
+        said: no later barge-in, clear or cancel cuts it (``apply`` checks each truncation)."""
+        live = self.session.response
+        for item_id, playback in self.session.playbacks.items():
+            is_live = live is not None and live.playback is playback
+            if not is_live and not playback.is_stopped and playback.is_all_due(self.now):
+                self.finished.add(item_id)
+                assert not playback.is_playing(self.now)
 
     @invariant()
     def history_holds_what_was_heard(self) -> None:

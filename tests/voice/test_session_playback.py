@@ -193,3 +193,37 @@ def test_without_idle_timeout_nothing_is_timed() -> None:
     session.receive(wire.ResponseCreate(), 0.0)
     _finish(session, 0.0, 500)
     assert session.next_deadline() is None and session.tick(60.0) == []
+
+
+def _answered_and_acked_short(played_ms: int) -> tuple[Session, str]:
+    """One second of answer, all sent by t=1 s and acked at ``played_ms`` (server VAD on)."""
+    session = new_session(lead_ms=200)
+    session.receive(wire.ResponseCreate(), 0.0)
+    speak(session, 0.0, ["one ", "two "], 1000)
+    response = session.response
+    assert response is not None
+    session.on_output(VoiceOutput(OutputKind.RESPONSE_DONE, 0, response.id, status="completed"), 0.0)
+    session.tick(0.8)
+    assert session.response is None  # all audio sent: the response is over, its audio still plays
+    item_id = next(iter(session.playbacks))
+    session.receive(wire.PlaybackAck(item_id=item_id, played_ms=played_ms), 0.9)
+    return session, item_id
+
+
+def test_an_answer_acked_a_millisecond_short_has_finished_once_all_its_audio_was_due() -> None:
+    # vllm-omni's client acks int(played_ms): its last ack can fall short of what was sent.
+    session, item_id = _answered_and_acked_short(999)
+    epoch = session.epoch
+    effects = session.receive(loud(100), 5.0)  # the user's next utterance, seconds later
+    assert events(effects, "input_audio_buffer.speech_started")
+    assert not events(effects, "conversation.item.truncated")
+    assert session.epoch == epoch  # nothing to interrupt: no fence advanced
+    item = session.conversation.get(item_id)
+    assert (item.status, item.audio_ms, item.text) == ("completed", 1000, "one two ")
+
+
+def test_acks_still_cut_an_answer_interrupted_while_its_audio_is_due() -> None:
+    session, item_id = _answered_and_acked_short(700)
+    effects = session.receive(loud(100), 0.95)  # 0.95 s into one second of audio: still playing
+    assert events(effects, "conversation.item.truncated")[0]["audio_end_ms"] == 700
+    assert session.conversation.get(item_id).audio_ms == 700

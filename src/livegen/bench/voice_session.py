@@ -45,7 +45,7 @@ from typing import Any
 import click
 import numpy as np
 
-from livegen.models.voice import OutputKind, ResponseRequest, StreamConfig, VoiceOutput
+from livegen.models.voice import ModelHealth, OutputKind, ResponseRequest, StreamConfig, VoiceOutput
 
 APPEND_MS = 20
 RATE = 24_000
@@ -112,6 +112,9 @@ class ToneModel:
 
     async def open(self, session_id: str, config: StreamConfig) -> ToneStream:
         return ToneStream(session_id, self.out_dir)
+
+    def health(self) -> ModelHealth:
+        return ModelHealth()
 
 
 def load_tone() -> ToneModel:

@@ -11,6 +11,7 @@ The registry offers only real models. Test doubles live in ``tests/``.
 
 from __future__ import annotations
 
+import fnmatch
 import importlib
 import importlib.util
 from collections.abc import Callable, Iterable
@@ -100,6 +101,52 @@ class Registry:
 
     def is_loaded(self, name: str) -> bool:
         return self.get(name).name in self._loaded
+
+
+#: The model names OpenAI's realtime clients send (``gpt-realtime``, ``gpt-realtime-2.1``,
+#: ``gpt-realtime-mini``, ``gpt-realtime-2025-08-28``, ``gpt-4o-realtime-preview-2024-12-17``,
+#: ``gpt-4o-mini-realtime-preview``, ...): whole families, so a client's new default works too.
+OPENAI_REALTIME_PATTERNS: tuple[str, ...] = ("gpt-realtime", "gpt-realtime-*", "gpt-4o*-realtime*")
+
+
+@dataclass(frozen=True)
+class ServedNames:
+    """Which model a requested name means, and the name a session reports for it.
+
+    The served voice model answers to its registered names, to ``served`` (like vLLM's
+    ``--served-model-name``; the first is the name sessions report) and to any name matching
+    ``patterns`` (shell-style, OpenAI's realtime families by default), so clients that carry
+    the vendor's model names as defaults work unchanged. Other registered voice models keep
+    their own names. A pure lookup: no model is loaded here.
+    """
+
+    registry: Registry
+    #: The registered name of the served (default) voice model.
+    default: str
+    served: tuple[str, ...] = ()
+    patterns: tuple[str, ...] = OPENAI_REALTIME_PATTERNS
+
+    def resolve(self, requested: str) -> str:
+        """The registered name of the model ``requested`` means; ``ConfigError`` if none."""
+        if requested in self.served:
+            return self.default
+        try:
+            return self.registry.get(requested).name
+        except ConfigError:
+            if any(fnmatch.fnmatchcase(requested, pattern) for pattern in self.patterns):
+                return self.default
+            raise
+
+    def display(self, name: str) -> str:
+        """The name a session reports for the registered model ``name``."""
+        return self.served[0] if self.served and name == self.default else name
+
+    def canonical(self, requested: str) -> str:
+        """The reported name of the model ``requested`` means; an unknown name passes unchanged."""
+        try:
+            return self.display(self.resolve(requested))
+        except ConfigError:
+            return requested
 
 
 def _import_loader(path: str) -> Callable[[], Any]:

@@ -23,10 +23,10 @@ Models never see WebSockets, wire events or base64.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 
 class OutputKind(StrEnum):
@@ -60,6 +60,8 @@ class VoiceOutput:
     audio: bytes = field(default=b"", repr=False)
     audio_ms: int = 0
     status: str = ""
+    #: For ``ERROR``: a machine code for the failure (``speech_worker_stuck``); "" means ``model_error``.
+    code: str = ""
 
 
 @dataclass(frozen=True)
@@ -134,6 +136,17 @@ class VoiceStream(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class ModelHealth:
+    """A loaded model's own view of whether it can serve: ``/health`` answers 503 with ``reason`` if not."""
+
+    ready: bool = True
+    #: Why it cannot serve now, for a person ("speech worker 1 (pid 42) stopped answering ...").
+    reason: str = ""
+    #: What the model reports about its parts (workers, their states), shown as-is in ``/health``.
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+
 @runtime_checkable
 class VoiceModel(Protocol):
     name: str
@@ -145,3 +158,7 @@ class VoiceModel(Protocol):
     has_vad: bool
 
     async def open(self, session_id: str, config: StreamConfig) -> VoiceStream: ...
+
+    def health(self) -> ModelHealth:
+        """Whether the model can serve now; cheap, called on every ``/health``, from the event loop."""
+        ...

@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 import soxr
 
-from livegen.errors import InvalidRequest
+from livegen.protocol.errors import INVALID_AUDIO_FORMAT, INVALID_VALUE
 
 
 class Encoding(StrEnum):
@@ -63,25 +63,21 @@ def parse_format(value: object, param: str) -> AudioFormat:
             return AudioFormat(encoding, DEFAULT_PCM_RATE if encoding is Encoding.PCM else G711_RATE)
         value = {"type": value}
     if not isinstance(value, dict):
-        raise InvalidRequest(f"{param} must be an object like {{'type': 'audio/pcm'}}", param=param)
+        raise INVALID_VALUE.error(
+            detail=f"{param} must be an object like {{'type': 'audio/pcm'}}", param=param
+        )
     try:
         encoding = Encoding(value.get("type", Encoding.PCM.value))
     except ValueError:
         allowed = ", ".join(e.value for e in Encoding)
-        raise InvalidRequest(
-            f"unsupported audio format {value.get('type')!r}; expected one of {allowed}",
-            code="invalid_audio_format",
-            param=f"{param}.type",
-        ) from None
+        detail = f"unsupported audio format {value.get('type')!r}; expected one of {allowed}"
+        raise INVALID_AUDIO_FORMAT.error(detail=detail, param=f"{param}.type") from None
     if encoding is not Encoding.PCM:
         return AudioFormat(encoding, G711_RATE)
     rate = value.get("rate", DEFAULT_PCM_RATE)
     if not isinstance(rate, int) or isinstance(rate, bool) or not MIN_RATE <= rate <= MAX_RATE:
-        raise InvalidRequest(
-            f"audio/pcm rate must be an integer from {MIN_RATE} to {MAX_RATE} Hz, got {rate!r}",
-            code="invalid_audio_format",
-            param=f"{param}.rate",
-        )
+        detail = f"audio/pcm rate must be an integer from {MIN_RATE} to {MAX_RATE} Hz, got {rate!r}"
+        raise INVALID_AUDIO_FORMAT.error(detail=detail, param=f"{param}.rate")
     return AudioFormat(Encoding.PCM, rate)
 
 
@@ -216,11 +212,8 @@ class InputDecoder:
     def check(self, data: bytes, param: str = "audio") -> None:
         """Refuse bytes that cannot be this format (before any state changes)."""
         if self._is_pcm and len(data) % 2:
-            raise InvalidRequest(
-                f"audio/pcm is 16-bit: got {len(data)} bytes, an odd count",
-                code="invalid_audio_format",
-                param=param,
-            )
+            detail = f"audio/pcm is 16-bit: got {len(data)} bytes, an odd count"
+            raise INVALID_AUDIO_FORMAT.error(detail=detail, param=param)
 
     def decode(self, data: bytes) -> bytes:
         self.check(data)

@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 
 import msgspec
 
-from livegen.errors import InvalidRequest
+from livegen.protocol import errors as wire_errors
 from livegen.protocol.realtime_fields import Count, check_nested, explain
 
 
@@ -49,12 +49,8 @@ class AudioAppend(ClientEvent, frozen=True, kw_only=True):
         try:
             return binascii.a2b_base64(self.audio, strict_mode=True)
         except (binascii.Error, ValueError) as exc:
-            raise InvalidRequest(
-                f"audio is not valid base64: {exc}",
-                code="invalid_base64",
-                param="audio",
-                event_id=self.event_id,
-            ) from None
+            detail = f"audio is not valid base64: {exc}"
+            raise wire_errors.INVALID_BASE64.error(detail=detail, event_id=self.event_id) from None
 
 
 class AudioCommit(ClientEvent, frozen=True, kw_only=True):
@@ -154,6 +150,13 @@ BETA_ALIASES: dict[str, str] = {
     "input.cancel": "input_audio_buffer.clear",
 }
 
+
+def supported() -> str:
+    """The event types taken, as OpenAI lists them: 'a', 'b', and 'c'."""
+    names = [f"'{name}'" for name in EVENT_TYPES]
+    return ", ".join(names[:-1]) + f", and {names[-1]}"
+
+
 _decoder = msgspec.json.Decoder()
 _encoder = msgspec.json.Encoder()
 
@@ -163,9 +166,8 @@ def decode_message(message: Mapping[str, Any]) -> ClientEvent:
     the protocol has only text) is a typed error like any other bad input, never a ``KeyError``."""
     text = message.get("text")
     if text is None:
-        raise InvalidRequest(
-            "binary messages are not part of this protocol; send JSON text", code="invalid_event"
-        )
+        detail = "binary messages are not part of this protocol; send JSON text"
+        raise wire_errors.INVALID_EVENT.error(detail=detail)
     return decode(text)
 
 
@@ -174,26 +176,24 @@ def decode(data: str | bytes) -> ClientEvent:
     try:
         raw = _decoder.decode(data)
     except msgspec.DecodeError as exc:
-        raise InvalidRequest(f"the message is not valid JSON: {exc}", code="invalid_json") from None
+        raise wire_errors.INVALID_JSON.error(detail=exc) from None
     except RecursionError:
         # msgspec stops at the interpreter's recursion limit; a client must not be able to
         # turn that into an exception of ours.
-        raise InvalidRequest(
-            "the message is not valid JSON: it nests arrays or objects too deeply", code="invalid_json"
-        ) from None
+        raise wire_errors.INVALID_JSON.error(detail="it nests arrays or objects too deeply") from None
     if not isinstance(raw, dict):
-        raise InvalidRequest("an event must be a JSON object with a 'type'", code="invalid_event")
+        raise wire_errors.INVALID_EVENT.error(detail="an event must be a JSON object with a 'type'")
     event_id = raw.get("event_id")
     if not isinstance(event_id, str):
         event_id = None
     kind = raw.get("type")
     if not isinstance(kind, str):
-        raise InvalidRequest("the event has no 'type'", code="invalid_event", param="type", event_id=event_id)
+        raise wire_errors.INVALID_EVENT.error(
+            detail="the event has no 'type'", param="type", event_id=event_id
+        )
     cls = EVENT_TYPES.get(BETA_ALIASES.get(kind, kind))
     if cls is None:
-        raise InvalidRequest(
-            f"unknown event type {kind!r}", code="unknown_event_type", param="type", event_id=event_id
-        )
+        raise wire_errors.UNKNOWN_EVENT_TYPE.error(event_type=kind, supported=supported(), event_id=event_id)
     raw.pop("type")
     try:
         event = msgspec.convert(raw, cls)

@@ -23,7 +23,8 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from livegen.errors import InvalidRequest
+from livegen.errors import RemoteProtocolError
+from livegen.protocol import errors
 
 #: Milliseconds and positions: an int a float can hold exactly (so ``float(x)`` never overflows).
 Count = Annotated[int, msgspec.Meta(ge=0, le=2**53 - 1)]
@@ -125,37 +126,27 @@ NESTED: dict[str, type[_Shape]] = {"session": SessionShape, "item": ItemShape, "
 
 
 def check_nested(field: str, value: dict[str, Any], event_id: str | None) -> None:
-    """Raise ``InvalidRequest`` when ``value`` (the event's ``field``) has a wrong type or range."""
+    """Raise an ``InvalidRequest`` when ``value`` (the event's ``field``) has a wrong type or range."""
     try:
         msgspec.convert(value, NESTED[field])
     except msgspec.ValidationError as exc:
         raise explain(exc, field, event_id) from None
 
 
-def explain(exc: msgspec.ValidationError, prefix: str, event_id: str | None) -> InvalidRequest:
+def explain(exc: msgspec.ValidationError, prefix: str, event_id: str | None) -> RemoteProtocolError:
     """OpenAI's error for a validation failure at ``prefix`` (the dotted path of the object)."""
     detail, _, where = str(exc).partition(" - at `$")
     path = ".".join(part for part in (prefix, where.rstrip("`").lstrip(".")) if part)
     if "missing required field `" in detail:
         name = detail.split("`")[1]
         param = f"{path}.{name}" if path else name
-        return InvalidRequest(
-            f"Missing required parameter: '{param}'.",
-            code="missing_required_parameter",
-            param=param,
-            event_id=event_id,
-        )
+        return errors.MISSING_REQUIRED_PARAMETER.error(name=param, param=param, event_id=event_id)
     if detail.startswith("Expected `") and ", got `" in detail:
         expected, got = detail.split("`")[1], detail.split("`")[3]
-        return InvalidRequest(
-            f"Invalid type for '{path}': expected {_article(expected)}, but got {_article(got)} instead.",
-            code="invalid_type",
-            param=path or None,
-            event_id=event_id,
-        )
-    return InvalidRequest(
-        f"Invalid value for '{path}': {detail}.", code="invalid_value", param=path or None, event_id=event_id
-    )
+        text = f"Invalid type for '{path}': expected {_article(expected)}, but got {_article(got)} instead."
+        return errors.INVALID_TYPE.error(detail=text, param=path or None, event_id=event_id)
+    text = f"Invalid value for '{path}': {detail}."
+    return errors.INVALID_VALUE.error(detail=text, param=path or None, event_id=event_id)
 
 
 _NAMES = {"str": "string", "int": "integer", "float": "number", "bool": "boolean", "null": "null"}

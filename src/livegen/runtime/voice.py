@@ -32,10 +32,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from livegen.errors import InvalidRequest, RemoteProtocolError
+from livegen.errors import RemoteProtocolError
 from livegen.logs import log_event
 from livegen.models.voice import StreamConfig, VoiceOutput, VoiceStream
 from livegen.protocol import realtime as wire
+from livegen.protocol.errors import INTERNAL_ERROR, MODEL_NOT_FOUND
 from livegen.runtime.mailbox import Mailbox
 from livegen.voice.chain import (
     Attempt,
@@ -188,13 +189,7 @@ class Runner:
             exc_info=exc,
             extra={"fields": {"error": f"{type(exc).__name__}: {exc}", "session": self.session.id}},
         )
-        body = {
-            "type": "server_error",
-            "code": "internal_error",
-            "message": "the session failed on an internal error and was closed; open a new session",
-            "param": None,
-            "event_id": None,
-        }
+        body = {**INTERNAL_ERROR.body(), "param": None, "event_id": None}
         self._enqueue(Send({"type": "error", "event_id": self.session.ids("event"), "error": body}))
         try:
             effects = self.session.close(self._clock(), "server_error")
@@ -306,7 +301,7 @@ class Runner:
         self._switch = None
         try:
             if self._open_model is None:
-                raise InvalidRequest("this server serves one voice model", code="model_not_found")
+                raise MODEL_NOT_FOUND.error(model=switch.name, param="session.model")
             facts, stream = await self._open_model(switch.name, switch.config)
         except RemoteProtocolError as error:
             self._apply(self.session.model_switch_failed(error))

@@ -16,6 +16,11 @@ class ServerConfig:
     voice_model: str = "auto"
     #: A registered world model name, "auto" (the best available) or "none".
     world_model: str = "auto"
+    #: Names the voice model answers to (like vLLM's ``--served-model-name``); the first is the
+    #: ``model`` its sessions report. Empty: its registered name.
+    served_model_names: tuple[str, ...] = ()
+    #: Shell-style patterns of more names for the voice model, beside OpenAI's realtime families.
+    model_aliases: tuple[str, ...] = ()
     log_level: str = "info"
     #: Most sessions of each kind served at once; more are refused with a clear error.
     max_sessions: int = 64
@@ -28,3 +33,6 @@ class ServerConfig:
     world_workers: int = 0
     #: Ray cluster to join for world workers (e.g. "auto" or "ray://head:10001"); None starts a local Ray.
     ray_address: str | None = None
+    #: Speech-synthesis worker processes of the cascade voice model; None: LIVEGEN_TTS_WORKERS, else
+    #: the cores (2 to 8). The model is loaded once per process, so the first server's value holds.
+    tts_workers: int | None = None

@@ -21,10 +21,12 @@ from typing import TYPE_CHECKING, Any
 from starlette.routing import BaseRoute, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from livegen.errors import ConfigError, InvalidRequest, RemoteProtocolError
+from livegen.errors import ConfigError, RemoteProtocolError
 from livegen.logs import bind_session, log_event
 from livegen.models import Kind
+from livegen.models.registry import OPENAI_REALTIME_PATTERNS, ServedNames
 from livegen.models.voice import StreamConfig, VoiceModel, VoiceStream
+from livegen.protocol import errors as wire_errors
 from livegen.protocol import realtime as wire
 from livegen.protocol.beta import to_beta, wants_beta
 from livegen.runtime.attachment import Attachment, JournalGap
@@ -52,6 +54,12 @@ class RealtimeService:
         self.limits = limits or Limits()
         assert state.voice_model is not None
         self.default_model = state.voice_model.name
+        config = state.config
+        patterns = OPENAI_REALTIME_PATTERNS + tuple(config.model_aliases)
+        #: Requested model names -> the model that answers (``--served-model-name``, ``--model-alias``).
+        self.names = ServedNames(
+            state.registry, self.default_model, tuple(config.served_model_names), patterns
+        )
         self.models: dict[str, VoiceModel] = {}
         self.runners: set[Runner] = set()
         #: Sessions by id, for resuming connections, and the tasks that own them.
@@ -81,15 +89,8 @@ class RealtimeService:
             "sessions": len(self.runners),
         }
 
-    def _canonical_name(self, name: str) -> str:
-        """The registered name for an alias (``gpt-realtime`` -> ``cascade``); unknown names pass."""
-        try:
-            return self.state.registry.get(name).name
-        except ConfigError:
-            return name
-
     async def _model(self, name: str) -> VoiceModel:
-        entry = self.state.registry.get(name)
+        entry = self.state.registry.get(self.names.resolve(name))
         if entry.kind is not Kind.VOICE:
             raise ConfigError(f"model {name!r} is a {entry.kind} model, not a voice model")
         if entry.name not in self.models:
@@ -102,8 +103,10 @@ class RealtimeService:
                     self.models[entry.name] = model
         return self.models[entry.name]
 
-    async def _refuse(self, websocket: WebSocket, code: str, message: str, close_code: int) -> None:
-        await self._send_error(websocket, InvalidRequest(message, code=code))
+    async def _refuse(
+        self, websocket: WebSocket, error: wire_errors.WireError, close_code: int, **fields: Any
+    ) -> None:
+        await self._send_error(websocket, error.error(**fields))
         await websocket.close(close_code)
 
     async def _send_error(self, websocket: WebSocket, error: RemoteProtocolError) -> None:
@@ -120,21 +123,18 @@ class RealtimeService:
             return
         requested = websocket.query_params.get("model") or self.default_model
         if self.default_model not in self.models:
-            await self._refuse(
-                websocket, "model_not_ready", "the voice model is still loading; retry shortly", 1013
-            )
+            await self._refuse(websocket, wire_errors.MODEL_NOT_READY, 1013)
             return
         try:
-            name = self._canonical_name(requested)
+            name = self.names.canonical(requested)
             model = await self._model(name)
-        except ConfigError as exc:
-            await self._refuse(websocket, "model_not_found", str(exc), 1008)
+        except ConfigError:
+            log_event(logger, "voice.model_not_found", logging.WARNING, requested=requested)
+            await self._refuse(websocket, wire_errors.MODEL_NOT_FOUND, 1008, model=requested)
             return
         if len(self.runners) >= self.state.config.max_sessions:
             limit = self.state.config.max_sessions
-            await self._refuse(
-                websocket, "too_many_sessions", f"the server holds {limit} voice sessions", 1013
-            )
+            await self._refuse(websocket, wire_errors.TOO_MANY_SESSIONS, 1013, limit=limit)
             return
         session_id = "sess_" + secrets.token_hex(8)
         released = asyncio.Event()
@@ -142,6 +142,7 @@ class RealtimeService:
             # The session is a task of the service, not of this handler: when the socket goes,
             # the handler returns (so a server shutdown never waits for a parked session) and
             # the session waits for a resume on its own.
+            log_event(logger, "voice.model_resolved", requested=requested, model=name)
             owner = asyncio.create_task(self._serve(websocket, released, session_id, name, model))
         self.owners.add(owner)
         owner.add_done_callback(self.owners.discard)
@@ -159,9 +160,12 @@ class RealtimeService:
             return
         live = self.live.get(session_id)
         if live is None or not live.check(event.resume_token):
-            code = "session_not_found" if live is None else "invalid_resume_token"
-            message = "no live session with that id" if live is None else "the resume token does not match"
-            await self._refuse(websocket, code, message, 1008)
+            if live is None:
+                await self._refuse(
+                    websocket, wire_errors.SESSION_NOT_FOUND, 1008, detail="no live session with that id"
+                )
+            else:
+                await self._refuse(websocket, wire_errors.INVALID_RESUME_TOKEN, 1008)
             return
         handoff = Handoff(websocket, event.last_event_seq, event.event_id)
         await live.handoffs.put(handoff)
@@ -178,15 +182,13 @@ class RealtimeService:
             return f"{prefix}_{tag}{next(counter):x}"
 
         facts = ModelFacts(name, model.input_rate, model.output_rate, model.has_vad)
-        session = Session(session_id, facts, ids, self.limits, canonical_name=self._canonical_name)
+        session = Session(session_id, facts, ids, self.limits, canonical_name=self.names.canonical)
         metrics = self.state.metrics
         try:
             stream = await model.open(session_id, session.config.stream_config())
         except Exception as exc:  # one model failing to open a stream fails this session only
             log_event(logger, "voice.open_failed", logging.ERROR, error=str(exc))
-            await self._refuse(
-                websocket, "model_error", f"the voice model could not open a stream: {exc}", 1011
-            )
+            await self._refuse(websocket, wire_errors.MODEL_OPEN_FAILED, 1011, model=name, detail=exc)
             return
         events_out = metrics.events.labels(kind="voice", direction="out")
         events_in = metrics.events.labels(kind="voice", direction="in")
@@ -199,13 +201,13 @@ class RealtimeService:
         async def open_model(name: str, config: StreamConfig) -> tuple[ModelFacts, VoiceStream]:
             try:
                 model = await self._model(name)
-            except ConfigError as exc:
-                raise InvalidRequest(str(exc), code="model_not_found", param="session.model") from None
+            except ConfigError:
+                raise wire_errors.MODEL_NOT_FOUND.error(model=name, param="session.model") from None
             try:
                 stream = await model.open(session_id, config)
             except Exception as exc:
-                message = f"the voice model {name!r} could not open a stream: {exc}"
-                raise InvalidRequest(message, code="model_error", param="session.model") from exc
+                failed = wire_errors.MODEL_OPEN_FAILED
+                raise failed.error(model=name, detail=exc, param="session.model") from exc
             return ModelFacts(name, model.input_rate, model.output_rate, model.has_vad), stream
 
         beta = wants_beta(dict(websocket.headers), offered_subprotocols(websocket.scope))
@@ -308,7 +310,8 @@ class RealtimeService:
         """Resumes that arrived as the session ended: tell them, and let their handlers return."""
         while not live.handoffs.empty():
             handoff = live.handoffs.get_nowait()
-            await self._refuse(handoff.websocket, "session_not_found", "the session has ended", 1008)
+            ended = wire_errors.SESSION_NOT_FOUND
+            await self._refuse(handoff.websocket, ended, 1008, detail="the session has ended")
             handoff.released.set()
 
     async def _take(self, session_id: str, live: Resumable, handoff: Handoff) -> bool:
@@ -320,8 +323,8 @@ class RealtimeService:
         try:
             replayed = await live.attachment.attach(handoff.websocket.send_text, handoff.last_seq, greeting)
         except (JournalGap, ValueError) as exc:
-            code = "resume_gap" if isinstance(exc, JournalGap) else "invalid_value"
-            error = InvalidRequest(str(exc), code=code, param="last_event_seq", event_id=handoff.event_id)
+            kind = wire_errors.RESUME_GAP if isinstance(exc, JournalGap) else wire_errors.INVALID_VALUE
+            error = kind.error(detail=exc, param="last_event_seq", event_id=handoff.event_id)
             with contextlib.suppress(Exception):
                 await self._send_error(handoff.websocket, error)
             return False

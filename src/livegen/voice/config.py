@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from livegen.errors import InvalidRequest
 from livegen.models.voice import StreamConfig, TurnDetection
 from livegen.protocol.audio import AudioFormat, parse_format
+from livegen.protocol.errors import INVALID_TYPE, INVALID_VALUE, UNSUPPORTED_TURN_DETECTION
 
 #: ``semantic_vad`` has no end-of-turn model here: its eagerness picks how long a silence ends
 #: the turn (OpenAI: "low" waits longer for the user to go on, "high" answers sooner).
@@ -105,19 +105,16 @@ class Config:
 def _expect(value: Any, kind: type | tuple[type, ...], param: str) -> Any:
     if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
         names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        raise InvalidRequest(
-            f"Invalid type for '{param}': expected a {names}, but got {type(value).__name__} instead.",
-            code="invalid_type",
-            param=param,
-        )
+        detail = f"Invalid type for '{param}': expected a {names}, but got {type(value).__name__} instead."
+        raise INVALID_TYPE.error(detail=detail, param=param)
     return value
 
 
 def _modalities(value: Any, param: str) -> tuple[str, ...]:
     _expect(value, list, param)
     if not value or any(m not in ("audio", "text") for m in value):
-        raise InvalidRequest(
-            f"{param} must list 'audio' and/or 'text', got {value!r}", code="invalid_value", param=param
+        raise INVALID_VALUE.error(
+            detail=f"{param} must list 'audio' and/or 'text', got {value!r}", param=param
         )
     # Audio output always carries its transcript, so ["text", "audio"] (beta) means audio.
     return ("audio",) if "audio" in value else ("text",)
@@ -131,26 +128,22 @@ def _turn_detection(value: Any, current: ServerVad | None, param: str) -> Server
     if kind == "semantic_vad":
         return _semantic_vad(value, current, param)
     if kind != "server_vad":
-        raise InvalidRequest(
-            f"turn detection {kind!r} is not supported; use 'server_vad', 'semantic_vad' or null",
-            code="unsupported_turn_detection",
-            param=f"{param}.type",
-        )
+        raise UNSUPPORTED_TURN_DETECTION.error(kind=kind, param=f"{param}.type")
     vad = current if current is not None and current.eagerness is None else ServerVad()
     updates: dict[str, Any] = {}
     if "threshold" in value:
         threshold = _expect(value["threshold"], (int, float), f"{param}.threshold")
         if not 0.0 <= threshold <= 1.0:
-            raise InvalidRequest(
-                f"{param}.threshold must be in [0, 1]", code="invalid_value", param=f"{param}.threshold"
+            raise INVALID_VALUE.error(
+                detail=f"{param}.threshold must be in [0, 1]", param=f"{param}.threshold"
             )
         updates["threshold"] = float(threshold)
     for name in ("prefix_padding_ms", "silence_duration_ms"):
         if name in value:
             number = _expect(value[name], int, f"{param}.{name}")
             if not 0 <= number <= 10_000:
-                raise InvalidRequest(
-                    f"{param}.{name} must be 0..10000 ms", code="invalid_value", param=f"{param}.{name}"
+                raise INVALID_VALUE.error(
+                    detail=f"{param}.{name} must be 0..10000 ms", param=f"{param}.{name}"
                 )
             updates[name] = number
     for name in ("create_response", "interrupt_response"):
@@ -168,22 +161,16 @@ def _idle_timeout(value: Any, param: str) -> int | None:
     number: int = _expect(value, int, param)
     low, high = IDLE_TIMEOUT_MS
     if not low <= number <= high:
-        raise InvalidRequest(
-            f"Invalid value for '{param}': expected {low}..{high} ms, got {number}.",
-            code="invalid_value",
-            param=param,
-        )
+        detail = f"Invalid value for '{param}': expected {low}..{high} ms, got {number}."
+        raise INVALID_VALUE.error(detail=detail, param=param)
     return number
 
 
 def _semantic_vad(value: dict[str, Any], current: ServerVad | None, param: str) -> ServerVad:
     eagerness = value.get("eagerness", current.eagerness if current and current.eagerness else "auto")
     if not isinstance(eagerness, str) or eagerness not in SEMANTIC_SILENCE_MS:
-        raise InvalidRequest(
-            f"{param}.eagerness must be one of {', '.join(SEMANTIC_SILENCE_MS)}, got {eagerness!r}",
-            code="invalid_value",
-            param=f"{param}.eagerness",
-        )
+        detail = f"{param}.eagerness must be one of {', '.join(SEMANTIC_SILENCE_MS)}, got {eagerness!r}"
+        raise INVALID_VALUE.error(detail=detail, param=f"{param}.eagerness")
     vad = ServerVad(eagerness=eagerness, silence_duration_ms=SEMANTIC_SILENCE_MS[eagerness])
     updates = {
         name: _expect(value[name], bool, f"{param}.{name}")
@@ -197,11 +184,8 @@ def apply_update(config: Config, session: dict[str, Any]) -> Config:
     """``config`` with the fields of a ``session.update`` applied (GA or beta shape)."""
     updates: dict[str, Any] = {}
     if session.get("type", "realtime") != "realtime":
-        raise InvalidRequest(
-            f"session type {session.get('type')!r} is not supported here; use 'realtime'",
-            code="invalid_value",
-            param="session.type",
-        )
+        detail = f"session type {session.get('type')!r} is not supported here; use 'realtime'"
+        raise INVALID_VALUE.error(detail=detail, param="session.type")
     if session.get("model") not in (None, ""):
         # Whether the session may still switch is the session's call (voice/session.py).
         updates["model"] = _expect(session["model"], str, "session.model")

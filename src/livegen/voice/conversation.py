@@ -11,8 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from livegen.errors import InvalidRequest
 from livegen.models.voice import HistoryTurn
+from livegen.protocol.errors import (
+    INVALID_VALUE,
+    ITEM_CREATE_DUPLICATE_ITEM_ID,
+    ITEM_DELETE_INVALID_ITEM_ID,
+    ITEM_RETRIEVE_INVALID_ITEM_ID,
+    PREVIOUS_ITEM_NOT_FOUND,
+    WireError,
+)
 
 MAX_ITEMS = 512
 
@@ -51,32 +58,25 @@ _CONTENT_TYPES = {
 def item_from_wire(raw: dict[str, Any], item_id: str) -> Item:
     """A client-created item (``conversation.item.create``); messages only."""
     if raw.get("type", "message") != "message":
-        raise InvalidRequest(
-            f"item type {raw.get('type')!r} is not supported; only 'message' items are",
-            code="invalid_value",
-            param="item.type",
-        )
+        detail = f"item type {raw.get('type')!r} is not supported; only 'message' items are"
+        raise INVALID_VALUE.error(detail=detail, param="item.type")
     role = raw.get("role")
     if role not in _CONTENT_TYPES:
-        raise InvalidRequest(
-            f"item.role must be user, assistant or system, got {role!r}",
-            code="invalid_value",
-            param="item.role",
-        )
+        detail = f"item.role must be user, assistant or system, got {role!r}"
+        raise INVALID_VALUE.error(detail=detail, param="item.role")
     content = raw.get("content")
     if not isinstance(content, list) or len(content) != 1 or not isinstance(content[0], dict):
-        raise InvalidRequest(
-            "item.content must hold exactly one content part", code="invalid_value", param="item.content"
+        raise INVALID_VALUE.error(
+            detail="item.content must hold exactly one content part", param="item.content"
         )
     part = content[0]
     content_type = part.get("type")
     if content_type not in _CONTENT_TYPES[role]:
-        raise InvalidRequest(
-            f"a {role} item cannot hold {content_type!r} content", code="invalid_value", param="item.content"
-        )
+        detail = f"a {role} item cannot hold {content_type!r} content"
+        raise INVALID_VALUE.error(detail=detail, param="item.content")
     text = part.get("text", part.get("transcript"))
     if text is not None and not isinstance(text, str):
-        raise InvalidRequest("item text must be a string", code="invalid_value", param="item.content")
+        raise INVALID_VALUE.error(detail="item text must be a string", param="item.content")
     if content_type == "text":
         content_type = "output_text"
     return Item(id=item_id, role=role, content_type=content_type, text=text)
@@ -97,15 +97,9 @@ class Conversation:
 
     def check_new(self, item_id: str, previous_item_id: str | None) -> None:
         if item_id in self._items:
-            raise InvalidRequest(
-                f"item {item_id!r} already exists", code="item_already_exists", param="item.id"
-            )
+            raise ITEM_CREATE_DUPLICATE_ITEM_ID.error(item_id=item_id)
         if previous_item_id not in (None, "root") and previous_item_id not in self._items:
-            raise InvalidRequest(
-                f"previous_item_id {previous_item_id!r} is not in the conversation",
-                code="item_not_found",
-                param="previous_item_id",
-            )
+            raise PREVIOUS_ITEM_NOT_FOUND.error(item_id=previous_item_id)
 
     def add(self, item: Item, previous_item_id: str | None = None) -> str | None:
         """Insert after ``previous_item_id`` (or at the end); return the id before it."""
@@ -123,16 +117,15 @@ class Conversation:
             del self._items[next(iter(self._items))]
         return before
 
-    def get(self, item_id: str, param: str = "item_id") -> Item:
+    def get(self, item_id: str, missing: WireError = ITEM_RETRIEVE_INVALID_ITEM_ID) -> Item:
+        """The item; an unknown id raises ``missing``, the error of the event that named it."""
         try:
             return self._items[item_id]
         except KeyError:
-            raise InvalidRequest(
-                f"item {item_id!r} is not in the conversation", code="item_not_found", param=param
-            ) from None
+            raise missing.error(item_id=item_id) from None
 
     def delete(self, item_id: str) -> None:
-        self.get(item_id)
+        self.get(item_id, ITEM_DELETE_INVALID_ITEM_ID)
         del self._items[item_id]
 
     def history(self) -> list[HistoryTurn]:

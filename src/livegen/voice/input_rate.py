@@ -13,7 +13,7 @@ Pure: the caller passes the clock.
 
 from __future__ import annotations
 
-from livegen.errors import CapacityExceeded
+from livegen.protocol.errors import RATE_LIMIT_EXCEEDED
 
 
 class InputRate:
@@ -30,17 +30,16 @@ class InputRate:
         self._updated = now if self._updated is None else max(self._updated, now)
 
     def check(self, audio_ms: float, now: float) -> None:
-        """Raise ``CapacityExceeded`` if ``audio_ms`` more would pass the bound (nothing is spent)."""
+        """Raise ``rate_limit_exceeded`` if ``audio_ms`` more would pass the bound (nothing spent)."""
         self._refill(now)
         if audio_ms > self.available_ms:
-            raise CapacityExceeded(
+            detail = (
                 f"input audio arrives faster than this session takes it: this append holds "
                 f"{audio_ms:.0f} ms of audio and {self.available_ms:.0f} ms may come now (up to "
                 f"{self.factor:g}x real time, bursts up to {self.burst_ms / 1000:g} s); "
-                "send smaller appends, or slow down and resend this one",
-                code="rate_limit_exceeded",
-                param="audio",
+                "send smaller appends, or slow down and resend this one"
             )
+            raise RATE_LIMIT_EXCEEDED.error(detail=detail)
 
     def spend(self, audio_ms: float) -> None:
         self.available_ms -= audio_ms

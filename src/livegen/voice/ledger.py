@@ -23,7 +23,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from livegen.errors import CapacityExceeded, LocalProtocolError
+from livegen.errors import LocalProtocolError
+from livegen.protocol.errors import INPUT_AUDIO_BACKPRESSURE
 
 
 class ReservationState(StrEnum):
@@ -52,12 +53,8 @@ class InputLedger:
         ``is_forced`` takes a few ms of resampler tail at a commit, which must not fail.
         """
         if not is_forced and self.pending_bytes + num_bytes > self.budget_bytes:
-            raise CapacityExceeded(
-                f"input audio backpressure: {self.pending_bytes} bytes are waiting for the model and "
-                f"{num_bytes} more would pass the {self.budget_bytes}-byte budget; "
-                "slow down and resend this append",
-                code="input_audio_backpressure",
-                param="audio",
+            raise INPUT_AUDIO_BACKPRESSURE.error(
+                pending=self.pending_bytes, size=num_bytes, budget=self.budget_bytes
             )
         reservation = Reservation(self._next_seq, num_bytes)
         self._next_seq += 1
@@ -138,8 +135,21 @@ class Playback:
             return 0.0
         return max(0.0, min(self.sent_ms, (now - self.started_at) * 1000.0))
 
+    def is_all_due(self, now: float) -> bool:
+        """All audio sent so far has been due at real-time playback since the first was released."""
+        return self.started_at is not None and now >= self.started_at + self.sent_ms / 1000.0
+
     def is_playing(self, now: float) -> bool:
-        return not self.is_stopped and self.sent_ms > 0 and self.heard_ms(now) < self.sent_ms
+        """Sent audio is still playing at the client.
+
+        Acks only say where playback is while it is due: an answer whose audio has all been
+        due at real time has finished, whatever the last ack said (a client acking whole ms,
+        or acking less than it played, must not leave it playing forever, to be cut by the
+        next utterance).
+        """
+        if self.is_stopped or self.sent_ms <= 0 or self.is_all_due(now):
+            return False
+        return self.heard_ms(now) < self.sent_ms
 
     def stop(self, now: float) -> float:
         """Cut playback where the listener is now; return that position (committed to history)."""

@@ -15,6 +15,7 @@ from typing import Any
 
 from livegen.models.voice import OutputKind, VoiceOutput
 from livegen.protocol.audio import pcm_ms
+from livegen.protocol.errors import MODEL_FAILED, OUTBOX_OVERFLOW, OUTPUT_OVERFLOW
 from livegen.voice.chain import Attempt, AttemptState, DropOutput, Effect, Send
 from livegen.voice.conversation import Conversation, Item
 from livegen.voice.ledger import Playback
@@ -147,16 +148,7 @@ class Speaker:
             output.response_id is None or self._live(output.response_id) is None
         ):
             return [
-                self._event(
-                    "error",
-                    error={
-                        "type": "server_error",
-                        "code": "model_error",
-                        "message": output.text or "the model failed",
-                        "param": None,
-                        "event_id": None,
-                    },
-                )
+                self._event("error", error=MODEL_FAILED.event_body(detail=output.text or "the model failed"))
             ]
         response = self._live(output.response_id)
         if response is None:
@@ -171,14 +163,7 @@ class Speaker:
             ]
             return effects + self._end_response(now, "completed", None)
         if kind is OutputKind.ERROR:
-            details = {
-                "type": "failed",
-                "error": {
-                    "type": "server_error",
-                    "code": "model_error",
-                    "message": output.text or "the model failed",
-                },
-            }
+            details = {"type": "failed", "error": MODEL_FAILED.body(detail=output.text or "the model failed")}
             return self._end_response(now, "failed", details)
         status = output.status if output.status in ("completed", "incomplete", "failed") else "completed"
         response.model_status = status
@@ -259,14 +244,7 @@ class Speaker:
         assert item is not None and playback is not None
         duration = pcm_ms(len(pcm), self.model.output_rate)
         if response.num_pending_ms + duration > self.limits.max_buffered_output_ms:
-            details = {
-                "type": "failed",
-                "error": {
-                    "type": "server_error",
-                    "code": "output_overflow",
-                    "message": "the model made audio faster than it can be paced out",
-                },
-            }
+            details = {"type": "failed", "error": OUTPUT_OVERFLOW.body()}
             return effects + self._end_response(now, "failed", details)
         encoded = base64.b64encode(response.encoder.encode(pcm)).decode("ascii")
         start = playback.generated_ms
@@ -314,12 +292,5 @@ class Speaker:
 
     def on_outbox_overflow(self, now: float) -> list[Effect]:
         """The client reads too slowly: fail the live response, with a clear error."""
-        details = {
-            "type": "failed",
-            "error": {
-                "type": "server_error",
-                "code": "outbox_overflow",
-                "message": "the client is not reading events fast enough",
-            },
-        }
+        details = {"type": "failed", "error": OUTBOX_OVERFLOW.body()}
         return self._end_response(now, "failed", details)

@@ -29,10 +29,27 @@ from dataclasses import replace
 from enum import StrEnum
 from typing import Any, ClassVar
 
-from livegen.errors import CapacityExceeded, InvalidRequest, InvalidState, RemoteProtocolError
+from livegen.errors import RemoteProtocolError
 from livegen.models.voice import ResponseRequest
 from livegen.protocol import realtime as wire
 from livegen.protocol.audio import InputDecoder, OutputEncoder, pcm_ms
+from livegen.protocol.errors import (
+    CANNOT_UPDATE_VOICE,
+    CONVERSATION_ALREADY_HAS_ACTIVE_RESPONSE,
+    INPUT_AUDIO_BUFFER_COMMIT_EMPTY,
+    INVALID_RESUME,
+    INVALID_VALUE,
+    ITEM_DELETE_INVALID_ITEM_ID,
+    ITEM_RETRIEVE_INVALID_ITEM_ID,
+    ITEM_TRUNCATE_INVALID_ITEM_ID,
+    MODEL_APPEND_FAILED,
+    MODEL_CHANGE_UNSUPPORTED,
+    RESPONSE_CANCEL_NOT_ACTIVE,
+    TOO_MANY_PENDING_COMMITS,
+    TRUNCATE_BEYOND_AUDIO,
+    UNKNOWN_EVENT_TYPE,
+    UNKNOWN_RESPONSE,
+)
 from livegen.voice.chain import (
     INPUT_KINDS,
     Attempt,
@@ -184,7 +201,7 @@ class Session(TurnTaker):
             return []
         handler = self._handlers.get(type(event))
         if handler is None:  # pragma: no cover - every decoded type has a handler
-            raise InvalidRequest(f"unhandled event {event.TYPE}", code="unknown_event_type")
+            raise UNKNOWN_EVENT_TYPE.error(event_type=event.TYPE, supported=wire.supported())
         try:
             return handler(self, event, now)
         except RemoteProtocolError as error:
@@ -197,11 +214,7 @@ class Session(TurnTaker):
         if config.model != self.config.model:
             return self._switch_model(config, event.event_id)
         if config.voice != self.config.voice and any(p.generated_ms for p in self.playbacks.values()):
-            raise InvalidState(
-                "the voice cannot change once the session has spoken",
-                code="voice_locked",
-                param="session.voice",
-            )
+            raise CANNOT_UPDATE_VOICE.error()
         if config.input_format != self.config.input_format:
             self._decoder = InputDecoder(config.input_format, self.model.input_rate)
         old_vad = self.config.turn_detection
@@ -214,12 +227,7 @@ class Session(TurnTaker):
     def _switch_model(self, config: Config, event_id: str | None) -> list[Effect]:
         """A new model, allowed until the current one has been given input or asked to respond."""
         if self._is_model_locked:
-            raise InvalidState(
-                f"the session already uses {self.config.model!r}: the model can change only before "
-                "the first append or response",
-                code="model_change_unsupported",
-                param="session.model",
-            )
+            raise MODEL_CHANGE_UNSUPPORTED.error(model=self.config.model)
         for attempt in self.attempts:  # updates owed to the old stream: the new one opens with the config
             attempt.state = AttemptState.CANCELLED
         self.attempts.clear()
@@ -273,18 +281,12 @@ class Session(TurnTaker):
 
     def _on_commit(self, event: wire.AudioCommit, now: float) -> list[Effect]:
         if self.buffer_bytes == 0:
-            raise InvalidState(
-                "the input audio buffer is empty: append audio before committing",
-                code="input_audio_buffer_commit_empty",
-            )
+            raise INPUT_AUDIO_BUFFER_COMMIT_EMPTY.error(min_ms=1, buffered_ms=0.0)
         return self._commit(self.ids("item"), now)
 
     def _commit(self, item_id: str, now: float) -> list[Effect]:
         if self.num_pending_commits >= self.limits.max_pending_commits:
-            raise CapacityExceeded(
-                f"{self.num_pending_commits} commits are already waiting for the model; wait for their items",
-                code="too_many_pending_commits",
-            )
+            raise TOO_MANY_PENDING_COMMITS.error(pending=self.num_pending_commits)
         effects: list[Effect] = []
         tail = self._decoder.flush()  # the turn's last ms, held in the resampler
         if tail:
@@ -332,11 +334,11 @@ class Session(TurnTaker):
         ]
 
     def _on_item_retrieve(self, event: wire.ItemRetrieve, now: float) -> list[Effect]:
-        item = self.conversation.get(event.item_id)
+        item = self.conversation.get(event.item_id, ITEM_RETRIEVE_INVALID_ITEM_ID)
         return [self._event("conversation.item.retrieved", item=item.to_wire())]
 
     def _on_item_delete(self, event: wire.ItemDelete, now: float) -> list[Effect]:
-        self.conversation.get(event.item_id)
+        self.conversation.get(event.item_id, ITEM_DELETE_INVALID_ITEM_ID)
         effects: list[Effect] = []
         if (
             self.response is not None
@@ -349,21 +351,16 @@ class Session(TurnTaker):
         return effects
 
     def _on_item_truncate(self, event: wire.ItemTruncate, now: float) -> list[Effect]:
-        item = self.conversation.get(event.item_id)
+        item = self.conversation.get(event.item_id, ITEM_TRUNCATE_INVALID_ITEM_ID)
         if item.role != "assistant" or item.content_type != "output_audio":
-            raise InvalidRequest(
-                f"item {item.id!r} has no assistant audio to truncate", code="invalid_value", param="item_id"
-            )
+            detail = f"item {item.id!r} has no assistant audio to truncate"
+            raise INVALID_VALUE.error(detail=detail, param="item_id")
         if event.content_index != 0:
-            raise InvalidRequest("content_index must be 0", code="invalid_value", param="content_index")
+            raise INVALID_VALUE.error(detail="content_index must be 0", param="content_index")
         playback = self.playbacks.get(item.id)
         generated = item.generated_audio_ms if playback is None else playback.generated_ms
         if not 0 <= event.audio_end_ms <= generated + TRUNCATE_SLACK_MS:
-            raise InvalidRequest(
-                f"audio_end_ms {event.audio_end_ms} is beyond the item's {generated:.0f} ms of audio",
-                code="invalid_value",
-                param="audio_end_ms",
-            )
+            raise TRUNCATE_BEYOND_AUDIO.error(audio_ms=generated, audio_end_ms=event.audio_end_ms)
         effects: list[Effect] = []
         if self.response is not None and self.response.item is item:
             effects += self._interrupt(now, "client_cancelled")
@@ -380,20 +377,20 @@ class Session(TurnTaker):
 
     def _on_response_create(self, event: wire.ResponseCreate, now: float) -> list[Effect]:
         if self.response is not None:
-            raise InvalidState(
-                f"response {self.response.id} is still in progress; cancel it or wait for response.done",
-                code="conversation_already_has_active_response",
-            )
+            raise CONVERSATION_ALREADY_HAS_ACTIVE_RESPONSE.error(response_id=self.response.id)
         overrides = event.response or {}
         instructions = overrides.get("instructions", self.config.instructions)
         if not isinstance(instructions, str):
-            raise InvalidRequest("response.instructions must be a string", code="invalid_value")
+            raise INVALID_VALUE.error(
+                detail="response.instructions must be a string", param="response.instructions"
+            )
         modalities = self.config.output_modalities
         for key in ("output_modalities", "modalities"):
             if key in overrides:
                 value = overrides[key]
                 if not isinstance(value, list) or not value or any(m not in ("audio", "text") for m in value):
-                    raise InvalidRequest(f"response.{key} must list audio and/or text", code="invalid_value")
+                    detail = f"response.{key} must list audio and/or text"
+                    raise INVALID_VALUE.error(detail=detail, param=f"response.{key}")
                 modalities = ("audio",) if "audio" in value else ("text",)
         return self._create_response(now, instructions, modalities)
 
@@ -419,12 +416,7 @@ class Session(TurnTaker):
 
     def _on_response_cancel(self, event: wire.ResponseCancel, now: float) -> list[Effect]:
         if self.response is None or event.response_id not in (None, self.response.id):
-            raise InvalidState(
-                "there is no response in progress to cancel"
-                if event.response_id is None
-                else f"response {event.response_id!r} is not in progress",
-                code="response_cancel_not_active",
-            )
+            raise RESPONSE_CANCEL_NOT_ACTIVE.error()
         return self._interrupt(now, "client_cancelled")
 
     def _on_output_clear(self, event: wire.OutputAudioClear, now: float) -> list[Effect]:
@@ -446,13 +438,9 @@ class Session(TurnTaker):
             else None
         )
         if playback is None:
-            raise InvalidRequest(
-                "playback.ack must name a recent response_id or item_id",
-                code="unknown_response",
-                param="response_id",
-            )
+            raise UNKNOWN_RESPONSE.error()
         if event.played_ms < 0:
-            raise InvalidRequest("played_ms must be >= 0", code="invalid_value", param="played_ms")
+            raise INVALID_VALUE.error(detail="played_ms must be >= 0", param="played_ms")
         playback.ack(event.played_ms)
         return []
 
@@ -460,10 +448,9 @@ class Session(TurnTaker):
         return self.close(now, "client_closed")
 
     def _on_resume(self, event: wire.SessionResume, now: float) -> list[Effect]:
-        raise InvalidState(
-            "session.resume is the first event of a new connection to /v1/realtime?session_id=<id>, "
-            "not an event inside a session",
-            code="invalid_resume",
+        raise INVALID_RESUME.error(
+            detail="session.resume is the first event of a new connection to "
+            "/v1/realtime?session_id=<id>, not an event inside a session"
         )
 
     _handlers: ClassVar[dict[type[wire.ClientEvent], Callable[[Session, Any, float], list[Effect]]]] = {
@@ -517,18 +504,7 @@ class Session(TurnTaker):
         attempt.state = AttemptState.FAILED
         effects = [*self._break_chain(attempt, now)]
         message = f"the model refused a {attempt.kind.value}: {error or 'no reason given'}"
-        effects.append(
-            self._event(
-                "error",
-                error={
-                    "type": "server_error",
-                    "code": "model_append_failed",
-                    "message": message,
-                    "param": None,
-                    "event_id": None,
-                },
-            )
-        )
+        effects.append(self._event("error", error=MODEL_APPEND_FAILED.event_body(detail=message)))
         effects.append(ResumeChain())
         return effects
 
@@ -558,14 +534,8 @@ class Session(TurnTaker):
             effects += self._drop_uncommitted(now)
         bound = {a.response_id for a in [failed, *later] if a.response_id}
         if self.response is not None and self.response.id in bound:
-            details = {
-                "type": "failed",
-                "error": {
-                    "type": "server_error",
-                    "code": "model_append_failed",
-                    "message": "the model failed to take input for this response",
-                },
-            }
+            error = MODEL_APPEND_FAILED.body(detail="the model failed to take input for this response")
+            details = {"type": "failed", "error": error}
             effects += self._end_response(now, "failed", details)
         return effects
 

@@ -2,10 +2,11 @@
 
 ``CascadeModel`` holds the heavy, stateless parts: Whisper (behind one worker
 thread, so two sessions never fight over the two cores inside CTranslate2)
-and the speech worker subprocess (``tts.Worker``). Everything a session owns,
+and the pool of speech worker subprocesses (``tts.Pool``, ``health`` reports
+on it). Everything a session owns,
 from its Silero state to its responses, lives in ``stream.Stream``. ``load``
 is the registry's loader: it checks the pinned weights, loads Whisper, starts
-the speech worker and warms both up, so the first user does not pay for it.
+the speech workers and warms them up, so the first user does not pay for it.
 
 Replies come from the built-in responder unless a language model is set,
 with ``LIVEGEN_LLM_BASE_URL`` / ``LIVEGEN_LLM_MODEL`` (``LIVEGEN_LLM_API_KEY``
@@ -26,7 +27,7 @@ import numpy as np
 
 from livegen.models.cascade import asr, assets, llm, tts, vad
 from livegen.models.cascade.stream import Stream
-from livegen.models.voice import StreamConfig
+from livegen.models.voice import ModelHealth, StreamConfig
 
 #: Every transcription model name a client may send maps to the one we have.
 TRANSCRIPTION_MODEL = "whisper-tiny.en"
@@ -53,7 +54,7 @@ class CascadeModel:
     has_vad = True
 
     def __init__(
-        self, recognizer: asr.Recognizer, worker: tts.Worker, llm_settings: llm.Settings | None = None
+        self, recognizer: asr.Recognizer, worker: tts.Pool, llm_settings: llm.Settings | None = None
     ) -> None:
         self.recognizer = recognizer
         self.worker = worker
@@ -82,11 +83,16 @@ class CascadeModel:
         self.stats.asr.append((len(audio) / vad.SAMPLE_RATE, time.perf_counter() - started))
         return text
 
-    def speak(self, text: str, voice: str = "") -> concurrent.futures.Future[tts.Speech]:
-        """Synthesise one piece in the assistant's voice; "espeak" or "espeak:VOICE" picks espeak-ng."""
+    def speak(
+        self, text: str, voice: str = "", owner: str | None = None
+    ) -> concurrent.futures.Future[tts.Speech]:
+        """Synthesise one piece in the assistant's voice; "espeak" or "espeak:VOICE" picks espeak-ng.
+
+        ``owner`` is the session asking: sessions share the speech workers fairly.
+        """
         engine, _, espeak_voice = voice.partition(":") if voice.startswith("espeak") else ("piper", "", "")
         started = time.perf_counter()
-        future = self.worker.speak(text, engine, espeak_voice)
+        future = self.worker.speak(text, engine, espeak_voice, owner=owner)
         future.add_done_callback(lambda done: self._record_tts(done, started))
         return future
 
@@ -94,6 +100,10 @@ class CascadeModel:
         if not future.cancelled() and future.exception() is None:
             seconds = len(future.result().pcm) / 2 / tts.SAMPLE_RATE
             self.stats.tts.append((seconds, time.perf_counter() - started))
+
+    def health(self) -> ModelHealth:
+        is_ready, reason, workers = self.worker.health()
+        return ModelHealth(is_ready, reason, {"tts_workers": workers})
 
     def close(self) -> None:
         self.is_closed = True
@@ -122,7 +132,7 @@ def load() -> CascadeModel:
 def _load() -> CascadeModel:
     recognizer = asr.Recognizer(assets.whisper_dir(), threads=_env_int("LIVEGEN_ASR_THREADS", 2))
     # One ONNX thread: on two busy cores, Piper with two is slower (measured: 364 vs 524 ms a sentence).
-    worker = tts.Worker(threads=_env_int("LIVEGEN_TTS_THREADS", 1))
+    worker = tts.Pool(threads=_env_int("LIVEGEN_TTS_THREADS", 1), size=tts.default_workers())
     model = CascadeModel(recognizer, worker)
     model.use_llm(
         os.environ.get("LIVEGEN_LLM_BASE_URL"),
@@ -136,7 +146,8 @@ def _load() -> CascadeModel:
 def warm_up(model: CascadeModel) -> None:
     """One tiny transcription and one sentence, so the first session runs at full speed."""
     model.recognizer.transcribe(np.zeros(vad.SAMPLE_RATE // 2, np.float32))
-    model.worker.speak("Ready.").result(timeout=120)
+    for future in [model.worker.speak("Ready.") for _ in model.worker.slots]:
+        future.result(timeout=120)
 
 
 def _env_int(name: str, default: int) -> int:

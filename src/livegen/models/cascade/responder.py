@@ -27,19 +27,35 @@ FALLBACK = (
 NOT_HEARD = "Sorry, I didn't catch that. Could you say it again?"
 #: Said when a response is asked for before the user said anything.
 OPENING = "Hello! How can I help you?"
+#: Only this much of what the user said is read: every rule is decided by its start, and
+#: "repeat after me" repeats at most this much (about five minutes of speech), whatever was sent.
+MAX_HEARD_CHARS = 4_000
+TOO_LONG_TO_REPEAT = "That is as much as I can repeat at once."
 
 Rule = Callable[[str, datetime], str | None]
 
 
 def reply(text: str, now: datetime) -> str:
     """The answer to one user utterance, as one or more sentences."""
-    said = _normalise(text)
+    said, is_cut = _head(text)
     if not said:
         return NOT_HEARD
     for rule in RULES:
         if (answer := rule(said, now)) is not None:
-            return answer
+            return f"{answer} {TOO_LONG_TO_REPEAT}" if is_cut and rule is repeat else answer
     return FALLBACK
+
+
+def _head(text: str) -> tuple[str, bool]:
+    """The first ``MAX_HEARD_CHARS`` of ``text``, normalised and cut at a word; whether it was cut."""
+    first = _FIRST_CHAR.search(text)
+    start = first.start() if first is not None else len(text)
+    head = text[start : start + MAX_HEARD_CHARS + 1].rstrip()
+    is_cut = len(head) > MAX_HEARD_CHARS
+    return _normalise(head[:MAX_HEARD_CHARS].rsplit(None, 1)[0] if is_cut else head), is_cut
+
+
+_FIRST_CHAR = re.compile(r"\S")
 
 
 def _normalise(text: str) -> str:

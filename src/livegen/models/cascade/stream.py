@@ -3,7 +3,7 @@
 ``Stream`` is the ``VoiceStream`` of the cascade. It owns the session's
 uncommitted input audio (16 kHz PCM16, positions counted in samples since the
 session started), its Silero state, the transcripts in flight and the
-responses being spoken. The shared parts (Whisper, the speech worker) belong
+responses being spoken. The shared parts (Whisper, the speech workers) belong
 to ``model.CascadeModel``; the epoch fence and the conversation belong to the
 session core, which is why every output carries the epoch of the call it
 answers and why a cancelled response simply stops, without a terminal output.
@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import logging
 from collections.abc import AsyncIterator, Coroutine, Sequence
 from dataclasses import dataclass
@@ -31,8 +32,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from livegen.errors import CapacityExceeded, InvalidRequest, InvalidState, ModelError
-from livegen.models.cascade import llm, replies, vad
-from livegen.models.cascade.tts import Speech
+from livegen.models.cascade import llm, replies, tts, vad
+from livegen.models.cascade.tts import Speech, SynthesisError
 from livegen.models.voice import (
     HistoryTurn,
     OutputKind,
@@ -60,6 +61,35 @@ MAX_BUFFER_S = 300
 _INLINE_FEED_BYTES = SAMPLE_RATE // 10 * 2
 #: Output audio is sent in pieces of this length (24 kHz PCM16).
 AUDIO_DELTA_BYTES = 24_000 * 2 // 5
+#: A response's audio is synthesised at most this far ahead of real time: a long answer then
+#: costs a core for a second in every ten, not for all its length at once, and other sessions
+#: keep the CPU they need to start theirs (and barge-in wastes less).
+MAX_AHEAD_S = 10.0
+
+
+@dataclass
+class Pacing:
+    """How far a response's audio is ahead of real time (playback starts with its first audio)."""
+
+    started: float = 0.0
+    emitted_s: float = 0.0
+
+    def add(self, now: float, seconds: float) -> None:
+        if not self.emitted_s:
+            self.started = now
+        self.emitted_s += seconds
+
+    def excess_s(self, now: float) -> float:
+        """How long to wait before asking for more audio."""
+        return self.emitted_s - (now - self.started) - MAX_AHEAD_S if self.emitted_s else 0.0
+
+    async def wait(self) -> None:
+        """Until the audio so far is less than ``MAX_AHEAD_S`` ahead (more may come meanwhile)."""
+        loop = asyncio.get_running_loop()
+        excess = self.excess_s(loop.time())
+        while excess > 0:
+            await asyncio.sleep(excess)
+            excess = self.excess_s(loop.time())
 
 
 @dataclass
@@ -80,6 +110,8 @@ class Stream:
         self._outputs: asyncio.Queue[VoiceOutput | None] = asyncio.Queue()
         self._detector = vad.Detector(model.vad_path, config.turn_detection or TurnDetection())
         self._llm = llm.Client(model.llm) if model.llm else None
+        #: Speech for this session: the workers are shared fairly between sessions.
+        self._say: replies.Speak = functools.partial(model.speak, owner=session_id)
         # The uncommitted input: samples [_buffer_start, _buffer_start + len(_buffer) / 2).
         self._buffer = bytearray()
         self._buffer_start = 0
@@ -291,7 +323,7 @@ class Stream:
         parts = [await asyncio.shield(task) for task in [*settled, tail]]
         user_text = " ".join(part for part in parts if part)
         chat = self._chat(self._next_history or [], user_text, self._config.instructions)
-        return replies.start(self._model.speak, self._llm, user_text, voice, chat)
+        return replies.start(self._say, self._llm, user_text, voice, chat)
 
     def _chat(
         self, history: Sequence[HistoryTurn], user_text: str, instructions: str
@@ -310,16 +342,20 @@ class Stream:
             chat = self._chat(request.history, user_text or "", instructions)
             answer = await self._use_prepared(prepared, user_text, voice, chat)
             if answer is None:
-                answer = replies.start(self._model.speak, self._llm, user_text, voice, chat)
+                answer = replies.start(self._say, self._llm, user_text, voice, chat)
             spoken = await self._speak(epoch, rid, answer, "audio" in request.modalities, voice)
         except asyncio.CancelledError:
             self._drop_prepared(prepared)
             self._next_history = None  # what the user heard of it is the core's to say
             raise
         except Exception as exc:
-            logger.exception("response %s failed", rid)
+            if isinstance(exc, ModelError):  # a worker failed, not our code: one line, no traceback
+                logger.warning("response %s failed: %s", rid, exc)
+            else:
+                logger.exception("response %s failed", rid)
             self._next_history = None
-            self._emit(OutputKind.ERROR, epoch, response_id=rid, text=f"{type(exc).__name__}: {exc}")
+            code = exc.code if isinstance(exc, ModelError) else "model_error"
+            self._emit(OutputKind.ERROR, epoch, response_id=rid, text=f"{code}: {exc}", code=code)
             self._emit(OutputKind.RESPONSE_DONE, epoch, response_id=rid, status="failed")
             return
         finally:
@@ -354,8 +390,10 @@ class Stream:
     ) -> str:
         """Text and audio of each piece in order, the next piece synthesised meanwhile; the text said."""
         queue: asyncio.Queue[replies.Piece | None] = asyncio.Queue(1)
-        producer = self._spawn(self._synthesise(answer.pieces(), wants_audio, voice, queue))
+        pacing = Pacing()
+        producer = self._spawn(self._synthesise(answer.pieces(), wants_audio, voice, queue, pacing))
         said: list[str] = []
+        loop = asyncio.get_running_loop()
         try:
             while (item := await queue.get()) is not None:
                 text, audio = item
@@ -363,7 +401,7 @@ class Stream:
                 said.append(delta)
                 self._emit(OutputKind.TEXT_DELTA, epoch, response_id=rid, text=delta)
                 if audio is not None:
-                    await self._emit_audio(epoch, rid, text, audio, voice)
+                    pacing.add(loop.time(), await self._emit_audio(epoch, rid, text, audio, voice))
             await producer  # re-raises its error, if any
         finally:
             producer.cancel()
@@ -378,8 +416,12 @@ class Stream:
         wants_audio: bool,
         voice: str,
         queue: asyncio.Queue[replies.Piece | None],
+        pacing: Pacing,
     ) -> None:
-        """Feed ``queue`` with pieces and their audio in flight; None at the end, even after an error."""
+        """Feed ``queue`` with pieces and their audio in flight; None at the end, even after an error.
+
+        Audio is asked for only while the response is less than ``MAX_AHEAD_S`` ahead of real time.
+        """
         error: Exception | None = None
         try:
             async for text, prepared_audio in pieces:
@@ -388,7 +430,8 @@ class Stream:
                     audio.cancel()
                     audio = None
                 elif wants_audio and audio is None:
-                    audio = self._model.speak(text, voice)
+                    await pacing.wait()
+                    audio = self._say(text, voice)
                 try:
                     await queue.put((text, audio))
                 except asyncio.CancelledError:
@@ -403,15 +446,17 @@ class Stream:
 
     async def _emit_audio(
         self, epoch: int, rid: str, text: str, audio: concurrent.futures.Future[Speech], voice: str
-    ) -> None:
+    ) -> float:
+        """Emit one piece's audio; its length in seconds."""
         try:
             speech = await asyncio.wrap_future(audio)
-        except ModelError as exc:  # Piper failed: espeak-ng is the instant fallback
+        except SynthesisError as exc:  # Piper could not say it: espeak-ng is the instant fallback
             logger.warning("speech synthesis failed, falling back to espeak-ng: %s", exc)
-            speech = await asyncio.wrap_future(self._model.speak(text, "espeak"))
+            speech = await asyncio.wrap_future(self._say(text, "espeak"))
         for start in range(0, len(speech.pcm), AUDIO_DELTA_BYTES):
             chunk = speech.pcm[start : start + AUDIO_DELTA_BYTES]
             self._emit(OutputKind.AUDIO_DELTA, epoch, response_id=rid, audio=chunk)
+        return len(speech.pcm) / 2 / tts.SAMPLE_RATE
 
     # -- plumbing --------------------------------------------------------------------------------
 
@@ -426,9 +471,10 @@ class Stream:
         audio: bytes = b"",
         audio_ms: int = 0,
         status: str = "",
+        code: str = "",
     ) -> None:
         if not self._is_closed:
-            output = VoiceOutput(kind, epoch, response_id, item_id, text, audio, audio_ms, status)
+            output = VoiceOutput(kind, epoch, response_id, item_id, text, audio, audio_ms, status, code)
             self._outputs.put_nowait(output)
 
     def _spawn(self, coroutine: Coroutine[Any, Any, T]) -> asyncio.Task[T]:

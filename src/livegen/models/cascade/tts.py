@@ -1,41 +1,51 @@
-"""livegen's side of the speech-synthesis worker: one subprocess, shared, restarted if it dies.
+"""livegen's side of speech synthesis: a pool of worker processes, shared fairly by sessions.
 
-Piper and espeak-ng are GPL, so they live in ``tts_worker``'s process; this
-module only starts it and trades ``wire`` frames with it. It is thread-based,
-not asyncio-based, on purpose: one ``Worker`` serves every session of the
-process, whatever event loop each runs on, and ``speak`` returns a
-``concurrent.futures.Future`` that a stream awaits with ``asyncio.wrap_future``.
-Cancelling that future tells the worker to skip the sentence if it has not
-started it, so a barged-in answer stops costing CPU at once.
+Piper and espeak-ng are GPL, so they live in ``tts_worker``'s processes;
+this module only queues work for them, and ``supervisor`` talks to them.
+``Pool.speak`` returns a ``concurrent.futures.Future`` at once (a stream on
+any event loop awaits it with ``asyncio.wrap_future``); nothing here blocks
+the caller.
 
-A reader thread resolves futures from the replies; when the pipe ends it
-fails every pending future with ``ModelError`` and the next ``speak`` starts
-a fresh worker.
+Scheduling is what keeps one session from starving the others:
+
+- a text is cut into parts of at most ``sentences.MAX_PIECE_CHARS``, and a
+  worker takes one part at a time, so a cancel takes effect at the next part
+  (and reaches the worker, whose Piper stops at its next chunk);
+- each owner (a session) has at most one part in a worker at a time, and
+  owners with work waiting are served round-robin, part by part;
+- there are several workers (``LIVEGEN_TTS_WORKERS``, by default the cores,
+  at least 2 and at most 8), so one long answer never holds them all.
+
+A worker that dies or hangs fails only the job it was running, with a
+``SpeechWorkerError``; ``health`` says which worker is restarting and why.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import itertools
-import logging
 import os
-import selectors
-import subprocess
 import sys
 import threading
-from dataclasses import dataclass
-from pathlib import Path
-from typing import IO, Any
+import time
+from collections import deque
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from typing import Any
 
 from livegen.errors import ModelError
-from livegen.models.cascade import wire
-
-logger = logging.getLogger("livegen.models.cascade")
+from livegen.models.cascade import sentences
+from livegen.models.cascade.supervisor import Slot, SpeechWorkerError, SpeechWorkerStuck, Timing, discard
 
 SAMPLE_RATE = 24_000
-#: Loading Piper's voice takes about a second; a worker silent for this long is stuck.
-STARTUP_TIMEOUT_S = 120.0
+#: Most workers started by default, whatever the core count: each holds about 190 MB (Piper loaded).
+MAX_DEFAULT_WORKERS = 8
+
+
+class SynthesisError(ModelError):
+    """The engine could not say this text (a bad voice, say); the worker is fine."""
+
+    code = "speech_synthesis_failed"
 
 
 @dataclass(frozen=True)
@@ -45,164 +55,194 @@ class Speech:
     engine: str
 
 
-class Worker:
-    def __init__(self, engines: tuple[str, ...] = ("piper", "espeak"), threads: int = 1) -> None:
-        self._argv = [
-            sys.executable,
-            "-m",
-            "livegen.models.cascade.tts_worker",
-            "--engines",
-            ",".join(engines),
-            "--threads",
-            str(threads),
-        ]
-        self._lock = threading.Lock()
-        self._ids = itertools.count()
-        #: Request id -> (the worker it was sent to, its future).
-        self._pending: dict[int, tuple[subprocess.Popen[bytes], concurrent.futures.Future[Speech]]] = {}
-        self._process: subprocess.Popen[bytes] | None = None
-        #: Engines the running worker loaded, preferred first.
-        self.engines: list[str] = []
-        #: Times the worker was started (1 + restarts).
-        self.num_starts = 0
-        with self._lock:
-            self._start()
+@dataclass
+class Job:
+    """One ``speak`` call: its parts, spoken one at a time, and the audio so far."""
+
+    owner: Hashable
+    parts: deque[str]
+    engine: str
+    voice: str
+    speed: float
+    future: concurrent.futures.Future[Speech] = field(default_factory=concurrent.futures.Future)
+    pcm: list[bytes] = field(default_factory=list)
+    engine_used: str = ""
+
+
+def default_workers() -> int:
+    value = os.environ.get("LIVEGEN_TTS_WORKERS", "")
+    if value.isdigit() and int(value) > 0:
+        return int(value)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(2, min(cores, MAX_DEFAULT_WORKERS))
+
+
+class Pool:
+    def __init__(
+        self,
+        engines: tuple[str, ...] = ("piper", "espeak"),
+        threads: int = 1,
+        size: int | None = None,
+        timing: Timing | None = None,
+    ) -> None:
+        argv = [sys.executable, "-m", "livegen.models.cascade.tts_worker"]
+        argv += ["--engines", ",".join(engines), "--threads", str(threads)]
+        self._cond = threading.Condition()
+        #: Owners with parts waiting, in round-robin order (a dict keeps insertion order).
+        self._waiting: dict[Hashable, deque[Job]] = {}
+        #: Owners with a part in a worker.
+        self._busy: set[Hashable] = set()
+        self.closing = threading.Event()
+        #: Parts the workers answered (spoken, failed or cancelled), for tests and benchmarks.
+        self.num_parts = 0
+        timing = timing or Timing()
+        self.slots = [Slot(self, index, argv, timing) for index in range(size or default_workers())]
+        launched = [slot.launch() for slot in self.slots]  # the workers load in parallel
+        try:
+            for slot, process in zip(self.slots, launched, strict=True):
+                slot.handshake(process)
+        except ModelError:
+            for process in launched:  # the ones not adopted yet are nobody's to close
+                discard(process)
+            self.close()
+            raise
+        for slot in self.slots:
+            slot.run()
+
+    @property
+    def is_closed(self) -> bool:
+        return self.closing.is_set()
+
+    @property
+    def engines(self) -> list[str]:
+        """Engines the workers loaded, preferred first."""
+        return next((slot.engines for slot in self.slots if slot.engines), [])
+
+    @property
+    def num_starts(self) -> int:
+        """Worker processes started so far (the pool's size, plus restarts)."""
+        return sum(slot.num_starts for slot in self.slots)
 
     def speak(
-        self, text: str, engine: str = "piper", voice: str = "", speed: float = 1.0
+        self,
+        text: str,
+        engine: str = "piper",
+        voice: str = "",
+        speed: float = 1.0,
+        owner: Hashable | None = None,
     ) -> concurrent.futures.Future[Speech]:
-        """Synthesise one sentence; the future's result is PCM16 at 24 kHz."""
-        future: concurrent.futures.Future[Speech] = concurrent.futures.Future()
-        request = {"op": "speak", "text": text, "engine": engine, "voice": voice, "speed": speed}
-        with self._lock:
-            if self._process is None or self._process.poll() is not None:
-                self._start()
-            assert self._process is not None
-            request["id"] = request_id = next(self._ids)
-            self._pending[request_id] = (self._process, future)
-            self._send(request)
-        future.add_done_callback(lambda done: self._on_done(request_id, done))
-        return future
+        """Synthesise ``text`` for ``owner`` (None: a job of its own); the result is PCM16 at 24 kHz.
 
-    def close(self) -> None:
-        with self._lock:
-            process, self._process = self._process, None
-        if process is None:
-            return
-        if process.stdin:
-            with contextlib.suppress(BrokenPipeError):
-                process.stdin.close()
-        try:
-            process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        Cancelling the future drops the parts not yet spoken and stops the one being spoken.
+        """
+        parts = deque(sentences.bound(text) or [text])
+        job = Job(object() if owner is None else owner, parts, engine, voice, speed)
+        with self._cond:
+            if self.is_closed:
+                job.future.set_exception(ModelError("the speech workers are closed"))
+                return job.future
+            self._waiting.setdefault(job.owner, deque()).append(job)
+            self._cond.notify()
+        return job.future
+
+    def health(self) -> tuple[bool, str, list[dict[str, Any]]]:
+        """Whether every worker serves, why not, and each worker's state."""
+        workers = [
+            {"index": s.index, "state": s.state, "pid": s.pid(), "starts": s.num_starts, "reason": s.reason}
+            for s in self.slots
+        ]
+        reasons = [s.reason for s in self.slots if s.state not in ("ready", "busy")]
+        return not reasons, "; ".join(reasons), workers
 
     def pid(self) -> int | None:
-        return self._process.pid if self._process else None
+        """The first worker's process id."""
+        return self.slots[0].pid() if self.slots else None
 
-    def _start(self) -> None:
-        """Start a worker and wait for its hello. Called with the lock held."""
-        process = subprocess.Popen(
-            self._argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=_child_env()
-        )
-        assert process.stdout is not None
-        try:
-            if not _readable_within(process.stdout, STARTUP_TIMEOUT_S):
-                raise wire.FrameError(f"no hello within {STARTUP_TIMEOUT_S} s")
-            hello, _ = wire.read_frame(process.stdout)
-        except wire.FrameError as exc:
-            code = _discard(process)
-            raise ModelError(f"the speech worker did not start ({exc}; exit code {code})") from exc
-        if not hello.get("engines"):
-            _discard(process)
-            raise ModelError(f"the speech worker loaded no engine: {hello.get('errors')}")
-        for name, error in hello.get("errors", {}).items():
-            logger.warning("speech engine %s is unavailable: %s", name, error)
-        self._process, self.engines = process, list(hello["engines"])
-        self.num_starts += 1
-        threading.Thread(target=self._read, args=(process,), name="tts-replies", daemon=True).start()
+    def pids(self) -> list[int | None]:
+        return [slot.pid() for slot in self.slots]
 
-    def _send(self, header: dict[str, Any]) -> None:
-        assert self._process is not None and self._process.stdin is not None
-        try:
-            wire.write_frame(self._process.stdin, header)
-        except (BrokenPipeError, ValueError) as exc:
-            # The reader thread fails the pending futures when it sees the pipe end.
-            logger.warning("speech worker pipe is closed: %s", exc)
+    def close(self) -> None:
+        with self._cond:
+            self.closing.set()
+            waiting = [job for jobs in self._waiting.values() for job in jobs]
+            self._waiting.clear()
+            self._cond.notify_all()
+        for slot in self.slots:
+            slot.close()
+        for job in waiting:
+            _fail(job, ModelError("the speech workers are closed"))
 
-    def _read(self, process: subprocess.Popen[bytes]) -> None:
-        assert process.stdout is not None
-        try:
-            while True:
-                header, payload = wire.read_frame(process.stdout)
-                self._resolve(header, payload)
-        except wire.FrameError:
-            pass
-        finally:
-            process.stdout.close()
-        self._fail_all(process)
+    # -- what the slots call ------------------------------------------------------------------------
 
-    def _resolve(self, header: dict[str, Any], payload: bytes) -> None:
-        with self._lock:
-            entry = self._pending.pop(int(header.get("id", -1)), None)
-        if entry is None or entry[1].done():
-            return
-        future = entry[1]
-        try:
-            if header.get("status") == "ok":
-                future.set_result(Speech(payload, str(header.get("engine"))))
-            elif header.get("status") == "error":
-                future.set_exception(ModelError(f"speech synthesis failed: {header.get('error')}"))
-            else:
-                future.cancel()
-        except concurrent.futures.InvalidStateError:
-            pass  # cancelled by its caller meanwhile
+    def take(self, slot: Slot, timeout: float) -> tuple[Job, str] | None:
+        """The next part for ``slot``, fairly; None after ``timeout`` with nothing to do."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while (job := self._pick()) is None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self.is_closed:
+                    return None
+                self._cond.wait(remaining)
+            return job, job.parts.popleft()
 
-    def _fail_all(self, process: subprocess.Popen[bytes]) -> None:
-        code = process.wait()
-        with self._lock:
-            if self._process is process:
-                self._process = None
-            if process.stdin:
-                with contextlib.suppress(OSError):
-                    process.stdin.close()
-            pending = [i for i, (owner, _) in self._pending.items() if owner is process]
-            futures = [self._pending.pop(i)[1] for i in pending]
-        if futures:
-            logger.warning("speech worker exited with code %s; failing %d requests", code, len(futures))
-        for future in futures:
-            if not future.done():
-                future.set_exception(ModelError(f"the speech worker exited with code {code}"))
+    def part_done(self, job: Job, reply: dict[str, Any], payload: bytes) -> None:
+        status = reply.get("status")
+        if status == "ok":
+            job.pcm.append(payload)
+            job.engine_used = job.engine_used or str(reply.get("engine"))
+            if not job.parts:
+                _succeed(job, Speech(b"".join(job.pcm), job.engine_used))
+        elif status == "error":
+            _fail(job, SynthesisError(f"speech synthesis failed: {reply.get('error')}"))
+        else:
+            job.future.cancel()
+        self._release(job)
 
-    def _on_done(self, request_id: int, future: concurrent.futures.Future[Speech]) -> None:
-        if not future.cancelled():
-            return
-        with self._lock:
-            entry = self._pending.pop(request_id, None)
-            if entry is not None and entry[0] is self._process:
-                self._send({"op": "cancel", "id": request_id})
+    def part_failed(self, job: Job, error: ModelError) -> None:
+        _fail(job, error)
+        self._release(job)
+
+    def _release(self, job: Job) -> None:
+        """The owner's part is out of the worker: its next part waits its turn behind other owners."""
+        with self._cond:
+            self.num_parts += 1
+            self._busy.discard(job.owner)
+            if job.parts and not job.future.done() and not self.is_closed:
+                jobs = self._waiting.pop(job.owner, deque())
+                jobs.appendleft(job)
+                self._waiting[job.owner] = jobs
+            self._cond.notify_all()
+
+    def _pick(self) -> Job | None:
+        """The first job of the first owner in turn with none in a worker. Called with the lock held."""
+        for owner in list(self._waiting):
+            jobs = self._waiting[owner]
+            while jobs and jobs[0].future.done():  # cancelled while waiting
+                jobs.popleft()
+            if not jobs:
+                del self._waiting[owner]
+                continue
+            if owner in self._busy:
+                continue
+            job = jobs.popleft()
+            del self._waiting[owner]
+            if jobs:
+                self._waiting[owner] = jobs  # to the back of the round
+            self._busy.add(owner)
+            return job
+        return None
 
 
-def _discard(process: subprocess.Popen[bytes]) -> int:
-    """Kill a worker that never became usable and release its pipes; its exit code."""
-    process.kill()
-    for pipe in (process.stdin, process.stdout):
-        if pipe is not None:
-            with contextlib.suppress(OSError):
-                pipe.close()
-    return process.wait()
+def _succeed(job: Job, speech: Speech) -> None:
+    if not job.future.done():
+        with contextlib.suppress(concurrent.futures.InvalidStateError):  # cancelled by its caller meanwhile
+            job.future.set_result(speech)
 
 
-def _readable_within(stream: IO[bytes], timeout_s: float) -> bool:
-    with selectors.DefaultSelector() as selector:
-        selector.register(stream, selectors.EVENT_READ)
-        return bool(selector.select(timeout_s))
+def _fail(job: Job, error: ModelError) -> None:
+    if not job.future.done():
+        with contextlib.suppress(concurrent.futures.InvalidStateError):
+            job.future.set_exception(error)
 
 
-def _child_env() -> dict[str, str]:
-    """The environment for the worker: it must import this very copy of livegen."""
-    root = str(Path(__file__).resolve().parents[3])
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
-    return env
+__all__ = ["Pool", "Speech", "SpeechWorkerError", "SpeechWorkerStuck", "SynthesisError", "Timing"]

@@ -3,16 +3,18 @@
 Run as ``python -m livegen.models.cascade.tts_worker``. Both synthesisers are
 GPL-3.0 (Piper's code, and espeak-ng, which Piper links for phonemes), so
 livegen never loads them into its own process: it starts this worker and
-exchanges ``wire`` frames with it over stdin/stdout. One worker serves every
-session of a process; ``tts.Worker`` owns its lifetime and restarts it.
+exchanges ``wire`` frames with it over stdin/stdout. ``tts.Pool`` runs a few
+of them, gives each one job at a time, and restarts one that dies or hangs.
 
 Requests: ``{"op": "speak", "id", "text", "engine", "voice", "speed"}`` (one
-sentence or clause each) and ``{"op": "cancel", "id"}``. Replies: first a
-``{"op": "ready", "engines", "errors", "sample_rate"}`` hello, then one
-``{"id", "status": "ok" | "cancelled" | "error", "engine"}`` frame per
-request with PCM16 at ``sample_rate`` as payload. A reader thread takes
-requests, so a cancel lands while a sentence is being synthesised and the
-sentences queued behind it are skipped.
+piece of a sentence each), ``{"op": "cancel", "id"}`` and ``{"op": "ping",
+"id"}``. Replies: first a ``{"op": "ready", "engines", "errors",
+"sample_rate"}`` hello, then one ``{"id", "status": "ok" | "cancelled" |
+"error" | "pong", "engine"}`` frame per request, with PCM16 at
+``sample_rate`` as the payload of ``ok``. A reader thread takes requests and
+answers pings itself, so a ping proves the process is alive while a sentence
+is being synthesised, and a cancel lands mid-sentence: Piper stops at its next
+chunk and the requests queued behind are skipped.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import argparse
 import ctypes
 import os
 import queue
+import signal
 import sys
 import threading
 from collections.abc import Callable
@@ -38,8 +41,8 @@ SAMPLE_RATE = 24_000
 class Engine(Protocol):
     name: str
 
-    def speak(self, text: str, voice: str, speed: float) -> np.ndarray:
-        """Float samples in [-1, 1] at ``SAMPLE_RATE``."""
+    def speak(self, text: str, voice: str, speed: float, is_cancelled: Callable[[], bool]) -> np.ndarray:
+        """Float samples in [-1, 1] at ``SAMPLE_RATE``; may stop early once ``is_cancelled()``."""
         ...
 
 
@@ -66,11 +69,15 @@ class Piper:
         self._voice = PiperVoice(config=config, session=session)
         self._rate = config.sample_rate
 
-    def speak(self, text: str, voice: str, speed: float) -> np.ndarray:
+    def speak(self, text: str, voice: str, speed: float, is_cancelled: Callable[[], bool]) -> np.ndarray:
         from piper.config import SynthesisConfig
 
         config = SynthesisConfig(length_scale=1.0 / speed)
-        pieces = [chunk.audio_float_array for chunk in self._voice.synthesize(text, config)]
+        pieces = []
+        for chunk in self._voice.synthesize(text, config):  # a chunk per phonemised sentence
+            pieces.append(chunk.audio_float_array)
+            if is_cancelled():
+                break
         audio = np.concatenate(pieces) if pieces else np.zeros(0, np.float32)
         return _resample(audio, self._rate)
 
@@ -102,7 +109,7 @@ class Espeak:
             self._samples.append(ctypes.string_at(wav, num_samples * 2))
         return 0
 
-    def speak(self, text: str, voice: str, speed: float) -> np.ndarray:
+    def speak(self, text: str, voice: str, speed: float, is_cancelled: Callable[[], bool]) -> np.ndarray:
         if self._lib.espeak_SetVoiceByName((voice or "en-us").encode()) != 0:
             raise ValueError(f"espeak-ng has no voice {voice!r}")
         self._lib.espeak_SetParameter(self._RATE, int(175 * speed), 0)
@@ -129,7 +136,7 @@ def _to_pcm16(audio: np.ndarray) -> bytes:
 
 
 class Server:
-    """Reads requests on one thread, synthesises on the main thread, in order."""
+    """Reads requests and answers pings on one thread, synthesises on the main thread, in order."""
 
     def __init__(self, engines: dict[str, Engine], requests: IO[bytes], replies: IO[bytes]) -> None:
         self._engines = engines
@@ -138,6 +145,12 @@ class Server:
         self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self._cancelled: set[int] = set()
         self._lock = threading.Lock()
+        #: Both threads write replies; a frame must go out whole.
+        self._write_lock = threading.Lock()
+
+    def _reply(self, header: dict[str, Any], payload: bytes = b"") -> None:
+        with self._write_lock:
+            wire.write_frame(self._replies, header, payload)
 
     def run(self) -> None:
         threading.Thread(target=self._read, name="tts-requests", daemon=True).start()
@@ -151,6 +164,8 @@ class Server:
                 if header.get("op") == "cancel":
                     with self._lock:
                         self._cancelled.add(int(header["id"]))
+                elif header.get("op") == "ping":
+                    self._reply({"id": int(header["id"]), "status": "pong"})
                 elif header.get("op") == "speak":
                     self._queue.put(header)
         except wire.FrameError:
@@ -159,19 +174,27 @@ class Server:
 
     def _answer(self, request: dict[str, Any]) -> None:
         request_id = int(request["id"])
-        with self._lock:
-            if request_id in self._cancelled:
-                self._cancelled.discard(request_id)
-                wire.write_frame(self._replies, {"id": request_id, "status": "cancelled"})
-                return
-        engine = self._engines.get(str(request.get("engine"))) or next(iter(self._engines.values()))
-        try:
-            audio = engine.speak(str(request["text"]), str(request.get("voice", "")), _speed(request))
-        except Exception as exc:  # one bad sentence must not end the worker
-            wire.write_frame(self._replies, {"id": request_id, "status": "error", "error": repr(exc)})
+        if self._is_cancelled(request_id, forget=True):
+            self._reply({"id": request_id, "status": "cancelled"})
             return
-        header = {"id": request_id, "status": "ok", "engine": engine.name}
-        wire.write_frame(self._replies, header, _to_pcm16(audio))
+        engine = self._engines.get(str(request.get("engine"))) or next(iter(self._engines.values()))
+        text, voice = str(request["text"]), str(request.get("voice", ""))
+        try:
+            audio = engine.speak(text, voice, _speed(request), lambda: self._is_cancelled(request_id))
+        except Exception as exc:  # one bad sentence must not end the worker
+            self._reply({"id": request_id, "status": "error", "error": repr(exc)})
+            return
+        if self._is_cancelled(request_id, forget=True):
+            self._reply({"id": request_id, "status": "cancelled"})
+            return
+        self._reply({"id": request_id, "status": "ok", "engine": engine.name}, _to_pcm16(audio))
+
+    def _is_cancelled(self, request_id: int, forget: bool = False) -> bool:
+        with self._lock:
+            is_cancelled = request_id in self._cancelled
+            if forget:  # ids only grow: a cancel that came too late for an earlier id is moot
+                self._cancelled = {i for i in self._cancelled if i > request_id}
+            return is_cancelled
 
 
 def _speed(request: dict[str, Any]) -> float:
@@ -196,6 +219,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engines", default="piper,espeak", help="Engines to load, preferred first.")
     parser.add_argument("--threads", type=int, default=1, help="ONNX intra-op threads for Piper.")
     args = parser.parse_args(argv)
+    # A Ctrl-C at the terminal reaches the whole process group; the supervisor ends this worker
+    # by closing its input (or kills it), so it does not die mid-frame with a traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     # Frames go to a private copy of stdout; fd 1 itself points at stderr, so a
     # library that prints cannot corrupt the frame stream.
     replies = os.fdopen(os.dup(sys.stdout.fileno()), "wb")

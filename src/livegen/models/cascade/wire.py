@@ -23,9 +23,13 @@ class FrameError(Exception):
     """The pipe ended or carried something that is not a frame."""
 
 
-def write_frame(stream: IO[bytes], header: dict[str, Any], payload: bytes = b"") -> None:
+def encode_frame(header: dict[str, Any], payload: bytes = b"") -> bytes:
     body = json.dumps(header, separators=(",", ":")).encode()
-    stream.write(_LENGTH.pack(len(body)) + body + _LENGTH.pack(len(payload)) + payload)
+    return _LENGTH.pack(len(body)) + body + _LENGTH.pack(len(payload)) + payload
+
+
+def write_frame(stream: IO[bytes], header: dict[str, Any], payload: bytes = b"") -> None:
+    stream.write(encode_frame(header, payload))
     stream.flush()
 
 

@@ -1,0 +1,359 @@
+"""Every error livegen sends on the voice wire: one table, OpenAI's words where OpenAI has them.
+
+Clients match errors by code and often by message text (LiveKit drops
+"Cancellation failed: no active response found" and nothing else; pipecat
+fails a retrieve only on ``item_retrieve_invalid_item_id`` and treats any
+other code as fatal), so an error's code, message and ``param`` are part of
+the protocol. Each row here is one error: its ``error.type``, code, message
+template, default ``param``, where it comes from, and when it is sent. Raise
+sites build their exception from a row (``ITEM_DELETE_INVALID_ITEM_ID.error(
+item_id=...)``); no code or message is written anywhere else in the voice
+path, and ``tests/protocol/test_error_table.py`` checks both that and that
+docs/voice-protocol.md shows this table as ``markdown_table()`` renders it.
+
+Origins:
+
+- ``openai``: code, message and param as OpenAI sends them (messages taken
+  from what real clients and recorded sessions match);
+- ``openai code``: OpenAI's code; OpenAI's message names the offending field
+  in words of its own, ours says what was wrong;
+- ``livegen``: an extension; OpenAI has no such error.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from string import Formatter
+from typing import Any, Literal
+
+from livegen.errors import (
+    CapacityExceeded,
+    InvalidRequest,
+    InvalidState,
+    RemoteProtocolError,
+    Unauthorized,
+)
+
+Origin = Literal["openai", "openai code", "livegen"]
+#: ``param`` left to the row's default.
+_DEFAULT: Any = object()
+
+
+@dataclass(frozen=True)
+class WireError:
+    """One row of the table: an error as the client sees it."""
+
+    code: str
+    #: ``str.format`` template; ``{detail}`` rows carry a sentence written at the raise site.
+    message: str
+    origin: Origin
+    when: str
+    param: str | None = None
+    #: ``error.type``: OpenAI's family of the error.
+    error_type: str = "invalid_request_error"
+    #: The exception that carries it through the cores; None: sent only as a body (model failures).
+    kind: type[RemoteProtocolError] | None = InvalidRequest
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        return tuple(name for _, name, _, _ in Formatter().parse(self.message) if name)
+
+    def text(self, **fields: Any) -> str:
+        return self.message.format(**fields)
+
+    def error(
+        self, *, param: str | None = _DEFAULT, event_id: str | int | None = None, **fields: Any
+    ) -> RemoteProtocolError:
+        """The exception to raise; ``param`` overrides the row's where the field varies."""
+        if self.kind is None:
+            raise TypeError(f"{self.code} is sent as a body, not raised")
+        return self.kind(
+            self.text(**fields),
+            code=self.code,
+            param=self.param if param is _DEFAULT else param,
+            event_id=event_id,
+        )
+
+    def body(self, **fields: Any) -> dict[str, Any]:
+        """``{type, code, message}``: a response's ``status_details.error``."""
+        return {"type": self.error_type, "code": self.code, "message": self.text(**fields)}
+
+    def event_body(self, **fields: Any) -> dict[str, Any]:
+        """The ``error`` object of an ``error`` event not caused by one client event."""
+        return {**self.body(**fields), "param": self.param, "event_id": None}
+
+
+# --- decoding (protocol/realtime.py, protocol/audio.py) ----------------------------------
+INVALID_JSON = WireError(
+    "invalid_json", "the message is not valid JSON: {detail}", "livegen", "malformed text"
+)
+INVALID_EVENT = WireError(
+    "invalid_event", "{detail}", "livegen", "no `type`, not a JSON object, or a binary message"
+)
+UNKNOWN_EVENT_TYPE = WireError(
+    "invalid_value",
+    "Invalid value: '{event_type}'. Supported values are: {supported}.",
+    "openai",
+    "an unknown `type` (`supported` lists the event types this server takes, OpenAI's way)",
+    "type",
+)
+INVALID_VALUE = WireError(
+    "invalid_value", "{detail}", "openai code", "a field of the wrong shape or value (`param` names it)"
+)
+INVALID_TYPE = WireError(
+    "invalid_type",
+    "{detail}",
+    "openai code",
+    "a field of the wrong type, checked when the event is decoded (`param` is its dotted path)",
+)
+MISSING_REQUIRED_PARAMETER = WireError(
+    "missing_required_parameter",
+    "Missing required parameter: '{name}'.",
+    "openai",
+    "an event without a field it needs (`param` names it)",
+)
+INVALID_BASE64 = WireError(
+    "invalid_base64", "{detail}", "livegen", "audio that is not base64 or not whole samples", "audio"
+)
+INVALID_AUDIO_FORMAT = WireError(
+    "invalid_audio_format", "{detail}", "livegen", "an unknown audio format or rate"
+)
+
+# --- session.update (voice/config.py, voice/session.py) ----------------------------------
+UNSUPPORTED_TURN_DETECTION = WireError(
+    "unsupported_turn_detection",
+    "turn detection {kind!r} is not supported; use 'server_vad', 'semantic_vad' or null",
+    "livegen",
+    "a turn detection type other than `server_vad`, `semantic_vad` or null",
+)
+CANNOT_UPDATE_VOICE = WireError(
+    "cannot_update_voice",
+    "Cannot update a conversation's voice if assistant audio is present.",
+    "openai",
+    "a voice change after the session has spoken",
+    "session.audio.output.voice",
+    kind=InvalidState,
+)
+MODEL_CHANGE_UNSUPPORTED = WireError(
+    "model_change_unsupported",
+    "the session already uses {model!r}: the model can change only before the first append or response",
+    "livegen",
+    "`session.model` changed after the first append or response",
+    "session.model",
+    kind=InvalidState,
+)
+MODEL_NOT_FOUND = WireError(
+    "model_not_found",
+    "The model `{model}` does not exist or you do not have access to it.",
+    "openai",
+    "a model name that is neither served nor an alias (at connect: the socket closes after it)",
+)
+
+# --- input audio (voice/ledger.py, voice/session.py) -------------------------------------
+INPUT_AUDIO_BACKPRESSURE = WireError(
+    "input_audio_backpressure",
+    "input audio backpressure: {pending} bytes are waiting for the model and {size} more would pass "
+    "the {budget}-byte budget; slow down and resend this append",
+    "livegen",
+    "the append would pass the session's input budget; resend later, nothing accepted is lost",
+    "audio",
+    kind=CapacityExceeded,
+)
+INPUT_AUDIO_BUFFER_COMMIT_EMPTY = WireError(
+    "input_audio_buffer_commit_empty",
+    "Error committing input audio buffer: buffer too small. Expected at least {min_ms}ms of audio, "
+    "but buffer only has {buffered_ms:.2f}ms of audio.",
+    "openai",
+    "a commit with no audio since the last one",
+    kind=InvalidState,
+)
+TOO_MANY_PENDING_COMMITS = WireError(
+    "too_many_pending_commits",
+    "{pending} commits are already waiting for the model; wait for their items",
+    "livegen",
+    "more than 4 commits queued for the model",
+    kind=CapacityExceeded,
+)
+
+# --- conversation items (voice/conversation.py, voice/session.py) ------------------------
+ITEM_CREATE_DUPLICATE_ITEM_ID = WireError(
+    "item_create_duplicate_item_id",
+    "Error adding item: an item with id '{item_id}' already exists.",
+    "openai",
+    "`conversation.item.create` with an id already in the conversation",
+)
+PREVIOUS_ITEM_NOT_FOUND = WireError(
+    "item_not_found",
+    "previous_item_id {item_id!r} is not in the conversation",
+    "livegen",
+    "`conversation.item.create` after an unknown `previous_item_id`",
+    "previous_item_id",
+)
+ITEM_RETRIEVE_INVALID_ITEM_ID = WireError(
+    "item_retrieve_invalid_item_id",
+    "Error retrieving item: the item with id '{item_id}' does not exist.",
+    "openai",
+    "`conversation.item.retrieve` of an unknown id",
+)
+ITEM_DELETE_INVALID_ITEM_ID = WireError(
+    "item_delete_invalid_item_id",
+    "Error deleting item: the item with id '{item_id}' does not exist.",
+    "openai",
+    "`conversation.item.delete` of an unknown id",
+)
+ITEM_TRUNCATE_INVALID_ITEM_ID = WireError(
+    "item_truncate_invalid_item_id",
+    "Error truncating item: the item with id '{item_id}' does not exist.",
+    "openai",
+    "`conversation.item.truncate` of an unknown id",
+)
+TRUNCATE_BEYOND_AUDIO = WireError(
+    "invalid_value",
+    "Audio content of {audio_ms:.0f}ms is already shorter than {audio_end_ms}ms",
+    "openai",
+    "truncate past the item's audio by more than 250 ms (within that, clamped)",
+    "audio_end_ms",
+)
+
+# --- responses (voice/session.py, voice/output.py) ---------------------------------------
+CONVERSATION_ALREADY_HAS_ACTIVE_RESPONSE = WireError(
+    "conversation_already_has_active_response",
+    "Conversation already has an active response in progress: {response_id}. "
+    "Wait until the response is finished before creating a new one.",
+    "openai",
+    "`response.create` while one runs",
+    kind=InvalidState,
+)
+RESPONSE_CANCEL_NOT_ACTIVE = WireError(
+    "response_cancel_not_active",
+    "Cancellation failed: no active response found",
+    "openai",
+    "`response.cancel` with none running (or naming another)",
+    kind=InvalidState,
+)
+UNKNOWN_RESPONSE = WireError(
+    "unknown_response",
+    "playback.ack must name a recent response_id or item_id",
+    "livegen",
+    "`playback.ack` for a response the session no longer tracks",
+    "response_id",
+)
+MODEL_FAILED = WireError(
+    "model_error",
+    "{detail}",
+    "livegen",
+    "the model failed: an `error` event, or the `response.done` (`failed`) of its response",
+    error_type="server_error",
+    kind=None,
+)
+MODEL_APPEND_FAILED = WireError(
+    "model_append_failed",
+    "{detail}",
+    "livegen",
+    "the model refused input: that turn and its response are rolled back (`response.done` `failed`)",
+    error_type="server_error",
+    kind=None,
+)
+OUTPUT_OVERFLOW = WireError(
+    "output_overflow",
+    "the model made audio faster than it can be paced out",
+    "livegen",
+    "in `response.done` (`failed`): the model outran pacing by more than 2 minutes of audio",
+    error_type="server_error",
+    kind=None,
+)
+OUTBOX_OVERFLOW = WireError(
+    "outbox_overflow",
+    "the client is not reading events fast enough",
+    "livegen",
+    "in `response.done` (`failed`): the client read too slowly to drain the response",
+    error_type="server_error",
+    kind=None,
+)
+
+RATE_LIMIT_EXCEEDED = WireError(
+    "rate_limit_exceeded",
+    "{detail}",
+    "openai code",
+    "audio arrives faster than the session takes it (10x real time, bursts of 60 s of audio); "
+    "nothing of the append is kept: resend it later or in smaller pieces",
+    "audio",
+    kind=CapacityExceeded,
+)
+INTERNAL_ERROR = WireError(
+    "internal_error",
+    "the session failed on an internal error and was closed; open a new session",
+    "livegen",
+    "a bug of livegen's ended the session: then `session.closed` (`reason: server_error`), close 1011",
+    error_type="server_error",
+    kind=None,
+)
+
+# --- connecting and resuming (server/realtime.py, server/resume.py, server/auth.py) ------
+INVALID_API_KEY = WireError(
+    "invalid_api_key",
+    "{detail}",
+    "openai code",
+    "a missing or wrong API key (HTTP 401 before the upgrade)",
+    error_type="authentication_error",
+    kind=Unauthorized,
+)
+MODEL_NOT_READY = WireError(
+    "model_not_ready",
+    "the voice model is still loading; retry shortly",
+    "livegen",
+    "at connect, before the model has loaded: the socket closes (1013)",
+)
+TOO_MANY_SESSIONS = WireError(
+    "too_many_sessions",
+    "the server holds {limit} voice sessions",
+    "livegen",
+    "at connect, over `--max-sessions`: the socket closes (1013)",
+)
+MODEL_OPEN_FAILED = WireError(
+    "model_error",
+    "the voice model {model!r} could not open a stream: {detail}",
+    "livegen",
+    "the model could not open a stream (at connect the socket closes, 1011)",
+)
+INVALID_RESUME = WireError(
+    "invalid_resume",
+    "{detail}",
+    "livegen",
+    "the first event is not a matching `session.resume`, or `session.resume` inside a session",
+    kind=InvalidState,
+)
+SESSION_NOT_FOUND = WireError(
+    "session_not_found",
+    "{detail}",
+    "livegen",
+    "resume of an unknown, ended or expired session",
+)
+INVALID_RESUME_TOKEN = WireError(
+    "invalid_resume_token", "the resume token does not match", "livegen", "resume with a wrong token"
+)
+RESUME_GAP = WireError(
+    "resume_gap",
+    "{detail}",
+    "livegen",
+    "the journal no longer reaches back to `last_event_seq`",
+    "last_event_seq",
+)
+
+TABLE: tuple[WireError, ...] = tuple(v for v in dict(globals()).values() if isinstance(v, WireError))
+#: Every code livegen can send on the voice wire.
+CODES: frozenset[str] = frozenset(row.code for row in TABLE)
+
+
+def markdown_table() -> str:
+    """The table as docs/voice-protocol.md shows it (a test keeps the two equal)."""
+    lines = ["| code | type | message | param | origin | when |", "|---|---|---|---|---|---|"]
+    for row in TABLE:
+        message = re.sub(r"\{(\w+)[^}]*\}", r"{\1}", row.message).replace("|", "\\|")
+        param = f"`{row.param}`" if row.param else ""
+        lines.append(f"| `{row.code}` | {row.error_type} | {message} | {param} | {row.origin} | {row.when} |")
+    return "\n".join(lines)
+
+
+__all__ = ["CODES", "TABLE", "WireError", "markdown_table"]
