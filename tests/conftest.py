@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -16,6 +17,21 @@ from livegen.server.thread import ServerThread
 settings.register_profile("default", deadline=None, max_examples=100)
 settings.register_profile("ci", deadline=None, max_examples=300)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+@pytest.fixture(autouse=True)
+def livegen_logs_propagate() -> Iterator[None]:
+    """Undo ``logs.configure`` after a test that ran it (``livegen serve``'s CLI path does).
+
+    It stops the ``livegen`` logger propagating to the root, where pytest's
+    ``caplog`` listens: every later test that counts log lines (tracebacks,
+    refusals) would see none and pass or fail for the wrong reason.
+    """
+    logger = logging.getLogger("livegen")
+    saved = logger.handlers[:], logger.propagate, logger.level
+    yield
+    logger.handlers[:], logger.propagate = saved[0], saved[1]
+    logger.setLevel(saved[2])
 
 
 @pytest.fixture

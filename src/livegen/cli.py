@@ -29,6 +29,7 @@ BENCHES: dict[str, str] = {
     "world-workers": "livegen.bench.world_workers:world_workers",
     "world-model": "livegen.bench.world_model:command",
     "voice-faults": "livegen.bench.voice_faults:command",
+    "churn": "livegen.bench.churn:command",
     "fuzz": "livegen.bench.fuzz:command",
 }
 
@@ -137,11 +138,79 @@ def main() -> None:
     help="Ray cluster for --world-workers, e.g. 'auto' or 'ray://head:10001' [default: start a local Ray].",
 )
 @click.option(
+    "--world-model-path",
+    default=None,
+    type=click.Path(exists=True, file_okay=False),
+    help="Directory of world-model weights (causal-wan: the Wan 2.1 diffusers layout); never downloaded.",
+)
+@click.option(
+    "--world-dtype",
+    default="auto",
+    show_default=True,
+    type=click.Choice(["auto", "float32", "bfloat16", "float16"]),
+    help="Dtype of --world-model-path weights; auto: bfloat16 on a GPU, float32 on the CPU.",
+)
+@click.option(
+    "--world-device",
+    default="auto",
+    show_default=True,
+    help="Device of the world model: auto, cpu, cuda, cuda:1.",
+)
+@click.option(
     "--tts-workers",
     envvar="LIVEGEN_TTS_WORKERS",
     default=None,
     type=click.IntRange(1, 64),
     help="Speech-synthesis worker processes of the cascade voice model [default: the cores, 2 to 8].",
+)
+@click.option(
+    "--allowed-origins",
+    default=None,
+    help="Comma list of browser origins allowed (scheme://host[:port]), or '*'. "
+    "[default: loopback origins without --api-key, any with one; the server's own page always]",
+)
+@click.option(
+    "--allowed-hosts",
+    default=None,
+    help="Comma list of Host names allowed (DNS-rebinding guard), or '*'. "
+    "[default: the bound host, localhost and any IP address]",
+)
+@click.option(
+    "--max-connections",
+    default=256,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Open WebSocket connections, all routes; more are refused with HTTP 503.",
+)
+@click.option(
+    "--max-unsent-bytes",
+    default=16 * 1024 * 1024,
+    show_default=True,
+    type=click.IntRange(1024),
+    help="Bytes queued for one socket but not yet written; past it the socket closes with 4002.",
+)
+@click.option(
+    "--first-message-timeout",
+    "first_message_timeout_s",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(0),
+    help="Seconds a WebSocket may stay silent after connecting; then it closes with 4003 (0: no limit).",
+)
+@click.option(
+    "--keep-alive-timeout",
+    "keep_alive_timeout_s",
+    default=5,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Seconds an idle HTTP keep-alive connection is kept open.",
+)
+@click.option(
+    "--max-header-bytes",
+    default=16 * 1024,
+    show_default=True,
+    type=click.IntRange(1024),
+    help="Largest HTTP request head buffered while incomplete (h11 parser).",
 )
 def serve(**options: Any) -> None:
     """Serve voice and world sessions over WebSockets, with the demo page at /."""
@@ -152,8 +221,12 @@ def serve(**options: Any) -> None:
     from livegen import logs
     from livegen.errors import ConfigError
     from livegen.server import ServerConfig, create_app
+    from livegen.server.budgets import uvicorn_options
+    from livegen.server.origins import parse_list
 
     logs.configure(options["log_level"])
+    options["allowed_origins"] = parse_list(options["allowed_origins"])
+    options["allowed_hosts"] = parse_list(options["allowed_hosts"])
     config = ServerConfig(**options)
     if config.tts_workers is not None:  # read by the voice model's loader, which takes no arguments
         os.environ["LIVEGEN_TTS_WORKERS"] = str(config.tts_workers)
@@ -167,7 +240,7 @@ def serve(**options: Any) -> None:
         port=config.port,
         log_config=None,
         log_level=config.log_level,
-        ws_max_size=16 * 1024 * 1024,
+        **uvicorn_options(config),  # type: ignore[arg-type]
     )
 
 

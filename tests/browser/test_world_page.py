@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import httpx
 import numpy as np
+import pytest
 from page_browser import Browser
 from PIL import Image
 from selenium.webdriver.common.action_chains import ActionChains
@@ -277,3 +278,39 @@ def test_a_lost_server_is_said_in_words(
     browser.screenshot("world-server-gone")
     assert words.startswith(("Stopped: the server", "Closed by the server")), words
     assert browser.find("world-start").is_enabled()
+
+
+def tap(browser: Browser) -> Callable[[str], None]:
+    def press(key: str) -> None:
+        drawn = stats(browser)["framesDrawn"]
+        ActionChains(browser.driver).key_down(key).key_up(key).perform()
+        browser.wait_for(lambda: stats(browser)["framesDrawn"] > drawn + 8, what="frames after the tap")
+
+    return press
+
+
+def test_a_quick_key_tap_moves_the_agent(
+    start_server: Callable[..., ServerThread], open_browser: Callable[..., Browser]
+) -> None:
+    """A press and release far shorter than a chunk (250 ms) land in one chunk: on the `keys` track
+    the server makes them a tap, one frame of movement, where last-write-wins lost the press."""
+    browser, _ = open_world(start_server, open_browser)
+    move(browser, tap(browser), ARROWS)
+    assert stats(browser)["errors"] == []
+
+
+def test_the_page_steers_causal_wan_tiny_with_keys_and_mouse(
+    start_server: Callable[..., ServerThread], open_browser: Callable[..., Browser]
+) -> None:
+    """The causal Wan architecture behind the page: 64x64 frames, and its keys and mouse tracks fed
+    from the keyboard and drags over the canvas, each applied in a chunk that comes back."""
+    pytest.importorskip("diffusers")
+    browser, _ = open_world(start_server, open_browser, "causal-wan-tiny", "causal-wan-tiny")
+    assert browser.js("return document.querySelector('[data-testid=world-canvas]').width") == 64
+    sent = stats(browser)["eventsSent"]
+    ActionChains(browser.driver).key_down("w").key_up("w").perform()
+    canvas = browser.find("world-canvas")
+    ActionChains(browser.driver).click_and_hold(canvas).move_by_offset(12, 4).pause(0.3).release().perform()
+    browser.wait_for(lambda: stats(browser)["eventsSent"] >= sent + 4, what="key and mouse events sent")
+    browser.wait_for(lambda: len(stats(browser)["latenciesMs"]) >= 4, what="the events applied in chunks")
+    assert stats(browser)["errors"] == []

@@ -29,7 +29,7 @@ def test_is_the_default_world_model_where_tiny_world_cannot_load() -> None:
     assert registry.default(Kind.WORLD).name == "procedural-world"  # type: ignore[union-attr]
     model = registry.load("procedural-world")
     assert isinstance(model, WorldModel) and model.spec.kv is None
-    assert [t.name for t in model.spec.controls] == ["action"]
+    assert [t.name for t in model.spec.controls] == ["action", "keys"]
 
 
 def test_echoes_meta_and_shapes_frames() -> None:

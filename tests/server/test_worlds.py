@@ -42,7 +42,8 @@ async def test_session_created_describes_the_world(world_server: ServerThread) -
         assert created["fps"] == 16.0 and created["frames_per_chunk"] == 4
         assert created["seed"] == 7 and created["prompt"] == "snow" and created["pacing"] == "asap"
         assert created["output"] == {"format": "png", "quality": 85}
-        [control] = created["controls"]
+        control, keys = created["controls"]
+        assert keys["track"] == "keys" and keys["schema"] == "livegen.keys.v1"
         assert control["track"] == "action" and control["schema"] == "livegen.action.v1"
         assert control["json_schema"]["properties"]["action"]["enum"] == [
             "none",

@@ -1,7 +1,8 @@
 """The world core against DESIGN.md section 1's world promises, as a Hypothesis state machine.
 
 Rules are client events (new, duplicate and stale ids, overflow, poison controls
-a reducer refuses), model outcomes (commit, a wrong echo, a failed step, a
+a reducer refuses, keys pressed and released and mouse motion, whose chunks
+must see taps and summed motion), model outcomes (commit, a wrong echo, a failed step, a
 cancellation right after commit, a reducer commit that fails) and lifecycle
 (reset and close, with cleanup that works or fails). Illegal rules run too and
 must raise the typed error with the state unchanged.
@@ -42,6 +43,7 @@ from livegen.world import (
     Session,
     Status,
 )
+from livegen.world.schema import KEYS_SCHEMA, KEYS_V1, MOUSE_SCHEMA, MOUSE_V1
 
 MODE = ControlTrack(
     name="mode",
@@ -49,6 +51,8 @@ MODE = ControlTrack(
     json_schema={"type": "object", "properties": {"v": {"type": "string"}}, "required": ["v"]},
     default={"v": "idle"},
 )
+KEYS = ControlTrack("keys", KEYS_V1, KEYS_SCHEMA, {"down": [], "taps": []}, is_sticky=True)
+MOUSE = ControlTrack("mouse", MOUSE_V1, MOUSE_SCHEMA, {"dx": 0, "dy": 0, "wheel": 0, "buttons": 0})
 MAX_PENDING = 4
 SID = "world-1"
 
@@ -63,7 +67,7 @@ class PickyReducer(LastWriteWins):
     def prepare(
         self, current: Mapping[str, ControlInput], events: Sequence[Event], chunk_index: int
     ) -> Prepared:
-        if any(c.data["v"] == "poison" for e in events for c in e.controls):
+        if any(c.data.get("v") == "poison" for e in events for c in e.controls):
             raise ValueError("poison")
         return super().prepare(current, events, chunk_index)
 
@@ -92,7 +96,7 @@ class WorldMachine(RuleBasedStateMachine):
         counter = itertools.count()
         self.reducer = PickyReducer()
         self.manager = Manager(
-            tracks=[MODE],
+            tracks=[MODE, KEYS, MOUSE],
             new_id=lambda: str(next(counter)),
             max_sessions=1,
             reducer_factory=lambda: self.reducer,
@@ -108,6 +112,8 @@ class WorldMachine(RuleBasedStateMachine):
         self.refused: set[int] = set()
         self.next_id = 0
         self.seen_ids: list[int] = []
+        #: Event id -> ("keys", keys down) or ("mouse", dx), for what each chunk must see.
+        self.inputs: dict[int, tuple[str, Any]] = {}
 
     # -- helpers ---------------------------------------------------------------------------
     def drain(self) -> None:
@@ -152,6 +158,42 @@ class WorldMachine(RuleBasedStateMachine):
         self.next_id = event_id
         self.seen_ids.append(event_id)
 
+    def _input_event(self, gap: int, control: ControlInput, record: tuple[str, Any]) -> None:
+        self.drain()
+        event_id = self.next_id + gap
+        event = Event.of(event_id, None, [control])
+        if self.session.status is not Status.ACTIVE:
+            self.unchanged_after(lambda: self.session.accept(event), InvalidState)
+            return
+        if self.session.pending_event_count >= MAX_PENDING:
+            self.unchanged_after(lambda: self.session.accept(event), CapacityExceeded)
+            return
+        assert self.session.accept(event).status is AcceptStatus.ACCEPTED
+        self.next_id = event_id
+        self.seen_ids.append(event_id)
+        self.inputs[event_id] = record
+
+    @rule(gap=st.integers(1, 2), down=st.lists(st.sampled_from(["KeyW", "KeyA", "Space"]), unique=True))
+    def keys_event(self, gap: int, down: list[str]) -> None:
+        control = ControlInput.of("keys", KEYS_V1, {"down": down})
+        self._input_event(gap, control, ("keys", frozenset(down)))
+
+    @rule(gap=st.integers(1, 2), dx=st.integers(-5, 5))
+    def mouse_event(self, gap: int, dx: int) -> None:
+        self._input_event(gap, ControlInput.of("mouse", MOUSE_V1, {"dx": dx}), ("mouse", dx))
+
+    def check_inputs(self, plan: Plan) -> None:
+        """A chunk sees its own events' motion summed, and a key pressed and released as a tap."""
+        applied = [self.inputs[i] for i in plan.meta.applied_event_ids if i in self.inputs]
+        assert plan.controls["mouse"].data["dx"] == sum(v for kind, v in applied if kind == "mouse")
+        downs = [v for kind, v in applied if kind == "keys"]
+        keys = plan.controls["keys"].data
+        if downs:
+            assert set(keys["down"]) == downs[-1]
+            assert set(keys["taps"]) == frozenset().union(*downs) - downs[-1]
+        else:
+            assert keys["taps"] == ()
+
     @rule(data=st.data())
     def resend_event(self, data: st.DataObject) -> None:
         """A client retransmits an id it sent: duplicate (no change) or stale (typed error)."""
@@ -193,6 +235,7 @@ class WorldMachine(RuleBasedStateMachine):
         assert self.plan.meta.chunk_index == self.session.chunk_index == self.chunks_since_reset
         for event_id in applied:
             assert self.session.event_floor >= event_id
+        self.check_inputs(self.plan)
 
     def _commit(self) -> Output:
         assert self.plan is not None

@@ -46,6 +46,22 @@ CATALOG: list[ModelInfo] = [
         # The default of /v1/worlds wherever torch is installed: a world a real model generates.
         priority=40,
     ),
+    ModelInfo(
+        name="causal-wan",
+        kind=Kind.WORLD,
+        loader="livegen.models.causalwan.weights:load",
+        description="causal Wan 2.1 (Self-Forcing family) from --world-model-path DIR; bring the weights",
+        requires=("torch", "diffusers", "transformers"),
+        # Never the default: it needs a directory of weights.
+        priority=1000,
+    ),
+    ModelInfo(
+        name="causal-wan-tiny",
+        kind=Kind.WORLD,
+        loader="livegen.models.causalwan.loader:load_tiny",
+        description="causal Wan 2.1 (Self-Forcing architecture), tiny random config, no weights",
+        requires=("torch", "diffusers", "transformers"),
+    ),
 ]
 
 

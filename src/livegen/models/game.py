@@ -14,12 +14,15 @@ caller, so one seed always gives one room.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from livegen.models.world import ControlTrack, KVGeometry, WorldSpec
+from livegen.world.schema import KEYS_SCHEMA, KEYS_V1
 
 SIZE = 32
 WALL = 2
@@ -109,6 +112,42 @@ ACTION_TRACK = ControlTrack(
 )
 
 
+KEYS_TRACK = ControlTrack(
+    name="keys",
+    schema=KEYS_V1,
+    json_schema=KEYS_SCHEMA,
+    default={"down": [], "taps": []},
+    is_sticky=True,
+    description="Arrow keys or WASD (KeyboardEvent.code): a held key moves the agent like 'action'; "
+    "a tap, even one shorter than a chunk, moves it for one frame.",
+)
+#: Keys the room game understands, by ``KeyboardEvent.code``.
+DIRECTION_KEYS = {
+    "ArrowUp": "up",
+    "KeyW": "up",
+    "ArrowDown": "down",
+    "KeyS": "down",
+    "ArrowLeft": "left",
+    "KeyA": "left",
+    "ArrowRight": "right",
+    "KeyD": "right",
+}
+
+
+def frame_actions(controls: Mapping[str, Any], num_frames: int) -> list[str]:
+    """The action of each frame of a chunk: taps first (one frame each), else the held key, else
+    the ``action`` track."""
+    data = controls.get("action")
+    held = data.get("action", "none") if isinstance(data, Mapping) else "none"
+    held = held if held in ACTIONS else "none"
+    keys = controls.get("keys")
+    keys = keys if isinstance(keys, Mapping) else {}
+    downs = [DIRECTION_KEYS[k] for k in keys.get("down", ()) if k in DIRECTION_KEYS]
+    held = downs[-1] if downs else held
+    taps = [DIRECTION_KEYS[k] for k in keys.get("taps", ()) if k in DIRECTION_KEYS]
+    return [taps[k] if k < len(taps) else held for k in range(num_frames)]
+
+
 def room_spec(kv: KVGeometry | None = None, description: str = "") -> WorldSpec:
     """The spec both models of the room game serve: same frames, timing and controls."""
     return WorldSpec(
@@ -116,7 +155,7 @@ def room_spec(kv: KVGeometry | None = None, description: str = "") -> WorldSpec:
         height=SIZE,
         fps=FPS,
         frames_per_chunk=FRAMES_PER_CHUNK,
-        controls=(ACTION_TRACK,),
+        controls=(ACTION_TRACK, KEYS_TRACK),
         kv=kv,
         description=description,
     )

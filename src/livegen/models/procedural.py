@@ -8,14 +8,16 @@ own state, keyed by session id, and forgets it on ``release``.
 
 Control: track ``action``, schema ``livegen.action.v1``, data
 ``{"action": "none" | "up" | "down" | "left" | "right"}`` (held until
-changed). The prompt is free text; the first theme word it names (forest,
-ocean, desert, lava, snow, night) sets the colours, else the theme stays. The
-seed fixes the room's layout.
+changed), or track ``keys`` (``livegen.keys.v1``: held arrows or WASD, and
+taps that move the agent for one frame; ``game.frame_actions``). The prompt
+is free text; the first theme word it names (forest, ocean, desert, lava,
+snow, night) sets the colours, else the theme stays. The seed fixes the
+room's layout.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -55,9 +57,8 @@ class ProceduralWorld:
         ends: dict[str, tuple[game.State, int]] = {}
         for tick, state in zip(ticks, starts, strict=True):
             state = replace(state, theme=game.theme_from_prompt(tick.prompt, state.theme))
-            action = _action(tick.controls)
             frames = []
-            for _ in range(self.spec.frames_per_chunk):
+            for action in game.frame_actions(tick.controls, self.spec.frames_per_chunk):
                 state = game.step(state, action)
                 frames.append(game.render(state))
             ends[tick.meta.session_id] = (state, tick.meta.chunk_index + 1)
@@ -81,12 +82,6 @@ class ProceduralWorld:
 
     def release(self, session_id: str) -> None:
         self._games.pop(session_id, None)
-
-
-def _action(controls: Mapping[str, Any]) -> str:
-    data = controls.get("action")
-    value = data.get("action", "none") if isinstance(data, Mapping) else "none"
-    return value if value in game.ACTIONS else "none"
 
 
 def load() -> ProceduralWorld:

@@ -14,7 +14,8 @@ from __future__ import annotations
 import fnmatch
 import importlib
 import importlib.util
-from collections.abc import Callable, Iterable
+import inspect
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -31,7 +32,8 @@ class Kind(StrEnum):
 class ModelInfo:
     name: str
     kind: Kind
-    #: ``"package.module:function"``; the function takes no argument and returns the model.
+    #: ``"package.module:function"``; it returns the model, and takes no argument but the
+    #: server's model options (``ServerConfig.world_options``) for models that have any.
     loader: str
     description: str
     #: Modules that must be importable (an extra's packages) for the model to load.
@@ -93,10 +95,15 @@ class Registry:
             )
         return entry
 
-    def load(self, name: str) -> Any:
+    def load(self, name: str, options: Mapping[str, Any] | None = None) -> Any:
+        """The loaded model; ``options`` (e.g. a weights path) go to its loader as keywords."""
         entry = self.get(name)
         if entry.name not in self._loaded:
-            self._loaded[entry.name] = _import_loader(entry.loader)()
+            loader = _import_loader(entry.loader)
+            taken = inspect.signature(loader).parameters
+            if unknown := sorted(set(options or {}) - set(taken)):
+                raise ConfigError(f"model {entry.name!r} takes no {', '.join(unknown)} option")
+            self._loaded[entry.name] = loader(**(options or {}))
         return self._loaded[entry.name]
 
     def is_loaded(self, name: str) -> bool:

@@ -66,12 +66,15 @@ class KVGeometry:
     #: First frames of a rollout that are never evicted.
     sink_frames: int
     bytes_per_element: int = 4
+    #: K/V pairs per layer and token: 1, or more for models with extra caches (classifier-free
+    #: guidance keeps two branches, Matrix-Game adds keyboard and mouse caches).
+    num_branches: int = 1
 
     @property
     def page_bytes(self) -> int:
-        """Bytes of K and V for one frame across all layers."""
+        """Bytes of K and V for one frame across all layers and branches."""
         per_layer = 2 * self.num_heads * self.tokens_per_frame * self.head_dim
-        return self.num_layers * per_layer * self.bytes_per_element
+        return self.num_branches * self.num_layers * per_layer * self.bytes_per_element
 
 
 @dataclass(frozen=True)
@@ -85,9 +88,39 @@ class WorldSpec:
     controls: tuple[ControlTrack, ...]
     kv: KVGeometry | None = None
     description: str = ""
+    #: Output frames of chunk 0 where it differs from later chunks (a causal video VAE makes
+    #: 1 + 4(n-1) frames of its first n latent frames, then 4n); None: ``frames_per_chunk``.
+    first_chunk_frames: int | None = None
+    #: Latent frames (KV pages) per chunk; None: one per output frame, as tiny-world.
+    latent_frames_per_chunk: int | None = None
+    #: Latent frames of chunk 0 where it differs (an image-conditioned first chunk); None: the same.
+    first_chunk_latent_frames: int | None = None
+    #: Bytes of per-session model state besides KV pages (a VAE's causal decoder cache, the
+    #: prompt's cross-attention K/V), counted with the pages in admission.
+    state_bytes_per_session: int = 0
 
     def track(self, name: str) -> ControlTrack | None:
         return next((t for t in self.controls if t.name == name), None)
+
+    def frames_in_chunk(self, chunk_index: int) -> int:
+        """Output frames of chunk ``chunk_index``."""
+        if chunk_index == 0 and self.first_chunk_frames is not None:
+            return self.first_chunk_frames
+        return self.frames_per_chunk
+
+    def pages_in_chunk(self, chunk_index: int) -> int:
+        """KV pages (latent frames) chunk ``chunk_index`` writes."""
+        later = self.latent_frames_per_chunk or self.frames_per_chunk
+        if chunk_index == 0 and self.first_chunk_latent_frames is not None:
+            return self.first_chunk_latent_frames
+        return later
+
+    def media_time_ms(self, chunk_index: int) -> float:
+        """When chunk ``chunk_index``'s first frame is due on the media clock of its rollout."""
+        if chunk_index <= 0:
+            return 0.0
+        frames = self.frames_in_chunk(0) + (chunk_index - 1) * self.frames_per_chunk
+        return frames / self.fps * 1000
 
 
 @dataclass(frozen=True)

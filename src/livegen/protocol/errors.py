@@ -271,6 +271,15 @@ OUTBOX_OVERFLOW = WireError(
     error_type="server_error",
     kind=None,
 )
+UNSENT_BYTES_EXCEEDED = WireError(
+    "unsent_bytes_exceeded",
+    "the client is not reading: what is queued for it passed the server's budget",
+    "livegen",
+    "events queued for a client that does not read passed `--max-unsent-bytes` (or 576 events):"
+    " the session ends (`session.closed` `outbox_overflow`, close 4002)",
+    error_type="server_error",
+    kind=None,
+)
 
 RATE_LIMIT_EXCEEDED = WireError(
     "rate_limit_exceeded",

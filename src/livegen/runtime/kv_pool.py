@@ -6,12 +6,18 @@ across all layers (``KVGeometry.page_bytes``). A session keeps its first
 ``sink_frames`` pages for good and a sliding window of the last
 ``window_frames`` pages; each tick writes ``frames_per_chunk`` new pages.
 
+Pages count latent frames: ``frames_per_chunk`` here is a chunk's pages (its
+latent frames, ``WorldSpec.pages_in_chunk``), and chunk 0 may write a
+different number (``first_chunk_pages``).
+
 Admission is one formula: a session can hold at most
-``sink + window + frames_per_chunk`` pages at once, so the pool admits
-``budget_bytes // page_bytes // pages_per_session`` sessions and reserves that
-many pages for each on admission. A tick can then never run out of pages
-mid-rollout; a session that does not fit is refused cleanly at creation
-(``CapacityExceeded``, code ``kv_pool_full``), never a stall.
+``sink + window + max(pages per chunk)`` pages at once, plus the model's
+per-session state besides KV (``state_bytes_per_session``: a VAE's causal
+cache, the prompt's cross-attention K/V), so the pool admits
+``budget_bytes // (pages_per_session * page_bytes + state_bytes_per_session)``
+sessions and reserves that many pages for each on admission. A tick can then
+never run out of pages mid-rollout; a session that does not fit is refused
+cleanly at creation (``CapacityExceeded``, code ``kv_pool_full``), never a stall.
 
 Pages go back on failure and reset (``clear``: the session stays admitted)
 and on close or disconnect (``release``: it leaves).
@@ -23,7 +29,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from livegen.errors import CapacityExceeded, ConfigError, LocalProtocolError
-from livegen.models.world import KVGeometry
+from livegen.models.world import KVGeometry, WorldSpec
 
 
 @dataclass
@@ -40,23 +46,50 @@ def pages_per_session(geometry: KVGeometry, frames_per_chunk: int) -> int:
     return geometry.sink_frames + geometry.window_frames + frames_per_chunk
 
 
-def required_bytes(geometry: KVGeometry, frames_per_chunk: int, num_sessions: int) -> int:
-    """Bytes of KV storage that ``num_sessions`` concurrent sessions need."""
-    return num_sessions * pages_per_session(geometry, frames_per_chunk) * geometry.page_bytes
+def required_bytes(
+    geometry: KVGeometry, frames_per_chunk: int, num_sessions: int, state_bytes_per_session: int = 0
+) -> int:
+    """Bytes of KV storage and model state that ``num_sessions`` concurrent sessions need."""
+    per_session = pages_per_session(geometry, frames_per_chunk) * geometry.page_bytes
+    return num_sessions * (per_session + state_bytes_per_session)
 
 
 class Pool:
-    def __init__(self, geometry: KVGeometry, frames_per_chunk: int, budget_bytes: int) -> None:
+    def __init__(
+        self,
+        geometry: KVGeometry,
+        frames_per_chunk: int,
+        budget_bytes: int,
+        *,
+        first_chunk_pages: int | None = None,
+        state_bytes_per_session: int = 0,
+    ) -> None:
         self.geometry = geometry
         self.frames_per_chunk = frames_per_chunk
-        self.pages_per_session = pages_per_session(geometry, frames_per_chunk)
-        self.num_pages = budget_bytes // geometry.page_bytes
-        self.capacity = self.num_pages // self.pages_per_session
+        self.first_chunk_pages = first_chunk_pages or frames_per_chunk
+        most = max(frames_per_chunk, self.first_chunk_pages)
+        self.pages_per_session = pages_per_session(geometry, most)
+        self.state_bytes_per_session = state_bytes_per_session
+        self.capacity = budget_bytes // required_bytes(geometry, most, 1, state_bytes_per_session)
+        # The budget left once each admitted session's model state is set aside holds the pages.
+        self.num_pages = (budget_bytes - self.capacity * state_bytes_per_session) // geometry.page_bytes
         if self.capacity < 1:
-            need = required_bytes(geometry, frames_per_chunk, 1)
+            need = required_bytes(geometry, most, 1, state_bytes_per_session)
             raise ConfigError(f"KV budget of {budget_bytes} bytes is below one session's {need} bytes")
         self._free: list[int] = list(range(self.num_pages - 1, -1, -1))
         self._sessions: dict[str, _Pages] = {}
+
+    @classmethod
+    def for_spec(cls, spec: WorldSpec, budget_bytes: int) -> Pool:
+        """The pool for a model's spec: its geometry, pages per chunk and per-session state."""
+        assert spec.kv is not None
+        return cls(
+            spec.kv,
+            spec.pages_in_chunk(1),
+            budget_bytes,
+            first_chunk_pages=spec.pages_in_chunk(0),
+            state_bytes_per_session=spec.state_bytes_per_session,
+        )
 
     @property
     def num_sessions(self) -> int:
@@ -83,13 +116,22 @@ class Pool:
     def pages(self, session_id: str) -> tuple[int, ...]:
         return tuple(self._held(session_id).all())
 
-    def plan(self, session_id: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    def plan(
+        self, session_id: str, chunk_index: int | None = None
+    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """(context pages: sinks then window, oldest first; pages to write this chunk into)."""
         held = self._held(session_id)
         if held.writing:
             raise LocalProtocolError(f"session {session_id!r} already has a chunk being written")
-        held.writing = [self._free.pop() for _ in range(self.frames_per_chunk)]
+        count = self.first_chunk_pages if chunk_index == 0 else self.frames_per_chunk
+        held.writing = [self._free.pop() for _ in range(count)]
         return (*held.sink, *held.window), tuple(held.writing)
+
+    def abort(self, session_id: str) -> None:
+        """Drop the chunk being written: its pages go back, the context stays as it was."""
+        held = self._held(session_id)
+        self._free.extend(held.writing)
+        held.writing = []
 
     def commit(self, session_id: str) -> None:
         """The written chunk becomes context: sinks fill first, the window slides."""

@@ -45,10 +45,11 @@ def import_ray() -> ModuleType:
 class ModelHost:
     """The actor's body: one model and its KV storage in the actor's process."""
 
-    def __init__(self, model_name: str) -> None:
+    def __init__(self, model_name: str, options: Mapping[str, Any] | None = None) -> None:
         from livegen.models import default_registry
 
-        self.model: WorldModel = default_registry().load(model_name)
+        # ``options`` (a weights path, dtype, device) name things on the actor's node.
+        self.model: WorldModel = default_registry().load(model_name, options)
         self.kv_storage: Any = None
         #: Sessions stepped here and not released since: what this process holds.
         self.sessions: set[str] = set()
@@ -160,10 +161,12 @@ class Cluster:
         log_event(logger, "ray.connected", address=address or "local")
         return cls(is_owner=True)
 
-    async def start_workers(self, model_name: str, num_workers: int) -> list[RayWorker]:
+    async def start_workers(
+        self, model_name: str, num_workers: int, options: Mapping[str, Any] | None = None
+    ) -> list[RayWorker]:
         """Start ``num_workers`` actors, spread over the cluster's nodes, each loading the model."""
         host = self._ray.remote(num_cpus=1, scheduling_strategy="SPREAD")(ModelHost)
-        actors = [host.remote(model_name) for _ in range(num_workers)]
+        actors = [host.remote(model_name, dict(options or {})) for _ in range(num_workers)]
         loading = asyncio.gather(*(result_of(actor.spec.remote()) for actor in actors))
         try:
             specs = await asyncio.wait_for(loading, START_TIMEOUT_S)

@@ -15,6 +15,10 @@ The runner owns four tasks around one ``voice.Session``:
 - the *sender*, which writes events to the socket from a bounded outbox;
   audio that would overflow it fails that one response with a clear error,
   while control events (terminals above all) always have room (promise 5).
+  The outbox is bounded in events and in bytes (``outbox_bytes``: events are
+  encoded as they are queued, so the count is exact); a client that reads
+  nothing past either bound gets ``unsent_bytes_exceeded`` and the session
+  ends (``close_reason`` ``outbox_overflow``).
 
 Whoever feeds the runner (the WebSocket endpoint) decodes JSON before
 ``put_client``; the mailbox bound pushes back on a client that sends faster
@@ -36,7 +40,7 @@ from livegen.errors import RemoteProtocolError
 from livegen.logs import log_event
 from livegen.models.voice import StreamConfig, VoiceOutput, VoiceStream
 from livegen.protocol import realtime as wire
-from livegen.protocol.errors import INTERNAL_ERROR, MODEL_NOT_FOUND
+from livegen.protocol.errors import INTERNAL_ERROR, MODEL_NOT_FOUND, UNSENT_BYTES_EXCEEDED
 from livegen.runtime.mailbox import Mailbox
 from livegen.voice.chain import (
     Attempt,
@@ -66,6 +70,8 @@ FAILED_CLOSE_CODE = 1011
 class RunnerLimits:
     mailbox: int = 256
     outbox: int = 512
+    #: Bytes of queued events (beyond the one being written); None: bounded in events only.
+    outbox_bytes: int | None = None
 
 
 @dataclass(slots=True)
@@ -123,8 +129,12 @@ class Runner:
         self._chain: Mailbox[Attempt] = Mailbox()
         self._chain_resumed = asyncio.Event()
         self._chain_resumed.set()
-        #: (response id of an audio delta or None, event).
-        self._outbox: deque[tuple[str | None, dict[str, Any]]] = deque()
+        #: (response id of an audio delta or None, event, its wire text).
+        self._outbox: deque[tuple[str | None, dict[str, Any], str]] = deque()
+        #: Bytes of the wire text queued for the socket and not yet written.
+        self.outbox_bytes = 0
+        #: The reason the session closed with, once it has.
+        self.close_reason: str | None = None
         self._outbox_ready = asyncio.Event()
         self._outbox_empty = asyncio.Event()
         self._outbox_empty.set()
@@ -189,7 +199,7 @@ class Runner:
             exc_info=exc,
             extra={"fields": {"error": f"{type(exc).__name__}: {exc}", "session": self.session.id}},
         )
-        body = {**INTERNAL_ERROR.body(), "param": None, "event_id": None}
+        body = INTERNAL_ERROR.event_body()
         self._enqueue(Send({"type": "error", "event_id": self.session.ids("event"), "error": body}))
         try:
             effects = self.session.close(self._clock(), "server_error")
@@ -251,40 +261,75 @@ class Runner:
             elif isinstance(effect, SwitchModel):
                 self._switch = effect
             elif isinstance(effect, Closed):
-                pass  # the terminal is in the outbox; the loop ends on session.is_closed
+                self.close_reason = effect.reason  # the terminal is in the outbox; the loop ends
 
     def _enqueue(self, effect: Send) -> None:
+        if self.close_reason is not None:
+            return  # session.closed is the last event (a batch cut short by _not_reading)
         event = effect.event
         is_audio = event["type"] == "response.output_audio.delta"
-        if is_audio and len(self._outbox) >= self.limits.outbox:
+        text = wire.encode(event if self._dialect is None else self._dialect(event)).decode()
+        budget = self.limits.outbox_bytes
+        # One event passes whatever its size when nothing waits before it: the budget is on backlog.
+        is_over_bytes = budget is not None and bool(self._outbox) and self.outbox_bytes + len(text) > budget
+        if is_audio and (len(self._outbox) >= self.limits.outbox or is_over_bytes):
             self._drop_audio(event["response_id"])
             self._apply(self.session.on_outbox_overflow(self._clock()))
             return
-        if len(self._outbox) >= self.limits.outbox + CONTROL_RESERVE:
-            # A client that reads nothing at all: end the session rather than grow without bound.
-            log_event(logger, "voice.outbox_full", logging.WARNING, session=self.session.id)
-            self._outbox.clear()
-            self._apply(self.session.close(self._clock(), "outbox_overflow"))
+        if len(self._outbox) >= self.limits.outbox + CONTROL_RESERVE or is_over_bytes:
+            self._not_reading()
             return
-        self._outbox.append((event["response_id"] if is_audio else None, event))
+        self._outbox.append((event["response_id"] if is_audio else None, event, text))
+        self.outbox_bytes += len(text)
         self._outbox_empty.clear()
         self._outbox_ready.set()
 
+    def _not_reading(self) -> None:
+        """A client that reads nothing: end the session rather than grow without bound."""
+        log_event(
+            logger,
+            "voice.outbox_full",
+            logging.WARNING,
+            session=self.session.id,
+            events=len(self._outbox),
+            unsent_bytes=self.outbox_bytes,
+        )
+        self._outbox.clear()
+        self.outbox_bytes = 0
+        error = {
+            "type": "error",
+            "event_id": self.session.ids("event"),
+            "error": UNSENT_BYTES_EXCEEDED.event_body(),
+        }
+        self._enqueue(Send(error))
+        self._apply(self.session.close(self._clock(), "outbox_overflow"))
+
+    def take_unsent(self) -> list[str]:
+        """The wire text still queued (the sender has stopped), for a last write by the endpoint."""
+        texts = [text for _, _, text in self._outbox]
+        self._outbox.clear()
+        self.outbox_bytes = 0
+        return texts
+
     def _drop_audio(self, response_id: str) -> None:
-        if any(rid == response_id for rid, _ in self._outbox):
-            self._outbox = deque((rid, e) for rid, e in self._outbox if rid != response_id)
+        if any(rid == response_id for rid, _, _ in self._outbox):
+            self._outbox = deque(item for item in self._outbox if item[0] != response_id)
+            self.outbox_bytes = sum(len(text) for _, _, text in self._outbox)
 
     async def _run_sender(self) -> None:
         while True:
             await self._outbox_ready.wait()
             while self._outbox:
-                _, event = self._outbox.popleft()
+                _, event, text = self._outbox[0]
                 try:
-                    wire_event = event if self._dialect is None else self._dialect(event)
-                    await self._send_text(wire.encode(wire_event).decode())
+                    await self._send_text(text)
                 except Exception:  # the socket is gone: the runner learns it from the reader
                     self._outbox.clear()
+                    self.outbox_bytes = 0
                     break
+                if self._outbox and self._outbox[0][2] is text:
+                    self._outbox.popleft()  # written: no longer unsent (unless a clear took it)
+                    self.outbox_bytes -= len(text)
                 if self._on_sent is not None:
                     self._on_sent(event)
             self._outbox_ready.clear()

@@ -101,8 +101,7 @@ class WorkerPool:
         self.spec = workers[0].spec
         kv = self.spec.kv
         self._slots = [
-            _Slot(worker, Pool(kv, self.spec.frames_per_chunk, kv_budget_bytes) if kv else None)
-            for worker in workers
+            _Slot(worker, Pool.for_spec(self.spec, kv_budget_bytes) if kv else None) for worker in workers
         ]
         #: Session id -> index of the slot it is placed on (admitted to that slot's KV pool).
         self._placed: dict[str, int] = {}
@@ -216,7 +215,7 @@ class WorkerPool:
         index = self._rebalance(session_id) if chunk_index == 0 else self.worker_index(session_id)
         self._holders.setdefault(session_id, set()).add(index)
         kv = self._slots[index].kv
-        context, write = kv.plan(session_id) if kv is not None else ((), ())
+        context, write = kv.plan(session_id, chunk_index) if kv is not None else ((), ())
         return index, context, write
 
     def commit(self, session_id: str) -> None:

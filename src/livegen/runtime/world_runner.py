@@ -13,6 +13,14 @@ Frames are encoded in a thread by Pillow (libjpeg-turbo for JPEG), off the
 event loop. A committed chunk's output sits in the core's effects until this
 runner moves it to the send queue, in the same synchronous call as the commit,
 so no cancellation can come between them (upstream gap 2).
+
+Output is bounded in bytes, not only in events: ``unsent_bytes`` counts what
+is queued for the socket and not yet written (a queued chunk counts its raw
+frames until it is encoded, then its encoded bytes). Past ``max_unsent_bytes``
+the runner stops stepping and sets ``overflowed``; the endpoint closes the
+socket (``server/budgets.py``). Acks count only chunks already written to the
+socket, so a client that acks indexes it never read cannot open credit for
+chunks that would only pile up here.
 """
 
 from __future__ import annotations
@@ -81,6 +89,7 @@ class Runner:
         send_bytes: SendBytes,
         options: Options,
         on_error: Callable[[str], None] = lambda code: None,
+        max_unsent_bytes: int | None = None,
     ) -> None:
         self.session = session
         self.session_id = session.session_id
@@ -108,6 +117,12 @@ class Runner:
         self._background: set[asyncio.Task[bool]] = set()
         self.num_chunks_sent = 0
         self.is_overflowing = False
+        #: Set once the client is over a budget (events or bytes); the endpoint closes it.
+        self.overflowed = asyncio.Event()
+        self.unsent_bytes = 0
+        self._max_unsent_bytes = max_unsent_bytes
+        #: Committed chunks not yet fully written to the socket (acks cannot reach past them).
+        self._chunks_unsent = 0
 
     def start(self) -> None:
         self._scheduler.add(self)  # first: a full KV pool refuses before anything starts
@@ -120,10 +135,13 @@ class Runner:
     def _deadline(self) -> float:
         if self.options.pacing == "asap":
             return float("-inf")
-        return self._anchor + (self.session.chunk_index - 1) * self._chunk_s
+        index = self.session.chunk_index
+        if index == 0:
+            return self._anchor - self._chunk_s
+        return self._anchor + self._scheduler.spec.media_time_ms(index - 1) / 1000
 
     def _is_ready(self) -> bool:
-        if self._is_holding or self._ticking is not None:
+        if self._is_holding or self._ticking is not None or self.is_overflowing:
             return False
         return self.session.status is Status.ACTIVE and self._has_credit()
 
@@ -145,7 +163,7 @@ class Runner:
 
     def tick_done(self, plan: Plan, chunk: Chunk, model_ms: float) -> None:
         spec = self._scheduler.spec
-        expected = (spec.frames_per_chunk, spec.height, spec.width, 3)
+        expected = (spec.frames_in_chunk(plan.meta.chunk_index), spec.height, spec.width, 3)
         if tuple(chunk.frames.shape) != expected:
             got = tuple(chunk.frames.shape)
             self.tick_failed(plan, "model_contract_error", f"frames shaped {got}, expected {expected}")
@@ -175,6 +193,8 @@ class Runner:
         for effect in self.session.take_effects():
             if isinstance(effect, Output):
                 queue_ms, model_ms = self._timings.pop(effect.meta.request_id, (0.0, 0.0))
+                self._chunks_unsent += 1
+                self._charge(_raw_bytes(effect))
                 self._outbox.put_nowait(_ChunkJob(effect, queue_ms, model_ms))
             elif isinstance(effect, Rejection):
                 self.send_error(effect.error)
@@ -194,7 +214,10 @@ class Runner:
         return acceptance
 
     def ack(self, chunk_index: int) -> None:
-        self._acked_through = max(self._acked_through, min(chunk_index, self.session.chunk_index - 1))
+        # Only chunks written to the socket can have been read (those of before a reset still
+        # queued count too: the bound is then lower than it could be, never higher).
+        sent_through = self.session.chunk_index - 1 - self._chunks_unsent
+        self._acked_through = max(self._acked_through, min(chunk_index, sent_through))
         self._ready_since = max(self._ready_since, self._clock())
         self._scheduler.wake()
 
@@ -246,9 +269,21 @@ class Runner:
     def send(self, event: wire.ServerEvent) -> None:
         """Queue an event for the client; past ``MAX_QUEUED_EVENTS`` the client is not reading."""
         if self._outbox.qsize() >= MAX_QUEUED_EVENTS:
-            self.is_overflowing = True  # the endpoint closes the socket; other sessions go on
+            self._overflow()
             return
-        self._outbox.put_nowait(wire.encode(event))
+        data = wire.encode(event)
+        self._charge(len(data))
+        self._outbox.put_nowait(data)
+
+    def _charge(self, num_bytes: int) -> None:
+        self.unsent_bytes += num_bytes
+        if self._max_unsent_bytes is not None and self.unsent_bytes > self._max_unsent_bytes:
+            self._overflow()
+
+    def _overflow(self) -> None:
+        """The client is not reading: stop stepping; the endpoint closes the socket."""
+        self.is_overflowing = True  # other sessions go on
+        self.overflowed.set()
 
     def send_error(self, error: LivegenError) -> None:
         if isinstance(error, ProtocolError):
@@ -273,6 +308,7 @@ class Runner:
             while (item := await self._outbox.get()) is not None:
                 if isinstance(item, bytes):
                     await self._send_text(item.decode())
+                    self.unsent_bytes -= len(item)
                 else:
                     await self._send_chunk(item)
         except Exception as exc:  # the socket is gone; the endpoint sees the disconnect
@@ -285,6 +321,7 @@ class Runner:
         options = self.options  # this chunk's settings, though a session.update lands while it encodes
         frames = await asyncio.to_thread(encode_chunk, chunk.frames, options.format, options.quality)
         encode_ms = (time.perf_counter() - started) * 1000
+        self.unsent_bytes += sum(len(frame) for frame in frames) - _raw_bytes(job.output)
         meta, spec = job.output.meta, self._scheduler.spec
         header = wire.ChunkHeader(
             chunk_index=meta.chunk_index,
@@ -294,12 +331,14 @@ class Runner:
             width=spec.width,
             height=spec.height,
             format=options.format,  # type: ignore[arg-type]
-            media_time_ms=meta.chunk_index * self._chunk_s * 1000,
+            media_time_ms=spec.media_time_ms(meta.chunk_index),
             timings=wire.Timings(round(job.queue_ms, 3), round(job.model_ms, 3), round(encode_ms, 3)),
         )
         await self._send_text(wire.encode(header).decode())
         for frame in frames:
             await self._send_bytes(frame)
+            self.unsent_bytes -= len(frame)
+        self._chunks_unsent -= 1
         self.num_chunks_sent += 1
 
     async def flush_and_stop(self, grace_s: float = 5.0) -> None:
@@ -314,8 +353,17 @@ class Runner:
                     await self._sender
 
     def abort_sending(self) -> None:
+        """Stop writing and drop what is queued (its memory goes now, not when the socket does)."""
         if self._sender is not None:
             self._sender.cancel()
+        while not self._outbox.empty():
+            self._outbox.get_nowait()
+        self.unsent_bytes = 0
+
+
+def _raw_bytes(output: Output) -> int:
+    chunk = output.output
+    return int(chunk.frames.nbytes) if isinstance(chunk, Chunk) else 0
 
 
 __all__ = ["MAX_QUEUED_EVENTS", "Options", "Runner"]

@@ -25,8 +25,10 @@ from livegen.models import Kind, ModelInfo, Registry, default_registry
 from livegen.models.voice import VoiceModel
 from livegen.server import page
 from livegen.server.auth import APIKeyMiddleware
+from livegen.server.budgets import ConnectionBudgetMiddleware, export_budgets
 from livegen.server.config import ServerConfig
 from livegen.server.metrics import CONTENT_TYPE_LATEST, Metrics
+from livegen.server.origins import OriginMiddleware, OriginPolicy
 from livegen.server.service import Service
 
 logger = logging.getLogger("livegen.server")
@@ -77,13 +79,25 @@ def create_app(config: ServerConfig | None = None, registry: Registry | None = N
     ]
     for service in state.services:
         routes.extend(service.routes())
-    app = Starlette(
-        routes=routes,
-        middleware=[Middleware(APIKeyMiddleware, api_key=config.api_key)],
-        lifespan=lifespan,
-    )
+    app = Starlette(routes=routes, middleware=_middleware(state), lifespan=lifespan)
     app.state.livegen = state
     return app
+
+
+def _middleware(state: State) -> list[Middleware]:
+    """Outermost first: who may ask (Host, Origin), how many at once, then the key."""
+    config, metrics = state.config, state.metrics
+    export_budgets(config, metrics)
+    policy = OriginPolicy.build(config.host, config.api_key, config.allowed_hosts, config.allowed_origins)
+
+    def on_refused(code: str) -> None:
+        metrics.refused.labels(code=code).inc()
+
+    return [
+        Middleware(OriginMiddleware, policy=policy, on_refused=on_refused),
+        Middleware(ConnectionBudgetMiddleware, config=config, metrics=metrics),
+        Middleware(APIKeyMiddleware, api_key=config.api_key),
+    ]
 
 
 def _services(state: State) -> list[Service]:

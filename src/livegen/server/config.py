@@ -33,6 +33,30 @@ class ServerConfig:
     world_workers: int = 0
     #: Ray cluster to join for world workers (e.g. "auto" or "ray://head:10001"); None starts a local Ray.
     ray_address: str | None = None
+    #: Browser origins allowed (``*``: any); None is the default policy of ``server/origins.py``.
+    allowed_origins: tuple[str, ...] | None = None
+    #: ``Host`` header names allowed (``*``: any); None is the default policy of ``server/origins.py``.
+    allowed_hosts: tuple[str, ...] | None = None
+    #: Most WebSocket connections open at once, all routes together; more are refused with 503.
+    max_connections: int = 256
+    #: Bytes a connection may have queued for its socket but not yet written; past it, close 4002.
+    max_unsent_bytes: int = 16 * 1024 * 1024
+    #: Seconds a WebSocket may stay silent after its handshake before its first message (0: no limit).
+    first_message_timeout_s: float = 30.0
+    #: Seconds an idle HTTP keep-alive connection is kept (uvicorn's ``timeout_keep_alive``).
+    keep_alive_timeout_s: int = 5
+    #: Largest incomplete HTTP request head buffered, in bytes (uvicorn's ``h11_max_incomplete_event_size``).
+    max_header_bytes: int = 16 * 1024
+    #: A directory of world-model weights (``causal-wan``), and their dtype and device.
+    world_model_path: str | None = None
+    world_dtype: str = "auto"
+    world_device: str = "auto"
     #: Speech-synthesis worker processes of the cascade voice model; None: LIVEGEN_TTS_WORKERS, else
     #: the cores (2 to 8). The model is loaded once per process, so the first server's value holds.
     tts_workers: int | None = None
+
+    def world_options(self) -> dict[str, str]:
+        """Keyword options for the world model's loader: only those set, so models without any load."""
+        options = {"path": self.world_model_path, "dtype": self.world_dtype, "device": self.world_device}
+        defaults = {"path": None, "dtype": "auto", "device": "auto"}
+        return {key: value for key, value in options.items() if value != defaults[key] and value is not None}

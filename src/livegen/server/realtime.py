@@ -30,8 +30,9 @@ from livegen.protocol import errors as wire_errors
 from livegen.protocol import realtime as wire
 from livegen.protocol.beta import to_beta, wants_beta
 from livegen.runtime.attachment import Attachment, JournalGap
-from livegen.runtime.voice import FAILED_CLOSE_CODE, Runner
+from livegen.runtime.voice import FAILED_CLOSE_CODE, Runner, RunnerLimits
 from livegen.server.auth import offered_subprotocols, select_subprotocol
+from livegen.server.budgets import CLOSE_NOT_READING
 from livegen.server.resume import Handoff, Resumable, new_token, read_resume, resumed_event
 from livegen.voice.session import Limits, ModelFacts, Session
 
@@ -220,13 +221,24 @@ class RealtimeService:
             return to_beta(event) if beta else event
 
         runner = Runner(
-            session, stream, attachment.send, on_sent=on_sent, open_model=open_model, dialect=outgoing
+            session,
+            stream,
+            attachment.send,
+            limits=RunnerLimits(outbox_bytes=self.state.config.max_unsent_bytes),
+            on_sent=on_sent,
+            open_model=open_model,
+            dialect=outgoing,
         )
         live = Resumable(runner, attachment)
         self.runners.add(runner)
         self.live[session_id] = live
         metrics.sessions_open.labels(kind="voice").inc()
         metrics.sessions_total.labels(kind="voice").inc()
+
+        def unsent_bytes() -> int:
+            return runner.outbox_bytes
+
+        metrics.unsent_sources.add(unsent_bytes)
         log_event(logger, "voice.session_opened", model=name, dialect="beta" if beta else "ga")
         run = asyncio.create_task(runner.run())
         socket: WebSocket | None = websocket
@@ -258,7 +270,14 @@ class RealtimeService:
             self.runners.discard(runner)
             self.live.pop(session_id, None)
             metrics.sessions_open.labels(kind="voice").dec()
-            await self._retire(socket, socket_released, FAILED_CLOSE_CODE if runner.failed else 1000)
+            metrics.unsent_sources.discard(unsent_bytes)
+            is_not_reading = runner.close_reason == "outbox_overflow"
+            if is_not_reading:  # the error and session.closed, written if the client reads again
+                metrics.refused.labels(code="unsent_bytes_exceeded").inc()
+                for text in runner.take_unsent():
+                    await attachment.send(text)
+            code = CLOSE_NOT_READING if is_not_reading else FAILED_CLOSE_CODE if runner.failed else 1000
+            await self._retire(socket, socket_released, code)
             released.set()
             await self._turn_away(live)
             log_event(logger, "voice.session_closed", stale_outputs=session.num_stale_outputs)

@@ -15,6 +15,7 @@ import uvicorn
 
 from livegen.models import Registry
 from livegen.server.app import create_app
+from livegen.server.budgets import uvicorn_options
 from livegen.server.config import ServerConfig
 
 
@@ -27,7 +28,10 @@ class ServerThread:
         self._socket.bind(("127.0.0.1", 0))
         self.port: int = self._socket.getsockname()[1]
         uv_config = uvicorn.Config(
-            self.app, log_config=None, log_level="warning", ws_max_size=16 * 1024 * 1024
+            self.app,
+            log_config=None,
+            log_level="warning",
+            **uvicorn_options(self.config),  # type: ignore[arg-type]
         )
         self._server = uvicorn.Server(uv_config)
         self._thread = threading.Thread(

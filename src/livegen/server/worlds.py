@@ -9,7 +9,8 @@ model is loaded, nor while the KV pool is full.
 
 Bad input never ends a session or the server: each bad message gets an
 ``error`` event (with the client's ``event_id`` where it had one) and the
-connection reads on.
+connection reads on. A client that does not read its output is closed once
+its unsent bytes pass ``--max-unsent-bytes`` (``server/budgets.py``).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from livegen.runtime.workers import Worker
 from livegen.runtime.world_runner import Options, Runner
 from livegen.runtime.world_scheduler import Scheduler
 from livegen.server.auth import select_subprotocol
+from livegen.server.budgets import CLOSE_NOT_READING, NOT_READING_REASON
 from livegen.world import ControlInput, Event, Manager, Status, thaw
 
 if TYPE_CHECKING:
@@ -75,7 +77,8 @@ class WorldService:
         if num_workers > 0:
             scheduler = Scheduler(workers=await self._start_ray_workers(num_workers))
         else:
-            model = await asyncio.to_thread(self.state.registry.load, self.entry.name)
+            options = self.state.config.world_options()
+            model = await asyncio.to_thread(self.state.registry.load, self.entry.name, options)
             scheduler = Scheduler(model)
         await scheduler.start()
         self.manager = Manager(
@@ -97,7 +100,8 @@ class WorldService:
         from livegen.runtime.ray_worker import Cluster
 
         self.cluster = await Cluster.connect(self.state.config.ray_address, num_workers)
-        workers = await self.cluster.start_workers(self.entry.name, num_workers)
+        options = self.state.config.world_options()
+        workers = await self.cluster.start_workers(self.entry.name, num_workers, options)
         log_event(logger, "world.workers_started", model=self.entry.name, num_workers=num_workers)
         return list(workers)
 
@@ -145,17 +149,18 @@ class Connection:
         self.is_closed = False
 
     async def run(self) -> None:
+        receiving: asyncio.Task[Any] | None = None
         try:
             while True:
-                message = await self.websocket.receive()
+                receiving = receiving or asyncio.ensure_future(self.websocket.receive())
+                if not await self._received_before_overflow(receiving):
+                    await self._close_not_reading()
+                    break
+                message, receiving = receiving.result(), None
                 if message["type"] == "websocket.disconnect":
                     break
                 self.metrics.events.labels(kind="world", direction="in").inc()
                 await self._handle(message.get("text"), message.get("bytes"))
-                if self.runner is not None and self.runner.is_overflowing:
-                    log_event(logger, "world.client_not_reading", logging.WARNING)
-                    await self.websocket.close(code=1008, reason="too many unread events")
-                    break
         except WebSocketDisconnect:
             pass
         except Exception as exc:  # a bug of ours: this session fails, logged once; never the server
@@ -167,13 +172,41 @@ class Connection:
             with contextlib.suppress(Exception):
                 await self.websocket.close(code=1011, reason="internal error")
         finally:
+            if receiving is not None:
+                receiving.cancel()
             await self.shutdown(is_disconnect=True)
+
+    async def _received_before_overflow(self, receiving: asyncio.Task[Any]) -> bool:
+        """Wait for the next message; False if the runner's output passed a budget first."""
+        runner = self.runner
+        if runner is None or (not runner.is_overflowing and receiving.done()):
+            await receiving
+            return True
+        overflow = asyncio.ensure_future(runner.overflowed.wait())
+        try:
+            await asyncio.wait({receiving, overflow}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            overflow.cancel()
+        return not runner.is_overflowing
+
+    async def _close_not_reading(self) -> None:
+        """The client does not read: drop its output and session now, then say why and close."""
+        unsent = self.runner.unsent_bytes if self.runner is not None else 0
+        log_event(logger, "world.client_not_reading", logging.WARNING, unsent_bytes=unsent)
+        self.metrics.refused.labels(code="unsent_bytes_exceeded").inc()
+        await self.shutdown(is_disconnect=True)  # memory goes now; the socket may stay blocked
+        error = InvalidState(NOT_READING_REASON, code="unsent_bytes_exceeded")
+        self._count_error(error.code)
+        with contextlib.suppress(Exception):  # written once the client reads, if it ever does
+            await self._send_text(wire.encode(wire.error_event(error)).decode())
+            await self.websocket.close(code=CLOSE_NOT_READING, reason=NOT_READING_REASON)
 
     async def shutdown(self, *, is_disconnect: bool = False) -> None:
         """Close the session (its state is released) and stop sending."""
         runner, self.runner = self.runner, None
         if runner is None:
             return
+        self.metrics.unsent_sources.discard(self._unsent_bytes)
         with bind_session(runner.session_id):
             if not self.is_closed:
                 await runner.close(is_sending=False)
@@ -270,6 +303,7 @@ class Connection:
             self._send_bytes,
             options,
             on_error=self._count_error,
+            max_unsent_bytes=service.state.config.max_unsent_bytes,
         )
         runner.send(wire.SessionCreated(self._config(runner)))
         try:
@@ -280,6 +314,7 @@ class Connection:
             runner.abort_sending()
             raise
         self.runner = runner
+        self.metrics.unsent_sources.add(self._unsent_bytes)
         self.metrics.sessions_total.labels(kind="world").inc()
         self.metrics.sessions_open.labels(kind="world").inc()
         log_event(logger, "world.session_created", session=session.session_id, seed=session.seed)
@@ -323,6 +358,7 @@ class Connection:
             "height": spec.height,
             "fps": spec.fps,
             "frames_per_chunk": spec.frames_per_chunk,
+            "first_chunk_frames": spec.frames_in_chunk(0),
             "controls": [
                 {
                     "track": track.name,
@@ -344,6 +380,9 @@ class Connection:
         # No runner, so no sender task: this socket has no other writer now.
         self._count_error(error.code)
         await self._send_text(wire.encode(wire.error_event(error)).decode())
+
+    def _unsent_bytes(self) -> int:
+        return self.runner.unsent_bytes if self.runner is not None else 0
 
     def _count_error(self, code: str) -> None:
         self.metrics.errors.labels(kind="world", code=code).inc()

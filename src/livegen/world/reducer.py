@@ -6,7 +6,9 @@ away), ``commit`` makes the reducer's private state durable only after the
 chunk committed, ``reset`` forgets it. The session core owns when each phase
 runs (``world/session.py``); a reducer owns what controls mean.
 
-``LastWriteWins`` is the default: per track, the last event's value holds.
+``LastWriteWins`` is the default: per track, the last event's value holds,
+except for the parts of ``livegen.keys.v1`` and ``livegen.mouse.v1`` that
+are events rather than states (taps, motion), which it gathers per chunk.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from typing import Protocol
 
 import msgspec
 
-from livegen.world.events import ControlInput, Event
+from livegen.world.events import ControlInput, Event, FrozenDict
+from livegen.world.schema import KEYS_V1, MOUSE_V1
 
 
 class Prepared(msgspec.Struct, frozen=True):
@@ -37,15 +40,32 @@ class Reducer(Protocol):
 
 
 class LastWriteWins:
-    """Each track takes the value of the last event (by id) that set it."""
+    """Each track takes the value of the last event (by id) that set it.
+
+    Two schemas are reduced by meaning instead, because last-write-wins loses
+    input there: ``livegen.keys.v1`` keeps the last ``down`` but gathers
+    ``taps`` over the chunk's events, and a key pressed and released within
+    one chunk (in some event's ``down``, not in the last) becomes a tap;
+    ``livegen.mouse.v1`` sums ``dx``, ``dy`` and ``wheel`` over the chunk's
+    events (motion is a delta, not a state) and keeps the last ``buttons``.
+    Taps, motion and wheel apply to one chunk: the next chunk starts them at
+    zero. Everything here is a pure function of its arguments, so the reducer
+    needs no private state and ``prepare`` can run any number of times.
+    """
 
     def prepare(
         self, current: Mapping[str, ControlInput], events: Sequence[Event], chunk_index: int
     ) -> Prepared:
-        controls = dict(current)
+        controls = {track: _for_next_chunk(control) for track, control in current.items()}
+        pressed: dict[str, set[str]] = {}
         for event in events:
             for control in event.controls:
-                controls[control.track] = control
+                controls[control.track] = _merge(controls.get(control.track), control, pressed)
+        for track, keys in pressed.items():
+            control = controls[track]
+            data = control.data
+            taps = sorted(keys.union(data.get("taps", ())) - set(data.get("down", ())))
+            controls[track] = _with(control, {**data, "taps": tuple(taps)})
         return Prepared(controls)
 
     def commit(self, prepared: Prepared) -> None:
@@ -53,3 +73,41 @@ class LastWriteWins:
 
     def reset(self) -> None:
         """Nothing private to forget."""
+
+
+def _with(control: ControlInput, data: Mapping[str, object]) -> ControlInput:
+    return ControlInput(control.track, control.schema, FrozenDict(data))
+
+
+def _for_next_chunk(control: ControlInput) -> ControlInput:
+    """A control as the next chunk inherits it: one-chunk parts back to zero."""
+    data = control.data
+    if control.schema == KEYS_V1 and isinstance(data, Mapping) and data.get("taps"):
+        return _with(control, {**data, "taps": ()})
+    if control.schema == MOUSE_V1 and isinstance(data, Mapping) and any(data.get(n) for n in _MOTION):
+        return _with(control, {**data, **dict.fromkeys(_MOTION, 0)})
+    return control
+
+
+def _merge(
+    previous: ControlInput | None, control: ControlInput, pressed: dict[str, set[str]]
+) -> ControlInput:
+    data = control.data
+    if previous is None or previous.schema != control.schema or not isinstance(data, Mapping):
+        if control.schema == KEYS_V1 and isinstance(data, Mapping):
+            pressed.setdefault(control.track, set()).update(data.get("down", ()))
+        return control
+    old = previous.data
+    if control.schema == KEYS_V1:
+        pressed.setdefault(control.track, set()).update(data.get("down", ()))
+        down = data.get("down", old.get("down", ()))
+        taps = (*old.get("taps", ()), *data.get("taps", ()))
+        return _with(control, {"down": down, "taps": taps})
+    if control.schema == MOUSE_V1:
+        merged = {name: old.get(name, 0) + data.get(name, 0) for name in _MOTION}
+        merged["buttons"] = data.get("buttons", old.get("buttons", 0))
+        return _with(control, merged)
+    return control
+
+
+_MOTION = ("dx", "dy", "wheel")

@@ -127,3 +127,34 @@ def compile_schema(schema: Mapping[str, Any]) -> Check:
         return None
 
     return check
+
+
+# -- control schemas real world models take, beside the room game's ``livegen.action.v1`` ----------
+
+#: Keys held down, plus taps: keys pressed and released since the last chunk. Key names are the
+#: browser's ``KeyboardEvent.code`` (``KeyW``, ``Space``, ``ArrowLeft``); a model ignores keys it
+#: does not know. ``down`` holds until changed; ``taps`` act in one chunk only, for at least one frame.
+KEYS_V1 = "livegen.keys.v1"
+KEYS_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "down": {"type": "array", "items": {"type": "string"}, "description": "keys held down"},
+        "taps": {"type": "array", "items": {"type": "string"}, "description": "keys pressed and released"},
+    },
+    "additionalProperties": False,
+}
+
+#: Pointer motion as ``MouseEvent.movementX/Y`` (CSS pixels), wheel notches (positive: towards the
+#: user, as ``WheelEvent.deltaY``) and ``MouseEvent.buttons``. Motion and wheel are summed over a
+#: chunk's events and apply to that chunk only; ``buttons`` holds until changed.
+MOUSE_V1 = "livegen.mouse.v1"
+MOUSE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "dx": {"type": "number"},
+        "dy": {"type": "number"},
+        "wheel": {"type": "number"},
+        "buttons": {"type": "integer", "minimum": 0, "maximum": 31},
+    },
+    "additionalProperties": False,
+}

@@ -60,7 +60,8 @@ class _Job:
     tick: Tick
     session: _Session
     noise: Tensor  # (frames_per_chunk, 3, 32, 32)
-    action: int
+    #: Per frame of the chunk: taps on the first generated frames, then the held action.
+    actions: list[int]
     context: list[Tensor]  # per-frame K/V, sinks then window
     frames: list[np.ndarray] = field(default_factory=list)
 
@@ -140,7 +141,7 @@ class TinyWorld:
                 f"tick for chunk {meta.chunk_index} names {len(tick.write_pages)} write pages, "
                 f"needs {self.spec.frames_per_chunk}"
             )
-        action = _action_index(tick.controls)
+        actions = _action_indices(tick.controls, self.spec.frames_per_chunk, meta.chunk_index)
         if meta.chunk_index == 0:
             theme = game.theme_from_prompt(tick.prompt)
             first = game.render(game.new_game(tick.seed, theme))
@@ -162,7 +163,7 @@ class TinyWorld:
         else:
             context = [kv_storage[page] for page in tick.context_pages]
             _trim(context)
-        return _Job(tick=tick, session=session, noise=noise, action=action, context=context)
+        return _Job(tick=tick, session=session, noise=noise, actions=actions, context=context)
 
     def _frame(self, jobs: list[_Job], k: int, kv_storage: Any) -> None:
         """Frame ``k`` of the chunk for every job: denoise (but chunk 0's first frame), then append K/V."""
@@ -183,7 +184,7 @@ class TinyWorld:
                 prev[id(job)] = job.session.last_frame
         current = [to_unit(torch.from_numpy(j.frames[-1])) for j in jobs]
         actions = [
-            j.action if j.frames and not (k == 0 and j.tick.meta.chunk_index == 0) else 0 for j in jobs
+            j.actions[k] if j.frames and not (k == 0 and j.tick.meta.chunk_index == 0) else 0 for j in jobs
         ]
         if len(generate) != len(jobs):
             ctx = self._gather([j.context for j in jobs])
@@ -206,7 +207,7 @@ class TinyWorld:
         self, jobs: list[_Job], prevs: list[Tensor], k: int, ctx: Context | None
     ) -> list[np.ndarray]:
         prev = torch.stack(prevs)
-        action = torch.tensor([j.action for j in jobs])
+        action = torch.tensor([j.actions[k] for j in jobs])
         theme = torch.tensor([THEME_INDEX[j.session.theme] for j in jobs])
         noise = torch.stack([j.noise[k] for j in jobs])
         palette = None if self._palettes is None else self._palettes[theme]
@@ -252,10 +253,12 @@ def _trim(context: list[Tensor]) -> None:
         del context[SINK_FRAMES]
 
 
-def _action_index(controls: Any) -> int:
-    value = controls.get("action") if hasattr(controls, "get") else None
-    name = value.get("action") if isinstance(value, dict) else value
-    return ACTION_INDEX.get(name, 0) if isinstance(name, str) else 0
+def _action_indices(controls: Any, num_frames: int, chunk_index: int) -> list[int]:
+    """Each frame's action index; chunk 0's first frame is the game's, so its taps start one later."""
+    controls = controls if hasattr(controls, "get") else {}
+    given = 1 if chunk_index == 0 else 0
+    names = ["none"] * given + game.frame_actions(controls, num_frames - given)
+    return [ACTION_INDEX.get(name, 0) for name in names]
 
 
 def _noise_seed(seed: int, chunk_index: int) -> int:

@@ -74,6 +74,9 @@ const CLOSE_WORDS = {
   1011: "the server hit an error",
   1012: "the server is restarting or shutting down",
   1013: "the server is busy: try again in a moment",
+  4001: "the session was resumed on another connection",
+  4002: "the server closed a client that was not reading its output",
+  4003: "nothing was sent after connecting",
 };
 
 /** Words for a WebSocket close, for the status line. */

@@ -22,6 +22,14 @@ const KEYS = {
   KeyD: "right",
 };
 const DIRECTIONS = ["up", "left", "down", "right"];
+// Keys sent on a model's `livegen.keys.v1` track (as KeyboardEvent.code): the server turns a
+// press and release within one chunk into a tap, so a quick tap is never lost.
+const KEY_CODES = new Set([...Object.keys(KEYS), "Space", "ShiftLeft"]);
+const KEYS_SCHEMA = "livegen.keys.v1";
+// A model's `livegen.mouse.v1` track gets drags and wheel over the canvas, summed and sent at
+// most this often (the server sums them again over a chunk).
+const MOUSE_SCHEMA = "livegen.mouse.v1";
+const MOUSE_FLUSH_MS = 100;
 const ARROWS = { up: "↑", down: "↓", left: "←", right: "→" };
 const LATENCY_WINDOW = 30;
 // Offered with the key: a browser that offers subprotocols fails the handshake
@@ -102,6 +110,11 @@ export class WorldPanel {
       event.preventDefault();
       this.sendPrompt();
     });
+    const canvas = this.el.canvas;
+    canvas.addEventListener("pointermove", (event) => this.onPointer(event, event.movementX, event.movementY));
+    canvas.addEventListener("pointerdown", (event) => this.onPointer(event, 0, 0));
+    canvas.addEventListener("pointerup", (event) => this.onPointer(event, 0, 0));
+    canvas.addEventListener("wheel", (event) => this.onWheel(event), { passive: false });
     window.addEventListener("keydown", (event) => this.onKey(event, true));
     window.addEventListener("keyup", (event) => this.onKey(event, false));
     window.addEventListener("blur", () => this.releaseAll());
@@ -113,6 +126,10 @@ export class WorldPanel {
     this.spec = null;
     this.tracks = [];
     this.moveTrack = null;
+    this.keysTrack = null;
+    this.mouseTrack = null;
+    this.mouse = { dx: 0, dy: 0, wheel: 0, buttons: 0, sentButtons: 0, timer: null };
+    this.heldCodes = []; // codes held on the keys track, in press order
     this.held = []; // direction keys held, latest last
     this.actions = new Map(); // track name -> value last sent
     this.incoming = null;
@@ -233,6 +250,8 @@ export class WorldPanel {
     this.el.canvas.parentElement.style.aspectRatio = `${this.spec.width} / ${this.spec.height}`;
     this.tracks = normalizeTracks(session.controls);
     this.moveTrack = this.tracks.find((track) => DIRECTIONS.every((d) => track.values.includes(d))) || null;
+    this.keysTrack = this.tracks.find((track) => track.schema === KEYS_SCHEMA) || null;
+    this.mouseTrack = this.tracks.find((track) => track.schema === MOUSE_SCHEMA) || null;
     this.buildPad();
     this.setState("live", this.liveWords());
     this.status.set(`World: live, ${this.spec.width}×${this.spec.height} at ${this.spec.fps} fps`, "ok");
@@ -385,6 +404,15 @@ export class WorldPanel {
   }
 
   onKey(event, isDown) {
+    if (this.keysTrack && this.ws && KEY_CODES.has(event.code)) {
+      if (event.target.closest?.("input, textarea, select")) return;
+      event.preventDefault();
+      if (isDown && event.repeat) return;
+      this.heldCodes = this.heldCodes.filter((code) => code !== event.code);
+      if (isDown) this.heldCodes.push(event.code);
+      this.sendKeys();
+      return;
+    }
     const direction = KEYS[event.code];
     if (!direction || !this.moveTrack || !this.ws) return;
     if (event.target.closest?.("input, textarea, select")) return;
@@ -395,7 +423,52 @@ export class WorldPanel {
     this.setControl(this.moveTrack, this.held.at(-1) ?? this.moveTrack.rest);
   }
 
+  onPointer(event, dx, dy) {
+    if (!this.mouseTrack || !this.ws) return;
+    const mouse = this.mouse;
+    mouse.buttons = event.buttons;
+    if (event.buttons) {
+      mouse.dx += dx;
+      mouse.dy += dy;
+    }
+    this.queueMouse();
+  }
+
+  onWheel(event) {
+    if (!this.mouseTrack || !this.ws) return;
+    event.preventDefault();
+    this.mouse.wheel += Math.sign(event.deltaY);
+    this.queueMouse();
+  }
+
+  queueMouse() {
+    const mouse = this.mouse;
+    const changed = mouse.dx || mouse.dy || mouse.wheel || mouse.buttons !== mouse.sentButtons;
+    if (!changed || mouse.timer !== null) return;
+    mouse.timer = setTimeout(() => this.flushMouse(), MOUSE_FLUSH_MS);
+  }
+
+  flushMouse() {
+    const mouse = this.mouse;
+    mouse.timer = null;
+    if (!this.mouseTrack || this.stats.state !== "live") return;
+    const data = { dx: mouse.dx, dy: mouse.dy, wheel: mouse.wheel, buttons: mouse.buttons & 31 };
+    mouse.dx = mouse.dy = mouse.wheel = 0;
+    mouse.sentButtons = data.buttons;
+    this.sendEvent({ controls: [{ track: this.mouseTrack.name, schema: MOUSE_SCHEMA, data }] });
+  }
+
+  sendKeys() {
+    if (!this.keysTrack || this.stats.state !== "live") return;
+    const data = { down: [...this.heldCodes] };
+    this.sendEvent({ controls: [{ track: this.keysTrack.name, schema: KEYS_SCHEMA, data }] });
+  }
+
   releaseAll() {
+    if (this.heldCodes.length) {
+      this.heldCodes = [];
+      this.sendKeys();
+    }
     this.held = [];
     if (this.moveTrack) this.setControl(this.moveTrack, this.moveTrack.rest);
   }
@@ -404,6 +477,7 @@ export class WorldPanel {
     this.el.pad.replaceChildren();
     for (const track of this.tracks) {
       const values = track === this.moveTrack ? DIRECTIONS : track.values.filter((v) => v !== track.rest);
+      if (!values.length) continue; // free-form tracks (keys, mouse) have no buttons
       const group = document.createElement("div");
       group.className = track === this.moveTrack ? "dpad" : "buttons";
       group.setAttribute("role", "group");
@@ -451,6 +525,7 @@ export class WorldPanel {
     this.dropQueued();
     this.actions.clear();
     this.held = [];
+    this.heldCodes = [];
     this.send({ type: "world.reset" });
     this.setState("resetting", "Resetting…");
   }

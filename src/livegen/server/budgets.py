@@ -1,0 +1,177 @@
+"""Per-connection budgets that hold whatever a client does: connections, first message, unsent bytes.
+
+``ConnectionBudgetMiddleware`` guards every WebSocket route:
+
+- at most ``max_connections`` sockets are open at once (all routes
+  together); one more is refused at the handshake with HTTP 503 and a JSON
+  ``too_many_connections`` error, before any session work is done;
+- a socket that sends nothing within ``first_message_timeout_s`` of its
+  handshake (no ``session.update``, no event) is closed with
+  ``CLOSE_FIRST_MESSAGE_TIMEOUT``. The app sees an ordinary clean disconnect
+  (code 1000), so a voice session ends rather than parks for a resume.
+
+After a mass of connections ends (their count falls to a quarter of its
+peak, and by at least ``TRIM_AFTER`` connections), and after every
+``TRIM_EVERY`` ended connections under steady churn, glibc's ``malloc_trim``
+is called in a thread: glibc keeps freed session memory in its arenas, and
+``livegen bench churn`` measured that trimming gives about half of it back.
+
+The unsent-bytes budget (bytes queued for a socket but not yet written) is
+enforced where the bytes queue, by each endpoint's sender; its close code is
+``CLOSE_NOT_READING``. Every budget is a gauge of ``/metrics``
+(``livegen_budget{name=...}``), and every refusal or close a count
+(``livegen_refused{code=...}``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import json
+import logging
+from typing import TYPE_CHECKING
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from livegen.logs import log_event
+from livegen.server.origins import send_denial
+
+if TYPE_CHECKING:
+    from livegen.server.config import ServerConfig
+    from livegen.server.metrics import Metrics
+
+logger = logging.getLogger("livegen.server")
+
+#: Close code of a connection whose unsent bytes passed ``--max-unsent-bytes`` (a client not reading).
+CLOSE_NOT_READING = 4002
+#: Close code of a socket that sent nothing within ``--first-message-timeout`` of its handshake.
+CLOSE_FIRST_MESSAGE_TIMEOUT = 4003
+NOT_READING_REASON = "unsent bytes over budget: the client is not reading"
+#: Connections that must have ended since the peak before memory is handed back to the system.
+TRIM_AFTER = 64
+#: Under steady churn (the count never falls), trim after this many connections ended.
+TRIM_EVERY = 1000
+
+
+def _malloc_trim() -> None:
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to do
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+def export_budgets(config: ServerConfig, metrics: Metrics) -> None:
+    """Publish the configured limits as gauges, so a dashboard can set usage against them."""
+    limits = {
+        "max_connections": config.max_connections,
+        "max_unsent_bytes": config.max_unsent_bytes,
+        "first_message_timeout_seconds": config.first_message_timeout_s,
+        "keep_alive_timeout_seconds": config.keep_alive_timeout_s,
+        "max_header_bytes": config.max_header_bytes,
+        "max_sessions": config.max_sessions,
+    }
+    for name, value in limits.items():
+        metrics.budget.labels(name=name).set(value)
+
+
+def uvicorn_options(config: ServerConfig) -> dict[str, object]:
+    """uvicorn's own limits, from the config (``livegen serve`` and ``ServerThread`` alike)."""
+    return {
+        "ws_max_size": 16 * 1024 * 1024,
+        "timeout_keep_alive": config.keep_alive_timeout_s,
+        "h11_max_incomplete_event_size": config.max_header_bytes,
+    }
+
+
+class ConnectionBudgetMiddleware:
+    def __init__(self, app: ASGIApp, config: ServerConfig, metrics: Metrics) -> None:
+        self.app = app
+        self.max_connections = config.max_connections
+        self.first_message_timeout_s = config.first_message_timeout_s
+        self.metrics = metrics
+        self.num_open = 0
+        self._peak = 0
+        self._num_ended = 0  # since the last trim
+        self._trimming: asyncio.Task[None] | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "websocket":
+            await self.app(scope, receive, send)
+            return
+        if self.num_open >= self.max_connections:
+            await self._refuse(scope, receive, send)
+            return
+        self.num_open += 1
+        self._peak = max(self._peak, self.num_open)
+        self.metrics.connections_open.set(self.num_open)
+        try:
+            if self.first_message_timeout_s > 0:
+                guard = _FirstMessageDeadline(receive, send, self.first_message_timeout_s, self.metrics)
+                await self.app(scope, guard.receive, guard.send)
+            else:
+                await self.app(scope, receive, send)
+        finally:
+            self.num_open -= 1
+            self.metrics.connections_open.set(self.num_open)
+            self._maybe_trim()
+
+    def _maybe_trim(self) -> None:
+        """Off the hot path: only after a mass of sessions ended, in a thread, one at a time."""
+        self._num_ended += 1
+        is_mass_end = self._peak - self.num_open >= TRIM_AFTER and self.num_open <= self._peak // 4
+        if not is_mass_end and self._num_ended < TRIM_EVERY:
+            return
+        if self._trimming is None or self._trimming.done():
+            self._peak, self._num_ended = self.num_open, 0
+            self._trimming = asyncio.get_running_loop().create_task(asyncio.to_thread(_malloc_trim))
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        code = "too_many_connections"
+        self.metrics.refused.labels(code=code).inc()
+        message = f"the server holds {self.max_connections} connections; retry later"
+        log_event(logger, "ws.refused", logging.WARNING, code=code, path=scope["path"])
+        body = json.dumps(
+            {"error": {"type": "server_error", "code": code, "message": message, "param": None}}
+        ).encode()
+        await send_denial(scope, receive, send, 503, body)
+
+
+class _FirstMessageDeadline:
+    """Wraps one socket's ASGI channels: the first message after the handshake has a deadline."""
+
+    def __init__(self, receive: Receive, send: Send, timeout_s: float, metrics: Metrics) -> None:
+        self._receive = receive
+        self._send = send
+        self._timeout_s = timeout_s
+        self._metrics = metrics
+        self._accepted_at: float | None = None
+        self._is_waiting = True  # until the first message after the handshake
+        self._has_expired = False
+
+    async def send(self, message: Message) -> None:
+        if message["type"] == "websocket.accept":
+            self._accepted_at = asyncio.get_running_loop().time()
+        await self._send(message)
+
+    async def receive(self) -> Message:
+        if self._has_expired:
+            return {"type": "websocket.disconnect", "code": 1000}
+        if self._accepted_at is None or not self._is_waiting:
+            return await self._receive()
+        left = self._accepted_at + self._timeout_s - asyncio.get_running_loop().time()
+        try:
+            message = await asyncio.wait_for(self._receive(), max(left, 0.0))
+        except TimeoutError:
+            return await self._expire()
+        self._is_waiting = False
+        return message
+
+    async def _expire(self) -> Message:
+        self._has_expired = True
+        code = "first_message_timeout"
+        self._metrics.refused.labels(code=code).inc()
+        log_event(logger, "ws.first_message_timeout", logging.WARNING, timeout_s=self._timeout_s)
+        reason = f"no message within {self._timeout_s:g} s of connecting"
+        with contextlib.suppress(Exception):  # the socket may be gone or blocked: it ends either way
+            close = {"type": "websocket.close", "code": CLOSE_FIRST_MESSAGE_TIMEOUT, "reason": reason}
+            await asyncio.wait_for(self._send(close), 5.0)
+        return {"type": "websocket.disconnect", "code": 1000}

@@ -1,0 +1,81 @@
+"""causal-wan-tiny behind /v1/worlds, over the wire: 9 then 12 frames a chunk on the media clock,
+keys and mouse applied in the chunk the protocol says (the chunk after the one being acked), a
+key pressed and released within one chunk acting as a tap, motion summed over the chunk. The
+frames equal the model's own for the controls the protocol promises."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from livegen.client.world import WorldClient
+from livegen.models.world import Tick, TickMeta
+from livegen.server import ServerConfig
+from livegen.server.thread import ServerThread
+
+
+def keys(down: list[str]) -> dict[str, Any]:
+    return {"track": "keys", "schema": "livegen.keys.v1", "data": {"down": down}}
+
+
+def mouse(dx: float, dy: float) -> dict[str, Any]:
+    return {"track": "mouse", "schema": "livegen.mouse.v1", "data": {"dx": dx, "dy": dy}}
+
+
+@pytest.fixture(scope="module")
+def server() -> Any:
+    config = ServerConfig(voice_model="none", world_model="causal-wan-tiny", api_key=None)
+    with ServerThread(config) as running:
+        running.wait_ready()
+        yield running
+
+
+async def test_keys_and_mouse_over_the_wire_land_in_the_protocols_chunk(
+    server: ServerThread, model: Any
+) -> None:
+    client = await WorldClient.connect(server.ws_url, auto_ack=False)
+    async with client:
+        created = await client.create(
+            seed=11, prompt="a cave", pacing="asap", max_chunks_ahead=1, output={"format": "png"}
+        )
+        assert (created["width"], created["height"], created["frames_per_chunk"]) == (64, 64, 12)
+        assert {c["track"]: c["schema"] for c in created["controls"]} == {
+            "keys": "livegen.keys.v1",
+            "mouse": "livegen.mouse.v1",
+        }
+        first = await client.next_chunk()
+        # Chunk 1 is held (no credit) until chunk 0 is acked: these all land in chunk 1.
+        await client.event(1, controls=[keys(["KeyW"]), mouse(10, 2)])
+        await client.event(2, controls=[keys([]), mouse(6, -2)])
+        await client.event(3, controls=[keys(["KeyD"])])
+        await client.send({"type": "chunk.ack", "chunk_index": 0})
+        second = await client.next_chunk()
+        await client.send({"type": "chunk.ack", "chunk_index": 1})
+        third = await client.next_chunk()
+    assert [c.header.chunk_index for c in (first, second, third)] == [0, 1, 2]
+    assert [len(c.frames) for c in (first, second, third)] == [9, 12, 12]
+    assert [c.header.media_time_ms for c in (first, second, third)] == [0.0, 9 / 16 * 1000, 21 / 16 * 1000]
+    assert second.header.applied_event_ids == [1, 2, 3] and third.header.applied_event_ids == []
+
+    # What the protocol promises the model saw: KeyW tapped and KeyD held in chunk 1, motion summed;
+    # in chunk 2 KeyD still held, the tap and the motion gone.
+    expected = [
+        {"keys": {"down": [], "taps": []}, "mouse": {"dx": 0, "dy": 0, "wheel": 0, "buttons": 0}},
+        {
+            "keys": {"down": ["KeyD"], "taps": ["KeyW"]},
+            "mouse": {"dx": 16, "dy": 0, "wheel": 0, "buttons": 0},
+        },
+        {"keys": {"down": ["KeyD"], "taps": []}, "mouse": {"dx": 0, "dy": 0, "wheel": 0, "buttons": 0}},
+    ]
+    for index, (chunk, controls) in enumerate(zip((first, second, third), expected, strict=True)):
+        meta = TickMeta("wire-check", f"w{index}", index, ())
+        [own] = model.step([Tick(meta, 11, "a cave", controls)], None)
+        assert np.abs(np.stack(chunk.frames).astype(int) - own.frames).max() <= 1
+    model.release("wire-check")
+    # And the controls mattered: chunk 1 without them is another picture.
+    model.step([Tick(TickMeta("plain", "p0", 0, ()), 11, "a cave", {})], None)
+    [plain] = model.step([Tick(TickMeta("plain", "p1", 1, ()), 11, "a cave", {})], None)
+    model.release("plain")
+    assert np.abs(plain.frames.astype(int) - np.stack(second.frames)).max() > 8
