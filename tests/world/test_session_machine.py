@@ -43,7 +43,7 @@ from livegen.world import (
     Session,
     Status,
 )
-from livegen.world.schema import KEYS_SCHEMA, KEYS_V1, MOUSE_SCHEMA, MOUSE_V1
+from livegen.world.schema import CAMERA_SCHEMA, CAMERA_V1, KEYS_SCHEMA, KEYS_V1, MOUSE_SCHEMA, MOUSE_V1
 
 MODE = ControlTrack(
     name="mode",
@@ -53,6 +53,7 @@ MODE = ControlTrack(
 )
 KEYS = ControlTrack("keys", KEYS_V1, KEYS_SCHEMA, {"down": [], "taps": []}, is_sticky=True)
 MOUSE = ControlTrack("mouse", MOUSE_V1, MOUSE_SCHEMA, {"dx": 0, "dy": 0, "wheel": 0, "buttons": 0})
+CAMERA = ControlTrack("camera", CAMERA_V1, CAMERA_SCHEMA, {"velocity": {}}, is_sticky=True)
 MAX_PENDING = 4
 SID = "world-1"
 
@@ -96,7 +97,7 @@ class WorldMachine(RuleBasedStateMachine):
         counter = itertools.count()
         self.reducer = PickyReducer()
         self.manager = Manager(
-            tracks=[MODE, KEYS, MOUSE],
+            tracks=[MODE, KEYS, MOUSE, CAMERA],
             new_id=lambda: str(next(counter)),
             max_sessions=1,
             reducer_factory=lambda: self.reducer,
@@ -182,9 +183,47 @@ class WorldMachine(RuleBasedStateMachine):
     def mouse_event(self, gap: int, dx: int) -> None:
         self._input_event(gap, ControlInput.of("mouse", MOUSE_V1, {"dx": dx}), ("mouse", dx))
 
+    @rule(gap=st.integers(1, 2), is_pose=st.booleans(), amount=st.integers(-3, 3))
+    def camera_event(self, gap: int, is_pose: bool, amount: int) -> None:
+        intrinsics = {"fx": 0.5, "fy": 0.5, "cx": 0.5, "cy": 0.5}
+        pose = {"position": [amount, 0, 0], "rotation": [1, 0, 0, 0], "intrinsics": intrinsics}
+        data = {"pose": pose} if is_pose else {"velocity": {"vz": amount, "yaw": 10 * amount}}
+        control = ControlInput.of("camera", CAMERA_V1, data)
+        self._input_event(gap, control, ("camera", control.data))
+
+    @rule(
+        data=st.sampled_from(
+            [
+                {},
+                {"velocity": {}, "pose": {}},
+                {"velocity": {"vz": 101}},
+                {
+                    "pose": {
+                        "position": [0, 0, 0],
+                        "rotation": [0, 0, 0, 0],
+                        "intrinsics": {"fx": 1, "fy": 1, "cx": 0, "cy": 0},
+                    }
+                },
+            ]
+        )
+    )
+    def bad_camera(self, data: dict[str, Any]) -> None:
+        """Neither or both of velocity and pose, out of range, a zero quaternion: refused on entry."""
+        event = Event.of(self.next_id + 1, None, [ControlInput.of("camera", CAMERA_V1, data)])
+        if self.session.status is Status.ACTIVE:
+            error = self.unchanged_after(lambda: self.session.accept(event), InvalidRequest)
+            assert error.code == "invalid_event" and "controls.camera.data" in str(error)
+
     def check_inputs(self, plan: Plan) -> None:
-        """A chunk sees its own events' motion summed, and a key pressed and released as a tap."""
+        """A chunk sees its own events' motion summed, and a key pressed and released as a tap.
+
+        The camera is a state: the chunk's is its last camera event's, else the one it inherits.
+        """
         applied = [self.inputs[i] for i in plan.meta.applied_event_ids if i in self.inputs]
+        cameras = [v for kind, v in applied if kind == "camera"]
+        assert plan.controls["camera"].data == (
+            cameras[-1] if cameras else self.session.controls["camera"].data
+        )
         assert plan.controls["mouse"].data["dx"] == sum(v for kind, v in applied if kind == "mouse")
         downs = [v for kind, v in applied if kind == "keys"]
         keys = plan.controls["keys"].data

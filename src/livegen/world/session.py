@@ -239,6 +239,9 @@ class Session:
                 found = f"track {track.name!r} takes schema {track.schema!r}, got {control.schema!r}"
             else:
                 found = self._checks[track.name](control.data, self._paths[track.name])
+                extra = schema.SEMANTIC_CHECKS.get(track.schema)
+                if found is None and extra is not None:
+                    found = extra(control.data, self._paths[track.name])
             if found:
                 raise InvalidRequest(found, code="invalid_event", param="controls", event_id=event.event_id)
 

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from livegen.client.world import WorldClient
+from livegen.client.world import WorldClient, WorldError
 from livegen.models.world import Tick, TickMeta
 from livegen.server import ServerConfig
 from livegen.server.thread import ServerThread
@@ -44,6 +44,7 @@ async def test_keys_and_mouse_over_the_wire_land_in_the_protocols_chunk(
         assert {c["track"]: c["schema"] for c in created["controls"]} == {
             "keys": "livegen.keys.v1",
             "mouse": "livegen.mouse.v1",
+            "camera": "livegen.camera.v1",
         }
         first = await client.next_chunk()
         # Chunk 1 is held (no credit) until chunk 0 is acked: these all land in chunk 1.
@@ -77,5 +78,51 @@ async def test_keys_and_mouse_over_the_wire_land_in_the_protocols_chunk(
     # And the controls mattered: chunk 1 without them is another picture.
     model.step([Tick(TickMeta("plain", "p0", 0, ()), 11, "a cave", {})], None)
     [plain] = model.step([Tick(TickMeta("plain", "p1", 1, ()), 11, "a cave", {})], None)
+    model.release("plain")
+    assert np.abs(plain.frames.astype(int) - np.stack(second.frames)).max() > 8
+
+
+CAMERA_POSE = {
+    "position": [1.5, 0, -2],
+    "rotation": [0.9, 0, 0.3, 0],
+    "intrinsics": {"fx": 0.6, "fy": 0.8, "cx": 0.5, "cy": 0.5},
+}
+
+
+def camera(data: dict[str, Any]) -> dict[str, Any]:
+    return {"track": "camera", "schema": "livegen.camera.v1", "data": data}
+
+
+async def test_camera_over_the_wire_lands_in_the_protocols_chunk_and_holds(
+    server: ServerThread, model: Any
+) -> None:
+    """A velocity then a pose in one chunk: the pose wins there (last write), and holds after."""
+    client = await WorldClient.connect(server.ws_url, auto_ack=False)
+    async with client:
+        await client.create(
+            seed=5, prompt="a road", pacing="asap", max_chunks_ahead=1, output={"format": "png"}
+        )
+        first = await client.next_chunk()
+        await client.event(1, controls=[camera({"velocity": {"vz": 2, "yaw": 30}})])
+        await client.event(2, controls=[camera({"pose": CAMERA_POSE})])
+        await client.send({"type": "chunk.ack", "chunk_index": 0})
+        second = await client.next_chunk()
+        await client.event(3, controls=[camera({"velocity": {"vz": 2, "yaw": 30}})])
+        await client.send({"type": "chunk.ack", "chunk_index": 1})
+        third = await client.next_chunk()
+        # Bad camera values are typed errors for this client; the session goes on.
+        with pytest.raises(WorldError) as refused:
+            await client.event(4, controls=[camera({"velocity": {"vz": 1}, "pose": CAMERA_POSE})])
+        assert refused.value.code == "invalid_event" and "at most 1" in refused.value.body.message
+        assert refused.value.body.event_id == 4
+    assert second.header.applied_event_ids == [1, 2] and third.header.applied_event_ids == [3]
+    expected = [{}, {"camera": {"pose": CAMERA_POSE}}, {"camera": {"velocity": {"vz": 2, "yaw": 30}}}]
+    for index, (chunk, controls) in enumerate(zip((first, second, third), expected, strict=True)):
+        meta = TickMeta("camera-check", f"c{index}", index, ())
+        [own] = model.step([Tick(meta, 5, "a road", controls)], None)
+        assert np.abs(np.stack(chunk.frames).astype(int) - own.frames).max() <= 1
+    model.release("camera-check")
+    model.step([Tick(TickMeta("plain", "p0", 0, ()), 5, "a road", {})], None)
+    [plain] = model.step([Tick(TickMeta("plain", "p1", 1, ()), 5, "a road", {})], None)
     model.release("plain")
     assert np.abs(plain.frames.astype(int) - np.stack(second.frames)).max() > 8
