@@ -44,6 +44,7 @@ from livegen.world import (
     Status,
 )
 from livegen.world.schema import CAMERA_SCHEMA, CAMERA_V1, KEYS_SCHEMA, KEYS_V1, MOUSE_SCHEMA, MOUSE_V1
+from livegen.world.session import Transition
 
 MODE = ControlTrack(
     name="mode",
@@ -115,6 +116,10 @@ class WorldMachine(RuleBasedStateMachine):
         self.seen_ids: list[int] = []
         #: Event id -> ("keys", keys down) or ("mouse", dx), for what each chunk must see.
         self.inputs: dict[int, tuple[str, Any]] = {}
+        #: Event id -> transition_chunks, for every event that set a prompt.
+        self.prompt_events: dict[int, int] = {}
+        #: The committed transition the machine expects to go on, if any.
+        self.transition: Transition | None = None
 
     # -- helpers ---------------------------------------------------------------------------
     def drain(self) -> None:
@@ -156,13 +161,22 @@ class WorldMachine(RuleBasedStateMachine):
         acceptance = self.session.accept(event)
         assert acceptance.status is AcceptStatus.ACCEPTED
         assert acceptance.pending_event_count == len(before[2]) + 1
+        if with_prompt:
+            self.prompt_events[event_id] = 0
         self.next_id = event_id
         self.seen_ids.append(event_id)
 
-    def _input_event(self, gap: int, control: ControlInput, record: tuple[str, Any]) -> None:
+    def _input_event(
+        self,
+        gap: int,
+        control: ControlInput,
+        record: tuple[str, Any],
+        prompt: str | None = None,
+        chunks: int = 0,
+    ) -> None:
         self.drain()
         event_id = self.next_id + gap
-        event = Event.of(event_id, None, [control])
+        event = Event.of(event_id, prompt, [control], transition_chunks=chunks)
         if self.session.status is not Status.ACTIVE:
             self.unchanged_after(lambda: self.session.accept(event), InvalidState)
             return
@@ -213,6 +227,40 @@ class WorldMachine(RuleBasedStateMachine):
         if self.session.status is Status.ACTIVE:
             error = self.unchanged_after(lambda: self.session.accept(event), InvalidRequest)
             assert error.code == "invalid_event" and "controls.camera.data" in str(error)
+
+    @rule(gap=st.integers(1, 2), chunks=st.integers(0, 4))
+    def transition_event(self, gap: int, chunks: int) -> None:
+        """A new prompt that asks to blend in over ``chunks`` chunks."""
+        event_id = self.next_id + gap
+        control = ControlInput.of("mode", "test.mode.v1", {"v": "a"})
+        self._input_event(gap, control, ("mode", "a"), f"t{event_id}", chunks)
+        if self.next_id == event_id:  # accepted
+            self.prompt_events[event_id] = chunks
+
+    @rule(chunks=st.sampled_from([-1, 65, True, 2.0]), with_prompt=st.booleans())
+    def bad_transition(self, chunks: Any, with_prompt: bool) -> None:
+        """Out of range, not an integer, or no prompt to go to: refused before the session sees it."""
+        with pytest.raises(InvalidRequest) as caught:
+            Event.of(self.next_id + 1, "p" if with_prompt else None, transition_chunks=chunks)
+        assert caught.value.code == "invalid_event" and caught.value.param == "transition_chunks"
+
+    def check_transition(self, plan: Plan) -> None:
+        """Step k of a transition over N chunks blends k/N; the chunk applying its event is step 1."""
+        chunk = plan.meta.chunk_index
+        prompts = [i for i in plan.meta.applied_event_ids if i in self.prompt_events]
+        expected = self.transition
+        if prompts:
+            chunks = self.prompt_events[prompts[-1]]
+            expected = Transition(prompts[-1], self.session.prompt, chunk, chunks) if chunks > 1 else None
+        if expected is not None and expected.step(chunk) > expected.chunks:
+            expected = None
+        assert plan.transition == expected
+        blend = plan.prompt_blend()
+        if expected is None:
+            assert blend is None
+        else:
+            assert blend is not None and blend.from_prompt == expected.from_prompt
+            assert blend.weight == expected.step(chunk) / expected.chunks <= 1
 
     def check_inputs(self, plan: Plan) -> None:
         """A chunk sees its own events' motion summed, and a key pressed and released as a tap.
@@ -275,12 +323,21 @@ class WorldMachine(RuleBasedStateMachine):
         for event_id in applied:
             assert self.session.event_floor >= event_id
         self.check_inputs(self.plan)
+        self.check_transition(self.plan)
 
     def _commit(self) -> Output:
         assert self.plan is not None
         plan, self.plan = self.plan, None
         self.settled = plan
         out = self.session.commit_tick(plan, plan.meta, f"frames of {plan.meta.request_id}")
+        self.transition = plan.transition
+        header = out.prompt_transition()
+        assert (header is None) == (plan.transition is None)
+        if header is not None and plan.transition is not None:
+            assert header["step"] == plan.transition.step(plan.meta.chunk_index) >= 1
+            assert (
+                header["last_chunk_index"] == plan.transition.first_chunk_index + plan.transition.chunks - 1
+            )
         self.committed.append(plan.meta.request_id)
         self.chunks_since_reset += 1
         self.all_applied.extend(plan.meta.applied_event_ids)
@@ -364,6 +421,7 @@ class WorldMachine(RuleBasedStateMachine):
             assert self.session.prompt == "start" and self.session.pending_event_count == 0
             assert all(event_id <= self.session.committed_floor for event_id in pending)
             self.chunks_since_reset = 0
+            self.transition = None
         else:
             assert self.session.status is Status.FAILED
 
@@ -394,6 +452,7 @@ class WorldMachine(RuleBasedStateMachine):
         self.session = self.manager.create(SID, max_pending_events=MAX_PENDING, prompt="start")
         self.chunks_since_reset = 0
         self.seen_ids, self.next_id, self.all_applied = [], 0, []
+        self.inputs, self.prompt_events, self.transition = {}, {}, None
 
     # -- the promises ----------------------------------------------------------------------
     @invariant()

@@ -241,7 +241,7 @@ class Connection:
         runner = self._require_session()
         if isinstance(event, wire.WorldEvent):
             controls = [ControlInput.of(c.track, c.schema, c.data) for c in event.controls or ()]
-            runner.accept(Event.of(event.event_id, event.prompt, controls))
+            runner.accept(Event.of(event.event_id, event.prompt, controls, event.transition_chunks or 0))
             self.service.scheduler.wake()  # type: ignore[union-attr]
         elif isinstance(event, wire.ChunkAck):
             runner.ack(event.chunk_index)

@@ -9,9 +9,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 
 from livegen.client.world import WorldClient, WorldError
-from livegen.models.world import Tick, TickMeta
+from livegen.models.world import PromptBlend, Tick, TickMeta
+from livegen.protocol import world as wire
 from livegen.server import ServerConfig
 from livegen.server.thread import ServerThread
 
@@ -126,3 +128,62 @@ async def test_camera_over_the_wire_lands_in_the_protocols_chunk_and_holds(
     [plain] = model.step([Tick(TickMeta("plain", "p1", 1, ()), 5, "a road", {})], None)
     model.release("plain")
     assert np.abs(plain.frames.astype(int) - np.stack(second.frames)).max() > 8
+
+
+async def test_a_prompt_transition_blends_over_the_chunks_its_headers_name(
+    server: ServerThread, model: Any
+) -> None:
+    """Chunk k of a transition over N chunks runs under the k/N blend; its header says which step."""
+    client = await WorldClient.connect(server.ws_url, auto_ack=False)
+    async with client:
+        await client.create(
+            seed=2, prompt="a desert", pacing="asap", max_chunks_ahead=1, output={"format": "png"}
+        )
+        chunks = [await client.next_chunk()]
+        await client.send(
+            {"type": "world.event", "event_id": 1, "prompt": "a glacier", "transition_chunks": 3}
+        )
+        await client.expect(wire.EventAccepted)
+        for index in range(4):
+            await client.send({"type": "chunk.ack", "chunk_index": index})
+            chunks.append(await client.next_chunk())
+        for bad in (
+            {"prompt": "x", "transition_chunks": 65},
+            {"transition_chunks": 2, "controls": [keys([])]},
+        ):
+            await client.send({"type": "world.event", "event_id": 9, **bad})
+            error = await client.expect(wire.Error)
+            assert error.error.code == "invalid_event" and error.error.param == "transition_chunks"
+    headers = [c.header for c in chunks]
+    assert headers[1].applied_event_ids == [1]
+    assert [h.prompt_transition for h in headers] == [
+        None,
+        *({"event_id": 1, "step": k, "chunks": 3, "weight": k / 3, "last_chunk_index": 3} for k in (1, 2, 3)),
+        None,
+    ]
+    blends = [None, PromptBlend("a desert", 1 / 3), PromptBlend("a desert", 2 / 3), None, None]
+    prompts = ["a desert", *["a glacier"] * 4]
+    for index, (chunk, prompt, blend) in enumerate(zip(chunks, prompts, blends, strict=True)):
+        meta = TickMeta("blend-check", f"b{index}", index, ())
+        [own] = model.step([Tick(meta, 2, prompt, {}, prompt_blend=blend)], None)
+        assert np.abs(np.stack(chunk.frames).astype(int) - own.frames).max() <= 1
+    model.release("blend-check")
+
+
+def test_a_transition_step_conditions_on_the_blend_of_the_two_prompts_cached_kv(model: Any) -> None:
+    """Each layer's cross-attention K and V at step k of N are (1 - k/N) old + k/N new."""
+    old, new = model.conditioning(Tick(TickMeta("s", "r", 0, ()), 0, "old", {})), model._text("new")
+    assert (
+        model.conditioning(
+            Tick(TickMeta("s", "r", 0, ()), 0, "new", {}, prompt_blend=PromptBlend("old", 1.0))
+        )
+        is new
+    )
+    for k in (1, 2, 3):
+        blended = model.conditioning(
+            Tick(TickMeta("s", "r", 0, ()), 0, "new", {}, prompt_blend=PromptBlend("old", k / 4))
+        )
+        for (ok, ov), (nk, nv), (bk, bv) in zip(old, new, blended, strict=True):
+            assert torch.allclose(bk, ok + (nk - ok) * k / 4, atol=1e-6)
+            assert torch.allclose(bv, ov + (nv - ov) * k / 4, atol=1e-6)
+            assert not torch.allclose(bk, nk)

@@ -33,15 +33,19 @@ from livegen.models.causalwan import attention, controls
 from livegen.models.causalwan.attention import LayerKV, Pass
 from livegen.models.causalwan.config import CausalWanConfig
 from livegen.models.causalwan.vae import DecoderState, decode_chunk
-from livegen.models.world import Chunk, KVGeometry, Tick, TickMeta, WorldSpec
+from livegen.models.world import Chunk, KVGeometry, PromptBlend, Tick, TickMeta, WorldSpec
 
 #: Prompts whose cross-attention K/V are kept, shared by the sessions that use them.
 PROMPT_CACHE_SIZE = 16
 
 
+#: What a session's cross-attention K/V were made from: the prompt, and the blend of a transition.
+TextKey = tuple[str, PromptBlend | None]
+
+
 @dataclass
 class _Session:
-    prompt: str
+    text_key: TextKey
     text: list[LayerKV]
     decoder: DecoderState
     #: Latent frames committed so far: the RoPE position of the next chunk's first frame.
@@ -168,9 +172,8 @@ class CausalWan:
         session = None if meta.chunk_index == 0 else self._sessions.get(meta.session_id)
         if meta.chunk_index > 0 and session is None:
             raise StateEvicted(f"no causal-wan state for session {meta.session_id}")
-        text = (
-            session.text if session is not None and session.prompt == tick.prompt else self._text(tick.prompt)
-        )
+        key = (tick.prompt, tick.prompt_blend)
+        text = session.text if session is not None and session.text_key == key else self.conditioning(tick)
         if session is None:
             context: list[Tensor] = []
         elif kv_storage is None:
@@ -179,6 +182,22 @@ class CausalWan:
             context = [kv_storage[page] for page in tick.context_pages]
         position = 0 if session is None else session.position
         return _Job(tick=tick, session=session, text=text, context=context, position=position)
+
+    def conditioning(self, tick: Tick) -> list[LayerKV]:
+        """The tick's cross-attention K/V per layer: its prompt's, or a transition's blend.
+
+        A transition interpolates each layer's cached K and V linearly from the old prompt's to
+        the new one's (``weight`` of the new), so every prompt is still encoded once and cached.
+        """
+        text = self._text(tick.prompt)
+        blend = tick.prompt_blend
+        if blend is None or blend.weight >= 1:
+            return text
+        old = self._text(blend.from_prompt)
+        w = blend.weight
+        with torch.inference_mode():
+            pairs = zip(old, text, strict=True)
+            return [(torch.lerp(ok, k, w), torch.lerp(ov, v, w)) for (ok, ov), (k, v) in pairs]
 
     def _text(self, prompt: str) -> list[LayerKV]:
         """The prompt's cross-attention K/V per layer, from the cache or computed once."""
@@ -298,7 +317,8 @@ class CausalWan:
         """The chunk succeeded: its K/V become pages, and the session moves on."""
         assert job.kv is not None
         tick = job.tick
-        session = job.session or _Session(prompt=tick.prompt, text=job.text, decoder=decoder)
+        key = (tick.prompt, tick.prompt_blend)
+        session = job.session or _Session(text_key=key, text=job.text, decoder=decoder)
         if kv_storage is not None:
             for page, frame_kv in zip(tick.write_pages, job.kv, strict=True):
                 kv_storage[page] = frame_kv
@@ -306,7 +326,7 @@ class CausalWan:
             session.pages.extend(job.kv)
             keep = self.config.sink_frames, self.config.window_frames
             session.pages[keep[0] : max(keep[0], len(session.pages) - keep[1])] = []
-        session.prompt, session.text, session.decoder = tick.prompt, job.text, decoder
+        session.text_key, session.text, session.decoder = key, job.text, decoder
         session.position = job.position + len(job.kv)
         self._sessions[tick.meta.session_id] = session
 
