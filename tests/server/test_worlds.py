@@ -265,3 +265,18 @@ def test_errors_are_counted_and_health_reports_the_model(world_server: ServerThr
     assert health["services"]["world"]["model"] == "procedural-world"
     metrics = httpx.get(f"{world_server.http_url}/metrics").text
     assert 'livegen_errors_total{code="invalid_json",kind="world"}' in metrics
+
+
+async def test_procedural_world_refuses_a_seed_image_and_the_connection_goes_on(
+    world_server: ServerThread,
+) -> None:
+    """It renders the game itself: an image is refused with a typed error, then a session starts."""
+    client = await WorldClient.connect(world_server.ws_url)
+    async with client:
+        png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC"
+        await client.send({"type": "session.update", "session": {"seed_image": png}})
+        error = await client.expect(wire.Error)
+        assert (error.error.code, error.error.param) == ("seed_image_not_supported", "session.seed_image")
+        created = await client.create(pacing="asap")
+        assert created["seed_image"] is False
+        assert (await client.next_chunk()).header.chunk_index == 0

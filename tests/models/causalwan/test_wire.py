@@ -5,11 +5,14 @@ frames equal the model's own for the controls the protocol promises."""
 
 from __future__ import annotations
 
+import base64
+import io
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 from livegen.client.world import WorldClient, WorldError
 from livegen.models.world import PromptBlend, Tick, TickMeta
@@ -187,3 +190,48 @@ def test_a_transition_step_conditions_on_the_blend_of_the_two_prompts_cached_kv(
             assert torch.allclose(bk, ok + (nk - ok) * k / 4, atol=1e-6)
             assert torch.allclose(bv, ov + (nv - ov) * k / 4, atol=1e-6)
             assert not torch.allclose(bk, nk)
+
+
+def png(pixels: np.ndarray) -> str:
+    buffer = io.BytesIO()
+    Image.fromarray(pixels, "RGB").save(buffer, "PNG")
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+SEED_IMAGE = np.random.default_rng(8).integers(0, 256, (64, 64, 3), dtype=np.uint8)
+
+
+async def test_a_seed_image_starts_the_first_chunk_and_bad_ones_are_typed_errors(
+    server: ServerThread, model: Any
+) -> None:
+    client = await WorldClient.connect(server.ws_url, auto_ack=False)
+    async with client:
+        for bad, code in ((png(SEED_IMAGE[:32]), "invalid_seed_image"), ("aGVsbG8=", "invalid_seed_image")):
+            await client.send({"type": "session.update", "session": {"seed_image": bad}})
+            error = await client.expect(wire.Error)
+            assert (error.error.code, error.error.param) == (code, "session.seed_image")
+        created = await client.create(
+            seed=4, prompt="a lake", pacing="asap", max_chunks_ahead=1, output={"format": "png"},
+            seed_image=png(SEED_IMAGE),
+        )  # fmt: skip
+        assert created["seed_image"] is True
+        first = await client.next_chunk()
+        await client.send({"type": "session.update", "session": {"seed_image": png(SEED_IMAGE)}})
+        error = await client.expect(wire.Error)
+        assert (error.error.code, error.error.param) == ("invalid_request", "session.seed_image")
+    latents: dict[str, torch.Tensor] = {}
+    model.on_latents = lambda request_id, x: latents.__setitem__(request_id, x.clone())
+    try:
+        [own] = model.step(
+            [Tick(TickMeta("seeded", "s0", 0, ()), 4, "a lake", {}, seed_image=SEED_IMAGE)], None
+        )
+        [plain] = model.step([Tick(TickMeta("plain", "p0", 0, ()), 4, "a lake", {})], None)
+    finally:
+        model.on_latents = None
+        model.release("seeded")
+        model.release("plain")
+    assert np.abs(np.stack(first.frames).astype(int) - own.frames).max() <= 1
+    # The image's latent is chunk 0's first latent frame, untouched by denoising; the rest differ.
+    assert torch.equal(latents["s0"][:, :1], model.encode_image(SEED_IMAGE))
+    assert not torch.allclose(latents["p0"][:, :1], latents["s0"][:, :1])
+    assert np.abs(plain.frames.astype(int) - own.frames).max() > 8
