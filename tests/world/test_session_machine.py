@@ -14,6 +14,7 @@ import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -56,6 +57,8 @@ KEYS = ControlTrack("keys", KEYS_V1, KEYS_SCHEMA, {"down": [], "taps": []}, is_s
 MOUSE = ControlTrack("mouse", MOUSE_V1, MOUSE_SCHEMA, {"dx": 0, "dy": 0, "wheel": 0, "buttons": 0})
 CAMERA = ControlTrack("camera", CAMERA_V1, CAMERA_SCHEMA, {"velocity": {}}, is_sticky=True)
 MAX_PENDING = 4
+#: The world's first frame: chunk 0 gets it, after every reset too, and no other chunk does.
+SEED_IMAGE = np.zeros((2, 2, 3), np.uint8)
 SID = "world-1"
 
 
@@ -103,7 +106,9 @@ class WorldMachine(RuleBasedStateMachine):
             max_sessions=1,
             reducer_factory=lambda: self.reducer,
         )
-        self.session = self.manager.create(SID, max_pending_events=MAX_PENDING, prompt="start")
+        self.session = self.manager.create(
+            SID, max_pending_events=MAX_PENDING, prompt="start", seed_image=SEED_IMAGE
+        )
         self.plan: Plan | None = None
         self.settled: Plan | None = None
         self.chunks_since_reset = 0
@@ -324,6 +329,7 @@ class WorldMachine(RuleBasedStateMachine):
             assert self.session.event_floor >= event_id
         self.check_inputs(self.plan)
         self.check_transition(self.plan)
+        assert (self.plan.seed_image is SEED_IMAGE) == (self.plan.meta.chunk_index == 0)
 
     def _commit(self) -> Output:
         assert self.plan is not None
@@ -449,7 +455,9 @@ class WorldMachine(RuleBasedStateMachine):
     def reopen(self) -> None:
         """A closed world's id may be reused; the client's ids start over with the new world."""
         self.reducer = PickyReducer()
-        self.session = self.manager.create(SID, max_pending_events=MAX_PENDING, prompt="start")
+        self.session = self.manager.create(
+            SID, max_pending_events=MAX_PENDING, prompt="start", seed_image=SEED_IMAGE
+        )
         self.chunks_since_reset = 0
         self.seen_ids, self.next_id, self.all_applied = [], 0, []
         self.inputs, self.prompt_events, self.transition = {}, {}, None
