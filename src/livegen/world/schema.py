@@ -180,9 +180,10 @@ MOUSE_SCHEMA: dict[str, Any] = {
 #: metric model), rotation rates ``yaw`` (positive turns right), ``pitch`` (positive looks up) and
 #: ``roll`` (positive turns the picture clockwise), in degrees per second; omitted parts are 0.
 #: ``pose``: camera-to-world ``position`` [x, y, z] and ``rotation`` as a unit quaternion [w, x, y, z]
-#: (normalised on use; a zero quaternion is refused), with ``intrinsics`` ``fx``, ``fy``, ``cx``,
-#: ``cy`` as fractions of the frame's width and height (a 90 degree horizontal field of view is
-#: fx 0.5). A camera value is a state: the last one in a chunk wins and holds until changed.
+#: (components in [-1, 1], normalised on use; a zero quaternion is refused), with ``intrinsics``
+#: ``fx``, ``fy``, ``cx``, ``cy`` as fractions of the frame's width and height (a 90 degree
+#: horizontal field of view is fx 0.5). A camera value is a state: the last one in a chunk wins
+#: and holds until changed.
 CAMERA_V1 = "livegen.camera.v1"
 MAX_CAMERA_SPEED = 100.0
 MAX_CAMERA_TURN = 720.0

@@ -4,7 +4,9 @@ The core of DESIGN.md section 1 (world promises). It owns the four identities
 (``session_id``; client ``event_id``s, monotonic across reset; ``chunk_index``,
 contiguous and back to 0 on reset; one ``request_id`` per chunk execution),
 the bounded queue of accepted events with its window of recent ids and its
-floors, and the committed prompt and controls.
+floors, the committed prompt and controls, the prompt transition in progress
+(``Transition``: which chunks blend the new prompt in, and how far), and the
+seed image chunk 0 starts from.
 
 A chunk is a plan: ``begin_tick`` snapshots the pending events into an
 immutable ``Plan`` (every fallible step, reducer ``prepare`` included, runs
