@@ -31,6 +31,7 @@ BENCHES: dict[str, str] = {
     "voice-faults": "livegen.bench.voice_faults:command",
     "churn": "livegen.bench.churn:command",
     "voice-tools": "livegen.bench.voice_tools:command",
+    "fuzz": "livegen.bench.fuzz:command",
 }
 
 
@@ -251,6 +252,9 @@ def serve(**options: Any) -> None:
     """Serve voice and world sessions over WebSockets, with the demo page at /."""
     import os
 
+    from livegen.server.budgets import limit_malloc_arenas
+
+    limit_malloc_arenas()  # before any model or server thread exists: arenas are taken per thread
     import uvicorn
 
     from livegen import logs

@@ -7,7 +7,8 @@ integer is due) without building an intermediate dict; measured by
 ``livegen bench world-session``. Anything that does not decode becomes an
 ``InvalidRequest`` with a code the client can act on, carrying the client's
 ``event_id`` when the message had one: ``invalid_json``, ``unknown_event_type``,
-``invalid_request``, ``message_too_large``.
+``invalid_request``, ``message_too_large`` (JSON nested too deeply for the parser is
+``invalid_json``).
 
 Pure: bytes in, events out, and back. Session rules (duplicates, floors,
 controls a model understands) belong to ``world/``.
@@ -44,6 +45,8 @@ class SessionConfig(msgspec.Struct, forbid_unknown_fields=True):
     output: OutputConfig | None = None
     max_pending_events: Annotated[int, msgspec.Meta(ge=1, le=1024)] | None = None
     max_chunks_ahead: Annotated[int, msgspec.Meta(ge=1, le=256)] | None = None
+    #: The first frame, PNG or JPEG in base64, at creation only (``world/images.py`` checks it).
+    seed_image: str | None = None
 
 
 # -- client to server ------------------------------------------------------------------------
@@ -61,6 +64,8 @@ class WorldEvent(msgspec.Struct, tag="world.event", tag_field="type", forbid_unk
     event_id: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
     prompt: Annotated[str, msgspec.Meta(max_length=4096)] | None = None
     controls: list[Control] | None = None
+    #: Blend the new prompt in over this many chunks (0 or 1: at once); checked by ``world.Event``.
+    transition_chunks: int | None = None
 
 
 class ChunkAck(msgspec.Struct, tag="chunk.ack", tag_field="type", forbid_unknown_fields=True):
@@ -110,6 +115,8 @@ class ChunkHeader(msgspec.Struct, tag="world.chunk", tag_field="type"):
     format: FrameFormat
     media_time_ms: float
     timings: Timings
+    #: This chunk's step of a prompt transition: {event_id, step, chunks, weight, last_chunk_index}.
+    prompt_transition: dict[str, Any] | None = None
 
 
 class ResetDone(msgspec.Struct, tag="world.reset.done", tag_field="type"):
@@ -163,11 +170,19 @@ def decode_client(raw: bytes | str) -> ClientEvent:
         raise _explain(raw, exc) from None
     except msgspec.DecodeError as exc:
         raise InvalidRequest(f"message is not valid JSON: {exc}", code="invalid_json") from None
+    except RecursionError:
+        # msgspec stops at the interpreter's recursion limit (skipping an unknown field's value
+        # recurses too); a client must not be able to turn that into an exception of ours.
+        raise InvalidRequest(
+            "message is not valid JSON: it nests arrays or objects too deeply", code="invalid_json"
+        ) from None
 
 
 def _explain(raw: bytes | str, exc: msgspec.ValidationError) -> InvalidRequest:
     try:
         probe = _probe_decoder.decode(raw)
+    except RecursionError:
+        return InvalidRequest("message nests arrays or objects too deeply", code="invalid_json")
     except msgspec.DecodeError:
         return InvalidRequest(f"a client event must be a JSON object: {exc}", code="invalid_request")
     event_id = probe.event_id if _is_event_id(probe.event_id) else None
