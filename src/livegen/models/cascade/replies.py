@@ -15,7 +15,8 @@ the same conversation, message for message, and the same tools.
 
 A language model may answer with function calls besides (or instead of)
 words: they are collected whole in ``calls``, with the endpoint's finish
-reason and usage, for the stream to report once the words are spoken. The
+reason and usage; ``made`` tells the stream when they are all in, so it can
+report the calls while the words are still being spoken. The
 built-in responder cannot call tools: when a session declares some and it has
 no answer of its own, it says so (``NO_TOOLS``) rather than dropping them.
 
@@ -87,6 +88,11 @@ class Answer:
             yield piece
         if self._producer is not None and self._producer.done() and not self._producer.cancelled():
             self._producer.result()
+
+    async def made(self) -> None:
+        """Until the producer is done (all text, the calls and the finish are in), however it ended."""
+        if self._producer is not None:
+            await asyncio.wait({self._producer})
 
     def drop(self) -> None:
         """Stop making it and cancel the audio not yet taken."""

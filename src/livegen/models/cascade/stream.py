@@ -357,7 +357,13 @@ class Stream:
                 has_tools = bool(request.tools)
                 max_words = request.max_output_tokens
                 answer = replies.start(self._say, self._llm, user_text, voice, ask, has_tools, max_words)
-            spoken = await self._speak(epoch, rid, answer, "audio" in request.modalities, voice)
+            # The calls go out as soon as the model has made them, while its words are being spoken.
+            calls = self._spawn(self._emit_calls(epoch, rid, answer))
+            try:
+                spoken = await self._speak(epoch, rid, answer, "audio" in request.modalities, voice)
+                await calls
+            finally:
+                calls.cancel()
         except asyncio.CancelledError:
             self._drop_prepared(prepared)
             self._next_history = None  # what the user heard of it is the core's to say
@@ -377,11 +383,8 @@ class Stream:
                 answer.drop()
         self._finish(epoch, request, answer, user_text, spoken)
 
-    def _finish(
-        self, epoch: int, request: ResponseRequest, answer: replies.Answer, user_text: str | None, spoken: str
-    ) -> None:
-        """The answer's function calls, whole, then its end (``incomplete`` when cut at its token limit)."""
-        rid = request.response_id
+    async def _emit_calls(self, epoch: int, rid: str, answer: replies.Answer) -> None:
+        await answer.made()
         for call in answer.calls:
             self._emit(
                 OutputKind.FUNCTION_CALL,
@@ -391,6 +394,12 @@ class Stream:
                 call_id=call.call_id,
                 name=call.name,
             )
+
+    def _finish(
+        self, epoch: int, request: ResponseRequest, answer: replies.Answer, user_text: str | None, spoken: str
+    ) -> None:
+        """The answer's end (``incomplete`` when cut at its token limit); what to prepare against next."""
+        rid = request.response_id
         heard = llm.filled(request.history, user_text or "")
         # After calls the next response's history holds them and their outputs: nothing to prepare against.
         self._next_history = None if answer.calls else [*heard, HistoryTurn("assistant", spoken)]
