@@ -1,0 +1,227 @@
+"""WebRTC calls and ephemeral keys against a real server, with an aiortc caller (``webrtc_client.py``).
+
+The server runs the scripted test model (``tests/voice/scripted.py``), so these
+tests check the transport: keys, SDP, media both ways, the data channel, the
+track's playback events, cancel, hangup, a vanished peer, and refusals.
+The spoken end-to-end call with the embedded cascade is ``test_webrtc_speech.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+pytest.importorskip("aiortc", reason="the webrtc extra is not installed")
+
+from webrtc_client import Caller, loudness, mint
+
+from livegen.server.thread import ServerThread
+from voice.scripted import registry
+
+MANUAL = {"type": "realtime", "audio": {"input": {"turn_detection": None}}}
+
+
+@pytest.fixture
+def voice_server(start_server: Callable[..., ServerThread]) -> ServerThread:
+    server = start_server(registry=registry(), voice_model="scripted-voice", world_model="none")
+    server.wait_ready(timeout=30)
+    return server
+
+
+def voice_service(server: ServerThread) -> Any:
+    return next(s for s in server.app.state.livegen.services if s.name == "voice")
+
+
+def tone_pcm(ms: int) -> bytes:
+    from voice.scripted import tone
+
+    return tone(ms, 24_000, 300.0)
+
+
+async def test_a_key_is_minted_in_openais_shape_and_bound_to_its_session(voice_server: ServerThread) -> None:
+    minted = mint(voice_server.http_url, session={"type": "realtime", "instructions": "be brief"})
+    assert minted["value"].startswith("ek_")
+    assert minted["expires_at"] > time.time() + 500  # the default: ten minutes
+    assert minted["session"]["instructions"] == "be brief"
+    # The key is accepted on the WebSocket and the session gets the key's configuration.
+    from openai import AsyncOpenAI
+
+    client = AsyncOpenAI(api_key=minted["value"], websocket_base_url=f"{voice_server.ws_url}/v1")
+    async with client.realtime.connect(model="scripted-voice") as connection:
+        types = []
+        while "session.updated" not in types:
+            event = await asyncio.wait_for(connection.recv(), 10)
+            types.append(event.type)
+        assert event.session.instructions == "be brief"
+
+
+def test_client_secrets_need_the_server_key_and_refuse_bad_requests(
+    start_server: Callable[..., ServerThread],
+) -> None:
+    server = start_server(
+        registry=registry(), voice_model="scripted-voice", world_model="none", api_key="sk-x"
+    )
+    server.wait_ready(timeout=30, verify=True)
+    url = f"{server.http_url}/v1/realtime/client_secrets"
+    assert httpx.post(url, json={}).status_code == 401
+    minted = mint(server.http_url, api_key="sk-x")
+    # An ephemeral key opens sessions only: it cannot mint more keys.
+    refused = httpx.post(url, json={}, headers={"Authorization": f"Bearer {minted['value']}"})
+    assert refused.status_code == 401
+    bad = httpx.post(url, json={"expires_after": {"seconds": 5}}, headers={"Authorization": "Bearer sk-x"})
+    assert bad.status_code == 400
+    assert bad.json()["error"]["param"] == "expires_after.seconds"
+    bad = httpx.post(url, json={"session": {"type": "nope"}}, headers={"Authorization": "Bearer sk-x"})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "session.type"
+    beta = httpx.post(
+        f"{server.http_url}/v1/realtime/sessions",
+        json={"voice": "verse"},
+        headers={"Authorization": "Bearer sk-x"},
+    )
+    assert beta.status_code == 200 and beta.json()["client_secret"]["value"].startswith("ek_")
+
+
+async def test_a_call_talks_over_the_track_and_the_data_channel(voice_server: ServerThread) -> None:
+    key = mint(voice_server.http_url, session=MANUAL)["value"]
+    caller = Caller(voice_server.http_url, key)
+    try:
+        await caller.connect()
+        await caller.event("session.created")
+        await caller.event("session.updated")  # the key's configuration: manual turns
+        caller.microphone.say(tone_pcm(1000))
+        await caller.microphone.drained.wait()
+        await asyncio.sleep(0.3)  # the jitter buffer and the last append
+        caller.send({"type": "input_audio_buffer.commit"})
+        transcript = await caller.event("conversation.item.input_audio_transcription.completed")
+        heard_ms = int(transcript["transcript"].split()[0])
+        assert 900 <= heard_ms <= 1400  # the second of speech reached the model through Opus
+        asked = time.monotonic()
+        caller.send({"type": "response.create"})
+        started = await caller.event("output_audio_buffer.started")
+        done = await caller.event("response.done")
+        stopped = await caller.event("output_audio_buffer.stopped")
+        assert started["response_id"] == done["response"]["id"] == stopped["response_id"]
+        # The answer's audio came on the track, and not as events on the channel.
+        assert not [e for e in caller.events if e["type"] == "response.output_audio.delta"]
+        assert loudness(caller.audio_since(asked)) > 1000
+        hung = await caller.hangup()
+        assert hung.status_code == 200
+        await caller.event("session.closed", within=10)
+        await until_no_calls(voice_server)
+    finally:
+        await caller.close()
+
+
+async def test_cancel_stops_the_tracks_audio_at_once(voice_server: ServerThread) -> None:
+    model = voice_service(voice_server).models["scripted-voice"]
+    model.script.reply_ms = 8000  # a long answer, generated at once: it is all queued to play
+    caller = Caller(voice_server.http_url, mint(voice_server.http_url, session=MANUAL)["value"])
+    try:
+        await caller.connect()
+        await caller.event("session.updated")
+        caller.send({"type": "response.create"})
+        await caller.event("output_audio_buffer.started")
+        await asyncio.sleep(1.0)
+        caller.send({"type": "response.cancel"})
+        cleared = await caller.event("output_audio_buffer.cleared", within=10)
+        done = await caller.event("response.done")
+        assert done["response"]["status"] == "cancelled" and cleared["response_id"] == done["response"]["id"]
+        truncated = await caller.event("conversation.item.truncated")
+        # The history keeps what went out on the track: about the second it played, not 8 s.
+        assert 500 <= truncated["audio_end_ms"] <= 3000
+        await asyncio.sleep(1.0)  # what was in flight has arrived
+        assert loudness(caller.audio_since(time.monotonic() - 0.5)) < 50
+    finally:
+        await caller.close()
+
+
+async def test_a_vanished_peer_ends_its_call(voice_server: ServerThread) -> None:
+    caller = Caller(voice_server.http_url, None)
+    await caller.connect()
+    await caller.event("session.created")
+    assert len(voice_service(voice_server).calls.calls) == 1
+    await caller.pc.close()  # no goodbye: the media stops
+    await until_no_calls(voice_server, within=30)
+
+
+async def test_bad_offers_and_keys_are_refused_in_openais_shape(voice_server: ServerThread) -> None:
+    url = f"{voice_server.http_url}/v1/realtime/calls"
+    sdp = {"Content-Type": "application/sdp"}
+    async with httpx.AsyncClient(timeout=10) as http:
+        garbage = await http.post(url, content="hello", headers=sdp)
+        assert garbage.status_code == 400 and garbage.json()["error"]["code"] == "invalid_offer"
+        no_audio = (
+            "v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\n"
+            "m=application 9 UDP/DTLS/SCTP webrtc-datachannel\r\n"
+        )
+        refused = await http.post(url, content=no_audio, headers=sdp)
+        assert refused.status_code == 400 and "no audio" in refused.json()["error"]["message"]
+        broken = "v=0\r\nm=audio 9 UDP/TLS/RTP/SAVPF 111\r\nbogus\r\n"
+        refused = await http.post(url, content=broken, headers=sdp)
+        assert refused.status_code == 400 and refused.json()["error"]["code"] == "invalid_offer"
+        unknown = await http.post(url, content=no_audio, headers={**sdp, "Authorization": "Bearer ek_nope"})
+        assert unknown.status_code == 401 and unknown.json()["error"]["code"] == "invalid_api_key"
+        hangup = await http.post(f"{url}/rtc_nope/hangup")
+        assert hangup.status_code == 404 and hangup.json()["error"]["code"] == "call_not_found"
+    assert not voice_service(voice_server).calls.calls
+
+
+async def test_an_expired_key_is_refused(voice_server: ServerThread) -> None:
+    secrets = voice_server.app.state.livegen.client_secrets
+    key = mint(voice_server.http_url)["value"]
+    secrets._keys[key] = type(secrets._keys[key])(time.time() - 1, {})  # as if ten minutes had passed
+    caller = Caller(voice_server.http_url, key)
+    try:
+        response = await caller.offer()
+        assert response.status_code == 401 and "expired" in response.json()["error"]["message"]
+    finally:
+        await caller.close()
+
+
+async def test_too_many_calls_are_refused(start_server: Callable[..., ServerThread]) -> None:
+    server = start_server(
+        registry=registry(), voice_model="scripted-voice", world_model="none", webrtc_max_calls=1
+    )
+    server.wait_ready(timeout=30)
+    first, second = Caller(server.http_url, None), Caller(server.http_url, None)
+    try:
+        await first.connect()
+        refused = await second.offer()
+        assert refused.status_code == 429 and refused.json()["error"]["code"] == "too_many_sessions"
+        await first.event("session.created")  # the first call goes on
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_a_websocket_attaches_to_a_live_call(voice_server: ServerThread) -> None:
+    from openai import AsyncOpenAI
+
+    caller = Caller(voice_server.http_url, None)
+    try:
+        await caller.connect()
+        await caller.event("session.created")
+        client = AsyncOpenAI(api_key="unused", websocket_base_url=f"{voice_server.ws_url}/v1")
+        async with client.realtime.connect(
+            model="scripted-voice", extra_query={"call_id": caller.call_id}
+        ) as ws:
+            await ws.session.update(session={"type": "realtime", "instructions": "from the backend"})
+            seen = await asyncio.wait_for(ws.recv(), 10)
+            assert seen.type == "session.updated" and seen.session.instructions == "from the backend"
+        updated = await caller.event("session.updated")  # the browser's side saw it too
+        assert updated["session"]["instructions"] == "from the backend"
+    finally:
+        await caller.close()
+
+
+async def until_no_calls(server: ServerThread, within: float = 15.0) -> None:
+    service = voice_service(server)
+    deadline = time.monotonic() + within
+    while service.calls.calls or service.runners:
+        assert time.monotonic() < deadline, "the call was not freed"
+        await asyncio.sleep(0.1)
