@@ -15,9 +15,6 @@ from typing import Any
 
 import httpx
 import pytest
-
-pytest.importorskip("aiortc", reason="the webrtc extra is not installed")
-
 from webrtc_client import Caller, loudness, mint
 
 from livegen.server.thread import ServerThread

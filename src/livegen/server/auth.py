@@ -28,8 +28,9 @@ KEY_SUBPROTOCOL_PREFIX = "openai-insecure-api-key."
 #: Open without a key: the load balancer's probe, and the page, which then asks for the key itself.
 OPEN_PATHS = frozenset({"/health", "/"})
 OPEN_PREFIXES = ("/static/",)
-#: Where an ephemeral key stands in for the server's: opening voice sessions.
+#: Where an ephemeral key stands in for the server's: opening voice sessions, and hanging up calls.
 EPHEMERAL_PATHS = frozenset({"/v1/realtime", "/v1/realtime/calls"})
+EPHEMERAL_HANGUP = ("/v1/realtime/calls/", "/hangup")
 EPHEMERAL_PREFIX = "ek_"
 
 
@@ -97,7 +98,8 @@ class APIKeyMiddleware:
             return None
         path = scope["path"]
         key = presented_key(scope)
-        if key is not None and key.startswith(EPHEMERAL_PREFIX) and path in EPHEMERAL_PATHS:
+        is_hangup = path.startswith(EPHEMERAL_HANGUP[0]) and path.endswith(EPHEMERAL_HANGUP[1])
+        if key is not None and key.startswith(EPHEMERAL_PREFIX) and (path in EPHEMERAL_PATHS or is_hangup):
             if self.client_secrets is not None and self.client_secrets.lookup(key) is not None:
                 return None
             return (
