@@ -30,6 +30,7 @@ BENCHES: dict[str, str] = {
     "world-model": "livegen.bench.world_model:command",
     "voice-faults": "livegen.bench.voice_faults:command",
     "churn": "livegen.bench.churn:command",
+    "voice-webrtc": "livegen.bench.voice_webrtc:command",
 }
 
 

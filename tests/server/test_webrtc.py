@@ -15,8 +15,8 @@ from typing import Any
 
 import httpx
 import pytest
-from webrtc_client import Caller, loudness, mint
 
+from livegen.client.webrtc import Caller, loudness, mint
 from livegen.server.thread import ServerThread
 from voice.scripted import registry
 

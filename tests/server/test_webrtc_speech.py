@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from webrtc_client import Caller, loudness, mint
 
 from browser.speech import write_question, write_speech
+from livegen.client.webrtc import Caller, loudness, mint
 from livegen.server import ServerConfig
 from livegen.server.thread import ServerThread
 from models.cascade_support import heard

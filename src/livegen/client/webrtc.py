@@ -1,4 +1,4 @@
-"""A WebRTC caller for tests, written with aiortc as a Python client of ``/v1/realtime/calls`` would be.
+"""A WebRTC caller of ``/v1/realtime/calls`` with aiortc (the ``webrtc`` extra): tests and benches use it.
 
 It mints an ephemeral key, offers one ``sendrecv`` audio track (a microphone
 that plays queued 24 kHz PCM16 in real time, silence otherwise) and the
@@ -32,7 +32,7 @@ def mint(base_url: str, api_key: str | None = None, **body: Any) -> dict[str, An
     return result
 
 
-class Microphone(MediaStreamTrack):  # type: ignore[misc]
+class Microphone(MediaStreamTrack):
     kind = "audio"
 
     def __init__(self) -> None:
@@ -79,6 +79,8 @@ class Caller:
         self.pc = RTCPeerConnection()
         self.microphone = Microphone()
         self.events: list[dict[str, Any]] = []
+        #: id(event) -> monotonic time it arrived.
+        self.event_times: dict[int, float] = {}
         self.new_event = asyncio.Event()
         #: (monotonic time, 24 kHz PCM16 of one received frame).
         self.frames: list[tuple[float, bytes]] = []
@@ -89,12 +91,14 @@ class Caller:
         self.channel.on("open", self.opened.set)
         self._tasks: list[asyncio.Task[None]] = []
 
-        @self.pc.on("track")  # type: ignore[untyped-decorator]
+        @self.pc.on("track")
         def on_track(track: Any) -> None:
             self._tasks.append(asyncio.ensure_future(self._record(track)))
 
     def _on_message(self, message: str) -> None:
-        self.events.append(json.loads(message))
+        event = json.loads(message)
+        self.event_times[id(event)] = time.monotonic()
+        self.events.append(event)
         self.new_event.set()
 
     async def _record(self, track: Any) -> None:
