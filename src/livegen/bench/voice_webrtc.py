@@ -7,7 +7,12 @@ questions (espeak-ng), so both see the same load. Per transport it reports,
 from the end of the user's speech (in the audio sent) to the first answer
 audio received by the client: p50 and p95. For WebRTC that is the first loud
 frame off the answer track, after Opus both ways and the receiver's jitter
-buffer. Then barge-in: the user talks over a long answer, and the time from
+buffer; for the WebSocket the first delta with loud audio (both skip the
+voice's leading silence). The WebSocket's audio arrives up to 200 ms ahead of
+its playback time (the session's lead) and still has the client's own jitter
+buffer to go through; the track's arrives at playback time, after aiortc's
+audio jitter buffer on each side (it holds 4 packets, ~80 ms, before decoding).
+Then barge-in: the user talks over a long answer, and the time from
 ``speech_started`` (on the data channel) to the last loud frame of the old
 answer on the track.
 """
@@ -15,6 +20,7 @@ answer on the track.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import time
 from pathlib import Path
@@ -34,15 +40,15 @@ def _percentile(values: list[float], q: float) -> float | None:
 async def _ws_turn(server: Any, utterance: Any, silence_ms: int) -> float | None:
     import websockets
 
-    from livegen.bench.voice_turns import _AUDIO_DELTAS, WIRE_RATE, _ServerCall
+    from livegen.bench.voice_turns import WIRE_RATE, _ServerCall
 
     async with websockets.connect(f"{server.ws_url}/v1/realtime?model=cascade", max_size=None) as socket:
         call = _ServerCall(socket)
         try:
             await call.configure(silence_ms)
             end = await call.feed(utterance.pcm24)
-            await call.feed(bytes(2 * 6 * WIRE_RATE), until=lambda: call.first(*_AUDIO_DELTAS))
-            first = call.first(*_AUDIO_DELTAS)
+            await call.feed(bytes(2 * 6 * WIRE_RATE), until=lambda: _first_loud_delta(call))
+            first = _first_loud_delta(call)
             return None if first is None else (first - end) * 1000
         finally:
             await call.close()
@@ -111,6 +117,17 @@ async def _rtc_barge_in(server: Any, question: Any, interruption: Any, silence_m
         return max(0.0, (max(tail) - heard_at) * 1000) if tail else 0.0
     finally:
         await caller.close()
+
+
+def _first_loud_delta(call: Any) -> float | None:
+    """When the first answer audio above ``LOUD`` arrived (as on the track: a voice's leading
+    silence is not the answer being heard)."""
+    from livegen.bench.voice_turns import _AUDIO_DELTAS
+
+    for at, event in call.of(*_AUDIO_DELTAS):
+        if _is_loud(base64.b64decode(event["delta"])):
+            return float(at)
+    return None
 
 
 def _is_loud(pcm: bytes) -> bool:
