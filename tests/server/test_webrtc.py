@@ -9,6 +9,7 @@ The spoken end-to-end call with the embedded cascade is ``test_webrtc_speech.py`
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -83,7 +84,10 @@ def test_client_secrets_need_the_server_key_and_refuse_bad_requests(
     assert beta.status_code == 200 and beta.json()["client_secret"]["value"].startswith("ek_")
 
 
-async def test_a_call_talks_over_the_track_and_the_data_channel(voice_server: ServerThread) -> None:
+async def test_a_call_talks_over_the_track_and_the_data_channel(
+    voice_server: ServerThread, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
     key = mint(voice_server.http_url, session=MANUAL)["value"]
     caller = Caller(voice_server.http_url, key)
     try:
@@ -110,6 +114,7 @@ async def test_a_call_talks_over_the_track_and_the_data_channel(voice_server: Se
         assert hung.status_code == 200
         await caller.event("session.closed", within=10)
         await until_no_calls(voice_server)
+        assert "webrtc.call_opened" in caplog.text and key not in caplog.text  # keys are never logged
     finally:
         await caller.close()
 
@@ -170,8 +175,8 @@ async def test_bad_offers_and_keys_are_refused_in_openais_shape(voice_server: Se
 
 async def test_an_expired_key_is_refused(voice_server: ServerThread) -> None:
     secrets = voice_server.app.state.livegen.client_secrets
-    key = mint(voice_server.http_url)["value"]
-    secrets._keys[key] = type(secrets._keys[key])(time.time() - 1, {})  # as if ten minutes had passed
+    key = mint(voice_server.http_url, expires_after={"seconds": 10})["value"]
+    secrets._clock = lambda: time.time() + 11  # as if the key's ten seconds had passed
     caller = Caller(voice_server.http_url, key)
     try:
         response = await caller.offer()

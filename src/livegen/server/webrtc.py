@@ -307,8 +307,9 @@ class CallService:
             name, model = await self.voice.admit(requested)
         except RemoteProtocolError as error:
             self._count_error(error)
+            log_event(logger, "webrtc.call_refused", logging.WARNING, code=error.code)
             return error_response(error, STATUS.get(error.code, 400))
-        return await self._answer(sdp, bound, name, model)
+        return await self._answer(sdp, _track_formats(bound) if bound else bound, name, model)
 
     async def _answer(self, sdp: str, bound: dict[str, Any], name: str, model: Any) -> Response:
         from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
@@ -418,15 +419,14 @@ class CallService:
             run = asyncio.create_task(runner.run())
             feed = asyncio.create_task(self._feed(call, runner))
             watchdog = asyncio.create_task(self._watch(call))
+            ended = asyncio.create_task(call.ended.wait())
             try:
-                await asyncio.wait(
-                    {run, asyncio.ensure_future(call.ended.wait())}, return_when="FIRST_COMPLETED"
-                )
+                await asyncio.wait({run, ended}, return_when="FIRST_COMPLETED")
             finally:
                 await runner.stop(call.end_reason or "call_ended")
                 with contextlib.suppress(Exception):
                     await run
-                for task in (feed, watchdog):
+                for task in (feed, watchdog, ended):
                     task.cancel()
                 undo()
                 self.calls.pop(call.id, None)
@@ -524,6 +524,17 @@ async def _offer(request: Request) -> tuple[str, dict[str, Any] | None]:
                 raise wire_errors.INVALID_VALUE.error(detail="session must be an object", param="session")
         return sdp, session
     return body.decode("utf-8", "replace"), None
+
+
+def _track_formats(session: dict[str, Any]) -> dict[str, Any]:
+    """``session`` with the audio formats the track carries: the transport decodes Opus to 24 kHz
+    PCM16 and encodes the same back, whatever format the key or the request named."""
+    pcm = {"type": "audio/pcm", "rate": RATE}
+    audio = dict(session.get("audio") or {})
+    for direction in ("input", "output"):
+        audio[direction] = {**(audio.get(direction) or {}), "format": pcm}
+    flat = {k: v for k, v in session.items() if k not in ("input_audio_format", "output_audio_format")}
+    return {**flat, "audio": audio}
 
 
 def _payload(part: Any) -> bytes:
