@@ -31,6 +31,7 @@ BENCHES: dict[str, str] = {
     "voice-faults": "livegen.bench.voice_faults:command",
     "churn": "livegen.bench.churn:command",
     "voice-webrtc": "livegen.bench.voice_webrtc:command",
+    "fuzz": "livegen.bench.fuzz:command",
 }
 
 

@@ -62,6 +62,40 @@ def log_event(logger: logging.Logger, event: str, level: int = logging.INFO, **f
         logger.log(level, event, extra={"fields": fields})
 
 
+#: Lines uvicorn and websockets log at error level (some with a traceback) for what is a client's
+#: fault or our ordinary refusal, and the level each becomes: a text frame that is not UTF-8, an
+#: opening handshake that fails, a WebSocket refused with an HTTP answer (401, 403) before accept.
+_CLIENT_FAULTS = {
+    "Invalid UTF-8 sequence received from client.": logging.WARNING,
+    "opening handshake failed": logging.WARNING,
+    "ASGI callable returned without completing handshake.": logging.INFO,
+}
+
+
+class ClientFaultFilter(logging.Filter):
+    """Turns a client's fault, logged by the WebSocket stack, into one line without a traceback
+    (warning, or info for a refusal), so that a client cannot flood the log with tracebacks."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        level = _CLIENT_FAULTS.get(record.getMessage()) if record.levelno >= logging.ERROR else None
+        if level is not None:
+            if record.exc_info and record.exc_info[1] is not None:
+                error = record.exc_info[1]
+                record.msg = f"{record.getMessage()} ({type(error).__name__}: {error})"
+                record.args = None
+            record.exc_info = None
+            record.exc_text = None
+            record.levelno, record.levelname = level, logging.getLevelName(level)
+        return True
+
+
+def quiet_client_faults() -> None:
+    """Install ``ClientFaultFilter`` on the WebSocket stack's logger (idempotent)."""
+    logger = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, ClientFaultFilter) for f in logger.filters):
+        logger.addFilter(ClientFaultFilter())
+
+
 def configure(level: str = "info") -> None:
     """Send livegen's and uvicorn's logs to stderr as logfmt lines."""
     handler = logging.StreamHandler(sys.stderr)
@@ -71,3 +105,4 @@ def configure(level: str = "info") -> None:
         logger.handlers[:] = [handler]
         logger.setLevel(level.upper())
         logger.propagate = False
+    quiet_client_faults()

@@ -49,10 +49,20 @@ def test_each_event_type_decodes(raw: dict[str, object], cls: type[wire.ClientEv
         ('{"type": "response.dance", "event_id": "e"}', "invalid_value", "type"),
         (
             '{"type": "conversation.item.truncate", "item_id": "i", "audio_end_ms": "x", "event_id": "e"}',
+            "invalid_type",
+            "audio_end_ms",
+        ),
+        (
+            '{"type": "conversation.item.truncate", "item_id": "i", "audio_end_ms": -1, "event_id": "e"}',
             "invalid_value",
             "audio_end_ms",
         ),
         ('{"type": "input_audio_buffer.append", "event_id": "e"}', "missing_required_parameter", "audio"),
+        (
+            '{"type": "response.create", "response": {"instructions": 1}, "event_id": "e"}',
+            "invalid_type",
+            "response.instructions",
+        ),
     ],
 )
 def test_bad_events_are_typed_errors_with_the_event_id(text: str, code: str, param: str | None) -> None:
@@ -103,6 +113,7 @@ def test_decode_never_fails_untyped(kind: str, fields: dict[str, object]) -> Non
         assert error.code in {
             "invalid_event",
             "unknown_event_type",
+            "invalid_type",
             "invalid_value",
             "missing_required_parameter",
         }

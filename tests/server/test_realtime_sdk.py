@@ -261,7 +261,7 @@ async def test_raw_socket_errors_malformed_json_and_unknown_types(voice_server: 
         assert error["message"].startswith("Invalid value: 'response.dance'. Supported values are: ")
         await ws.send(json.dumps({"type": "conversation.item.truncate", "item_id": 3, "event_id": "evt_10"}))
         error = json.loads(await ws.recv())["error"]
-        assert error["code"] == "invalid_value" and error["event_id"] == "evt_10"
+        assert error["code"] == "invalid_type" and error["event_id"] == "evt_10"
         await ws.send(json.dumps({"type": "session.close"}))
         closed = json.loads(await ws.recv())
         assert closed["type"] == "session.closed"

@@ -52,7 +52,11 @@ def test_switching_back_to_server_vad_drops_the_semantic_timing() -> None:
     ("detection", "code", "param"),
     [
         ({"type": "semantic_vad", "eagerness": "eager"}, "invalid_value", "eagerness"),
-        ({"type": "semantic_vad", "create_response": "yes"}, "invalid_value", "create_response"),
+        ({"type": "semantic_vad", "create_response": "yes"}, "invalid_type", "create_response"),
+        ({"type": "semantic_vad", "eagerness": []}, "invalid_value", "eagerness"),
+        ({"type": "server_vad", "idle_timeout_ms": -1}, "invalid_value", "idle_timeout_ms"),
+        ({"type": "server_vad", "idle_timeout_ms": 10**400}, "invalid_value", "idle_timeout_ms"),
+        ({"type": "server_vad", "idle_timeout_ms": "5"}, "invalid_type", "idle_timeout_ms"),
         ({"type": "push_to_talk"}, "unsupported_turn_detection", "type"),
     ],
 )

@@ -56,7 +56,15 @@ class VoiceCore(RuleBasedStateMachine):
             "sess_1",
             ModelFacts("scripted", RATE, RATE, has_vad),
             ids=lambda prefix: f"{prefix}_{next(counter)}",
-            limits=Limits(max_input_bytes=4000, max_pending_commits=2, lead_ms=40),
+            # A tight input rate bound (1 s bursts at 2x real time), so that floods are refused
+            # amid everything else, and a refusal must leave the session as it was.
+            limits=Limits(
+                max_input_bytes=4000,
+                max_pending_commits=2,
+                lead_ms=40,
+                input_rate_factor=2.0,
+                input_burst_ms=1000.0,
+            ),
         )
         self.now = 0.0
         self.chain: deque[Attempt] = deque()
@@ -131,6 +139,11 @@ class VoiceCore(RuleBasedStateMachine):
     @rule(ms=st.sampled_from([10, 20, 40, 100, 300]), loud=st.booleans())
     def append_audio(self, ms: int, loud: bool) -> None:
         self.client(append(ms, loud))
+
+    @rule(ms=st.sampled_from([600, 1200]))
+    def flood_append(self, ms: int) -> None:
+        """More audio at once than the rate bound may take now: refused, and nothing of it kept."""
+        self.client(append(ms, True))
 
     @rule()
     def spoken_turn(self) -> None:
@@ -271,6 +284,10 @@ class VoiceCore(RuleBasedStateMachine):
         self.apply(self.session.settle(attempt, outcome, self.now, error="scripted failure"))
         if self.session.is_closed:
             self.is_chain_blocked = False
+        elif fails and attempt.kind in INPUT_KINDS:
+            # The turn is rolled back in the model too, so the next append starts afresh.
+            assert any(a.kind is AttemptKind.CLEAR and a.is_live for a in self.chain)
+            assert self.session.buffer_bytes == 0
 
     @rule(
         kind=st.sampled_from(list(OutputKind)),

@@ -101,6 +101,12 @@ UNKNOWN_EVENT_TYPE = WireError(
 INVALID_VALUE = WireError(
     "invalid_value", "{detail}", "openai code", "a field of the wrong shape or value (`param` names it)"
 )
+INVALID_TYPE = WireError(
+    "invalid_type",
+    "{detail}",
+    "openai code",
+    "a field of the wrong type, checked when the event is decoded (`param` is its dotted path)",
+)
 MISSING_REQUIRED_PARAMETER = WireError(
     "missing_required_parameter",
     "Missing required parameter: '{name}'.",
@@ -271,6 +277,24 @@ UNSENT_BYTES_EXCEEDED = WireError(
     "livegen",
     "events queued for a client that does not read passed `--max-unsent-bytes` (or 576 events):"
     " the session ends (`session.closed` `outbox_overflow`, close 4002)",
+    error_type="server_error",
+    kind=None,
+)
+
+RATE_LIMIT_EXCEEDED = WireError(
+    "rate_limit_exceeded",
+    "{detail}",
+    "openai code",
+    "audio arrives faster than the session takes it (10x real time, bursts of 60 s of audio); "
+    "nothing of the append is kept: resend it later or in smaller pieces",
+    "audio",
+    kind=CapacityExceeded,
+)
+INTERNAL_ERROR = WireError(
+    "internal_error",
+    "the session failed on an internal error and was closed; open a new session",
+    "livegen",
+    "a bug of livegen's ended the session: then `session.closed` (`reason: server_error`), close 1011",
     error_type="server_error",
     kind=None,
 )

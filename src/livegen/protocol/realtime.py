@@ -9,7 +9,11 @@ spellings of input events map onto them (``BETA_ALIASES``).
 
 Nested configuration objects (``session``, ``item``, ``response``) stay plain
 dicts here: their meaning belongs to the session core (``voice/config.py``),
-which validates them against the session's state.
+which validates them against the session's state. Their types and ranges are
+checked here, though (``realtime_fields.py``), so that no wrong type reaches
+the core; JSON nested deeper than the parser takes is ``invalid_json``, never
+a ``RecursionError``; and a binary message is ``invalid_event``
+(``decode_message``).
 
 Server events are plain dicts built by the core; ``encode`` serialises them.
 """
@@ -17,11 +21,13 @@ Server events are plain dicts built by the core; ``encode`` serialises them.
 from __future__ import annotations
 
 import binascii
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import msgspec
 
 from livegen.protocol import errors as wire_errors
+from livegen.protocol.realtime_fields import Count, check_nested, explain
 
 
 class ClientEvent(msgspec.Struct, frozen=True, kw_only=True):
@@ -74,8 +80,8 @@ class ItemDelete(ClientEvent, frozen=True, kw_only=True):
 class ItemTruncate(ClientEvent, frozen=True, kw_only=True):
     TYPE = "conversation.item.truncate"
     item_id: str
-    content_index: int = 0
-    audio_end_ms: int
+    content_index: Count = 0
+    audio_end_ms: Count
 
 
 class ResponseCreate(ClientEvent, frozen=True, kw_only=True):
@@ -98,7 +104,7 @@ class PlaybackAck(ClientEvent, frozen=True, kw_only=True):
     TYPE = "playback.ack"
     response_id: str | None = None
     item_id: str | None = None
-    played_ms: int
+    played_ms: Count
 
 
 class SessionClose(ClientEvent, frozen=True, kw_only=True):
@@ -115,7 +121,7 @@ class SessionResume(ClientEvent, frozen=True, kw_only=True):
     TYPE = "session.resume"
     session_id: str
     resume_token: str
-    last_event_seq: int = 0
+    last_event_seq: Count = 0
 
 
 EVENT_TYPES: dict[str, type[ClientEvent]] = {
@@ -155,12 +161,26 @@ _decoder = msgspec.json.Decoder()
 _encoder = msgspec.json.Encoder()
 
 
+def decode_message(message: Mapping[str, Any]) -> ClientEvent:
+    """One client event from one ASGI ``websocket.receive`` message: a binary message (where
+    the protocol has only text) is a typed error like any other bad input, never a ``KeyError``."""
+    text = message.get("text")
+    if text is None:
+        detail = "binary messages are not part of this protocol; send JSON text"
+        raise wire_errors.INVALID_EVENT.error(detail=detail)
+    return decode(text)
+
+
 def decode(data: str | bytes) -> ClientEvent:
     """One client event from one WebSocket text message."""
     try:
         raw = _decoder.decode(data)
     except msgspec.DecodeError as exc:
         raise wire_errors.INVALID_JSON.error(detail=exc) from None
+    except RecursionError:
+        # msgspec stops at the interpreter's recursion limit; a client must not be able to
+        # turn that into an exception of ours.
+        raise wire_errors.INVALID_JSON.error(detail="it nests arrays or objects too deeply") from None
     if not isinstance(raw, dict):
         raise wire_errors.INVALID_EVENT.error(detail="an event must be a JSON object with a 'type'")
     event_id = raw.get("event_id")
@@ -176,24 +196,14 @@ def decode(data: str | bytes) -> ClientEvent:
         raise wire_errors.UNKNOWN_EVENT_TYPE.error(event_type=kind, supported=supported(), event_id=event_id)
     raw.pop("type")
     try:
-        return msgspec.convert(raw, cls)
+        event = msgspec.convert(raw, cls)
     except msgspec.ValidationError as exc:
-        param = _param_of(exc)
-        if param is not None and str(exc).startswith("Object missing required field"):
-            missing = wire_errors.MISSING_REQUIRED_PARAMETER
-            raise missing.error(name=param, param=param, event_id=event_id) from None
-        detail = f"invalid {cls.TYPE} event: {exc}"
-        raise wire_errors.INVALID_VALUE.error(detail=detail, param=param, event_id=event_id) from None
-
-
-def _param_of(exc: msgspec.ValidationError) -> str | None:
-    message = str(exc)
-    marker = "`$."
-    if marker in message:
-        return message.split(marker, 1)[1].split("`", 1)[0]
-    if "missing required field" in message:
-        return message.rsplit("`", 2)[-2] if message.count("`") >= 2 else None
-    return None
+        raise explain(exc, "", event_id) from None
+    for field in ("session", "item", "response"):
+        value = getattr(event, field, None)
+        if value is not None:
+            check_nested(field, value, event_id)
+    return event
 
 
 def encode(event: dict[str, Any]) -> bytes:
@@ -223,5 +233,6 @@ __all__ = [
     "SessionClose",
     "SessionUpdate",
     "decode",
+    "decode_message",
     "encode",
 ]

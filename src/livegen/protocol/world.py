@@ -7,7 +7,8 @@ integer is due) without building an intermediate dict; measured by
 ``livegen bench world-session``. Anything that does not decode becomes an
 ``InvalidRequest`` with a code the client can act on, carrying the client's
 ``event_id`` when the message had one: ``invalid_json``, ``unknown_event_type``,
-``invalid_request``, ``message_too_large``.
+``invalid_request``, ``message_too_large`` (JSON nested too deeply for the parser is
+``invalid_json``).
 
 Pure: bytes in, events out, and back. Session rules (duplicates, floors,
 controls a model understands) belong to ``world/``.
@@ -163,11 +164,19 @@ def decode_client(raw: bytes | str) -> ClientEvent:
         raise _explain(raw, exc) from None
     except msgspec.DecodeError as exc:
         raise InvalidRequest(f"message is not valid JSON: {exc}", code="invalid_json") from None
+    except RecursionError:
+        # msgspec stops at the interpreter's recursion limit (skipping an unknown field's value
+        # recurses too); a client must not be able to turn that into an exception of ours.
+        raise InvalidRequest(
+            "message is not valid JSON: it nests arrays or objects too deeply", code="invalid_json"
+        ) from None
 
 
 def _explain(raw: bytes | str, exc: msgspec.ValidationError) -> InvalidRequest:
     try:
         probe = _probe_decoder.decode(raw)
+    except RecursionError:
+        return InvalidRequest("message nests arrays or objects too deeply", code="invalid_json")
     except msgspec.DecodeError:
         return InvalidRequest(f"a client event must be a JSON object: {exc}", code="invalid_request")
     event_id = probe.event_id if _is_event_id(probe.event_id) else None

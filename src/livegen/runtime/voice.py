@@ -40,7 +40,7 @@ from livegen.errors import RemoteProtocolError
 from livegen.logs import log_event
 from livegen.models.voice import StreamConfig, VoiceOutput, VoiceStream
 from livegen.protocol import realtime as wire
-from livegen.protocol.errors import MODEL_NOT_FOUND, UNSENT_BYTES_EXCEEDED
+from livegen.protocol.errors import INTERNAL_ERROR, MODEL_NOT_FOUND, UNSENT_BYTES_EXCEEDED
 from livegen.runtime.mailbox import Mailbox
 from livegen.voice.chain import (
     Attempt,
@@ -62,6 +62,8 @@ logger = logging.getLogger("livegen.runtime.voice")
 CONTROL_RESERVE = 64
 #: How long a closing session waits for its last events to be written.
 DRAIN_SECONDS = 5.0
+#: The WebSocket close code of a session that failed on an internal error (RFC 6455: 1011).
+FAILED_CLOSE_CODE = 1011
 
 
 @dataclass(frozen=True)
@@ -141,6 +143,8 @@ class Runner:
         self._open_model = open_model
         self._switch: SwitchModel | None = None
         self._pump_task: asyncio.Task[None] | None = None
+        #: The runner ended on an unexpected exception (``_fail``), not by a close.
+        self.failed = False
         self.done = asyncio.Event()
 
     # --- feeding ---------------------------------------------------------------------
@@ -169,8 +173,11 @@ class Runner:
         ]
         self._pump_task = asyncio.create_task(self._pump(), name="voice-pump")
         try:
-            self._apply(self.session.open(self._clock()))
-            await self._run_core()
+            try:
+                self._apply(self.session.open(self._clock()))
+                await self._run_core()
+            except Exception as exc:  # a bug of ours: this session fails, loudly and once
+                self._fail(exc)
             await self._drain_outbox()
         finally:
             tasks.append(self._pump_task)
@@ -182,6 +189,29 @@ class Runner:
             with contextlib.suppress(Exception):
                 await self.stream.aclose()
             self.done.set()
+
+    def _fail(self, exc: Exception) -> None:
+        """End the session after an unexpected exception: one log line with the traceback, then
+        an ``error`` (``server_error``) and ``session.closed`` for the client (the endpoint then
+        closes the socket with ``FAILED_CLOSE_CODE``). Never silent, never the server's end."""
+        self.failed = True
+        logger.error(
+            "voice.runner_failed",
+            exc_info=exc,
+            extra={"fields": {"error": f"{type(exc).__name__}: {exc}", "session": self.session.id}},
+        )
+        body = INTERNAL_ERROR.event_body()
+        self._enqueue(Send({"type": "error", "event_id": self.session.ids("event"), "error": body}))
+        try:
+            effects = self.session.close(self._clock(), "server_error")
+        except Exception:  # the core itself is broken: the terminal event by hand
+            effects = []
+        if not any(isinstance(e, Send) and e.event["type"] == "session.closed" for e in effects):
+            closed = {"session_id": self.session.id, "reason": "server_error"}
+            effects = [Send({"type": "session.closed", "event_id": self.session.ids("event"), **closed})]
+        for effect in effects:
+            if isinstance(effect, Send):
+                self._enqueue(effect)
 
     async def _run_core(self) -> None:
         session = self.session

@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from livegen.logs import log_event
+from livegen.logs import log_event, quiet_client_faults
 from livegen.models import Kind, ModelInfo, Registry, default_registry
 from livegen.models.voice import VoiceModel
 from livegen.server import page
@@ -55,6 +55,7 @@ class State:
 
 def create_app(config: ServerConfig | None = None, registry: Registry | None = None) -> Starlette:
     config = config or ServerConfig()
+    quiet_client_faults()  # a client's bad frame is one warning line, never a traceback
     state = State(config, registry or default_registry())
     # Resolve model names now, so a typo fails `livegen serve` before it listens.
     state.voice_model = state.registry.resolve(Kind.VOICE, config.voice_model)

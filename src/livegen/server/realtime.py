@@ -39,7 +39,7 @@ from livegen.protocol import errors as wire_errors
 from livegen.protocol import realtime as wire
 from livegen.protocol.beta import to_beta, wants_beta
 from livegen.runtime.attachment import Attachment, JournalGap, new_token
-from livegen.runtime.voice import Runner, RunnerLimits
+from livegen.runtime.voice import FAILED_CLOSE_CODE, Runner, RunnerLimits
 from livegen.server.auth import offered_subprotocols, presented_key, select_subprotocol
 from livegen.server.budgets import CLOSE_NOT_READING
 from livegen.server.client_secrets import ClientSecrets
@@ -406,7 +406,8 @@ class RealtimeService:
                 metrics.refused.labels(code="unsent_bytes_exceeded").inc()
                 for text in runner.take_unsent():
                     await attachment.send(text)
-            await self._retire(socket, socket_released, CLOSE_NOT_READING if is_not_reading else 1000)
+            code = CLOSE_NOT_READING if is_not_reading else FAILED_CLOSE_CODE if runner.failed else 1000
+            await self._retire(socket, socket_released, code)
             released.set()
             await self._turn_away(live)
             log_event(logger, "voice.session_closed", stale_outputs=session.num_stale_outputs)

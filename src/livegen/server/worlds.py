@@ -163,6 +163,14 @@ class Connection:
                 await self._handle(message.get("text"), message.get("bytes"))
         except WebSocketDisconnect:
             pass
+        except Exception as exc:  # a bug of ours: this session fails, logged once; never the server
+            logger.error(
+                "world.connection_failed",
+                exc_info=exc,
+                extra={"fields": {"error": f"{type(exc).__name__}: {exc}"}},
+            )
+            with contextlib.suppress(Exception):
+                await self.websocket.close(code=1011, reason="internal error")
         finally:
             if receiving is not None:
                 receiving.cancel()

@@ -18,11 +18,13 @@ from typing import Any
 
 from livegen.models.voice import StreamConfig, TurnDetection
 from livegen.protocol.audio import MAX_RATE, MIN_RATE, AudioFormat, Encoding, parse_format
-from livegen.protocol.errors import INVALID_VALUE, UNSUPPORTED_TURN_DETECTION
+from livegen.protocol.errors import INVALID_TYPE, INVALID_VALUE, UNSUPPORTED_TURN_DETECTION
 
 #: ``semantic_vad`` has no end-of-turn model here: its eagerness picks how long a silence ends
 #: the turn (OpenAI: "low" waits longer for the user to go on, "high" answers sooner).
 SEMANTIC_SILENCE_MS = {"low": 1200, "medium": 700, "auto": 700, "high": 350}
+#: The ``idle_timeout_ms`` livegen takes (the wire decoder checks the same range first).
+IDLE_TIMEOUT_MS = (100, 3_600_000)
 
 
 @dataclass(frozen=True)
@@ -105,7 +107,8 @@ class Config:
 def _expect(value: Any, kind: type | tuple[type, ...], param: str) -> Any:
     if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
         names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        raise INVALID_VALUE.error(detail=f"{param} must be a {names}, got {value!r}", param=param)
+        detail = f"Invalid type for '{param}': expected a {names}, but got {type(value).__name__} instead."
+        raise INVALID_TYPE.error(detail=detail, param=param)
     return value
 
 
@@ -149,14 +152,25 @@ def _turn_detection(value: Any, current: ServerVad | None, param: str) -> Server
         if name in value:
             updates[name] = _expect(value[name], bool, f"{param}.{name}")
     if "idle_timeout_ms" in value:
-        idle = value["idle_timeout_ms"]
-        updates["idle_timeout_ms"] = None if idle is None else _expect(idle, int, f"{param}.idle_timeout_ms")
+        updates["idle_timeout_ms"] = _idle_timeout(value["idle_timeout_ms"], f"{param}.idle_timeout_ms")
     return replace(vad, **updates)
+
+
+def _idle_timeout(value: Any, param: str) -> int | None:
+    """None (off) or MIN..MAX ms: a negative one would answer at once, forever, with no input."""
+    if value is None:
+        return None
+    number: int = _expect(value, int, param)
+    low, high = IDLE_TIMEOUT_MS
+    if not low <= number <= high:
+        detail = f"Invalid value for '{param}': expected {low}..{high} ms, got {number}."
+        raise INVALID_VALUE.error(detail=detail, param=param)
+    return number
 
 
 def _semantic_vad(value: dict[str, Any], current: ServerVad | None, param: str) -> ServerVad:
     eagerness = value.get("eagerness", current.eagerness if current and current.eagerness else "auto")
-    if eagerness not in SEMANTIC_SILENCE_MS:
+    if not isinstance(eagerness, str) or eagerness not in SEMANTIC_SILENCE_MS:
         detail = f"{param}.eagerness must be one of {', '.join(SEMANTIC_SILENCE_MS)}, got {eagerness!r}"
         raise INVALID_VALUE.error(detail=detail, param=f"{param}.eagerness")
     vad = ServerVad(eagerness=eagerness, silence_duration_ms=SEMANTIC_SILENCE_MS[eagerness])

@@ -65,6 +65,7 @@ from livegen.voice.chain import (
 )
 from livegen.voice.config import Config, apply_update
 from livegen.voice.conversation import Conversation, Item, item_from_wire
+from livegen.voice.input_rate import InputRate
 from livegen.voice.ledger import InputLedger, Playback
 from livegen.voice.response import Response
 from livegen.voice.settings import IdFactory, Limits, ModelFacts
@@ -99,6 +100,7 @@ class Session(TurnTaker):
         self.phase = Phase.OPEN
         self.epoch = 0
         self.ledger = InputLedger(self.limits.max_input_bytes)
+        self._input_rate = InputRate(self.limits.input_rate_factor, self.limits.input_burst_ms)
         self.conversation = Conversation()
         self.response: Response | None = None
         self.playbacks: dict[str, Playback] = {}
@@ -252,8 +254,11 @@ class Session(TurnTaker):
         return self.reject(error)
 
     def _on_append(self, event: wire.AudioAppend, now: float) -> list[Effect]:
-        data = event.audio_bytes()
         decoder = self._decoder
+        # Bounded before decoding, from the base64 length, so a refused flood costs nothing.
+        audio_ms = len(event.audio) * 3 // 4 * 1000 / (decoder.wire.rate * decoder.wire.bytes_per_sample)
+        self._input_rate.check(audio_ms, now)
+        data = event.audio_bytes()
         decoder.check(data)
         if not data:
             return []
@@ -261,6 +266,7 @@ class Session(TurnTaker):
         reservation = self.ledger.reserve(decoder.estimate(len(data)))
         pcm = decoder.decode(data)
         self.ledger.resize(reservation, len(pcm))
+        self._input_rate.spend(audio_ms)
         self.buffer_bytes += len(pcm)
         self.input_ms += pcm_ms(len(pcm), self.model.input_rate)
         append = self._attempt(AttemptKind.APPEND, now, pcm=pcm, reservation=reservation)
@@ -513,6 +519,17 @@ class Session(TurnTaker):
         effects.append(ResumeChain())
         return effects
 
+    def _drop_uncommitted(self, now: float) -> list[Effect]:
+        """The turn in progress is rolled back: the model, the resampler and the detector drop
+        what they hold of it too, so the next append starts afresh (a model that refused input
+        for being full would otherwise refuse every append after)."""
+        self.buffer_bytes = 0
+        self._vad_item_id = None
+        self._decoder.flush()
+        if self._vad is not None:
+            self._vad.reset()
+        return self._control(AttemptKind.CLEAR, now)
+
     def _break_chain(self, failed: Attempt, now: float) -> list[Effect]:
         """A failed input attempt: roll back it and every later input attempt; fail their response."""
         effects: list[Effect] = []
@@ -525,7 +542,7 @@ class Session(TurnTaker):
                 if attempt.reservation is not None:
                     self.ledger.rollback(attempt.reservation)
             self.attempts = [a for a in self.attempts if a.is_live]
-            self.buffer_bytes = 0
+            effects += self._drop_uncommitted(now)
         bound = {a.response_id for a in [failed, *later] if a.response_id}
         if self.response is not None and self.response.id in bound:
             error = MODEL_APPEND_FAILED.body(detail="the model failed to take input for this response")

@@ -19,6 +19,10 @@ class Limits:
     lead_ms: float = 200.0
     #: Audio a response may hold back for pacing; more fails that response.
     max_buffered_output_ms: float = 120_000.0
+    #: Input audio is taken at up to this many times real time (``voice/input_rate.py``) ...
+    input_rate_factor: float = 10.0
+    #: ... with bursts of up to this much audio at once (a larger single append is refused).
+    input_burst_ms: float = 60_000.0
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,8 @@ SETTLE_S = 2.0
 _TAIL_S = 0.25
 #: Uncommitted audio beyond this is refused: commit or clear the buffer.
 MAX_BUFFER_S = 300
+#: Appends up to this long (100 ms) run the detector inline; longer ones on a thread.
+_INLINE_FEED_BYTES = SAMPLE_RATE // 10 * 2
 #: Output audio is sent in pieces of this length (24 kHz PCM16).
 AUDIO_DELTA_BYTES = 24_000 * 2 // 5
 #: A response's audio is synthesised at most this far ahead of real time: a long answer then
@@ -140,7 +142,12 @@ class Stream:
                 f"more than {MAX_BUFFER_S} s of uncommitted audio; commit or clear the input buffer"
             )
         self._buffer += pcm
-        for turn in self._detector.feed(pcm):
+        # Silero costs about 1 ms per 32 ms frame: a long append is fed on a thread so the event
+        # loop (every other session) never waits for it; the chain awaits appends one at a time,
+        # so nothing else touches the detector meanwhile.
+        feed = self._detector.feed
+        turns = feed(pcm) if len(pcm) <= _INLINE_FEED_BYTES else await asyncio.to_thread(feed, pcm)
+        for turn in turns:
             self._on_turn(epoch, turn)
         self._drop_leading_silence()
 
