@@ -173,6 +173,24 @@ async def test_bad_offers_and_keys_are_refused_in_openais_shape(voice_server: Se
     assert not voice_service(voice_server).calls.calls
 
 
+def test_pages_on_other_origins_may_call(start_server: Callable[..., ServerThread]) -> None:
+    server = start_server(
+        registry=registry(), voice_model="scripted-voice", world_model="none", api_key="sk-x"
+    )
+    server.wait_ready(timeout=30)
+    page = {"Origin": "https://app.example"}
+    url = f"{server.http_url}/v1/realtime/calls"
+    preflight = httpx.options(url, headers={**page, "Access-Control-Request-Method": "POST"})
+    assert preflight.status_code == 204
+    assert preflight.headers["access-control-allow-origin"] == "https://app.example"
+    assert "authorization" in preflight.headers["access-control-allow-headers"]
+    key = mint(server.http_url, api_key="sk-x")["value"]
+    refused = httpx.post(url, content="nope", headers={**page, "Authorization": f"Bearer {key}"})
+    assert refused.status_code == 400  # the page can read why
+    assert refused.headers["access-control-allow-origin"] == "https://app.example"
+    assert httpx.post(url, content="nope", headers=page).status_code == 401  # the call itself needs a key
+
+
 async def test_an_expired_key_is_refused(voice_server: ServerThread) -> None:
     secrets = voice_server.app.state.livegen.client_secrets
     key = mint(voice_server.http_url, expires_after={"seconds": 10})["value"]

@@ -99,6 +99,8 @@ class APIKeyMiddleware:
         path = scope["path"]
         key = presented_key(scope)
         is_hangup = path.startswith(EPHEMERAL_HANGUP[0]) and path.endswith(EPHEMERAL_HANGUP[1])
+        if scope.get("method") == "OPTIONS" and (path in EPHEMERAL_PATHS or is_hangup):
+            return None  # a CORS preflight carries no credentials; the call itself will
         if key is not None and key.startswith(EPHEMERAL_PREFIX) and (path in EPHEMERAL_PATHS or is_hangup):
             if self.client_secrets is not None and self.client_secrets.lookup(key) is not None:
                 return None

@@ -70,7 +70,7 @@ RATE = 24_000
 FRAME_SAMPLES = 480
 FRAME_BYTES = FRAME_SAMPLES * 2
 #: Caller audio is fed to the session in pieces this long (a trade of events against latency).
-APPEND_MS = 40
+APPEND_MS = 20
 #: A call with no caller media for this long has lost its peer and ends.
 NO_MEDIA_TIMEOUT_S = 5.0
 #: How often the track reports what it has sent of an answer (``playback.ack``).
@@ -283,8 +283,8 @@ class CallService:
 
     def routes(self) -> list[BaseRoute]:
         return [
-            Route("/v1/realtime/calls", self.create, methods=["POST"]),
-            Route("/v1/realtime/calls/{call_id}/hangup", self.hangup, methods=["POST"]),
+            Route("/v1/realtime/calls", _cors(self.create), methods=["POST", "OPTIONS"]),
+            Route("/v1/realtime/calls/{call_id}/hangup", _cors(self.hangup), methods=["POST", "OPTIONS"]),
         ]
 
     async def stop(self) -> None:
@@ -486,6 +486,28 @@ class CallService:
 
     def _count_error(self, error: RemoteProtocolError) -> None:
         self.voice.state.metrics.errors.labels(kind="voice", code=error.code).inc()
+
+
+def _cors(handler: Any) -> Any:
+    """Let pages on other origins call (the origin check upstream already allowed this one):
+    answer the preflight, and let them read the answer, its errors and its ``Location``."""
+
+    async def endpoint(request: Request) -> Response:
+        origin = request.headers.get("origin")
+        if request.method == "OPTIONS":
+            response: Response = Response(status_code=204)
+            response.headers["Access-Control-Allow-Methods"] = "POST"
+            response.headers["Access-Control-Allow-Headers"] = "authorization, content-type"
+            response.headers["Access-Control-Max-Age"] = "600"
+        else:
+            response = await handler(request)
+        if origin is not None:
+            response.headers["Access-Control-Allow-Origin"] = origin
+            response.headers["Access-Control-Expose-Headers"] = "Location"
+            response.headers["Vary"] = "Origin"
+        return response
+
+    return endpoint
 
 
 async def _write(websocket: WebSocket, outbox: asyncio.Queue[str | None]) -> None:

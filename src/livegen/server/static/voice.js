@@ -458,6 +458,8 @@ export class VoicePanel {
   toggleMute() {
     this.isMuted = !this.isMuted;
     this.capture?.port.postMessage({ type: "mute", muted: this.isMuted });
+    // A call sends the microphone track itself; a disabled track sends silence.
+    this.stream?.getAudioTracks().forEach((track) => (track.enabled = !this.isMuted));
     this.el.mute.textContent = this.isMuted ? "Unmute" : "Mute";
     this.el.mute.setAttribute("aria-pressed", String(this.isMuted));
     this.el.state.textContent = this.isMuted ? "Muted — the model hears silence" : LISTENING;
