@@ -119,6 +119,21 @@ async def test_a_call_talks_over_the_track_and_the_data_channel(
         await caller.close()
 
 
+async def test_a_multipart_offer_configures_its_session_and_the_track_keeps_its_format(
+    voice_server: ServerThread,
+) -> None:
+    # The key asks for G.711; a call's track decodes and encodes PCM16 at 24 kHz whatever it says.
+    mulaw = {"type": "realtime", "audio": {"input": {"format": {"type": "audio/pcmu"}}}}
+    caller = Caller(voice_server.http_url, mint(voice_server.http_url, session=mulaw)["value"])
+    try:
+        await caller.connect(session={"type": "realtime", "instructions": "from the form"})
+        updated = await caller.event("session.updated")
+        assert updated["session"]["instructions"] == "from the form"
+        assert updated["session"]["audio"]["input"]["format"] == {"type": "audio/pcm", "rate": 24000}
+    finally:
+        await caller.close()
+
+
 async def test_cancel_stops_the_tracks_audio_at_once(voice_server: ServerThread) -> None:
     model = voice_service(voice_server).models["scripted-voice"]
     model.script.reply_ms = 8000  # a long answer, generated at once: it is all queued to play

@@ -5,13 +5,13 @@ WebSocket client (``voice_turns._ServerCall``) and a WebRTC call
 (``client.webrtc.Caller``), each a fresh session, with the same spoken
 questions (espeak-ng), so both see the same load. Per transport it reports,
 from the end of the user's speech (in the audio sent) to the first answer
-audio received by the client: p50 and p95. For WebRTC that is the first loud
-frame off the answer track, after Opus both ways and the receiver's jitter
-buffer; for the WebSocket the first delta with loud audio (both skip the
-voice's leading silence). The WebSocket's audio arrives up to 200 ms ahead of
-its playback time (the session's lead) and still has the client's own jitter
-buffer to go through; the track's arrives at playback time, after aiortc's
-audio jitter buffer on each side (it holds 4 packets, ~80 ms, before decoding).
+audio received by the client: p50 and p95. For WebRTC that is the first
+frame off the answer track that is not silence, after Opus both ways and the
+receivers' jitter buffers (the server's holds one frame, the stock aiortc
+client's four, ~80 ms); for the WebSocket the first delta, which arrives up to
+200 ms ahead of its playback time (the session's lead) and still has the
+client's own jitter buffer to go through. ``first_loud_audio`` skips the
+voice's leading silence (samples above ``LOUD``).
 Then barge-in: the user talks over a long answer, and the time from
 ``speech_started`` (on the data channel) to the last loud frame of the old
 answer on the track.
@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -31,13 +30,17 @@ import numpy as np
 
 PROMPTS = ("what time is it", "what is twelve times seven", "what day is it", "hello there")
 LOUD = 500
+#: Above the Opus codec's rendering of the track's digital silence: the answer's first audio.
+AUDIBLE = 8
+
+Times = tuple[float | None, float | None]
 
 
 def _percentile(values: list[float], q: float) -> float | None:
     return round(float(np.percentile(values, q)), 1) if values else None
 
 
-async def _ws_turn(server: Any, utterance: Any, silence_ms: int) -> float | None:
+async def _ws_turn(server: Any, utterance: Any, silence_ms: int) -> Times:
     import websockets
 
     from livegen.bench.voice_turns import WIRE_RATE, _ServerCall
@@ -48,8 +51,8 @@ async def _ws_turn(server: Any, utterance: Any, silence_ms: int) -> float | None
             await call.configure(silence_ms)
             end = await call.feed(utterance.pcm24)
             await call.feed(bytes(2 * 6 * WIRE_RATE), until=lambda: _first_loud_delta(call))
-            first = _first_loud_delta(call)
-            return None if first is None else (first - end) * 1000
+            first, loud = _first_loud_delta(call, 0), _first_loud_delta(call)
+            return _since(end, first), _since(end, loud)
         finally:
             await call.close()
 
@@ -73,19 +76,23 @@ async def _spoken(caller: Any, pcm24: bytes) -> float:
     return float(caller.microphone.drained_at)
 
 
-async def _rtc_turn(server: Any, utterance: Any, silence_ms: int) -> float | None:
+async def _rtc_turn(server: Any, utterance: Any, silence_ms: int) -> Times:
     caller = await _rtc_call(server, silence_ms)
     try:
         end = await _spoken(caller, utterance.pcm24)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            first = caller.first_loud_after(end, LOUD)
-            if first is not None:
-                return float((first - end) * 1000)
+        for _ in range(1000):  # 20 s at most
+            if caller.first_loud_after(end, LOUD) is not None:
+                break
             await asyncio.sleep(0.02)
-        return None
+        return _since(end, caller.first_loud_after(end, AUDIBLE)), _since(
+            end, caller.first_loud_after(end, LOUD)
+        )
     finally:
         await caller.close()
+
+
+def _since(start: float, at: float | None) -> float | None:
+    return None if at is None else float((at - start) * 1000)
 
 
 async def _rtc_barge_in(server: Any, question: Any, interruption: Any, silence_ms: int) -> float | None:
@@ -119,19 +126,18 @@ async def _rtc_barge_in(server: Any, question: Any, interruption: Any, silence_m
         await caller.close()
 
 
-def _first_loud_delta(call: Any) -> float | None:
-    """When the first answer audio above ``LOUD`` arrived (as on the track: a voice's leading
-    silence is not the answer being heard)."""
+def _first_loud_delta(call: Any, level: int = LOUD) -> float | None:
+    """When the first answer audio above ``level`` arrived (0: the first audio at all)."""
     from livegen.bench.voice_turns import _AUDIO_DELTAS
 
     for at, event in call.of(*_AUDIO_DELTAS):
-        if _is_loud(base64.b64decode(event["delta"])):
+        if _is_loud(base64.b64decode(event["delta"]), level):
             return float(at)
     return None
 
 
-def _is_loud(pcm: bytes) -> bool:
-    return bool(np.abs(np.frombuffer(pcm, "<i2")).max(initial=0) > LOUD)
+def _is_loud(pcm: bytes, level: int = LOUD) -> bool:
+    return bool(np.abs(np.frombuffer(pcm, "<i2")).max(initial=0) > level) or (level == 0 and len(pcm) > 0)
 
 
 async def _run(turns: int, silence_ms: int, barge_ins: int) -> dict[str, Any]:
@@ -146,16 +152,19 @@ async def _run(turns: int, silence_ms: int, barge_ins: int) -> dict[str, Any]:
         model = service.models[service.default_model]
         utterances = [await asyncio.to_thread(synthesise, model, text) for text in PROMPTS]
         long_question = await asyncio.to_thread(synthesise, model, "what can you do")
-        results: dict[str, list[float]] = {"websocket": [], "webrtc": []}
+        results: dict[str, dict[str, list[float]]] = {
+            name: {"first_audio": [], "first_loud_audio": []} for name in ("websocket", "webrtc")
+        }
         missed = {"websocket": 0, "webrtc": 0}
         for i in range(turns):
             utterance = utterances[i % len(utterances)]
             for name, turn in (("websocket", _ws_turn), ("webrtc", _rtc_turn)):
-                ms = await turn(server, utterance, silence_ms)
-                if ms is None:
+                first, loud = await turn(server, utterance, silence_ms)
+                if first is None or loud is None:
                     missed[name] += 1
                 else:
-                    results[name].append(ms)
+                    results[name]["first_audio"].append(first)
+                    results[name]["first_loud_audio"].append(loud)
         cuts = []
         for _ in range(barge_ins):
             cut = await _rtc_barge_in(server, long_question, utterances[0], silence_ms)
@@ -164,13 +173,11 @@ async def _run(turns: int, silence_ms: int, barge_ins: int) -> dict[str, Any]:
     finally:
         server.stop()
     report: dict[str, Any] = {"turns": turns, "silence_duration_ms": silence_ms}
-    for name, values in results.items():
-        report[name] = {
-            "first_audio_ms_p50": _percentile(values, 50),
-            "first_audio_ms_p95": _percentile(values, 95),
-            "turns_measured": len(values),
-            "turns_missed": missed[name],
-        }
+    for name, series in results.items():
+        report[name] = {"turns_measured": len(series["first_audio"]), "turns_missed": missed[name]}
+        for metric, values in series.items():
+            report[name][f"{metric}_ms_p50"] = _percentile(values, 50)
+            report[name][f"{metric}_ms_p95"] = _percentile(values, 95)
     report["webrtc_barge_in_to_silence_ms"] = {"p50": _percentile(cuts, 50), "max": max(cuts, default=None)}
     return report
 
