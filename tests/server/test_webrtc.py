@@ -84,6 +84,26 @@ def test_client_secrets_need_the_server_key_and_refuse_bad_requests(
     assert beta.status_code == 200 and beta.json()["client_secret"]["value"].startswith("ek_")
 
 
+async def test_a_browser_opens_the_websocket_with_an_ephemeral_key_subprotocol(
+    start_server: Callable[..., ServerThread],
+) -> None:
+    import json
+
+    import websockets
+
+    server = start_server(
+        registry=registry(), voice_model="scripted-voice", world_model="none", api_key="sk-x"
+    )
+    server.wait_ready(timeout=30)
+    key = mint(server.http_url, api_key="sk-x")["value"]
+    url = f"{server.ws_url}/v1/realtime"
+    async with websockets.connect(url, subprotocols=["realtime", f"openai-insecure-api-key.{key}"]) as socket:
+        assert json.loads(await asyncio.wait_for(socket.recv(), 10))["type"] == "session.created"
+    with pytest.raises(websockets.InvalidStatus) as refused:
+        await websockets.connect(url, subprotocols=["realtime", "openai-insecure-api-key.ek_unknown"])
+    assert refused.value.response.status_code == 401
+
+
 async def test_a_call_talks_over_the_track_and_the_data_channel(
     voice_server: ServerThread, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -132,6 +152,38 @@ async def test_a_multipart_offer_configures_its_session_and_the_track_keeps_its_
         assert updated["session"]["audio"]["input"]["format"] == {"type": "audio/pcm", "rate": 24000}
     finally:
         await caller.close()
+
+
+async def test_the_official_sdk_mints_a_key_calls_and_hangs_up(voice_server: ServerThread) -> None:
+    from aiortc import RTCSessionDescription
+    from openai import AsyncOpenAI
+
+    server_client = AsyncOpenAI(api_key="unused", base_url=f"{voice_server.http_url}/v1")
+    secret = await server_client.realtime.client_secrets.create(
+        expires_after={"anchor": "created_at", "seconds": 60},
+        session={"type": "realtime", "instructions": "from the sdk"},
+    )
+    assert secret.value.startswith("ek_") and secret.session.type == "realtime"
+    browser_client = AsyncOpenAI(api_key=secret.value, base_url=f"{voice_server.http_url}/v1")
+    caller = Caller(voice_server.http_url, secret.value)
+    try:
+        caller.pc.addTrack(caller.microphone)
+        await caller.pc.setLocalDescription(await caller.pc.createOffer())
+        raw = await browser_client.realtime.calls.with_raw_response.create(
+            sdp=caller.pc.localDescription.sdp, session={"type": "realtime", "output_modalities": ["audio"]}
+        )
+        assert raw.http_response.status_code == 201
+        call_id = raw.headers["location"].rsplit("/", 1)[-1]
+        answer = raw.http_response.text
+        await caller.pc.setRemoteDescription(RTCSessionDescription(sdp=answer, type="answer"))
+        updated = await caller.event("session.updated")
+        assert updated["session"]["instructions"] == "from the sdk"  # the key's configuration
+        await browser_client.realtime.calls.hangup(call_id)
+        await caller.event("session.closed", within=10)
+    finally:
+        await caller.close()
+        await browser_client.close()
+        await server_client.close()
 
 
 async def test_cancel_stops_the_tracks_audio_at_once(voice_server: ServerThread) -> None:
