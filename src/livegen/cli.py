@@ -31,6 +31,7 @@ BENCHES: dict[str, str] = {
     "voice-faults": "livegen.bench.voice_faults:command",
     "churn": "livegen.bench.churn:command",
     "voice-webrtc": "livegen.bench.voice_webrtc:command",
+    "voice-tools": "livegen.bench.voice_tools:command",
     "fuzz": "livegen.bench.fuzz:command",
 }
 
@@ -141,6 +142,13 @@ def main() -> None:
     help="OpenAI-compatible chat endpoint for voice replies, e.g. http://127.0.0.1:11434/v1.",
 )
 @click.option("--llm-model", envvar="LIVEGEN_LLM_MODEL", default=None, help="Model name at --llm-base-url.")
+@click.option(
+    "--llm-context-tokens",
+    envvar="LIVEGEN_LLM_CONTEXT_TOKENS",
+    default=None,
+    type=click.IntRange(256),
+    help="Context window of --llm-model in tokens; oldest turns leave the prompt first [default: none].",
+)
 @click.option(
     "--world-workers",
     default=0,
@@ -254,6 +262,9 @@ def serve(**options: Any) -> None:
     """Serve voice and world sessions over WebSockets, with the demo page at /."""
     import os
 
+    from livegen.server.budgets import limit_malloc_arenas
+
+    limit_malloc_arenas()  # before any model or server thread exists: arenas are taken per thread
     import uvicorn
 
     from livegen import logs

@@ -38,14 +38,59 @@ def speak_as_user(cascade: Any, text: str, lead_s: float = 0.3, trail_s: float =
     return pcm
 
 
+@dataclass(frozen=True)
+class Reply:
+    """One scripted answer: text deltas, then whole function calls ``(id, name, arguments)``.
+
+    ``style`` is how the calls are streamed: ``vllm`` sends a call's id and name in one chunk and
+    its arguments in fragments after it (vLLM's OpenAI server); ``ollama`` sends each call whole in
+    one chunk, ``finish_reason`` in the next (Ollama's /v1 compatibility layer).
+    """
+
+    text: tuple[str, ...] = ()
+    calls: tuple[tuple[str, str, str], ...] = ()
+    style: str = "vllm"
+    finish_reason: str | None = None
+    #: (prompt_tokens, completion_tokens, cached_tokens), sent when the client asks for usage.
+    usage: tuple[int, int, int] = (17, 5, 0)
+
+
 @dataclass
 class ChatServer:
-    """A local OpenAI-compatible chat endpoint (a test double) that streams a canned reply."""
+    """A local OpenAI-compatible chat endpoint (a test double) that streams canned replies.
+
+    Each request takes the next of ``replies`` if any are left, else ``reply`` (text only);
+    ``delay_s`` holds every answer back that long before its first byte (a fixed latency).
+    """
 
     url: str
     reply: list[str] = field(default_factory=list)
     requests: list[dict[str, Any]] = field(default_factory=list)
     status: int = 200
+    replies: list[Reply] = field(default_factory=list)
+    delay_s: float = 0.0
+
+
+def _chunks(reply: Reply) -> list[dict[str, Any]]:
+    def choice(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {
+            "object": "chat.completion.chunk",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }
+
+    chunks = [choice({"role": "assistant", "content": ""})]
+    chunks += [choice({"content": delta}) for delta in reply.text]
+    for index, (call_id, name, arguments) in enumerate(reply.calls):
+        function = {"name": name, "arguments": arguments if reply.style == "ollama" else ""}
+        head = {"index": index, "id": call_id, "type": "function", "function": function}
+        chunks.append(choice({"tool_calls": [head]}))
+        if reply.style == "vllm":
+            for start in range(0, len(arguments), 7):
+                fragment = {"index": index, "function": {"arguments": arguments[start : start + 7]}}
+                chunks.append(choice({"tool_calls": [fragment]}))
+    finish = reply.finish_reason or ("tool_calls" if reply.calls else "stop")
+    chunks.append(choice({}, finish))
+    return chunks
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -54,17 +99,26 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         self.chat.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), **body})
+        time.sleep(self.chat.delay_s)
         self.send_response(self.chat.status)
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()
         if self.chat.status != 200:
             self.wfile.write(b'{"error": "no such model"}')
             return
-        for delta in self.chat.reply:
-            chunk = {"choices": [{"index": 0, "delta": {"content": delta}, "finish_reason": None}]}
+        reply = self.chat.replies.pop(0) if self.chat.replies else Reply(tuple(self.chat.reply))
+        for chunk in _chunks(reply):
             self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
             self.wfile.flush()
-        self.wfile.write(b'data: {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}\n\n')
+        if (body.get("stream_options") or {}).get("include_usage"):
+            prompt, completion, cached = reply.usage
+            usage = {
+                "prompt_tokens": prompt,
+                "completion_tokens": completion,
+                "total_tokens": prompt + completion,
+                "prompt_tokens_details": {"cached_tokens": cached},
+            }
+            self.wfile.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode())
         self.wfile.write(b"data: [DONE]\n\n")
 
     def log_message(self, format: str, *args: Any) -> None:

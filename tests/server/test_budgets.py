@@ -289,3 +289,23 @@ async def test_memory_is_trimmed_once_after_a_mass_of_connections_ends(
             break
         await asyncio.sleep(0.05)
     assert trims == [1]
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"), [({}, str(max(2, os.cpu_count() or 2))), ({"MALLOC_ARENA_MAX": "4"}, "None")]
+)
+def test_malloc_arenas_are_capped_at_the_cores_unless_the_user_set_them(
+    env: dict[str, str], expected: str
+) -> None:
+    import platform
+    import subprocess
+    import sys
+
+    if platform.libc_ver()[0] != "glibc":
+        pytest.skip("mallopt's arena cap is glibc's")
+    code = "from livegen.server.budgets import limit_malloc_arenas; print(limit_malloc_arenas())"
+    environ = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"} | env
+    result = subprocess.run(
+        [sys.executable, "-c", code], env=environ, capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == expected

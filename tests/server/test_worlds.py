@@ -10,7 +10,7 @@ import httpx
 import numpy as np
 import pytest
 
-from livegen.client.world import WorldClient, WorldError
+from livegen.client.world import ChunkOut, WorldClient, WorldError
 from livegen.models.world import Frames
 from livegen.protocol import world as wire
 from livegen.runtime import world_runner
@@ -265,3 +265,53 @@ def test_errors_are_counted_and_health_reports_the_model(world_server: ServerThr
     assert health["services"]["world"]["model"] == "procedural-world"
     metrics = httpx.get(f"{world_server.http_url}/metrics").text
     assert 'livegen_errors_total{code="invalid_json",kind="world"}' in metrics
+
+
+async def test_procedural_world_refuses_a_seed_image_and_the_connection_goes_on(
+    world_server: ServerThread,
+) -> None:
+    """It renders the game itself: an image is refused with a typed error, then a session starts."""
+    client = await WorldClient.connect(world_server.ws_url)
+    async with client:
+        png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC"
+        await client.send({"type": "session.update", "session": {"seed_image": png}})
+        error = await client.expect(wire.Error)
+        assert (error.error.code, error.error.param) == ("seed_image_not_supported", "session.seed_image")
+        created = await client.create(pacing="asap")
+        assert created["seed_image"] is False
+        assert (await client.next_chunk()).header.chunk_index == 0
+
+
+async def _room_with_new_prompt(server: ServerThread, transition: dict[str, int]) -> list[ChunkOut]:
+    client = await WorldClient.connect(server.ws_url, auto_ack=False)
+    async with client:
+        await client.create(
+            seed=2, prompt="forest", pacing="asap", max_chunks_ahead=1, output={"format": "png"}
+        )
+        chunks = [await client.next_chunk()]
+        await client.send({"type": "world.event", "event_id": 1, "prompt": "lava", **transition})
+        await client.expect(wire.EventAccepted)
+        for index in range(3):
+            await client.send({"type": "chunk.ack", "chunk_index": index})
+            chunks.append(await client.next_chunk())
+    return chunks
+
+
+async def test_the_room_takes_a_prompt_transition_and_switches_its_theme_at_once(
+    world_server: ServerThread,
+) -> None:
+    """The room has no in-between colours: the theme switches in the transition's first chunk, and
+    the headers still name each step, so a client sees the same transaction on every model."""
+    blended = await _room_with_new_prompt(world_server, {"transition_chunks": 2})
+    at_once = await _room_with_new_prompt(world_server, {})
+    steps = [c.header.prompt_transition for c in blended]
+    assert steps == [
+        None,
+        {"event_id": 1, "step": 1, "chunks": 2, "weight": 0.5, "last_chunk_index": 2},
+        {"event_id": 1, "step": 2, "chunks": 2, "weight": 1.0, "last_chunk_index": 2},
+        None,
+    ]
+    assert all(c.header.prompt_transition is None for c in at_once)
+    for a, b in zip(blended, at_once, strict=True):
+        assert all(np.array_equal(x, y) for x, y in zip(a.frames, b.frames, strict=True))
+    assert not np.array_equal(blended[0].frames[-1], blended[1].frames[0])

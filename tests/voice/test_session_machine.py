@@ -114,6 +114,7 @@ class VoiceCore(RuleBasedStateMachine):
             len(s.conversation),
             s.config,
             s.phase,
+            tuple(sorted(s.calls.counts().items())),
         )
 
     def client(self, event: wire.ClientEvent) -> None:
@@ -224,6 +225,72 @@ class VoiceCore(RuleBasedStateMachine):
         refused = [e for e in self.sent if e["type"] == "error"][errors:]
         if size > MAX_HISTORY_CHARS and not self.session.is_closed:  # longer than the whole history
             assert [e["error"]["param"] for e in refused] == ["item.content"]
+
+    # --- function calls and the call ledger ---------------------------------------------
+
+    @rule(reuse=st.booleans(), blank=st.booleans())
+    def model_call(self, reuse: bool, blank: bool) -> None:
+        """The model makes a call (possibly reusing an id, or giving none: the session makes one)."""
+        known = [e["call_id"] for e in self.sent if e["type"] == "response.function_call_arguments.done"]
+        call_id = "" if blank else (known[-1] if reuse and known else f"call_m{len(known)}")
+        self.current(OutputKind.FUNCTION_CALL, call_id=call_id, name="lookup", text='{"q": 1}')
+
+    @rule(pick=st.integers(0, 20), output=st.sampled_from(["ok", ""]))
+    def client_call_output(self, pick: int, output: str) -> None:
+        """The client answers a call: any made, in any order, again, late, or one never made."""
+        made = [e["call_id"] for e in self.sent if e["type"] == "response.function_call_arguments.done"]
+        # A negative pick counts from the newest call made.
+        ids = [*made, "call_unknown"] if pick >= 0 else ["call_unknown", *made]
+        call_id = ids[pick % len(ids)]
+        state = self.session.calls.state(call_id)
+        errors = len([e for e in self.sent if e["type"] == "error"])
+        item = {"type": "function_call_output", "call_id": call_id, "output": output}
+        self.client(wire.ItemCreate(item=item, event_id="evt_out"))
+        refused = [e["error"]["code"] for e in self.sent if e["type"] == "error"][errors:]
+        if self.session.is_closed:
+            return
+        expected = {
+            None: ["unknown_call_id"],
+            "answered": ["duplicate_function_call_output"],
+            "abandoned": ["function_call_abandoned"],
+            "pending": [],
+        }[state]
+        assert refused == expected, (call_id, state, refused)
+
+    @rule(how=st.sampled_from(["cancel", "output_clear", "input_clear", "none"]), parallel=st.booleans())
+    def spoken_calls_then_barge_in(self, how: str, parallel: bool) -> None:
+        """An answer that speaks and calls, cut (or not) before the client's outputs arrive."""
+        if self.session.response is None:
+            self.response_create(None)
+        self.model_text()
+        self.model_audio(400)
+        self.model_call(reuse=False, blank=False)
+        if parallel:
+            self.model_call(reuse=False, blank=True)
+        self.advance_clock(0.05)
+        if how == "cancel":
+            self.response_cancel(named=False)
+        elif how == "output_clear":
+            self.output_clear()
+        elif how == "input_clear":
+            self.clear()
+        for pick in range(2):
+            self.client_call_output(pick=-1 - pick, output="late")
+
+    @invariant()
+    def one_output_per_call_and_only_for_calls_that_stood(self) -> None:
+        if not hasattr(self, "session"):
+            return
+        s = self.session
+        outputs = Counter(i.call_id for i in s.conversation.items() if i.type == "function_call_output")
+        assert all(count == 1 for count in outputs.values()), outputs
+        for call_id in outputs:
+            assert s.calls.state(call_id) in (None, "answered")  # None: forgotten (bounded ledger)
+        for turn in s.conversation.history():
+            if turn.kind != "message":
+                assert s.calls.state(turn.call_id) in (None, "answered"), turn
+        made = Counter(e["call_id"] for e in self.sent if e["type"].endswith("function_call_arguments.done"))
+        assert all(count == 1 for count in made.values()), "a call_id was made twice"
 
     @invariant()
     def history_is_bounded(self) -> None:

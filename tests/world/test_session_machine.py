@@ -14,6 +14,7 @@ import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -43,7 +44,8 @@ from livegen.world import (
     Session,
     Status,
 )
-from livegen.world.schema import KEYS_SCHEMA, KEYS_V1, MOUSE_SCHEMA, MOUSE_V1
+from livegen.world.schema import CAMERA_SCHEMA, CAMERA_V1, KEYS_SCHEMA, KEYS_V1, MOUSE_SCHEMA, MOUSE_V1
+from livegen.world.session import Transition
 
 MODE = ControlTrack(
     name="mode",
@@ -53,7 +55,10 @@ MODE = ControlTrack(
 )
 KEYS = ControlTrack("keys", KEYS_V1, KEYS_SCHEMA, {"down": [], "taps": []}, is_sticky=True)
 MOUSE = ControlTrack("mouse", MOUSE_V1, MOUSE_SCHEMA, {"dx": 0, "dy": 0, "wheel": 0, "buttons": 0})
+CAMERA = ControlTrack("camera", CAMERA_V1, CAMERA_SCHEMA, {"velocity": {}}, is_sticky=True)
 MAX_PENDING = 4
+#: The world's first frame: chunk 0 gets it, after every reset too, and no other chunk does.
+SEED_IMAGE = np.zeros((2, 2, 3), np.uint8)
 SID = "world-1"
 
 
@@ -96,12 +101,14 @@ class WorldMachine(RuleBasedStateMachine):
         counter = itertools.count()
         self.reducer = PickyReducer()
         self.manager = Manager(
-            tracks=[MODE, KEYS, MOUSE],
+            tracks=[MODE, KEYS, MOUSE, CAMERA],
             new_id=lambda: str(next(counter)),
             max_sessions=1,
             reducer_factory=lambda: self.reducer,
         )
-        self.session = self.manager.create(SID, max_pending_events=MAX_PENDING, prompt="start")
+        self.session = self.manager.create(
+            SID, max_pending_events=MAX_PENDING, prompt="start", seed_image=SEED_IMAGE
+        )
         self.plan: Plan | None = None
         self.settled: Plan | None = None
         self.chunks_since_reset = 0
@@ -114,6 +121,10 @@ class WorldMachine(RuleBasedStateMachine):
         self.seen_ids: list[int] = []
         #: Event id -> ("keys", keys down) or ("mouse", dx), for what each chunk must see.
         self.inputs: dict[int, tuple[str, Any]] = {}
+        #: Event id -> transition_chunks, for every event that set a prompt.
+        self.prompt_events: dict[int, int] = {}
+        #: The committed transition the machine expects to go on, if any.
+        self.transition: Transition | None = None
 
     # -- helpers ---------------------------------------------------------------------------
     def drain(self) -> None:
@@ -155,13 +166,22 @@ class WorldMachine(RuleBasedStateMachine):
         acceptance = self.session.accept(event)
         assert acceptance.status is AcceptStatus.ACCEPTED
         assert acceptance.pending_event_count == len(before[2]) + 1
+        if with_prompt:
+            self.prompt_events[event_id] = 0
         self.next_id = event_id
         self.seen_ids.append(event_id)
 
-    def _input_event(self, gap: int, control: ControlInput, record: tuple[str, Any]) -> None:
+    def _input_event(
+        self,
+        gap: int,
+        control: ControlInput,
+        record: tuple[str, Any],
+        prompt: str | None = None,
+        chunks: int = 0,
+    ) -> None:
         self.drain()
         event_id = self.next_id + gap
-        event = Event.of(event_id, None, [control])
+        event = Event.of(event_id, prompt, [control], transition_chunks=chunks)
         if self.session.status is not Status.ACTIVE:
             self.unchanged_after(lambda: self.session.accept(event), InvalidState)
             return
@@ -182,9 +202,81 @@ class WorldMachine(RuleBasedStateMachine):
     def mouse_event(self, gap: int, dx: int) -> None:
         self._input_event(gap, ControlInput.of("mouse", MOUSE_V1, {"dx": dx}), ("mouse", dx))
 
+    @rule(gap=st.integers(1, 2), is_pose=st.booleans(), amount=st.integers(-3, 3))
+    def camera_event(self, gap: int, is_pose: bool, amount: int) -> None:
+        intrinsics = {"fx": 0.5, "fy": 0.5, "cx": 0.5, "cy": 0.5}
+        pose = {"position": [amount, 0, 0], "rotation": [1, 0, 0, 0], "intrinsics": intrinsics}
+        data = {"pose": pose} if is_pose else {"velocity": {"vz": amount, "yaw": 10 * amount}}
+        control = ControlInput.of("camera", CAMERA_V1, data)
+        self._input_event(gap, control, ("camera", control.data))
+
+    @rule(
+        data=st.sampled_from(
+            [
+                {},
+                {"velocity": {}, "pose": {}},
+                {"velocity": {"vz": 101}},
+                {
+                    "pose": {
+                        "position": [0, 0, 0],
+                        "rotation": [0, 0, 0, 0],
+                        "intrinsics": {"fx": 1, "fy": 1, "cx": 0, "cy": 0},
+                    }
+                },
+            ]
+        )
+    )
+    def bad_camera(self, data: dict[str, Any]) -> None:
+        """Neither or both of velocity and pose, out of range, a zero quaternion: refused on entry."""
+        event = Event.of(self.next_id + 1, None, [ControlInput.of("camera", CAMERA_V1, data)])
+        if self.session.status is Status.ACTIVE:
+            error = self.unchanged_after(lambda: self.session.accept(event), InvalidRequest)
+            assert error.code == "invalid_event" and "controls.camera.data" in str(error)
+
+    @rule(gap=st.integers(1, 2), chunks=st.integers(0, 4))
+    def transition_event(self, gap: int, chunks: int) -> None:
+        """A new prompt that asks to blend in over ``chunks`` chunks."""
+        event_id = self.next_id + gap
+        control = ControlInput.of("mode", "test.mode.v1", {"v": "a"})
+        self._input_event(gap, control, ("mode", "a"), f"t{event_id}", chunks)
+        if self.next_id == event_id:  # accepted
+            self.prompt_events[event_id] = chunks
+
+    @rule(chunks=st.sampled_from([-1, 65, True, 2.0]), with_prompt=st.booleans())
+    def bad_transition(self, chunks: Any, with_prompt: bool) -> None:
+        """Out of range, not an integer, or no prompt to go to: refused before the session sees it."""
+        with pytest.raises(InvalidRequest) as caught:
+            Event.of(self.next_id + 1, "p" if with_prompt else None, transition_chunks=chunks)
+        assert caught.value.code == "invalid_event" and caught.value.param == "transition_chunks"
+
+    def check_transition(self, plan: Plan) -> None:
+        """Step k of a transition over N chunks blends k/N; the chunk applying its event is step 1."""
+        chunk = plan.meta.chunk_index
+        prompts = [i for i in plan.meta.applied_event_ids if i in self.prompt_events]
+        expected = self.transition
+        if prompts:
+            chunks = self.prompt_events[prompts[-1]]
+            expected = Transition(prompts[-1], self.session.prompt, chunk, chunks) if chunks > 1 else None
+        if expected is not None and expected.step(chunk) > expected.chunks:
+            expected = None
+        assert plan.transition == expected
+        blend = plan.prompt_blend()
+        if expected is None:
+            assert blend is None
+        else:
+            assert blend is not None and blend.from_prompt == expected.from_prompt
+            assert blend.weight == expected.step(chunk) / expected.chunks <= 1
+
     def check_inputs(self, plan: Plan) -> None:
-        """A chunk sees its own events' motion summed, and a key pressed and released as a tap."""
+        """A chunk sees its own events' motion summed, and a key pressed and released as a tap.
+
+        The camera is a state: the chunk's is its last camera event's, else the one it inherits.
+        """
         applied = [self.inputs[i] for i in plan.meta.applied_event_ids if i in self.inputs]
+        cameras = [v for kind, v in applied if kind == "camera"]
+        assert plan.controls["camera"].data == (
+            cameras[-1] if cameras else self.session.controls["camera"].data
+        )
         assert plan.controls["mouse"].data["dx"] == sum(v for kind, v in applied if kind == "mouse")
         downs = [v for kind, v in applied if kind == "keys"]
         keys = plan.controls["keys"].data
@@ -236,12 +328,22 @@ class WorldMachine(RuleBasedStateMachine):
         for event_id in applied:
             assert self.session.event_floor >= event_id
         self.check_inputs(self.plan)
+        self.check_transition(self.plan)
+        assert (self.plan.seed_image is SEED_IMAGE) == (self.plan.meta.chunk_index == 0)
 
     def _commit(self) -> Output:
         assert self.plan is not None
         plan, self.plan = self.plan, None
         self.settled = plan
         out = self.session.commit_tick(plan, plan.meta, f"frames of {plan.meta.request_id}")
+        self.transition = plan.transition
+        header = out.prompt_transition()
+        assert (header is None) == (plan.transition is None)
+        if header is not None and plan.transition is not None:
+            assert header["step"] == plan.transition.step(plan.meta.chunk_index) >= 1
+            assert (
+                header["last_chunk_index"] == plan.transition.first_chunk_index + plan.transition.chunks - 1
+            )
         self.committed.append(plan.meta.request_id)
         self.chunks_since_reset += 1
         self.all_applied.extend(plan.meta.applied_event_ids)
@@ -325,6 +427,7 @@ class WorldMachine(RuleBasedStateMachine):
             assert self.session.prompt == "start" and self.session.pending_event_count == 0
             assert all(event_id <= self.session.committed_floor for event_id in pending)
             self.chunks_since_reset = 0
+            self.transition = None
         else:
             assert self.session.status is Status.FAILED
 
@@ -352,9 +455,12 @@ class WorldMachine(RuleBasedStateMachine):
     def reopen(self) -> None:
         """A closed world's id may be reused; the client's ids start over with the new world."""
         self.reducer = PickyReducer()
-        self.session = self.manager.create(SID, max_pending_events=MAX_PENDING, prompt="start")
+        self.session = self.manager.create(
+            SID, max_pending_events=MAX_PENDING, prompt="start", seed_image=SEED_IMAGE
+        )
         self.chunks_since_reset = 0
         self.seen_ids, self.next_id, self.all_applied = [], 0, []
+        self.inputs, self.prompt_events, self.transition = {}, {}, None
 
     # -- the promises ----------------------------------------------------------------------
     @invariant()

@@ -34,9 +34,12 @@ from typing import Any
 import click
 import websockets
 
-#: The child: a real server; ``stats`` prints RSS and fds, ``trim`` calls malloc_trim first.
+#: The child: a real server; ``stats`` prints RSS and fds, ``trim`` calls malloc_trim first. Its
+#: malloc arenas are capped as ``livegen serve`` caps them (compare: MALLOC_ARENA_MAX=64 livegen bench churn).
 CHILD = """
 import ctypes, json, os, sys, time
+from livegen.server.budgets import limit_malloc_arenas
+limit_malloc_arenas()
 from livegen.server.config import ServerConfig
 from livegen.server.thread import ServerThread
 server = ServerThread(ServerConfig(api_key=None, resume_grace_s=0.5, max_sessions=4096)).start()

@@ -148,8 +148,14 @@ def frame_actions(controls: Mapping[str, Any], num_frames: int) -> list[str]:
     return [taps[k] if k < len(taps) else held for k in range(num_frames)]
 
 
-def room_spec(kv: KVGeometry | None = None, description: str = "") -> WorldSpec:
-    """The spec both models of the room game serve: same frames, timing and controls."""
+def room_spec(
+    kv: KVGeometry | None = None, description: str = "", *, accepts_seed_image: bool = False
+) -> WorldSpec:
+    """The spec both models of the room game serve: same frames, timing and controls.
+
+    Only tiny-world takes a seed image (a 32x32 first frame it continues from); procedural-world
+    renders the game itself, so an image has nothing to start.
+    """
     return WorldSpec(
         width=SIZE,
         height=SIZE,
@@ -158,6 +164,7 @@ def room_spec(kv: KVGeometry | None = None, description: str = "") -> WorldSpec:
         controls=(ACTION_TRACK, KEYS_TRACK),
         kv=kv,
         description=description,
+        accepts_seed_image=accepts_seed_image,
     )
 
 

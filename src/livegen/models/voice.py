@@ -48,6 +48,9 @@ class OutputKind(StrEnum):
     RESPONSE_DONE = "response_done"
     #: The model failed; ``text`` says why. The session fails the affected response.
     ERROR = "error"
+    #: A whole function call of response ``response_id``: ``call_id`` (the model's, or "" for the
+    #: session to make one), ``name``, and the JSON arguments in ``text``.
+    FUNCTION_CALL = "function_call"
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,20 @@ class VoiceOutput:
     status: str = ""
     #: For ``ERROR``: a machine code for the failure (``speech_worker_stuck``); "" means ``model_error``.
     code: str = ""
+    #: For ``FUNCTION_CALL``: the call's id and the function's name.
+    call_id: str = ""
+    name: str = ""
+    #: For ``RESPONSE_DONE``: token counts as the language model reported them (``Usage``), if any.
+    usage: Usage | None = None
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Tokens one response cost, as its language model counted them (chat-completions ``usage``)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -80,14 +97,26 @@ class StreamConfig:
     #: None means the client commits turns itself (turn_detection: null).
     turn_detection: TurnDetection | None = field(default_factory=TurnDetection)
     transcription_model: str = ""
+    #: The session's function tools (chat-completions shape) and tool choice, so a model that
+    #: prepares answers ahead of ``respond`` prepares them with the tools the response will have.
+    tools: tuple[Mapping[str, Any], ...] = ()
+    tool_choice: str | Mapping[str, Any] = "auto"
 
 
 @dataclass(frozen=True)
 class HistoryTurn:
-    """One conversation item as the listener heard it (already truncated)."""
+    """One conversation item as the listener heard it (already truncated).
+
+    ``kind`` is ``message`` (``role`` and ``text``), ``function_call`` (an assistant call:
+    ``call_id``, ``name``, arguments in ``text``) or ``function_call_output`` (``call_id``, the
+    output in ``text``). History holds a call only together with its one output.
+    """
 
     role: str
     text: str
+    kind: str = "message"
+    call_id: str = ""
+    name: str = ""
 
 
 @dataclass(frozen=True)
@@ -97,6 +126,14 @@ class ResponseRequest:
     instructions: str = ""
     modalities: tuple[str, ...] = ("audio", "text")
     voice: str = ""
+    #: Function tools in chat-completions shape (``{"type": "function", "function": {...}}``).
+    tools: tuple[Mapping[str, Any], ...] = ()
+    #: ``auto``, ``none``, ``required`` or ``{"type": "function", "function": {"name": ...}}``.
+    tool_choice: str | Mapping[str, Any] = "auto"
+    #: Output tokens the response may use (None: no limit); past it, it ends ``incomplete``.
+    max_output_tokens: int | None = None
+    #: How the history is cut to the model's context: "auto", "disabled", or a retention ratio.
+    truncation: str | float = "auto"
 
 
 @runtime_checkable

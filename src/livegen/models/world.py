@@ -98,6 +98,8 @@ class WorldSpec:
     #: Bytes of per-session model state besides KV pages (a VAE's causal decoder cache, the
     #: prompt's cross-attention K/V), counted with the pages in admission.
     state_bytes_per_session: int = 0
+    #: Whether chunk 0 can start from a client's image (``Tick.seed_image``, exactly width x height).
+    accepts_seed_image: bool = False
 
     def track(self, name: str) -> ControlTrack | None:
         return next((t for t in self.controls if t.name == name), None)
@@ -134,6 +136,18 @@ class TickMeta:
 
 
 @dataclass(frozen=True)
+class PromptBlend:
+    """A prompt transition in progress: ``weight`` of the tick's prompt, ``1 - weight`` of ``from_prompt``.
+
+    Step k of a transition over N chunks has weight k/N (the chunk that applies the prompt is
+    step 1, the N-th reaches the new prompt). A model that cannot blend prompts switches at once.
+    """
+
+    from_prompt: str
+    weight: float
+
+
+@dataclass(frozen=True)
 class Tick:
     """One session's share of a batched step: generate chunk ``meta.chunk_index``."""
 
@@ -146,6 +160,11 @@ class Tick:
     context_pages: tuple[int, ...] = ()
     #: Pages to write this chunk's frames' KV into, one per frame.
     write_pages: tuple[int, ...] = ()
+    #: Set while a prompt transition is in progress (see ``PromptBlend``).
+    prompt_blend: PromptBlend | None = None
+    #: The session's first frame, RGB uint8 (height, width, 3) at the spec's size, on chunk 0 only;
+    #: given only to models whose spec says ``accepts_seed_image``.
+    seed_image: Frames | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)

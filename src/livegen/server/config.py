@@ -36,6 +36,8 @@ class ServerConfig:
     #: OpenAI-compatible chat endpoint for the voice model's replies (optional).
     llm_base_url: str | None = None
     llm_model: str | None = None
+    #: The endpoint's context window in tokens; the oldest turns leave the prompt to fit (None: never cut).
+    llm_context_tokens: int | None = None
     #: World workers: 0 steps the world model in this process; N > 0 starts N Ray actors.
     world_workers: int = 0
     #: Ray cluster to join for world workers (e.g. "auto" or "ray://head:10001"); None starts a local Ray.

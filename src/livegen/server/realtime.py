@@ -138,7 +138,9 @@ class RealtimeService:
                     model = await asyncio.to_thread(self.state.registry.load, entry.name)
                     config = self.state.config
                     if config.llm_base_url and hasattr(model, "use_llm"):  # --llm-base-url, --llm-model
-                        model.use_llm(config.llm_base_url, config.llm_model)
+                        model.use_llm(
+                            config.llm_base_url, config.llm_model, context_tokens=config.llm_context_tokens
+                        )
                     self.models[entry.name] = model
         return self.models[entry.name]
 

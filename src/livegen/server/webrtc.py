@@ -134,8 +134,11 @@ class AnswerTrack:
         return is_first
 
     def finish(self, response_id: str) -> None:
-        self._finished.add(response_id)
-        if self.playing == response_id and not self._queue:
+        if self.playing != response_id:
+            return  # no audio (text, a tool call), or it has already stopped or been cleared
+        if self._queue:
+            self._finished.add(response_id)  # stopped when the track has sent the rest
+        else:
             self._stopped(response_id)
 
     def clear(self) -> bool:

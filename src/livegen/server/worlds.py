@@ -43,6 +43,7 @@ from livegen.runtime.world_scheduler import Scheduler
 from livegen.server.auth import select_subprotocol
 from livegen.server.budgets import CLOSE_NOT_READING, NOT_READING_REASON
 from livegen.world import ControlInput, Event, Manager, Status, thaw
+from livegen.world.images import decode_seed_image
 
 if TYPE_CHECKING:
     from livegen.runtime.ray_worker import Cluster
@@ -241,7 +242,7 @@ class Connection:
         runner = self._require_session()
         if isinstance(event, wire.WorldEvent):
             controls = [ControlInput.of(c.track, c.schema, c.data) for c in event.controls or ()]
-            runner.accept(Event.of(event.event_id, event.prompt, controls))
+            runner.accept(Event.of(event.event_id, event.prompt, controls, event.transition_chunks or 0))
             self.service.scheduler.wake()  # type: ignore[union-attr]
         elif isinstance(event, wire.ChunkAck):
             runner.ack(event.chunk_index)
@@ -283,10 +284,14 @@ class Connection:
         service = self.service
         if service.manager is None or service.scheduler is None:
             raise InvalidState("the world model is still loading; retry shortly", code="not_ready")
+        seed_image = None
+        if update.seed_image is not None:  # checked before anything is created: a refusal leaves no trace
+            seed_image = decode_seed_image(update.seed_image, service.scheduler.spec, service.entry.name)
         session = service.manager.create(
             max_pending_events=update.max_pending_events or DEFAULT_MAX_PENDING_EVENTS,
             prompt=update.prompt or "",
             seed=update.seed or 0,
+            seed_image=seed_image,
         )
         output = update.output or wire.OutputConfig()
         options = Options(
@@ -326,6 +331,12 @@ class Connection:
             "prompt": (update.prompt, session.initial_prompt),
             "max_pending_events": (update.max_pending_events, session.max_pending_events),
         }
+        if update.seed_image is not None:
+            raise InvalidRequest(
+                "session.seed_image is fixed once the session exists (give it in the first session.update)",
+                code="invalid_request",
+                param="session.seed_image",
+            )
         for name, (asked, current) in fixed.items():
             if asked is not None and asked != current:
                 raise InvalidRequest(
@@ -350,6 +361,7 @@ class Connection:
             "model": self.service.entry.name,
             "prompt": session.initial_prompt,
             "seed": session.seed,
+            "seed_image": session.seed_image is not None,
             "pacing": options.pacing,
             "output": {"format": options.format, "quality": options.quality},
             "max_pending_events": session.max_pending_events,

@@ -19,6 +19,7 @@ from typing import Any
 from livegen.models.voice import StreamConfig, TurnDetection
 from livegen.protocol.audio import MAX_RATE, MIN_RATE, AudioFormat, Encoding, parse_format
 from livegen.protocol.errors import INVALID_TYPE, INVALID_VALUE, UNSUPPORTED_TURN_DETECTION
+from livegen.voice import tools as fn
 
 #: ``semantic_vad`` has no end-of-turn model here: its eagerness picks how long a silence ends
 #: the turn (OpenAI: "low" waits longer for the user to go on, "high" answers sooner).
@@ -67,6 +68,10 @@ class Config:
     output_format: AudioFormat = field(default_factory=AudioFormat)
     turn_detection: ServerVad | None = field(default_factory=ServerVad)
     transcription_model: str = ""
+    tools: tuple[fn.Tool, ...] = ()
+    tool_choice: fn.ToolChoice = "auto"
+    #: ``truncation``: "auto", "disabled", or a retention ratio in (0, 1] (OpenAI's retention_ratio).
+    truncation: str | float = "auto"
 
     def stream_config(self) -> StreamConfig:
         vad = self.turn_detection
@@ -77,6 +82,8 @@ class Config:
             if vad is None
             else TurnDetection(vad.threshold, vad.prefix_padding_ms, vad.silence_duration_ms),
             transcription_model=self.transcription_model,
+            tools=() if self.tool_choice == "none" else tuple(t.to_chat() for t in self.tools),
+            tool_choice=fn.chat_tool_choice(self.tool_choice),
         )
 
     def to_wire(self, session_id: str) -> dict[str, Any]:
@@ -98,9 +105,10 @@ class Config:
                 },
                 "output": {"format": self.output_format.to_wire(), "voice": self.voice, "speed": 1.0},
             },
-            "tools": [],
-            "tool_choice": "auto",
+            "tools": [t.to_wire() for t in self.tools],
+            "tool_choice": fn.choice_to_wire(self.tool_choice),
             "max_output_tokens": "inf",
+            "truncation": _truncation_to_wire(self.truncation),
         }
 
 
@@ -241,7 +249,38 @@ def apply_update(config: Config, session: dict[str, Any]) -> Config:
     ):
         if value is not None:
             updates["transcription_model"] = str(_expect(value, dict, param).get("model") or "")
+    updates.update(_tool_updates(config, session))
+    if "truncation" in session:
+        updates["truncation"] = parse_truncation(session["truncation"], "session.truncation")
     return replace(config, **updates)
+
+
+def _tool_updates(config: Config, session: dict[str, Any]) -> dict[str, Any]:
+    tools = fn.parse_tools(session["tools"], "session.tools") if "tools" in session else config.tools
+    if "tool_choice" in session:
+        choice = fn.parse_tool_choice(session["tool_choice"], tools, "session.tool_choice")
+    else:
+        choice = config.tool_choice
+        fn.check_choice(choice, tools, "session.tool_choice")
+    return {"tools": tools, "tool_choice": choice}
+
+
+def parse_truncation(value: Any, param: str) -> str | float:
+    """OpenAI's ``truncation``: "auto", "disabled", or a ``retention_ratio`` object."""
+    if value in ("auto", "disabled"):
+        return str(value)
+    if isinstance(value, dict) and value.get("type") == "retention_ratio":
+        ratio = value.get("retention_ratio")
+        if isinstance(ratio, (int, float)) and not isinstance(ratio, bool) and 0.0 < ratio <= 1.0:
+            return float(ratio)
+        detail = f"{param}.retention_ratio must be a number in (0, 1], got {ratio!r}"
+        raise INVALID_VALUE.error(detail=detail, param=f"{param}.retention_ratio")
+    detail = f"{param} must be 'auto', 'disabled' or a retention_ratio object, got {value!r}"
+    raise INVALID_VALUE.error(detail=detail, param=param)
+
+
+def _truncation_to_wire(value: str | float) -> Any:
+    return value if isinstance(value, str) else {"type": "retention_ratio", "retention_ratio": value}
 
 
 def _sample_rate(sources: tuple[tuple[str, dict[str, Any]], ...], explicit: Any) -> int | None:

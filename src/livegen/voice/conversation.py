@@ -11,6 +11,7 @@ parked for a resume, so never holds more than about a megabyte of history.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,8 +41,18 @@ class Item:
     #: Assistant audio now in the item (after truncation) and as generated.
     audio_ms: float = 0.0
     generated_audio_ms: float = 0.0
+    #: ``message``, ``function_call`` (``text`` holds the arguments) or ``function_call_output``
+    #: (``text`` holds the output).
+    type: str = "message"
+    call_id: str = ""
+    name: str = ""
 
     def to_wire(self) -> dict[str, Any]:
+        base = {"id": self.id, "object": "realtime.item", "type": self.type, "status": self.status}
+        if self.type == "function_call":
+            return {**base, "call_id": self.call_id, "name": self.name, "arguments": self.text or ""}
+        if self.type == "function_call_output":
+            return {**base, "call_id": self.call_id, "output": self.text or ""}
         key = "text" if self.content_type.endswith("text") else "transcript"
         return {
             "id": self.id,
@@ -61,9 +72,12 @@ _CONTENT_TYPES = {
 
 
 def item_from_wire(raw: dict[str, Any], item_id: str) -> Item:
-    """A client-created item (``conversation.item.create``); messages only."""
-    if raw.get("type", "message") != "message":
-        detail = f"item type {raw.get('type')!r} is not supported; only 'message' items are"
+    """A client-created item (``conversation.item.create``): a message, a call or a call's output."""
+    kind = raw.get("type", "message")
+    if kind in ("function_call", "function_call_output"):
+        return _call_item(raw, item_id, kind)
+    if kind != "message":
+        detail = f"item type {kind!r} is not supported; use message, function_call or function_call_output"
         raise INVALID_VALUE.error(detail=detail, param="item.type")
     role = raw.get("role")
     if role not in _CONTENT_TYPES:
@@ -90,6 +104,27 @@ def item_from_wire(raw: dict[str, Any], item_id: str) -> Item:
     return Item(id=item_id, role=role, content_type=content_type, text=text)
 
 
+def _call_item(raw: dict[str, Any], item_id: str, kind: str) -> Item:
+    fields = ("call_id", "name", "arguments") if kind == "function_call" else ("call_id", "output")
+    values: list[str] = []
+    for name in fields:
+        value = raw.get(name)
+        if not isinstance(value, str) or (name != fields[-1] and not value):
+            detail = f"a {kind} item needs item.{name} (a string), got {value!r}"
+            raise INVALID_VALUE.error(detail=detail, param=f"item.{name}")
+        values.append(value)
+    if len(values[-1]) > MAX_HISTORY_CHARS:
+        detail = (
+            f"item.{fields[-1]} is {len(values[-1])} characters; history holds at most {MAX_HISTORY_CHARS}"
+        )
+        raise INVALID_VALUE.error(detail=detail, param=f"item.{fields[-1]}")
+    role = "assistant" if kind == "function_call" else "tool"
+    name = values[1] if kind == "function_call" else ""
+    return Item(
+        id=item_id, role=role, content_type="", text=values[-1], type=kind, call_id=values[0], name=name
+    )
+
+
 class Conversation:
     def __init__(self) -> None:
         self._items: dict[str, Item] = {}
@@ -99,6 +134,9 @@ class Conversation:
 
     def __contains__(self, item_id: object) -> bool:
         return item_id in self._items
+
+    def items(self) -> list[Item]:
+        return list(self._items.values())
 
     def last_id(self) -> str | None:
         return next(reversed(self._items), None)
@@ -143,4 +181,23 @@ class Conversation:
         del self._items[item_id]
 
     def history(self) -> list[HistoryTurn]:
-        return [HistoryTurn(i.role, i.text or "") for i in self._items.values() if i.text]
+        return history_of(self._items.values())
+
+
+def history_of(items_: Iterable[Item]) -> list[HistoryTurn]:
+    """What the model is given: messages with text, and each call that stood with its output.
+
+    A call without an output (pending, or abandoned) is left out, and so is an output whose call
+    is not there: chat endpoints refuse a tool call without its answer, and vice versa.
+    """
+    items = list(items_)
+    calls = {i.call_id for i in items if i.type == "function_call" and i.status == "completed"}
+    outputs = {i.call_id for i in items if i.type == "function_call_output"}
+    turns: list[HistoryTurn] = []
+    for item in items:
+        if item.type == "message":
+            if item.text:
+                turns.append(HistoryTurn(item.role, item.text))
+        elif item.call_id in calls and item.call_id in outputs:
+            turns.append(HistoryTurn(item.role, item.text or "", item.type, item.call_id, item.name))
+    return turns

@@ -16,6 +16,8 @@ from typing import Any
 from livegen.models.voice import OutputKind, VoiceOutput
 from livegen.protocol.audio import pcm_ms
 from livegen.protocol.errors import MODEL_FAILED, OUTBOX_OVERFLOW, OUTPUT_OVERFLOW
+from livegen.voice import usage
+from livegen.voice.calls import CallLedger
 from livegen.voice.chain import Attempt, AttemptState, DropOutput, Effect, Send
 from livegen.voice.conversation import Conversation, Item
 from livegen.voice.ledger import Playback
@@ -39,6 +41,7 @@ class Speaker:
     conversation: Conversation
     attempts: list[Attempt]
     num_stale_outputs: int
+    calls: CallLedger
 
     @property
     def is_closed(self) -> bool:
@@ -91,8 +94,19 @@ class Speaker:
         response.pending_audio.clear()
         if response.item is not None:
             effects += self._close_item(response, status, now)
+        if status != "completed":
+            self._abandon_calls(response.id)
+        if response.usage is None:
+            response.usage = usage.counted(response.request_words, response.outputs)
         effects.append(self._event("response.done", response=response.to_wire(status, details)))
         return effects
+
+    def _abandon_calls(self, response_id: str) -> None:
+        """The user did not let the answer that made these calls stand: their outputs are refused."""
+        abandoned = set(self.calls.abandon_response(response_id))
+        for item in self.conversation.items():
+            if item.type == "function_call" and item.call_id in abandoned:
+                item.status = "incomplete"
 
     def _close_item(self, response: Response, status: str, now: float) -> list[Effect]:
         item = response.item
@@ -120,12 +134,14 @@ class Speaker:
             "transcript" if response.is_audio else "text": text,
         }
         effects.append(self._event("response.content_part.done", part=part, **refs))
+        index = response.output_index(item)
         effects.append(
             self._event(
-                "response.output_item.done", response_id=response.id, output_index=0, item=item.to_wire()
+                "response.output_item.done", response_id=response.id, output_index=index, item=item.to_wire()
             )
         )
-        effects.append(self._event("conversation.item.done", item=item.to_wire(), previous_item_id=None))
+        if response.conversation != "none":
+            effects.append(self._event("conversation.item.done", item=item.to_wire(), previous_item_id=None))
         return effects
 
     # --- model outputs ---------------------------------------------------------------
@@ -157,6 +173,8 @@ class Speaker:
             return self._on_text(response, output.text)
         if kind is OutputKind.AUDIO_DELTA:
             return self._on_audio(response, output.audio, now)
+        if kind is OutputKind.FUNCTION_CALL:
+            return self._on_call(response, output)
         if kind is OutputKind.LISTEN:
             effects = [
                 self._event("response.listen", response_id=response.id, reason=output.text or "model_listens")
@@ -167,6 +185,9 @@ class Speaker:
             return self._end_response(now, "failed", details)
         status = output.status if output.status in ("completed", "incomplete", "failed") else "completed"
         response.model_status = status
+        response.model_reason = output.code
+        if output.usage is not None:
+            response.usage = usage.reported(output.usage)
         tail = response.encoder.flush()
         if tail and response.playback is not None:
             end = response.playback.generated_ms
@@ -208,7 +229,8 @@ class Speaker:
             id=self.ids("item"), role="assistant", content_type=content_type, text="", status="in_progress"
         )
         response.item = item
-        previous = self.conversation.add(item)
+        response.outputs.append(item)
+        previous = self.conversation.add(item) if response.conversation != "none" else None
         playback = Playback(response_id=response.id, item_id=item.id)
         response.playback = playback
         self.playbacks[item.id] = playback
@@ -218,13 +240,67 @@ class Speaker:
             "type": "audio" if response.is_audio else "text",
             "transcript" if response.is_audio else "text": "",
         }
-        return [
+        effects: list[Effect] = [
             self._event(
-                "response.output_item.added", response_id=response.id, output_index=0, item=item.to_wire()
-            ),
-            self._event("conversation.item.added", item=item.to_wire(), previous_item_id=previous),
-            self._event("response.content_part.added", part=part, **response.item_refs()),
+                "response.output_item.added",
+                response_id=response.id,
+                output_index=response.output_index(item),
+                item=item.to_wire(),
+            )
         ]
+        if response.conversation != "none":
+            effects.append(
+                self._event("conversation.item.added", item=item.to_wire(), previous_item_id=previous)
+            )
+        effects.append(self._event("response.content_part.added", part=part, **response.item_refs()))
+        return effects
+
+    def _on_call(self, response: Response, output: VoiceOutput) -> list[Effect]:
+        """One whole function call: its item, its arguments (one delta, then done), pending its output."""
+        call_id = output.call_id
+        if not call_id or call_id in self.calls:  # the model gave none, or reused one: ours is unique
+            call_id = self.ids("call")
+        item = Item(
+            id=self.ids("item"),
+            role="assistant",
+            content_type="",
+            text="",
+            status="in_progress",
+            type="function_call",
+            call_id=call_id,
+            name=output.name or "unnamed",
+        )
+        response.outputs.append(item)
+        index = response.output_index(item)
+        is_kept = response.conversation != "none"
+        previous = self.conversation.add(item) if is_kept else None
+        refs = {"response_id": response.id, "item_id": item.id, "output_index": index, "call_id": call_id}
+        effects: list[Effect] = [
+            self._event(
+                "response.output_item.added", response_id=response.id, output_index=index, item=item.to_wire()
+            )
+        ]
+        if is_kept:
+            effects.append(
+                self._event("conversation.item.added", item=item.to_wire(), previous_item_id=previous)
+            )
+        item.text = output.text
+        effects.append(self._event("response.function_call_arguments.delta", delta=output.text, **refs))
+        effects.append(
+            self._event("response.function_call_arguments.done", name=item.name, arguments=item.text, **refs)
+        )
+        item.status = "completed"
+        self.calls.open(call_id, response.id)
+        effects.append(
+            self._event(
+                "response.output_item.done", response_id=response.id, output_index=index, item=item.to_wire()
+            )
+        )
+        if is_kept:
+            effects.append(
+                self._event("conversation.item.done", item=item.to_wire(), previous_item_id=previous)
+            )
+        return effects
 
     def _on_text(self, response: Response, text: str) -> list[Effect]:
         effects = self._ensure_item(response)
@@ -274,7 +350,11 @@ class Speaker:
                 self._event("response.output_audio.delta", delta=chunk.audio, **response.item_refs())
             )
         if response.model_status is not None and not response.pending_audio:
-            details = None if response.model_status == "completed" else {"type": response.model_status}
+            details: dict[str, Any] | None = None
+            if response.model_status != "completed":
+                details = {"type": response.model_status}
+                if response.model_reason:
+                    details["reason"] = response.model_reason
             effects += self._end_response(now, response.model_status, details)
         return effects
 

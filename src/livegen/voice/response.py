@@ -40,9 +40,20 @@ class Response:
     pending_audio: deque[AudioChunk] = field(default_factory=deque)
     #: The model said RESPONSE_DONE; the response ends once its audio is out.
     model_status: str | None = None
+    #: Why the model ended it early (``max_output_tokens``), for ``status_details.reason``.
+    model_reason: str = ""
     is_finished: bool = False
     #: ``response.create``'s metadata, echoed on every response object (clients find their reply by it).
     metadata: dict[str, str] | None = None
+    #: Every output item in output order: the message (``item``) and the function calls.
+    outputs: list[Item] = field(default_factory=list)
+    #: Token counts for ``response.done`` (``usage`` on the wire), set when the model ends it.
+    usage: dict[str, Any] | None = None
+    #: "auto" or "none" (out-of-band: not added to the default conversation).
+    conversation: str = "auto"
+    max_output_tokens: int | None = None
+    #: Words of what the model was given (instructions and history), for a model that reports no usage.
+    request_words: int = 0
 
     @property
     def is_audio(self) -> bool:
@@ -60,15 +71,23 @@ class Response:
             "object": "realtime.response",
             "status": status,
             "status_details": details,
-            "output": [] if self.item is None else [self.item.to_wire()],
+            "output": [item.to_wire() for item in self.outputs],
             "output_modalities": list(self.modalities),
-            "conversation_id": "conv_default",
+            "conversation_id": None if self.conversation == "none" else "conv_default",
             "audio": {"output": {"format": self.output_format, "voice": self.voice}},
-            "max_output_tokens": "inf",
+            "max_output_tokens": "inf" if self.max_output_tokens is None else self.max_output_tokens,
             "metadata": self.metadata,
-            "usage": None,
+            "usage": self.usage,
         }
+
+    def output_index(self, item: Item) -> int:
+        return next(i for i, output in enumerate(self.outputs) if output is item)
 
     def item_refs(self) -> dict[str, Any]:
         assert self.item is not None
-        return {"response_id": self.id, "item_id": self.item.id, "output_index": 0, "content_index": 0}
+        return {
+            "response_id": self.id,
+            "item_id": self.item.id,
+            "output_index": self.output_index(self.item),
+            "content_index": 0,
+        }

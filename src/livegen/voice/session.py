@@ -19,7 +19,9 @@ Neighbours: ``ledger.py`` owns the byte and playback arithmetic,
 ``response.py`` one response's wire form, ``conversation.py`` the items,
 ``vad.py`` the fallback detector, ``output.py`` and ``turns.py`` the other
 parts of this object (model outputs, pacing, terminals; turn policy and the
-idle timeout), ``protocol/`` the wire codecs.
+idle timeout), ``calls.py`` the tool-call ledger, ``tools.py`` and
+``options.py`` the tools and ``response.create``'s options, ``usage.py`` the
+usage rule, ``protocol/`` the wire codecs.
 """
 
 from __future__ import annotations
@@ -50,6 +52,9 @@ from livegen.protocol.errors import (
     UNKNOWN_EVENT_TYPE,
     UNKNOWN_RESPONSE,
 )
+from livegen.voice import tools as fn
+from livegen.voice import usage
+from livegen.voice.calls import CallLedger
 from livegen.voice.chain import (
     INPUT_KINDS,
     Attempt,
@@ -67,6 +72,7 @@ from livegen.voice.config import Config, apply_update
 from livegen.voice.conversation import Conversation, Item, item_from_wire
 from livegen.voice.input_rate import InputRate
 from livegen.voice.ledger import InputLedger, Playback
+from livegen.voice.options import ResponseOptions, response_options
 from livegen.voice.response import Response
 from livegen.voice.settings import IdFactory, Limits, ModelFacts
 from livegen.voice.turns import TurnTaker
@@ -102,6 +108,7 @@ class Session(TurnTaker):
         self.ledger = InputLedger(self.limits.max_input_bytes)
         self._input_rate = InputRate(self.limits.input_rate_factor, self.limits.input_burst_ms)
         self.conversation = Conversation()
+        self.calls = CallLedger()
         self.response: Response | None = None
         self.playbacks: dict[str, Playback] = {}
         self.attempts: list[Attempt] = []  # live attempts, in wire order
@@ -327,7 +334,17 @@ class Session(TurnTaker):
     def _on_item_create(self, event: wire.ItemCreate, now: float) -> list[Effect]:
         raw_id = event.item.get("id")
         item = item_from_wire(event.item, raw_id if isinstance(raw_id, str) and raw_id else self.ids("item"))
+        # The call ledger is asked first and written last, so a refused item changes nothing.
+        if item.type == "function_call_output":
+            self.calls.check_output(item.call_id)
+        elif item.type == "function_call" and item.call_id in self.calls:
+            detail = f"a function call with call_id {item.call_id!r} already exists"
+            raise INVALID_VALUE.error(detail=detail, param="item.call_id")
         previous = self.conversation.add(item, event.previous_item_id)
+        if item.type == "function_call_output":
+            self.calls.answer(item.call_id)
+        elif item.type == "function_call":
+            self.calls.open(item.call_id, "")
         return [
             self._event("conversation.item.added", item=item.to_wire(), previous_item_id=previous),
             self._event("conversation.item.done", item=item.to_wire(), previous_item_id=previous),
@@ -378,25 +395,10 @@ class Session(TurnTaker):
     def _on_response_create(self, event: wire.ResponseCreate, now: float) -> list[Effect]:
         if self.response is not None:
             raise CONVERSATION_ALREADY_HAS_ACTIVE_RESPONSE.error(response_id=self.response.id)
-        overrides = event.response or {}
-        # null is "not given", as OpenAI reads it (LiveKit sends instructions: null on every reply).
-        instructions = overrides.get("instructions")
-        if instructions is None:
-            instructions = self.config.instructions
-        if not isinstance(instructions, str):
-            raise INVALID_VALUE.error(
-                detail="response.instructions must be a string", param="response.instructions"
-            )
-        modalities = self.config.output_modalities
-        for key in ("output_modalities", "modalities"):
-            if key in overrides:
-                value = overrides[key]
-                if not isinstance(value, list) or not value or any(m not in ("audio", "text") for m in value):
-                    detail = f"response.{key} must list audio and/or text"
-                    raise INVALID_VALUE.error(detail=detail, param=f"response.{key}")
-                modalities = ("audio",) if "audio" in value else ("text",)
-        metadata = _metadata(overrides.get("metadata"))
-        return self._create_response(now, instructions, modalities, metadata)
+        options = response_options(event.response or {}, self.config, self.conversation, self.ids)
+        return self._create_response(
+            now, options.instructions, options.modalities, options.metadata, options=options
+        )
 
     def _create_response(
         self,
@@ -404,7 +406,13 @@ class Session(TurnTaker):
         instructions: str,
         modalities: tuple[str, ...],
         metadata: dict[str, str] | None = None,
+        options: ResponseOptions | None = None,
     ) -> list[Effect]:
+        tools = self.config.tools if options is None else options.tools
+        choice = self.config.tool_choice if options is None else options.tool_choice
+        history = tuple(
+            self.conversation.history() if options is None or options.input is None else options.input
+        )
         response = Response(
             metadata=metadata,
             id=self.ids("resp"),
@@ -413,14 +421,21 @@ class Session(TurnTaker):
             voice=self.config.voice,
             output_format=self.config.output_format.to_wire(),
             encoder=OutputEncoder(self.config.output_format, self.model.output_rate),
+            conversation="auto" if options is None else options.conversation,
+            max_output_tokens=None if options is None else options.max_output_tokens,
+            request_words=usage.words(instructions, *(turn.text for turn in history)),
         )
         self.response = response
         request = ResponseRequest(
             response_id=response.id,
-            history=tuple(self.conversation.history()),
+            history=history,
             instructions=instructions,
             modalities=modalities,
             voice=self.config.voice,
+            tools=tuple(t.to_chat() for t in tools) if choice != "none" else (),
+            tool_choice=fn.chat_tool_choice(choice),
+            max_output_tokens=response.max_output_tokens,
+            truncation=self.config.truncation,
         )
         respond = self._attempt(AttemptKind.RESPOND, now, request=request, response_id=response.id)
         return [self._event("response.created", response=response.to_wire("in_progress")), Run(respond)]
@@ -491,6 +506,7 @@ class Session(TurnTaker):
             if playback.is_playing(now):
                 item = self._find_item(playback.item_id)
                 heard = playback.stop(now)
+                self._abandon_calls(playback.response_id)  # the answer that asked was cut
                 if item is not None:
                     self._truncate_item(item, heard)
                     effects.append(self._truncated(item.id, heard))
@@ -552,22 +568,3 @@ class Session(TurnTaker):
 
 
 __all__ = ["IdFactory", "Limits", "ModelFacts", "Phase", "Session"]
-
-
-def _metadata(value: object) -> dict[str, str] | None:
-    """``response.metadata`` as OpenAI bounds it: at most 16 pairs of strings (keys 64, values 512 chars)."""
-    if value is None:
-        return None
-    is_valid = (
-        isinstance(value, dict)
-        and len(value) <= 16
-        and all(
-            isinstance(k, str) and isinstance(v, str) and len(k) <= 64 and len(v) <= 512
-            for k, v in value.items()
-        )
-    )
-    if not is_valid:
-        detail = "response.metadata must be an object of at most 16 string pairs (keys 64, values 512 chars)"
-        raise INVALID_VALUE.error(detail=detail, param="response.metadata")
-    assert isinstance(value, dict)
-    return dict(value)

@@ -119,20 +119,36 @@ class ControlInput(msgspec.Struct, frozen=True):
         return cls(track, schema, freeze(data, path=f"controls.{track}.data"))
 
 
+#: Most chunks a prompt transition may take (at 12 frames a chunk and 16 fps, 48 s).
+MAX_TRANSITION_CHUNKS = 64
+
+
 class Event(msgspec.Struct, frozen=True):
-    """A client event: a new prompt, new controls, or both. ``prompt=None`` leaves it unchanged."""
+    """A client event: a new prompt, new controls, or both. ``prompt=None`` leaves it unchanged.
+
+    ``transition_chunks`` N > 1 asks for the new prompt to blend in over N chunks (0 and 1: at once).
+    """
 
     event_id: int
     prompt: str | None = None
     controls: tuple[ControlInput, ...] = ()
+    transition_chunks: int = 0
 
     @classmethod
-    def of(cls, event_id: int, prompt: str | None = None, controls: Sequence[ControlInput] = ()) -> Event:
+    def of(
+        cls,
+        event_id: int,
+        prompt: str | None = None,
+        controls: Sequence[ControlInput] = (),
+        transition_chunks: int = 0,
+    ) -> Event:
         """A validated event; raises ``InvalidRequest`` naming ``event_id``."""
         if type(event_id) is not int or event_id < 0:  # bool is not int here, on purpose
             raise InvalidRequest(
                 f"event_id must be an integer >= 0, got {event_id!r}", code="invalid_event", param="event_id"
             )
+        if transition_chunks:
+            _check_transition(event_id, prompt, transition_chunks)
         tracks = [control.track for control in controls]
         repeated = (
             sorted({t for t in tracks if tracks.count(t) > 1}) if len(set(tracks)) < len(tracks) else []
@@ -151,4 +167,21 @@ class Event(msgspec.Struct, frozen=True):
                 event_id=event_id,
             )
         ordered = tuple(controls) if len(controls) < 2 else tuple(sorted(controls, key=lambda c: c.track))
-        return cls(event_id, prompt, ordered)
+        return cls(event_id, prompt, ordered, transition_chunks)
+
+
+def _check_transition(event_id: int, prompt: str | None, chunks: int) -> None:
+    if type(chunks) is not int or not 0 <= chunks <= MAX_TRANSITION_CHUNKS:
+        raise InvalidRequest(
+            f"transition_chunks must be an integer from 0 to {MAX_TRANSITION_CHUNKS}, got {chunks!r}",
+            code="invalid_event",
+            param="transition_chunks",
+            event_id=event_id,
+        )
+    if prompt is None:
+        raise InvalidRequest(
+            f"event {event_id} asks for a transition without a prompt to transition to",
+            code="invalid_event",
+            param="transition_chunks",
+            event_id=event_id,
+        )

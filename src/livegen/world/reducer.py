@@ -9,6 +9,8 @@ runs (``world/session.py``); a reducer owns what controls mean.
 ``LastWriteWins`` is the default: per track, the last event's value holds,
 except for the parts of ``livegen.keys.v1`` and ``livegen.mouse.v1`` that
 are events rather than states (taps, motion), which it gathers per chunk.
+``livegen.camera.v1`` is a state (a velocity or a pose), so plain
+last-write-wins is its meaning: the chunk's last camera value holds.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ Models describe a track's ``data`` with JSON Schema (shown to clients in
 bad value is refused with the client's event id instead of failing a chunk
 later. Only the keywords our models use are understood: ``type``, ``enum``,
 ``properties``, ``required``, ``additionalProperties``, ``items``,
-``minimum``, ``maximum``; unknown keywords are ignored, never guessed at.
+``minimum``, ``maximum``, ``minItems``, ``maxItems``, ``minProperties``,
+``maxProperties``; unknown keywords are ignored, never guessed at.
 """
 
 from __future__ import annotations
@@ -42,7 +43,17 @@ def problem(value: Any, schema: Mapping[str, Any], path: str = "data") -> str | 
             return f"{path} must be <= {schema['maximum']}, got {value}"
     if isinstance(value, Mapping):
         return _object_problem(value, schema, path)
-    if isinstance(value, (tuple, list)) and isinstance(schema.get("items"), Mapping):
+    if isinstance(value, (tuple, list)):
+        return _array_problem(value, schema, path)
+    return None
+
+
+def _array_problem(value: tuple[Any, ...] | list[Any], schema: Mapping[str, Any], path: str) -> str | None:
+    if "minItems" in schema and len(value) < schema["minItems"]:
+        return f"{path} must have at least {schema['minItems']} items, got {len(value)}"
+    if "maxItems" in schema and len(value) > schema["maxItems"]:
+        return f"{path} must have at most {schema['maxItems']} items, got {len(value)}"
+    if isinstance(schema.get("items"), Mapping):
         for i, item in enumerate(value):
             found = problem(item, schema["items"], f"{path}[{i}]")
             if found:
@@ -55,6 +66,10 @@ def _object_problem(value: Mapping[str, Any], schema: Mapping[str, Any], path: s
     for name in schema.get("required", ()):
         if name not in value:
             return f"{path} lacks the required field {name!r}"
+    if "minProperties" in schema and len(value) < schema["minProperties"]:
+        return f"{path} needs at least {schema['minProperties']} of the fields {', '.join(properties)}"
+    if "maxProperties" in schema and len(value) > schema["maxProperties"]:
+        return f"{path} takes at most {schema['maxProperties']} of the fields {', '.join(properties)}"
     for name, item in value.items():
         if name in properties:
             found = problem(item, properties[name], f"{path}.{name}")
@@ -158,3 +173,75 @@ MOUSE_SCHEMA: dict[str, Any] = {
     },
     "additionalProperties": False,
 }
+
+#: A camera, as a velocity or as a pose with intrinsics (exactly one of the two per value). The frame
+#: is the camera's own, OpenCV's convention: x right, y down, z forward (the view direction).
+#: ``velocity``: translation rates ``vx``, ``vy``, ``vz`` in scene units per second (metres for a
+#: metric model), rotation rates ``yaw`` (positive turns right), ``pitch`` (positive looks up) and
+#: ``roll`` (positive turns the picture clockwise), in degrees per second; omitted parts are 0.
+#: ``pose``: camera-to-world ``position`` [x, y, z] and ``rotation`` as a unit quaternion [w, x, y, z]
+#: (components in [-1, 1], normalised on use; a zero quaternion is refused), with ``intrinsics``
+#: ``fx``, ``fy``, ``cx``, ``cy`` as fractions of the frame's width and height (a 90 degree
+#: horizontal field of view is fx 0.5). A camera value is a state: the last one in a chunk wins
+#: and holds until changed.
+CAMERA_V1 = "livegen.camera.v1"
+MAX_CAMERA_SPEED = 100.0
+MAX_CAMERA_TURN = 720.0
+_SPEED: dict[str, Any] = {"type": "number", "minimum": -MAX_CAMERA_SPEED, "maximum": MAX_CAMERA_SPEED}
+_TURN: dict[str, Any] = {"type": "number", "minimum": -MAX_CAMERA_TURN, "maximum": MAX_CAMERA_TURN}
+_VECTOR: dict[str, Any] = {"type": "number", "minimum": -1e6, "maximum": 1e6}
+CAMERA_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "velocity": {
+            "type": "object",
+            "properties": {
+                **dict.fromkeys(("vx", "vy", "vz"), _SPEED),
+                **dict.fromkeys(("yaw", "pitch", "roll"), _TURN),
+            },
+            "additionalProperties": False,
+        },
+        "pose": {
+            "type": "object",
+            "properties": {
+                "position": {"type": "array", "items": _VECTOR, "minItems": 3, "maxItems": 3},
+                "rotation": {
+                    "type": "array",
+                    "items": {"type": "number", "minimum": -1, "maximum": 1},
+                    "minItems": 4,
+                    "maxItems": 4,
+                },
+                "intrinsics": {
+                    "type": "object",
+                    "properties": {
+                        "fx": {"type": "number", "minimum": 0.01, "maximum": 100},
+                        "fy": {"type": "number", "minimum": 0.01, "maximum": 100},
+                        "cx": {"type": "number", "minimum": 0, "maximum": 1},
+                        "cy": {"type": "number", "minimum": 0, "maximum": 1},
+                    },
+                    "required": ["fx", "fy", "cx", "cy"],
+                    "additionalProperties": False,
+                },
+            },
+            "required": ["position", "rotation", "intrinsics"],
+            "additionalProperties": False,
+        },
+    },
+    "minProperties": 1,
+    "maxProperties": 1,
+    "additionalProperties": False,
+}
+
+
+def camera_problem(value: Any, path: str) -> str | None:
+    """What the schema cannot say of a camera value: a rotation must be a quaternion of length > 0."""
+    pose = value.get("pose") if isinstance(value, Mapping) else None
+    if isinstance(pose, Mapping):
+        norm = sum(float(q) ** 2 for q in pose.get("rotation", ())) ** 0.5
+        if norm < 1e-6:
+            return f"{path}.pose.rotation must be a unit quaternion [w, x, y, z], got length {norm:g}"
+    return None
+
+
+#: Checks beyond JSON Schema, by control schema name, run after the schema check on entry.
+SEMANTIC_CHECKS: dict[str, Check] = {CAMERA_V1: camera_problem}

@@ -4,7 +4,9 @@ The core of DESIGN.md section 1 (world promises). It owns the four identities
 (``session_id``; client ``event_id``s, monotonic across reset; ``chunk_index``,
 contiguous and back to 0 on reset; one ``request_id`` per chunk execution),
 the bounded queue of accepted events with its window of recent ids and its
-floors, and the committed prompt and controls.
+floors, the committed prompt and controls, the prompt transition in progress
+(``Transition``: which chunks blend the new prompt in, and how far), and the
+seed image chunk 0 starts from.
 
 A chunk is a plan: ``begin_tick`` snapshots the pending events into an
 immutable ``Plan`` (every fallible step, reducer ``prepare`` included, runs
@@ -38,7 +40,7 @@ from livegen.errors import (
     ModelContractError,
     ModelError,
 )
-from livegen.models.world import ControlTrack, TickMeta
+from livegen.models.world import ControlTrack, Frames, PromptBlend, TickMeta
 from livegen.world import schema
 from livegen.world.events import ControlInput, Event, freeze
 from livegen.world.reducer import LastWriteWins, Prepared, Reducer
@@ -66,6 +68,33 @@ class Acceptance(msgspec.Struct, frozen=True):
     pending_event_count: int
 
 
+class Transition(msgspec.Struct, frozen=True):
+    """A prompt transition: event ``event_id``'s prompt blends in over ``chunks`` chunks.
+
+    The chunk that applies the event is step 1 (weight 1/N); step N, chunk
+    ``first_chunk_index + chunks - 1``, is the first wholly under the new prompt.
+    """
+
+    event_id: int
+    from_prompt: str
+    first_chunk_index: int
+    chunks: int
+
+    def step(self, chunk_index: int) -> int:
+        return chunk_index - self.first_chunk_index + 1
+
+    def at(self, chunk_index: int) -> dict[str, object]:
+        """What a chunk's header says of the transition it is part of."""
+        step = self.step(chunk_index)
+        return {
+            "event_id": self.event_id,
+            "step": step,
+            "chunks": self.chunks,
+            "weight": step / self.chunks,
+            "last_chunk_index": self.first_chunk_index + self.chunks - 1,
+        }
+
+
 class Plan(msgspec.Struct, frozen=True):
     """The immutable snapshot of one chunk transaction."""
 
@@ -74,10 +103,21 @@ class Plan(msgspec.Struct, frozen=True):
     prompt: str
     controls: Mapping[str, ControlInput]
     prepared: Prepared
+    #: The prompt transition this chunk is a step of, if any.
+    transition: Transition | None = None
+    #: The session's seed image, on chunk 0 only.
+    seed_image: Frames | None = None
 
     def control_data(self) -> dict[str, object]:
         """Track -> data, as the model's ``Tick.controls`` takes it."""
         return {track: control.data for track, control in self.controls.items()}
+
+    def prompt_blend(self) -> PromptBlend | None:
+        """The ``Tick.prompt_blend`` of this chunk: its step of a transition, as a weight."""
+        if self.transition is None:
+            return None
+        weight = self.transition.step(self.meta.chunk_index) / self.transition.chunks
+        return PromptBlend(self.transition.from_prompt, weight)
 
 
 class Output(msgspec.Struct, frozen=True):
@@ -85,6 +125,11 @@ class Output(msgspec.Struct, frozen=True):
 
     meta: TickMeta
     output: object
+    transition: Transition | None = None
+
+    def prompt_transition(self) -> dict[str, object] | None:
+        """The header's ``prompt_transition``: this chunk's step of a transition, or None."""
+        return None if self.transition is None else self.transition.at(self.meta.chunk_index)
 
 
 class Rejection(msgspec.Struct, frozen=True):
@@ -124,6 +169,7 @@ class Session:
         prompt: str = "",
         seed: int = 0,
         reducer: Reducer | None = None,
+        seed_image: Frames | None = None,
     ) -> None:
         if max_pending_events < 1:
             raise InvalidRequest("max_pending_events must be >= 1", param="max_pending_events")
@@ -131,6 +177,8 @@ class Session:
         self.seed = seed
         self.max_pending_events = max_pending_events
         self.initial_prompt = prompt
+        #: The first frame chunk 0 starts from (after every reset too), where the model takes one.
+        self.seed_image = seed_image
         self._tracks = {track.name: track for track in tracks}
         self._checks = {track.name: schema.compile_schema(track.json_schema) for track in tracks}
         self._paths = {track.name: f"controls.{track.name}.data" for track in tracks}
@@ -143,6 +191,7 @@ class Session:
         self._in_flight: Plan | None = None
         self._chunk_index = 0
         self._prompt = prompt
+        self._transition: Transition | None = None
         self._controls = self._default_controls()
         self._effects: list[Effect] = []
 
@@ -239,6 +288,9 @@ class Session:
                 found = f"track {track.name!r} takes schema {track.schema!r}, got {control.schema!r}"
             else:
                 found = self._checks[track.name](control.data, self._paths[track.name])
+                extra = schema.SEMANTIC_CHECKS.get(track.schema)
+                if found is None and extra is not None:
+                    found = extra(control.data, self._paths[track.name])
             if found:
                 raise InvalidRequest(found, code="invalid_event", param="controls", event_id=event.event_id)
 
@@ -250,21 +302,40 @@ class Session:
         events = [self._pending[event_id] for event_id in sorted(self._pending)]
         prepared, refused = self._prepare(events)
         applied = [event for event in events if event.event_id not in refused]
-        prompt = self._prompt
-        for event in applied:
-            prompt = event.prompt if event.prompt is not None else prompt
+        prompt, transition = self._prompt_after(applied)
         meta = TickMeta(
             session_id=self.session_id,
             request_id=f"ar-{self.session_id}-{self._chunk_index}-{self._new_id()}",
             chunk_index=self._chunk_index,
             applied_event_ids=tuple(event.event_id for event in applied),
         )
-        plan = Plan(meta, self.seed, prompt, dict(prepared.controls), prepared)
+        seed_image = self.seed_image if self._chunk_index == 0 else None
+        plan = Plan(meta, self.seed, prompt, dict(prepared.controls), prepared, transition, seed_image)
         # Every fallible step is behind us: mutate.
         if refused:
             self._drop_refused(refused)
         self._in_flight = plan
         return plan
+
+    def _prompt_after(self, applied: Sequence[Event]) -> tuple[str, Transition | None]:
+        """The chunk's prompt, and the transition it is a step of: a new one, or the one going on.
+
+        A new transition starts from the prompt in force before the chunk (where a transition was
+        still going on, its target: the blend restarts from there).
+        """
+        prompt, transition = self._prompt, self._transition
+        for event in applied:
+            if event.prompt is None:
+                continue
+            transition = None
+            if event.transition_chunks > 1:
+                transition = Transition(
+                    event.event_id, self._prompt, self._chunk_index, event.transition_chunks
+                )
+            prompt = event.prompt
+        if transition is not None and transition.step(self._chunk_index) > transition.chunks:
+            transition = None
+        return prompt, transition
 
     def _prepare(self, events: Sequence[Event]) -> tuple[Prepared, tuple[int, ...]]:
         """Reduce events; on a reducer error, find the events to blame and leave them out.
@@ -320,10 +391,11 @@ class Session:
             del self._pending[event_id]
         self._floor = max((self._floor, *plan.meta.applied_event_ids))
         self._prompt = plan.prompt
+        self._transition = plan.transition
         self._controls = dict(plan.controls)
         self._chunk_index += 1
         self._in_flight = None
-        committed = Output(plan.meta, output)
+        committed = Output(plan.meta, output, plan.transition)
         self._effects.append(committed)
         return committed
 
@@ -364,6 +436,7 @@ class Session:
         self._floor = max((self._floor, *self._pending))
         self._pending.clear()
         self._prompt = self.initial_prompt
+        self._transition = None
         self._controls = self._default_controls()
         self._chunk_index = 0
         self._status = Status.ACTIVE

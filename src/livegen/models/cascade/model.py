@@ -69,9 +69,17 @@ class CascadeModel:
     async def open(self, session_id: str, config: StreamConfig) -> Stream:
         return Stream(self, session_id, config)
 
-    def use_llm(self, base_url: str | None, model: str | None, api_key: str | None = None) -> None:
+    def use_llm(
+        self,
+        base_url: str | None,
+        model: str | None,
+        api_key: str | None = None,
+        context_tokens: int | None = None,
+    ) -> None:
         """Answer with this OpenAI-compatible endpoint from now on (None: the built-in responder)."""
-        self.llm = llm.Settings(base_url, model or "default", api_key) if base_url else None
+        self.llm = None
+        if base_url:
+            self.llm = llm.Settings(base_url, model or "default", api_key, context_tokens=context_tokens)
 
     async def transcribe(self, audio: np.ndarray) -> str:
         loop = asyncio.get_running_loop()
@@ -138,6 +146,7 @@ def _load() -> CascadeModel:
         os.environ.get("LIVEGEN_LLM_BASE_URL"),
         os.environ.get("LIVEGEN_LLM_MODEL"),
         os.environ.get("LIVEGEN_LLM_API_KEY"),
+        context_tokens=_env_int("LIVEGEN_LLM_CONTEXT_TOKENS", 0) or None,
     )
     warm_up(model)
     return model

@@ -11,7 +11,14 @@ still queued for the speech workers.
 
 ``matches`` is how a prepared answer is checked against the response that
 finally asks for it: same words heard, same voice, and for a language model
-the same conversation, message for message.
+the same conversation, message for message, and the same tools.
+
+A language model may answer with function calls besides (or instead of)
+words: they are collected whole in ``calls``, with the endpoint's finish
+reason and usage; ``made`` tells the stream when they are all in, so it can
+report the calls while the words are still being spoken. The
+built-in responder cannot call tools: when a session declares some and it has
+no answer of its own, it says so (``NO_TOOLS``) rather than dropping them.
 
 Everything here runs on the event loop, which is why it is bounded: the
 responder reads at most ``responder.MAX_HEARD_CHARS`` of what was said, and
@@ -27,10 +34,12 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from livegen.errors import ModelError
 from livegen.models.cascade import llm, responder, sentences
 from livegen.models.cascade.tts import Speech
+from livegen.models.voice import Usage
 
 logger = logging.getLogger("livegen.models.cascade")
 
@@ -39,6 +48,20 @@ Audio = concurrent.futures.Future[Speech]
 Piece = tuple[str, Audio | None]
 Speak = Callable[[str, str], Audio]
 CANT_REACH_LLM = "Sorry, I can't reach the language model right now."
+NO_TOOLS = (
+    "I can't use this session's tools without a language model. "
+    "Start livegen with --llm-base-url to let me call them."
+)
+
+
+@dataclass(frozen=True)
+class Ask:
+    """What a language model is asked: the conversation, the tools, the output limit."""
+
+    chat: list[dict[str, Any]]
+    tools: tuple[Any, ...] = ()
+    tool_choice: Any = "auto"
+    max_tokens: int | None = None
 
 
 @dataclass
@@ -46,14 +69,18 @@ class Answer:
     #: What the user said; None when the user has not spoken yet (the assistant opens).
     user_text: str | None
     voice: str
-    #: The language-model conversation it answers, or None for the built-in responder.
-    chat: list[dict[str, str]] | None
+    #: What the language model is asked, or None for the built-in responder.
+    ask: Ask | None
+    #: The model's function calls, whole; its finish reason ("length": cut at max tokens) and usage.
+    calls: list[llm.ToolCall] = field(default_factory=list)
+    finish_reason: str = "stop"
+    usage: Usage | None = None
     _pieces: asyncio.Queue[Piece | None] = field(default_factory=asyncio.Queue)
     _producer: asyncio.Task[None] | None = None
     _audio: list[Audio] = field(default_factory=list)
 
-    def matches(self, user_text: str | None, voice: str, chat: list[dict[str, str]] | None) -> bool:
-        return (self.user_text, self.voice, self.chat) == (user_text, voice, chat)
+    def matches(self, user_text: str | None, voice: str, ask: Ask | None) -> bool:
+        return (self.user_text, self.voice, self.ask) == (user_text, voice, ask)
 
     async def pieces(self) -> AsyncIterator[Piece]:
         """The pieces in order, until the reply ends; read once. Re-raises the producer's error."""
@@ -61,6 +88,11 @@ class Answer:
             yield piece
         if self._producer is not None and self._producer.done() and not self._producer.cancelled():
             self._producer.result()
+
+    async def made(self) -> None:
+        """Until the producer is done (all text, the calls and the finish are in), however it ended."""
+        if self._producer is not None:
+            await asyncio.wait({self._producer})
 
     def drop(self) -> None:
         """Stop making it and cancel the audio not yet taken."""
@@ -75,16 +107,23 @@ def start(
     client: llm.Client | None,
     user_text: str | None,
     voice: str,
-    chat: list[dict[str, str]] | None,
+    ask: Ask | None,
+    has_tools: bool = False,
+    max_words: int | None = None,
 ) -> Answer:
     """Start making the answer to ``user_text``; read it with ``Answer.pieces``."""
-    answer = Answer(user_text, voice, chat)
-    if client is None or chat is None:
+    answer = Answer(user_text, voice, ask)
+    if client is None or ask is None:
         now = datetime.now().astimezone()
         text = responder.OPENING if user_text is None else responder.reply(user_text, now)
+        if has_tools and text == responder.FALLBACK:
+            text = NO_TOOLS
+        if max_words is not None and len(text.split()) > max_words:  # the built-in "tokens" are words
+            text = " ".join(text.split()[:max_words])
+            answer.finish_reason = "length"
         answer._producer = asyncio.ensure_future(_produce(answer, speak, _listed(sentences.split(text))))
     else:
-        answer._producer = asyncio.ensure_future(_produce(answer, speak, _from_llm(client, chat)))
+        answer._producer = asyncio.ensure_future(_produce(answer, speak, _from_llm(client, ask, answer)))
     return answer
 
 
@@ -101,12 +140,17 @@ async def _produce(answer: Answer, speak: Speak, texts: AsyncIterator[str]) -> N
         answer._pieces.put_nowait(None)
 
 
-async def _from_llm(client: llm.Client, chat: list[dict[str, str]]) -> AsyncIterator[str]:
+async def _from_llm(client: llm.Client, ask: Ask, answer: Answer) -> AsyncIterator[str]:
     splitter = sentences.Splitter()
     try:
-        async for delta in client.stream(chat):
-            for piece in splitter.feed(delta):
-                yield piece
+        async for event in client.stream(ask.chat, ask.tools, ask.tool_choice, ask.max_tokens):
+            if isinstance(event, llm.ToolCall):
+                answer.calls.append(event)
+            elif isinstance(event, llm.Finish):
+                answer.finish_reason, answer.usage = event.reason, event.usage
+            else:
+                for piece in splitter.feed(event):
+                    yield piece
     except ModelError as exc:
         # Said aloud rather than failed silently: the user is listening, not reading logs.
         logger.warning("language model failed: %s", exc)

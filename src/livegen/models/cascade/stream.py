@@ -40,6 +40,7 @@ from livegen.models.voice import (
     ResponseRequest,
     StreamConfig,
     TurnDetection,
+    Usage,
     VoiceOutput,
 )
 
@@ -322,13 +323,22 @@ class Stream:
     ) -> replies.Answer:
         parts = [await asyncio.shield(task) for task in [*settled, tail]]
         user_text = " ".join(part for part in parts if part)
-        chat = self._chat(self._next_history or [], user_text, self._config.instructions)
-        return replies.start(self._say, self._llm, user_text, voice, chat)
+        config = self._config
+        request = ResponseRequest(
+            "", (), config.instructions, tools=config.tools, tool_choice=config.tool_choice
+        )
+        ask = self._ask(self._next_history or [], user_text, request)
+        return replies.start(self._say, self._llm, user_text, voice, ask, has_tools=bool(config.tools))
 
-    def _chat(
-        self, history: Sequence[HistoryTurn], user_text: str, instructions: str
-    ) -> list[dict[str, str]] | None:
-        return llm.messages(history, user_text, instructions) if self._llm else None
+    def _ask(
+        self, history: Sequence[HistoryTurn], user_text: str, request: ResponseRequest
+    ) -> replies.Ask | None:
+        """What the language model is asked for ``request`` (None without one), cut to its window."""
+        if self._llm is None:
+            return None
+        chat = llm.messages(history, user_text, request.instructions or self._config.instructions)
+        chat = llm.fit(chat, request.tools, self._llm.settings, request.truncation)
+        return replies.Ask(chat, tuple(request.tools), request.tool_choice, request.max_output_tokens)
 
     async def _respond(self, epoch: int, request: ResponseRequest) -> None:
         rid = request.response_id
@@ -338,12 +348,22 @@ class Stream:
         answer: replies.Answer | None = None
         try:
             user_text = await asyncio.shield(unanswered) if unanswered else _last_user_text(request.history)
-            instructions = request.instructions or self._config.instructions
-            chat = self._chat(request.history, user_text or "", instructions)
-            answer = await self._use_prepared(prepared, user_text, voice, chat)
+            ask = self._ask(request.history, user_text or "", request)
+            if request.max_output_tokens is not None and ask is None:
+                self._drop_prepared(prepared)  # prepared without the limit: the built-in one cuts words
+                prepared = None
+            answer = await self._use_prepared(prepared, user_text, voice, ask)
             if answer is None:
-                answer = replies.start(self._say, self._llm, user_text, voice, chat)
-            spoken = await self._speak(epoch, rid, answer, "audio" in request.modalities, voice)
+                has_tools = bool(request.tools)
+                max_words = request.max_output_tokens
+                answer = replies.start(self._say, self._llm, user_text, voice, ask, has_tools, max_words)
+            # The calls go out as soon as the model has made them, while its words are being spoken.
+            calls = self._spawn(self._emit_calls(epoch, rid, answer))
+            try:
+                spoken = await self._speak(epoch, rid, answer, "audio" in request.modalities, voice)
+                await calls
+            finally:
+                calls.cancel()
         except asyncio.CancelledError:
             self._drop_prepared(prepared)
             self._next_history = None  # what the user heard of it is the core's to say
@@ -361,16 +381,40 @@ class Stream:
         finally:
             if answer is not None:
                 answer.drop()
+        self._finish(epoch, request, answer, user_text, spoken)
+
+    async def _emit_calls(self, epoch: int, rid: str, answer: replies.Answer) -> None:
+        await answer.made()
+        for call in answer.calls:
+            self._emit(
+                OutputKind.FUNCTION_CALL,
+                epoch,
+                response_id=rid,
+                text=call.arguments,
+                call_id=call.call_id,
+                name=call.name,
+            )
+
+    def _finish(
+        self, epoch: int, request: ResponseRequest, answer: replies.Answer, user_text: str | None, spoken: str
+    ) -> None:
+        """The answer's end (``incomplete`` when cut at its token limit); what to prepare against next."""
+        rid = request.response_id
         heard = llm.filled(request.history, user_text or "")
-        self._next_history = [*heard, HistoryTurn("assistant", spoken)]
-        self._emit(OutputKind.RESPONSE_DONE, epoch, response_id=rid, status="completed")
+        # After calls the next response's history holds them and their outputs: nothing to prepare against.
+        self._next_history = None if answer.calls else [*heard, HistoryTurn("assistant", spoken)]
+        is_cut = answer.finish_reason == "length"
+        status, code = ("incomplete", "max_output_tokens") if is_cut else ("completed", "")
+        self._emit(
+            OutputKind.RESPONSE_DONE, epoch, response_id=rid, status=status, code=code, usage=answer.usage
+        )
 
     async def _use_prepared(
         self,
         task: asyncio.Task[replies.Answer] | None,
         user_text: str | None,
         voice: str,
-        chat: list[dict[str, str]] | None,
+        ask: replies.Ask | None,
     ) -> replies.Answer | None:
         if task is None:
             return None
@@ -379,7 +423,7 @@ class Stream:
         except Exception:
             logger.exception("preparing an answer failed; answering afresh")
             return None
-        if not answer.matches(user_text, voice, chat):
+        if not answer.matches(user_text, voice, ask):
             answer.drop()
             return None
         self._model.stats.num_prepared_used += 1
@@ -472,9 +516,14 @@ class Stream:
         audio_ms: int = 0,
         status: str = "",
         code: str = "",
+        call_id: str = "",
+        name: str = "",
+        usage: Usage | None = None,
     ) -> None:
         if not self._is_closed:
-            output = VoiceOutput(kind, epoch, response_id, item_id, text, audio, audio_ms, status, code)
+            output = VoiceOutput(
+                kind, epoch, response_id, item_id, text, audio, audio_ms, status, code, call_id, name, usage
+            )
             self._outputs.put_nowait(output)
 
     def _spawn(self, coroutine: Coroutine[Any, Any, T]) -> asyncio.Task[T]:

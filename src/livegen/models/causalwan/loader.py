@@ -36,7 +36,7 @@ def tiny_config(latent_size: int = 8, sink_frames: int = 1, window_frames: int =
         window_frames=window_frames,
         text_len=TINY_TEXT_LEN,
         description="causal Wan 2.1 architecture, tiny and randomly initialised (64x64, meaningless "
-        "frames): try the whole path without weights; keys and mouse steer it in a fixed random way",
+        "frames): try the whole path without weights; keys, mouse and camera steer it in a fixed random way",
     )
 
 

@@ -9,6 +9,11 @@ re-noises it to the next sigma with fresh noise), then one clean pass at t=0
 whose chunk K/V become the session's new pages (``attention.py``), then the
 VAE decodes the chunk after the session's causal decoder state (``vae.py``).
 
+A session created with a seed image starts chunk 0 from it: the VAE
+encodes the image as one latent frame, which stays chunk 0's first latent
+frame, clean, through every denoising step (``_pin``); its decoded frame is
+the VAE's reconstruction of the image.
+
 Nothing of a session changes until its whole chunk succeeded: pages, decoder
 state, RoPE position and prompt cache are staged and assigned at the end, so
 a failed chunk leaves the session as it was. Chunk 0 starts a session afresh;
@@ -33,15 +38,19 @@ from livegen.models.causalwan import attention, controls
 from livegen.models.causalwan.attention import LayerKV, Pass
 from livegen.models.causalwan.config import CausalWanConfig
 from livegen.models.causalwan.vae import DecoderState, decode_chunk
-from livegen.models.world import Chunk, KVGeometry, Tick, TickMeta, WorldSpec
+from livegen.models.world import Chunk, KVGeometry, PromptBlend, Tick, TickMeta, WorldSpec
 
 #: Prompts whose cross-attention K/V are kept, shared by the sessions that use them.
 PROMPT_CACHE_SIZE = 16
 
 
+#: What a session's cross-attention K/V were made from: the prompt, and the blend of a transition.
+TextKey = tuple[str, PromptBlend | None]
+
+
 @dataclass
 class _Session:
-    prompt: str
+    text_key: TextKey
     text: list[LayerKV]
     decoder: DecoderState
     #: Latent frames committed so far: the RoPE position of the next chunk's first frame.
@@ -59,6 +68,8 @@ class _Job:
     position: int
     latents: Tensor | None = None
     kv: Tensor | None = None  # (frames, layers, 2, tokens, heads, head_dim)
+    #: Chunk 0 of a session with a seed image: the image's latent frame, (C, 1, h, w).
+    seed_latent: Tensor | None = None
 
 
 class CausalWan:
@@ -124,6 +135,7 @@ class CausalWan:
                 self.num_layers, self.num_heads, self.head_dim, kv.bytes_per_element
             ),
             description=c.description,
+            accepts_seed_image=True,
         )
 
     # -- contract ---------------------------------------------------------------------------
@@ -168,9 +180,8 @@ class CausalWan:
         session = None if meta.chunk_index == 0 else self._sessions.get(meta.session_id)
         if meta.chunk_index > 0 and session is None:
             raise StateEvicted(f"no causal-wan state for session {meta.session_id}")
-        text = (
-            session.text if session is not None and session.prompt == tick.prompt else self._text(tick.prompt)
-        )
+        key = (tick.prompt, tick.prompt_blend)
+        text = session.text if session is not None and session.text_key == key else self.conditioning(tick)
         if session is None:
             context: list[Tensor] = []
         elif kv_storage is None:
@@ -178,7 +189,42 @@ class CausalWan:
         else:
             context = [kv_storage[page] for page in tick.context_pages]
         position = 0 if session is None else session.position
-        return _Job(tick=tick, session=session, text=text, context=context, position=position)
+        job = _Job(tick=tick, session=session, text=text, context=context, position=position)
+        if meta.chunk_index == 0 and tick.seed_image is not None:
+            job.seed_latent = self.encode_image(tick.seed_image)
+        return job
+
+    def encode_image(self, image: np.ndarray) -> Tensor:
+        """An RGB uint8 (H, W, 3) frame as one latent frame (C, 1, h, w), as the VAE encodes a clip's first.
+
+        The mean of the encoder's distribution, normalised as the model's latents are.
+        """
+        pixels = torch.from_numpy(np.ascontiguousarray(image)).permute(2, 0, 1).float() / 127.5 - 1
+        with torch.inference_mode():
+            encoded = self.vae.encode(pixels[None, :, None].to(self.vae.device, self.vae.dtype))
+            latent = encoded.latent_dist.mode().float()
+            mean, std = (
+                torch.tensor(getattr(self.vae.config, name), device=latent.device).view(1, -1, 1, 1, 1)
+                for name in ("latents_mean", "latents_std")
+            )
+            normalised: Tensor = ((latent - mean) / std)[0].to(self.device, self.dtype)
+        return normalised
+
+    def conditioning(self, tick: Tick) -> list[LayerKV]:
+        """The tick's cross-attention K/V per layer: its prompt's, or a transition's blend.
+
+        A transition interpolates each layer's cached K and V linearly from the old prompt's to
+        the new one's (``weight`` of the new), so every prompt is still encoded once and cached.
+        """
+        text = self._text(tick.prompt)
+        blend = tick.prompt_blend
+        if blend is None or blend.weight >= 1:
+            return text
+        old = self._text(blend.from_prompt)
+        w = blend.weight
+        with torch.inference_mode():
+            pairs = zip(old, text, strict=True)
+            return [(torch.lerp(ok, k, w), torch.lerp(ov, v, w)) for (ok, ov), (k, v) in pairs]
 
     def _text(self, prompt: str) -> list[LayerKV]:
         """The prompt's cross-attention K/V per layer, from the cache or computed once."""
@@ -201,17 +247,19 @@ class CausalWan:
         frames = self.spec.pages_in_chunk(jobs[0].tick.meta.chunk_index)
         shape = (c.in_channels, frames, c.latent_height, c.latent_width)
         gens = [torch.Generator().manual_seed(noise_seed(j.tick.seed, j.tick.meta.chunk_index)) for j in jobs]
-        x = torch.stack([torch.randn(shape, generator=g) for g in gens]).to(self.device, self.dtype)
+        x = _pin(
+            torch.stack([torch.randn(shape, generator=g) for g in gens]).to(self.device, self.dtype), jobs
+        )
         positions = torch.tensor([[j.position + f for f in range(frames)] for j in jobs])
         cond = self._controls(jobs, frames)
         self._bind(jobs, frames)
         try:
             for i, sigma in enumerate(self.sigmas):
                 flow = self.forward(x, sigma, positions, cond)
-                x0 = x - sigma * flow
+                x0 = _pin(x - sigma * flow, jobs)
                 if i + 1 < len(self.sigmas):
                     noise = torch.stack([torch.randn(shape, generator=g) for g in gens]).to(x)
-                    x = (1 - self.sigmas[i + 1]) * x0 + self.sigmas[i + 1] * noise
+                    x = _pin((1 - self.sigmas[i + 1]) * x0 + self.sigmas[i + 1] * noise, jobs)
             self._pass.collect = []
             self.forward(x0, 0.0, positions, cond)
             collected = self._pass.collect
@@ -298,7 +346,8 @@ class CausalWan:
         """The chunk succeeded: its K/V become pages, and the session moves on."""
         assert job.kv is not None
         tick = job.tick
-        session = job.session or _Session(prompt=tick.prompt, text=job.text, decoder=decoder)
+        key = (tick.prompt, tick.prompt_blend)
+        session = job.session or _Session(text_key=key, text=job.text, decoder=decoder)
         if kv_storage is not None:
             for page, frame_kv in zip(tick.write_pages, job.kv, strict=True):
                 kv_storage[page] = frame_kv
@@ -306,9 +355,19 @@ class CausalWan:
             session.pages.extend(job.kv)
             keep = self.config.sink_frames, self.config.window_frames
             session.pages[keep[0] : max(keep[0], len(session.pages) - keep[1])] = []
-        session.prompt, session.text, session.decoder = tick.prompt, job.text, decoder
+        session.text_key, session.text, session.decoder = key, job.text, decoder
         session.position = job.position + len(job.kv)
         self._sessions[tick.meta.session_id] = session
+
+
+def _pin(x: Tensor, jobs: list[_Job]) -> Tensor:
+    """Rows with a seed image keep its latent as their first frame, clean, at every step (I2V by
+    first-frame replacement, as Wan 2.2's TI2V conditions): the rest of the chunk is denoised
+    around it, and the clean pass writes it to the KV cache like any generated frame."""
+    for row, job in enumerate(jobs):
+        if job.seed_latent is not None:
+            x[row, :, :1] = job.seed_latent
+    return x
 
 
 def _by_frames(jobs: list[_Job], spec: WorldSpec) -> list[list[_Job]]:

@@ -13,7 +13,9 @@ raises ``StateEvicted``.
 Chunk 0 starts from the game's first frame for the tick's seed and prompt
 (as world models start from an image), so tiny-world and procedural-world
 show the same room for a seed, and the same actions can be compared frame by
-frame. Noise comes from a generator seeded by (seed, chunk index), never from
+frame; or from the client's 32x32 seed image (``Tick.seed_image``), which is
+then chunk 0's first frame exactly (the theme still comes from the prompt).
+Noise comes from a generator seeded by (seed, chunk index), never from
 global state, so a seed, prompt and actions always give the same frames.
 """
 
@@ -97,6 +99,7 @@ class TinyWorld:
             kv=self.kv_geometry,
             description="A 0.7 M-parameter autoregressive diffusion model trained on the room game; "
             "steer the agent with the arrow keys, name a theme in the prompt.",
+            accepts_seed_image=True,
         )
         self._sessions: dict[str, _Session] = {}
 
@@ -144,7 +147,11 @@ class TinyWorld:
         actions = _action_indices(tick.controls, self.spec.frames_per_chunk, meta.chunk_index)
         if meta.chunk_index == 0:
             theme = game.theme_from_prompt(tick.prompt)
-            first = game.render(game.new_game(tick.seed, theme))
+            first = (
+                tick.seed_image
+                if tick.seed_image is not None
+                else game.render(game.new_game(tick.seed, theme))
+            )
             session = _Session(theme=theme, last_frame=to_unit(torch.from_numpy(first)))
             self._sessions[meta.session_id] = session
         else:
