@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 from page_browser import Browser, require_browser
-from speech import write_question
+from speech import write_question, write_speech
 
 from livegen.server import ServerConfig
 from livegen.server.thread import ServerThread
@@ -146,6 +146,35 @@ def test_the_page_talks_over_webrtc_with_an_ephemeral_key(
 
     browser.find("voice-stop").click()
     browser.wait_for(lambda: voice_stats(browser)["state"] == "off", what="the call to end")
+
+
+def test_talking_over_an_answer_clears_the_calls_track(
+    server: ServerThread, token_endpoint: str, open_browser: Callable[..., Browser], tmp_path: Path
+) -> None:
+    # A long answer (the help text, ~7 s), talked over 2.5 s after the question ends.
+    speech = write_speech(tmp_path / "barge-in.wav", [(1.0, "what can you do"), (2.5, "what time is it")])
+    browser = open_browser(fake_audio=speech)
+    browser.open(f"{server.http_url}/?token_endpoint={token_endpoint}")
+    browser.wait_for(lambda: "Ready" in browser.text("status"), what="the ready status")
+    browser.find("voice-start").click()
+    browser.wait_for(
+        lambda: "output_audio_buffer.cleared" in {e["type"] for e in voice_stats(browser)["trackEvents"]},
+        timeout=60,
+        what="the server clearing the talked-over answer",
+    )
+    browser.wait_for(
+        lambda: sum(r["status"] == "completed" for r in voice_stats(browser)["responses"].values()) >= 1,
+        timeout=60,
+        what="the second question's answer",
+    )
+    stats = voice_stats(browser)
+    assert stats["transport"] == "webrtc"
+    statuses = [r["status"] for r in stats["responses"].values()]
+    assert statuses.count("cancelled") == 1 and "completed" in statuses, statuses
+    interrupted = [b for b in browser.find_all("voice-assistant-transcript") if "interrupted" in b.text]
+    assert interrupted, "the talked-over answer is not marked interrupted"
+    assert stats["errors"] == []
+    browser.find("voice-stop").click()
 
 
 def test_the_page_falls_back_to_the_websocket_and_says_so(
