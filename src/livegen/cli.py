@@ -30,6 +30,7 @@ BENCHES: dict[str, str] = {
     "world-model": "livegen.bench.world_model:command",
     "voice-faults": "livegen.bench.voice_faults:command",
     "churn": "livegen.bench.churn:command",
+    "voice-webrtc": "livegen.bench.voice_webrtc:command",
     "voice-tools": "livegen.bench.voice_tools:command",
     "fuzz": "livegen.bench.fuzz:command",
 }
@@ -248,6 +249,15 @@ def main() -> None:
     default=None,
     help="PEM private key of --ssl-certfile.",
 )
+@click.option(
+    "--webrtc-ice-servers",
+    default=None,
+    help="Comma-separated STUN/TURN URLs for WebRTC calls behind NAT (e.g. stun:stun.example.org:3478); "
+    "without them only host candidates are offered (loopback, LAN).",
+)
+@click.option(
+    "--webrtc-max-calls", default=32, show_default=True, type=click.IntRange(1), help="WebRTC calls at once."
+)
 def serve(**options: Any) -> None:
     """Serve voice and world sessions over WebSockets, with the demo page at /."""
     import os
@@ -266,6 +276,7 @@ def serve(**options: Any) -> None:
     logs.configure(options["log_level"])
     options["allowed_origins"] = parse_list(options["allowed_origins"])
     options["allowed_hosts"] = parse_list(options["allowed_hosts"])
+    options["webrtc_ice_servers"] = parse_list(options["webrtc_ice_servers"]) or ()
     try:
         config = ServerConfig(**options)
         if config.tts_workers is not None:  # read by the voice model's loader, which takes no arguments

@@ -41,7 +41,7 @@ def server() -> Iterator[ServerThread]:
 def open_page(open_browser: Callable[..., Browser], server: ServerThread, fake_audio: Path) -> Browser:
     """The page, unlocked with the key and ready, its fake microphone playing ``fake_audio`` once opened."""
     browser = open_browser(fake_audio=fake_audio)
-    browser.open(server.http_url + "/")
+    browser.open(server.http_url + "/?transport=websocket")  # these tests check the page's own player
     browser.wait_for(lambda: browser.find("api-key").is_displayed(), what="the API key field")
     browser.find("api-key").send_keys(KEY)
     browser.find("api-key-submit").click()

@@ -26,6 +26,7 @@ from livegen.models.voice import VoiceModel
 from livegen.server import page
 from livegen.server.auth import APIKeyMiddleware
 from livegen.server.budgets import ConnectionBudgetMiddleware, export_budgets
+from livegen.server.client_secrets import ClientSecrets
 from livegen.server.config import ServerConfig
 from livegen.server.metrics import CONTENT_TYPE_LATEST, Metrics
 from livegen.server.origins import OriginMiddleware, OriginPolicy
@@ -48,6 +49,8 @@ class State:
         #: The models chosen for each kind, or None when that kind is not served.
         self.voice_model: ModelInfo | None = None
         self.world_model: ModelInfo | None = None
+        #: Ephemeral client keys, minted by the voice service and checked by the auth middleware.
+        self.client_secrets = ClientSecrets()
 
 
 def create_app(config: ServerConfig | None = None, registry: Registry | None = None) -> Starlette:
@@ -96,7 +99,7 @@ def _middleware(state: State) -> list[Middleware]:
     return [
         Middleware(OriginMiddleware, policy=policy, on_refused=on_refused),
         Middleware(ConnectionBudgetMiddleware, config=config, metrics=metrics),
-        Middleware(APIKeyMiddleware, api_key=config.api_key),
+        Middleware(APIKeyMiddleware, api_key=config.api_key, client_secrets=state.client_secrets),
     ]
 
 

@@ -6,19 +6,32 @@ balancer can probe without a key). WebSocket clients may send the key as an
 as the ``openai-insecure-api-key.<key>`` subprotocol that OpenAI's browser
 clients use. A refused WebSocket gets an HTTP 401 denial response, not an
 accepted socket that closes at once.
+
+Ephemeral client keys (``ek_...``, ``server/client_secrets.py``) open sessions
+only: the WebSocket and WebRTC calls (``EPHEMERAL_PATHS``), never other routes
+or the minting of more keys. An ``ek_`` key there must be live even when the
+server has no API key of its own, so an expired one is refused, not ignored.
 """
 
 from __future__ import annotations
 
 import hmac
 import json
+from typing import TYPE_CHECKING
 
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+if TYPE_CHECKING:
+    from livegen.server.client_secrets import ClientSecrets
 
 KEY_SUBPROTOCOL_PREFIX = "openai-insecure-api-key."
 #: Open without a key: the load balancer's probe, and the page, which then asks for the key itself.
 OPEN_PATHS = frozenset({"/health", "/"})
 OPEN_PREFIXES = ("/static/",)
+#: Where an ephemeral key stands in for the server's: opening voice sessions, and hanging up calls.
+EPHEMERAL_PATHS = frozenset({"/v1/realtime", "/v1/realtime/calls"})
+EPHEMERAL_HANGUP = ("/v1/realtime/calls/", "/hangup")
+EPHEMERAL_PREFIX = "ek_"
 
 
 def offered_subprotocols(scope: Scope) -> list[str]:
@@ -48,12 +61,16 @@ def presented_key(scope: Scope) -> str | None:
 
 
 class APIKeyMiddleware:
-    def __init__(self, app: ASGIApp, api_key: str | None) -> None:
+    def __init__(
+        self, app: ASGIApp, api_key: str | None, client_secrets: ClientSecrets | None = None
+    ) -> None:
         self.app = app
         self.api_key = api_key
+        self.client_secrets = client_secrets
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self._is_allowed(scope):
+        verdict = self._verdict(scope)
+        if verdict is None:
             await self.app(scope, receive, send)
             return
         body = json.dumps(
@@ -61,7 +78,7 @@ class APIKeyMiddleware:
                 "error": {
                     "type": "authentication_error",
                     "code": "invalid_api_key",
-                    "message": "missing or wrong API key: send 'Authorization: Bearer <key>'",
+                    "message": verdict,
                     "param": None,
                 }
             }
@@ -75,10 +92,23 @@ class APIKeyMiddleware:
             await send({"type": "websocket.http.response.start", "status": 401, "headers": headers})
             await send({"type": "websocket.http.response.body", "body": body})
 
-    def _is_allowed(self, scope: Scope) -> bool:
-        if self.api_key is None or scope["type"] not in ("http", "websocket"):
-            return True
-        if scope["path"] in OPEN_PATHS or scope["path"].startswith(OPEN_PREFIXES):
-            return True
+    def _verdict(self, scope: Scope) -> str | None:
+        """None to let the request in, else why it is refused (never the key itself)."""
+        if scope["type"] not in ("http", "websocket"):
+            return None
+        path = scope["path"]
         key = presented_key(scope)
-        return key is not None and hmac.compare_digest(key.encode(), self.api_key.encode())
+        is_hangup = path.startswith(EPHEMERAL_HANGUP[0]) and path.endswith(EPHEMERAL_HANGUP[1])
+        if scope.get("method") == "OPTIONS" and (path in EPHEMERAL_PATHS or is_hangup):
+            return None  # a CORS preflight carries no credentials; the call itself will
+        if key is not None and key.startswith(EPHEMERAL_PREFIX) and (path in EPHEMERAL_PATHS or is_hangup):
+            if self.client_secrets is not None and self.client_secrets.lookup(key) is not None:
+                return None
+            return (
+                "the ephemeral key is unknown or has expired: mint a new one at /v1/realtime/client_secrets"
+            )
+        if self.api_key is None or path in OPEN_PATHS or path.startswith(OPEN_PREFIXES):
+            return None
+        if key is not None and hmac.compare_digest(key.encode(), self.api_key.encode()):
+            return None
+        return "missing or wrong API key: send 'Authorization: Bearer <key>'"

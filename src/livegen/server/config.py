@@ -70,6 +70,11 @@ class ServerConfig:
         defaults = {"path": None, "dtype": "auto", "device": "auto"}
         return {key: value for key, value in options.items() if value != defaults[key] and value is not None}
 
+    #: STUN/TURN URLs for WebRTC calls behind NAT; empty: host candidates only (loopback, LAN).
+    webrtc_ice_servers: tuple[str, ...] = ()
+    #: Most WebRTC calls at once (each is also a voice session under ``max_sessions``).
+    webrtc_max_calls: int = 32
+
     #: PEM certificate chain and private key: with both set, the server speaks TLS (https://, wss://).
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
 import secrets
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from starlette.routing import BaseRoute, WebSocketRoute
@@ -38,13 +40,16 @@ from livegen.protocol import realtime as wire
 from livegen.protocol.beta import to_beta, wants_beta
 from livegen.runtime.attachment import Attachment, JournalGap, new_token
 from livegen.runtime.voice import FAILED_CLOSE_CODE, Runner, RunnerLimits
-from livegen.server.auth import offered_subprotocols, select_subprotocol
+from livegen.server.auth import offered_subprotocols, presented_key, select_subprotocol
 from livegen.server.budgets import CLOSE_NOT_READING
+from livegen.server.client_secrets import ClientSecrets
+from livegen.server.client_secrets import routes_for as client_secrets_routes
 from livegen.server.resume import Handoff, Resumable, first_text, read_resume, resumed_event
 from livegen.voice.session import Limits, ModelFacts, Session
 
 if TYPE_CHECKING:
     from livegen.server.app import State
+    from livegen.server.webrtc import CallService
 
 logger = logging.getLogger("livegen.server.realtime")
 
@@ -78,14 +83,30 @@ class RealtimeService:
         self.parked: dict[str, Resumable] = {}
         self.owners: set[asyncio.Task[None]] = set()
         self._load_lock = asyncio.Lock()
+        #: Ephemeral client keys (``/v1/realtime/client_secrets``), shared with the auth middleware.
+        self.client_secrets: ClientSecrets = state.client_secrets
+        #: The WebRTC transport (``server/webrtc.py``), when aiortc is installed (the ``webrtc`` extra).
+        self.calls: CallService | None = None
+        with contextlib.suppress(ImportError):
+            import aiortc  # noqa: F401
+
+            from livegen.server.webrtc import CallService
+
+            self.calls = CallService(self)
 
     def routes(self) -> list[BaseRoute]:
-        return [WebSocketRoute("/v1/realtime", self.endpoint)]
+        routes: list[BaseRoute] = [WebSocketRoute("/v1/realtime", self.endpoint)]
+        routes += client_secrets_routes(self.client_secrets, lambda: self.default_model)
+        if self.calls is not None:
+            routes += self.calls.routes()
+        return routes
 
     async def start(self) -> None:
         await self._model(self.default_model)
 
     async def stop(self) -> None:
+        if self.calls is not None:
+            await self.calls.stop()
         for runner in list(self.runners):
             await runner.stop("server_shutdown")
         for runner in list(self.runners):
@@ -123,6 +144,95 @@ class RealtimeService:
                     self.models[entry.name] = model
         return self.models[entry.name]
 
+    async def admit(self, requested: str) -> tuple[str, VoiceModel]:
+        """Whether a new session may open, for any transport: the model has loaded, ``requested``
+        is served, and there is room under ``--max-sessions``; raises OpenAI's error if not."""
+        if self.default_model not in self.models:
+            raise wire_errors.MODEL_NOT_READY.error()
+        try:
+            name = self.names.canonical(requested)
+            model = await self._model(name)
+        except ConfigError:
+            log_event(logger, "voice.model_not_found", logging.WARNING, requested=requested)
+            raise wire_errors.MODEL_NOT_FOUND.error(model=requested) from None
+        if len(self.runners) - len(self.parked) >= self.state.config.max_sessions:
+            raise wire_errors.TOO_MANY_SESSIONS.error(limit=self.state.config.max_sessions)
+        return name, model
+
+    async def open_runner(
+        self,
+        session_id: str,
+        name: str,
+        model: VoiceModel,
+        send_text: Callable[[str], Awaitable[None]],
+        dialect: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None,
+    ) -> Runner:
+        """The engine half of a session, shared by every transport (WebSocket, WebRTC): the
+        session core, its model stream and its runner, counted in the service. Raises
+        OpenAI's error when the model cannot open a stream. ``enlist`` starts the count."""
+        counter = itertools.count(1)
+        tag = session_id[5:13]
+
+        def ids(prefix: str) -> str:
+            return f"{prefix}_{tag}{next(counter):x}"
+
+        facts = ModelFacts(name, model.input_rate, model.output_rate, model.has_vad)
+        session = Session(session_id, facts, ids, self.limits, canonical_name=self.names.canonical)
+        try:
+            stream = await model.open(session_id, session.config.stream_config())
+        except Exception as exc:  # one model failing to open a stream fails this session only
+            log_event(logger, "voice.open_failed", logging.ERROR, error=str(exc))
+            raise wire_errors.MODEL_OPEN_FAILED.error(model=name, detail=exc) from exc
+        return Runner(
+            session,
+            stream,
+            send_text,
+            limits=RunnerLimits(outbox_bytes=self.state.config.max_unsent_bytes),
+            on_sent=self._on_sent,
+            open_model=functools.partial(self._open_model, session_id),
+            dialect=dialect,
+        )
+
+    def enlist(self, runner: Runner) -> Callable[[], None]:
+        """Count a runner's session as live (``--max-sessions``, metrics); returns the undo."""
+        metrics = self.state.metrics
+        self.runners.add(runner)
+        metrics.sessions_open.labels(kind="voice").inc()
+        metrics.sessions_total.labels(kind="voice").inc()
+
+        def unsent_bytes() -> int:
+            return runner.outbox_bytes
+
+        metrics.unsent_sources.add(unsent_bytes)
+
+        def undo() -> None:
+            self.runners.discard(runner)
+            metrics.sessions_open.labels(kind="voice").dec()
+            metrics.unsent_sources.discard(unsent_bytes)
+
+        return undo
+
+    def _on_sent(self, event: dict[str, Any]) -> None:
+        metrics = self.state.metrics
+        metrics.events.labels(kind="voice", direction="out").inc()
+        if event["type"] == "error":
+            metrics.errors.labels(kind="voice", code=str(event["error"].get("code"))).inc()
+
+    async def _open_model(
+        self, session_id: str, name: str, config: StreamConfig
+    ) -> tuple[ModelFacts, VoiceStream]:
+        """Another model's stream for a session (``session.update`` with a new model)."""
+        try:
+            model = await self._model(name)
+        except ConfigError:
+            raise wire_errors.MODEL_NOT_FOUND.error(model=name, param="session.model") from None
+        try:
+            stream = await model.open(session_id, config)
+        except Exception as exc:
+            failed = wire_errors.MODEL_OPEN_FAILED
+            raise failed.error(model=name, detail=exc, param="session.model") from exc
+        return ModelFacts(name, model.input_rate, model.output_rate, model.has_vad), stream
+
     async def _refuse(
         self, websocket: WebSocket, error: wire_errors.WireError, close_code: int, **fields: Any
     ) -> None:
@@ -137,6 +247,10 @@ class RealtimeService:
 
     async def endpoint(self, websocket: WebSocket) -> None:
         await websocket.accept(subprotocol=select_subprotocol(websocket.scope))
+        call_id = websocket.query_params.get("call_id")
+        if call_id is not None and self.calls is not None:
+            await self.calls.attach(websocket, call_id)
+            return
         resume_id = websocket.query_params.get("session_id")
         if resume_id is not None:
             await self._resume(websocket, resume_id)
@@ -156,19 +270,11 @@ class RealtimeService:
                 await self._resume_duplex(websocket, first)
                 return
         requested = websocket.query_params.get("model") or self.default_model
-        if self.default_model not in self.models:
-            await self._refuse(websocket, wire_errors.MODEL_NOT_READY, 1013)
-            return
         try:
-            name = self.names.canonical(requested)
-            model = await self._model(name)
-        except ConfigError:
-            log_event(logger, "voice.model_not_found", logging.WARNING, requested=requested)
-            await self._refuse(websocket, wire_errors.MODEL_NOT_FOUND, 1008, model=requested)
-            return
-        if len(self.runners) - len(self.parked) >= self.state.config.max_sessions:
-            limit = self.state.config.max_sessions
-            await self._refuse(websocket, wire_errors.TOO_MANY_SESSIONS, 1013, limit=limit)
+            name, model = await self.admit(requested)
+        except RemoteProtocolError as error:
+            await self._send_error(websocket, error)
+            await websocket.close(1008 if error.code == wire_errors.MODEL_NOT_FOUND.code else 1013)
             return
         session_id = "sess_" + secrets.token_hex(8)
         released = asyncio.Event()
@@ -228,41 +334,8 @@ class RealtimeService:
         model: VoiceModel,
         first: str | None,
     ) -> None:
-        counter = itertools.count(1)
-        tag = session_id[5:13]
-
-        def ids(prefix: str) -> str:
-            return f"{prefix}_{tag}{next(counter):x}"
-
-        facts = ModelFacts(name, model.input_rate, model.output_rate, model.has_vad)
-        session = Session(session_id, facts, ids, self.limits, canonical_name=self.names.canonical)
         metrics = self.state.metrics
-        try:
-            stream = await model.open(session_id, session.config.stream_config())
-        except Exception as exc:  # one model failing to open a stream fails this session only
-            log_event(logger, "voice.open_failed", logging.ERROR, error=str(exc))
-            await self._refuse(websocket, wire_errors.MODEL_OPEN_FAILED, 1011, model=name, detail=exc)
-            return
-        events_out = metrics.events.labels(kind="voice", direction="out")
         events_in = metrics.events.labels(kind="voice", direction="in")
-
-        def on_sent(event: dict[str, Any]) -> None:
-            events_out.inc()
-            if event["type"] == "error":
-                metrics.errors.labels(kind="voice", code=str(event["error"].get("code"))).inc()
-
-        async def open_model(name: str, config: StreamConfig) -> tuple[ModelFacts, VoiceStream]:
-            try:
-                model = await self._model(name)
-            except ConfigError:
-                raise wire_errors.MODEL_NOT_FOUND.error(model=name, param="session.model") from None
-            try:
-                stream = await model.open(session_id, config)
-            except Exception as exc:
-                failed = wire_errors.MODEL_OPEN_FAILED
-                raise failed.error(model=name, detail=exc, param="session.model") from exc
-            return ModelFacts(name, model.input_rate, model.output_rate, model.has_vad), stream
-
         beta = wants_beta(dict(websocket.headers), offered_subprotocols(websocket.scope))
         dialect = None
         if first is not None:
@@ -277,28 +350,22 @@ class RealtimeService:
                 event = {**event, "resume_token": live.credential.token}
             return to_beta(event) if beta else event
 
-        runner = Runner(
-            session,
-            stream,
-            attachment.send,
-            limits=RunnerLimits(outbox_bytes=self.state.config.max_unsent_bytes),
-            on_sent=on_sent,
-            open_model=open_model,
-            dialect=outgoing,
-        )
+        try:
+            runner = await self.open_runner(session_id, name, model, attachment.send, outgoing)
+        except RemoteProtocolError as error:
+            await self._send_error(websocket, error)
+            await websocket.close(1011)
+            released.set()
+            return
+        session = runner.session
         live = Resumable(runner, attachment, duplex=dialect)
-        self.runners.add(runner)
+        undo = self.enlist(runner)
         self.live[session_id] = live
-        metrics.sessions_open.labels(kind="voice").inc()
-        metrics.sessions_total.labels(kind="voice").inc()
-
-        def unsent_bytes() -> int:
-            return runner.outbox_bytes
-
-        metrics.unsent_sources.add(unsent_bytes)
         kind = "duplex" if dialect is not None else "beta" if beta else "ga"
         log_event(logger, "voice.session_opened", model=name, dialect=kind)
         run = asyncio.create_task(runner.run())
+        if (bound := self.client_secrets.bound_update(presented_key(websocket.scope))) is not None:
+            await runner.put_client(bound)  # the configuration the client's ephemeral key was made with
         if first is not None:
             await self._deliver(first, live)
         socket: WebSocket | None = websocket
@@ -332,12 +399,10 @@ class RealtimeService:
             await runner.stop("client_disconnected")
             with contextlib.suppress(Exception):
                 await run
-            self.runners.discard(runner)
+            undo()
             self.live.pop(session_id, None)
             self.parked.pop(session_id, None)
             self._gauge_parked()
-            metrics.sessions_open.labels(kind="voice").dec()
-            metrics.unsent_sources.discard(unsent_bytes)
             is_not_reading = runner.close_reason == "outbox_overflow"
             if is_not_reading:  # the error and session.closed, written if the client reads again
                 metrics.refused.labels(code="unsent_bytes_exceeded").inc()

@@ -40,6 +40,12 @@ async function servedModels() {
 
 async function connect() {
   status.set("Connecting to the server…", "busy");
+  if (api.tokenEndpoint) {
+    // The operator's backend mints ephemeral keys: the page never asks for the server's key.
+    keyPanel.hidden = true;
+    await showServed();
+    return;
+  }
   let body;
   try {
     body = await api.getJSON("/v1/models");

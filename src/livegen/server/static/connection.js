@@ -5,6 +5,11 @@
 // set headers on a WebSocket, so the key travels as the
 // `openai-insecure-api-key.<key>` subprotocol there and as a Bearer header on
 // fetch, the way OpenAI's browser clients send it.
+//
+// Voice calls over WebRTC carry only an ephemeral key (`ek_...`), minted per
+// call: from the operator's token endpoint when the page is opened with
+// `?token_endpoint=<url>` (the page then never sees the server's key), else
+// from /v1/realtime/client_secrets with the key typed above (or none).
 
 const KEY_STORAGE = "livegen.apiKey";
 const KEY_SUBPROTOCOL_PREFIX = "openai-insecure-api-key.";
@@ -16,9 +21,34 @@ export class AuthError extends Error {
   }
 }
 
+const PARAMS = new URLSearchParams(window.location.search);
+
 class Api {
   constructor() {
     this.key = sessionStorage.getItem(KEY_STORAGE) || null;
+    /** The operator's endpoint that mints ephemeral keys (POST, answers OpenAI's shape), or null. */
+    this.tokenEndpoint = PARAMS.get("token_endpoint");
+    /** "webrtc" (the default, falling back to the WebSocket) or "websocket" (`?transport=websocket`). */
+    this.transport = PARAMS.get("transport") === "websocket" ? "websocket" : "webrtc";
+  }
+
+  /** A fresh ephemeral key for a voice call, bound to `session`. */
+  async ephemeralKey(session) {
+    const request = this.tokenEndpoint
+      ? fetch(this.tokenEndpoint, { method: "POST", cache: "no-store" })
+      : fetch("/v1/realtime/client_secrets", {
+          method: "POST",
+          cache: "no-store",
+          headers: { ...this.headers(), "Content-Type": "application/json" },
+          body: JSON.stringify({ session }),
+        });
+    const response = await request;
+    if (response.status === 401) throw new AuthError("the key was refused when asking for an ephemeral key");
+    if (!response.ok) throw new Error(`the ephemeral key request answered HTTP ${response.status}`);
+    const body = await response.json();
+    const value = body.value ?? body.client_secret?.value;
+    if (typeof value !== "string") throw new Error("the token endpoint gave no ephemeral key");
+    return value;
   }
 
   setKey(key) {

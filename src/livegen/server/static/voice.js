@@ -6,8 +6,14 @@
 // its buffer the moment the user speaks over an answer or presses Interrupt,
 // and tells the server what was really heard with `playback.ack`. Everything
 // the tests look at is also in `window.livegen.voice`.
+//
+// By default the session is a WebRTC call (webrtc.js): the microphone and the
+// answer travel on the call's audio track, the events on its data channel, and
+// the server silences the track on a barge-in. Where WebRTC fails, the panel
+// falls back to the WebSocket and says so; `?transport=websocket` forces it.
 
 import { api, base64ToBytes, bytesToBase64, describeClose, median } from "./connection.js";
+import { CallLink } from "./webrtc.js";
 
 const DEFAULT_RATE = 24000;
 const LISTENING = "Listening — just talk";
@@ -61,6 +67,10 @@ export class VoicePanel {
       turnLatenciesMs: [],
       responses: {},
       errors: [],
+      transport: null,
+      fallback: null,
+      trackEvents: [],
+      trackAudibleMs: 0,
     };
     this.idleWords = this.el.state.textContent;
     this.el.start.addEventListener("click", () => this.start());
@@ -131,8 +141,7 @@ export class VoicePanel {
         audio: { channelCount: 1, echoCancellation: true, noiseSuppression: true, autoGainControl: true },
       });
       await worklet;
-      this.status.set("Voice: connecting to /v1/realtime…", "busy");
-      this.ws = api.openSocket("/v1/realtime", { model: this.model.id }, ["realtime"]);
+      this.ws = await this.connect();
     } catch (error) {
       const words =
         error.name === "NotAllowedError"
@@ -149,6 +158,34 @@ export class VoicePanel {
       if (this.ws === ws) this.stop(event.code === 1000 ? "ended" : "failed", describeClose(event));
     };
     ws.onerror = () => {};
+  }
+
+  /** A WebRTC call, or the WebSocket where WebRTC is off or fails (said on the status line). */
+  async connect() {
+    if (api.transport === "webrtc") {
+      this.status.set("Voice: calling over WebRTC…", "busy");
+      const call = new CallLink(this.stats);
+      this.ws = call; // stop() during the call's setup closes it
+      try {
+        await call.open(this.stream, this.model.id);
+        if (this.ws !== call) throw new Error("stopped");
+        this.stats.transport = "webrtc";
+        return call;
+      } catch (error) {
+        call.close();
+        if (this.ws !== call) throw error;
+        this.stats.fallback = error.message;
+        this.status.set(`Voice: WebRTC failed (${error.message}); using the WebSocket`, "warn");
+      }
+    } else {
+      this.status.set("Voice: connecting to /v1/realtime…", "busy");
+    }
+    this.stats.transport = "websocket";
+    return api.openSocket("/v1/realtime", { model: this.model.id }, ["realtime"]);
+  }
+
+  get isCall() {
+    return this.ws instanceof CallLink;
   }
 
   startAudio(session) {
@@ -179,7 +216,7 @@ export class VoicePanel {
 
   onCaptureFrame(message) {
     this.showLevel(message.level);
-    if (this.stats.state !== "live") return;
+    if (this.stats.state !== "live" || this.isCall) return; // a call's microphone is its track
     const pcm = new Uint8Array(message.pcm);
     this.send({ type: "input_audio_buffer.append", audio: bytesToBase64(pcm) });
     this.sentSamples += pcm.length / 2;
@@ -199,7 +236,9 @@ export class VoicePanel {
     if (type === "session.created") {
       this.startAudio(event.session || {});
       this.setState("live", LISTENING);
-      this.status.set("Voice: connected, listening", "ok");
+      const over = this.isCall ? "over WebRTC" : "over the WebSocket";
+      const fallback = this.stats.fallback ? ` (WebRTC failed: ${this.stats.fallback})` : "";
+      this.status.set(`Voice: connected ${over}${fallback}, listening`, fallback ? "warn" : "ok");
     } else if (type === "input_audio_buffer.speech_started") {
       this.bargeIn();
       this.speechEndedAt = null; // a new turn: latency counts from where this one ends
@@ -233,6 +272,8 @@ export class VoicePanel {
       }
     } else if (type === "response.done") {
       this.onResponseDone(event.response || {});
+    } else if (type.startsWith("output_audio_buffer.")) {
+      this.onTrackEvent(event);
     } else if (type === "conversation.item.truncated") {
       // The server cut this answer to what was heard; ask for the heard text to show it.
       this.send({ type: "conversation.item.retrieve", item_id: event.item_id });
@@ -278,6 +319,20 @@ export class VoicePanel {
     if (response.status === "cancelled") this.flushPlayback(id);
   }
 
+  /** A call's answer track: started (latency measured here), stopped, or cleared by the server. */
+  onTrackEvent(event) {
+    this.stats.trackEvents.push({ type: event.type, response_id: event.response_id });
+    if (event.type === "output_audio_buffer.started") {
+      this.responseId = event.response_id ?? this.responseId;
+      this.el.state.textContent = "Speaking — talk over it to interrupt";
+      if (this.speechEndedAt != null) this.onPlayerReport({ type: "started", responseId: null });
+    } else if (event.type === "output_audio_buffer.cleared" && event.response_id) {
+      this.flushPlayback(event.response_id);
+    } else if (this.stats.state === "live" && !this.isMuted) {
+      this.el.state.textContent = LISTENING;
+    }
+  }
+
   /** An interrupted answer: what was heard stays, the rest is struck through. */
   showHeard(item) {
     const responseId = this.itemResponses.get(item.id);
@@ -301,6 +356,11 @@ export class VoicePanel {
   }
 
   interrupt() {
+    if (this.isCall) {
+      // The server owns the track: it cuts the audio and the history to what was sent.
+      this.send({ type: "output_audio_buffer.clear" });
+      return;
+    }
     if (!this.isAnswering()) return;
     const id = this.responseId;
     const stats = this.responseStats(id);
@@ -398,6 +458,8 @@ export class VoicePanel {
   toggleMute() {
     this.isMuted = !this.isMuted;
     this.capture?.port.postMessage({ type: "mute", muted: this.isMuted });
+    // A call sends the microphone track itself; a disabled track sends silence.
+    this.stream?.getAudioTracks().forEach((track) => (track.enabled = !this.isMuted));
     this.el.mute.textContent = this.isMuted ? "Unmute" : "Mute";
     this.el.mute.setAttribute("aria-pressed", String(this.isMuted));
     this.el.state.textContent = this.isMuted ? "Muted — the model hears silence" : LISTENING;

@@ -1,0 +1,157 @@
+"""Ephemeral client keys: ``POST /v1/realtime/client_secrets`` (GA) and ``/v1/realtime/sessions`` (beta).
+
+A browser must never hold the server's API key. The page's backend (or the
+operator) mints a short-lived ``ek_...`` key with the server's key, bound to
+the session configuration it was made with, and hands only that to the page.
+As OpenAI does, a key opens any number of sessions until it expires
+(``expires_after.seconds``, 10 to 7200, default 600); a session opened with it
+goes on after the key expires. It is accepted where a browser can present it:
+WebRTC calls (``Authorization: Bearer``) and the WebSocket (Bearer or the
+``openai-insecure-api-key.`` subprotocol), never for minting more keys. An
+``ek_`` key that is unknown or expired is refused even when the server has no
+API key, so an expired key never silently works.
+
+Keys live in this process only (a restart forgets them) and are never logged:
+only their count is. Expired keys are dropped when keys are minted or checked.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from livegen.errors import RemoteProtocolError
+from livegen.protocol import errors as wire_errors
+from livegen.protocol import realtime as wire
+from livegen.voice.config import Config, apply_update
+
+PREFIX = "ek_"
+DEFAULT_TTL_S = 600
+MIN_TTL_S, MAX_TTL_S = 10, 7200
+#: Keys held at once; minting past it drops the ones closest to expiring (a flood cannot grow memory).
+MAX_KEYS = 10_000
+
+
+@dataclass(frozen=True)
+class ClientSecret:
+    expires_at: float
+    #: The ``session`` object it was made with (validated), applied to every session it opens.
+    session: dict[str, Any]
+
+
+class ClientSecrets:
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self._keys: dict[str, ClientSecret] = {}
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def mint(self, session: dict[str, Any], ttl_s: float) -> tuple[str, ClientSecret]:
+        self._expire()
+        while len(self._keys) >= MAX_KEYS:
+            del self._keys[min(self._keys, key=lambda k: self._keys[k].expires_at)]
+        value = PREFIX + secrets.token_urlsafe(24)
+        secret = ClientSecret(self._clock() + ttl_s, session)
+        self._keys[value] = secret
+        return value, secret
+
+    def lookup(self, key: str | None) -> ClientSecret | None:
+        """The live secret for ``key``; None when it is not an ephemeral key, unknown or expired."""
+        if key is None or not key.startswith(PREFIX):
+            return None
+        self._expire()
+        return self._keys.get(key)
+
+    def bound_update(self, key: str | None) -> wire.ClientEvent | None:
+        """The ``session.update`` that gives a session opened with ``key`` its key's configuration."""
+        secret = self.lookup(key)
+        if secret is None or not secret.session:
+            return None
+        return wire.decode(msgspec.json.encode({"type": "session.update", "session": secret.session}))
+
+    def _expire(self) -> None:
+        now = self._clock()
+        for key in [k for k, s in self._keys.items() if s.expires_at <= now]:
+            del self._keys[key]
+
+
+def error_response(error: RemoteProtocolError, status: int) -> Response:
+    """An HTTP error in OpenAI's shape: ``{"error": {type, code, message, param}}``."""
+    return JSONResponse({"error": error.to_error_body()}, status_code=status)
+
+
+def _ttl(body: dict[str, Any]) -> float:
+    expires_after = body.get("expires_after") or {}
+    if not isinstance(expires_after, dict):
+        raise wire_errors.INVALID_VALUE.error(detail="expires_after must be an object", param="expires_after")
+    if expires_after.get("anchor", "created_at") != "created_at":
+        detail = "expires_after.anchor must be 'created_at'"
+        raise wire_errors.INVALID_VALUE.error(detail=detail, param="expires_after.anchor")
+    seconds = expires_after.get("seconds", DEFAULT_TTL_S)
+    if isinstance(seconds, bool) or not isinstance(seconds, int) or not MIN_TTL_S <= seconds <= MAX_TTL_S:
+        detail = f"expires_after.seconds must be an integer from {MIN_TTL_S} to {MAX_TTL_S}"
+        raise wire_errors.INVALID_VALUE.error(detail=detail, param="expires_after.seconds")
+    return float(seconds)
+
+
+def validated_session(session: object, model: str) -> dict[str, Any]:
+    """``session`` checked as a ``session.update`` would be (OpenAI's errors); raises if invalid."""
+    if not isinstance(session, dict):
+        raise wire_errors.INVALID_VALUE.error(detail="session must be an object", param="session")
+    apply_update(Config(model=model), session)
+    return session
+
+
+async def _json_body(request: Request) -> dict[str, Any]:
+    raw = await request.body()
+    try:
+        body = msgspec.json.decode(raw) if raw.strip() else {}
+    except msgspec.DecodeError as exc:
+        raise wire_errors.INVALID_JSON.error(detail=exc) from None
+    if not isinstance(body, dict):
+        raise wire_errors.INVALID_VALUE.error(detail="the body must be a JSON object", param=None)
+    return body
+
+
+def routes_for(store: ClientSecrets, default_model: Callable[[], str]) -> list[Any]:
+    """The GA and beta minting routes over ``store``."""
+    from starlette.routing import Route
+
+    async def mint(body: dict[str, Any], session: object) -> tuple[str, ClientSecret, dict[str, Any]]:
+        ttl = _ttl(body)
+        checked = validated_session(session if session is not None else {}, default_model())
+        value, secret = store.mint(checked, ttl)
+        shown = apply_update(Config(model=default_model()), checked).to_wire("sess_ephemeral")
+        shown.pop("id", None)
+        return value, secret, shown
+
+    async def client_secrets(request: Request) -> Response:
+        try:
+            body = await _json_body(request)
+            value, secret, shown = await mint(body, body.get("session"))
+        except RemoteProtocolError as error:
+            return error_response(error, 400)
+        return JSONResponse({"value": value, "expires_at": int(secret.expires_at), "session": shown})
+
+    async def beta_sessions(request: Request) -> Response:
+        try:
+            body = await _json_body(request)
+            config = {k: v for k, v in body.items() if k != "expires_after"}
+            value, secret, shown = await mint(body, config)
+        except RemoteProtocolError as error:
+            return error_response(error, 400)
+        client_secret = {"value": value, "expires_at": int(secret.expires_at)}
+        return JSONResponse({**shown, "object": "realtime.session", "client_secret": client_secret})
+
+    return [
+        Route("/v1/realtime/client_secrets", client_secrets, methods=["POST"]),
+        Route("/v1/realtime/sessions", beta_sessions, methods=["POST"]),
+    ]
