@@ -28,6 +28,7 @@ BENCHES: dict[str, str] = {
     "voice-session": "livegen.bench.voice_session:voice_session",
     "world-workers": "livegen.bench.world_workers:world_workers",
     "world-model": "livegen.bench.world_model:command",
+    "world-stream": "livegen.bench.world_stream:command",
     "voice-faults": "livegen.bench.voice_faults:command",
     "churn": "livegen.bench.churn:command",
 }
