@@ -157,6 +157,36 @@ async def test_realtime_pacing_follows_the_media_clock() -> None:
     runner.abort_sending()
 
 
+async def test_a_start_ack_paces_the_next_chunk_to_the_clients_playback() -> None:
+    """With acks at start, chunk k starts its measured step time (with margin) before the client
+    needs it (chunk k-1's start plus its 250 ms), not as soon as chunk k-1 is due: the latest
+    input gets in, and the chunk is still ready in time."""
+    now = [100.0]
+    model = RecordingKVModel()
+    scheduler = Scheduler(model, kv_budget_bytes=required_bytes(GEOMETRY, 4, 1), clock=lambda: now[0])
+    manager = Manager(tracks=model.spec.controls, new_id=lambda: "x")
+    sent: list[Any] = []
+
+    async def record(message: Any) -> None:
+        sent.append(message)
+
+    runner = Runner(manager.create(), manager, scheduler, record, record, Options(max_chunks_ahead=1))
+    runner.start()
+    plan = runner.begin_tick(now[0])
+    assert plan is not None
+    [chunk] = model.step([Tick(plan.meta, 0, "", {})], None)
+    runner.tick_done(plan, chunk, 40.0)  # a 40 ms step
+    await until(lambda: runner.num_chunks_sent == 1)
+    assert not runner.is_due(now[0] + 10)  # no credit before an ack
+    now[0] = 100.5
+    runner.ack(0, at="start")  # chunk 0's first frame shows at 100.5: chunk 1 is needed at 100.75
+    lead = 1.5 * 0.040 + 0.015
+    assert runner.next_deadline() == pytest.approx(100.75 - lead)
+    assert not runner.is_due(100.75 - lead - 0.001) and runner.is_due(100.75 - lead)
+    assert runner.is_due(100.75 - lead - 0.01, early_s=0.01)  # the scheduler's batch window
+    runner.abort_sending()
+
+
 async def test_a_client_that_does_not_read_is_flagged_not_buffered_forever() -> None:
     model = RecordingKVModel()
     scheduler = Scheduler(model, kv_budget_bytes=required_bytes(GEOMETRY, 4, 1))

@@ -48,9 +48,9 @@ class Steppable(Protocol):
 
     session_id: str
 
-    def is_due(self, now: float) -> bool: ...
+    def is_due(self, now: float, early_s: float = 0.0) -> bool: ...
     def next_deadline(self) -> float | None: ...
-    def begin_tick(self, now: float) -> Plan | None: ...
+    def begin_tick(self, now: float, early_s: float = 0.0) -> Plan | None: ...
     def tick_done(self, plan: Plan, chunk: Chunk, model_ms: float) -> None: ...
     def tick_failed(self, plan: Plan, code: str, message: str) -> None: ...
     def crashed(self, message: str) -> None: ...
@@ -87,6 +87,9 @@ class Scheduler:
         self._steps: set[asyncio.Task[None]] = set()
         self.num_steps = 0
         self.num_ticks = 0
+        #: The last step's seconds: a session due within it joins this round's batch rather than
+        #: waiting behind it for the next (one batched step costs less than two in a row).
+        self.batch_window_s = 0.0
 
     @property
     def pool(self) -> Pool | None:
@@ -131,11 +134,12 @@ class Scheduler:
         while True:
             now = self.clock()
             waiting = [r for r in list(self._runners.values()) if not self._is_worker_busy(r)]
-            due = [runner for runner in waiting if runner.is_due(now)]
-            if not due:
+            if not any(runner.is_due(now) for runner in waiting):
                 await self._sleep(now, waiting)
                 continue
-            entries = [entry for runner in due if (entry := self._plan(runner, now)) is not None]
+            window = self.batch_window_s
+            due = [runner for runner in waiting if runner.is_due(now, window)]
+            entries = [entry for runner in due if (entry := self._plan(runner, now, window)) is not None]
             for group in _by_worker(entries):
                 self._launch(group)
             await asyncio.sleep(0)  # let the steps start before planning again
@@ -169,9 +173,9 @@ class Scheduler:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), timeout)
 
-    def _plan(self, runner: Steppable, now: float) -> _Entry | None:
+    def _plan(self, runner: Steppable, now: float, early_s: float) -> _Entry | None:
         try:
-            plan = runner.begin_tick(now)
+            plan = runner.begin_tick(now, early_s)
         except Exception as exc:  # a bug in one session: stop scheduling it, keep the others going
             log_event(
                 logger, "scheduler.session_crashed", logging.ERROR, session=runner.session_id, error=repr(exc)
@@ -206,6 +210,7 @@ class Scheduler:
                 self._fail(entry, "chunk_failed", f"model step failed: {type(exc).__name__}: {exc}")
             return
         model_ms = (self.clock() - started) * 1000
+        self.batch_window_s = model_ms / 1000
         self.num_steps += 1
         self.num_ticks += len(entries)
         by_request = {chunk.meta.request_id: chunk for chunk in chunks}

@@ -236,7 +236,7 @@ class Connection:
             runner.accept(Event.of(event.event_id, event.prompt, controls))
             self.service.scheduler.wake()  # type: ignore[union-attr]
         elif isinstance(event, wire.ChunkAck):
-            runner.ack(event.chunk_index)
+            runner.ack(event.chunk_index, event.at)
         elif isinstance(event, wire.WorldReset):
             await runner.reset()
         elif isinstance(event, wire.SessionClose):
