@@ -12,7 +12,8 @@ round trips. This bench runs both in one run, so the gap stays visible:
   acks each chunk as it arrives, with ``max_chunks_ahead`` 4 so that the
   server, not the round trip, bounds the rate; the chunk headers' own
   ``model_ms`` and ``encode_ms`` medians say where that time went;
-- realtime: 1, 2, 4, 8 page-like sessions at once (``realtime`` pacing, PNG,
+- realtime: 1, 2, 4, 8 page-like sessions at once (each level run once per
+  ``--ack-at``, by default end then start, so the old page is the baseline) (``realtime`` pacing, PNG,
   ``max_chunks_ahead`` 1 by default), each with the page's player
   (``static/world.js``): a frame every 1/fps seconds while frames are queued,
   the cadence restarted after a stall, one stall counted each time a frame is
@@ -293,7 +294,7 @@ def measure(
     seconds: float,
     warm_up: float,
     ahead: int,
-    ack_at: str,
+    ack_at: list[str],
     served_seconds: float,
     model_chunks: int,
     server_args: list[str],
@@ -310,9 +311,10 @@ def measure(
         served = asyncio.run(served_ms_per_frame(url, served_seconds, fpc))
         model_ms.append(model_ms_per_frame(model, model_chunks))
         rows = []
-        for sessions in levels:
+        for sessions, mode in [(n, mode) for n in levels for mode in ack_at]:
             cpu_before, wall_before = _cpu_seconds(server.pid), time.perf_counter()
-            row = asyncio.run(realtime_level(url, sessions, seconds, warm_up, ahead, ack_at))
+            level = asyncio.run(realtime_level(url, sessions, seconds, warm_up, ahead, mode))
+            row: dict[str, Any] = {"ack_at": mode, **level}
             row["server_cpu_cores"] = round(
                 (_cpu_seconds(server.pid) - cpu_before) / (time.perf_counter() - wall_before), 2
             )
@@ -353,9 +355,11 @@ def measure(
 @click.option(
     "--ack-at",
     type=click.Choice(["end", "start"]),
-    default="end",
+    multiple=True,
+    default=("end", "start"),
     show_default=True,
-    help="Ack a chunk when its last frame shows (the old page) or its first (pipelined).",
+    help="Ack a chunk when its last frame shows (the old page) or its first (pipelined); "
+    "repeat for both: each level runs with each, in one run.",
 )
 @click.option("--served-seconds", default=6.0, show_default=True, type=click.FloatRange(2))
 @click.option("--model-chunks", default=40, show_default=True, type=click.IntRange(2))
@@ -371,7 +375,7 @@ def command(
     seconds: float,
     warm_up: float,
     ahead: int,
-    ack_at: str,
+    ack_at: tuple[str, ...],
     served_seconds: float,
     model_chunks: int,
     server_args: tuple[str, ...],
@@ -382,7 +386,15 @@ def command(
         raise click.BadParameter("--warm-up must be shorter than --seconds")
     counts = [int(level) for level in levels.split(",") if level.strip()]
     result = measure(
-        model_name, counts, seconds, warm_up, ahead, ack_at, served_seconds, model_chunks, list(server_args)
+        model_name,
+        counts,
+        seconds,
+        warm_up,
+        ahead,
+        list(ack_at),
+        served_seconds,
+        model_chunks,
+        list(server_args),
     )
     served = result["served"]
     click.echo(
@@ -391,13 +403,14 @@ def command(
         f"{served['header_model_ms_per_frame']:.2f}"
         f" ms/frame, encode {served['header_encode_ms_per_chunk']:.2f} ms/chunk"
     )
-    click.echo(f"realtime, {ahead} ahead, ack at {ack_at}:")
+    click.echo(f"realtime, {ahead} ahead:")
     click.echo(
-        f"{'sessions':>9}{'fps min':>9}{'fps med':>9}{'stalls/min':>11}{'p50 ms':>8}{'p95 ms':>8}{'cpu':>6}"
+        f"{'ack at':>7}{'sessions':>9}{'fps min':>9}{'fps med':>9}{'stalls/min':>11}"
+        f"{'p50 ms':>8}{'p95 ms':>8}{'cpu':>6}"
     )
     for row in result["realtime"]:
         click.echo(
-            f"{row['sessions']:>9}{row['fps_min']:>9.2f}{row['fps_median']:>9.2f}"
+            f"{row['ack_at']:>7}{row['sessions']:>9}{row['fps_min']:>9.2f}{row['fps_median']:>9.2f}"
             f"{row['stalls_per_min_median']:>11.1f}{_fmt(row['input_to_shown_p50_ms']):>8}"
             f"{_fmt(row['input_to_shown_p95_ms']):>8}{row['server_cpu_cores']:>6.2f}"
         )
