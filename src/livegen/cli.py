@@ -148,6 +148,14 @@ def main() -> None:
     help="World model workers: 0 steps it in this process; N starts N Ray actors (needs livegen[ray]).",
 )
 @click.option(
+    "--world-realtime-headroom",
+    default=0.85,
+    show_default=True,
+    type=click.FloatRange(0),
+    help="Admit a world session only while every session's chunks need at most this share of the "
+    "model's measured time (0: no frame-clock admission).",
+)
+@click.option(
     "--ray-address",
     envvar="RAY_ADDRESS",
     default=None,

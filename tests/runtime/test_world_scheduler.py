@@ -187,6 +187,38 @@ async def test_a_start_ack_paces_the_next_chunk_to_the_clients_playback() -> Non
     runner.abort_sending()
 
 
+class TimedKVModel(RecordingKVModel):
+    """Each tick of a step takes 100 ms on the scheduler's (fake) clock: 40% of a core per
+    realtime session at 4 chunks a second."""
+
+    def __init__(self, now: list[float]) -> None:
+        super().__init__()
+        self.now = now
+
+    def step(self, ticks: Sequence[Tick], kv_storage: Any) -> list[Chunk]:
+        self.now[0] += 0.1 * len(ticks)
+        return super().step(ticks, kv_storage)
+
+
+async def test_admission_refuses_a_session_the_frame_clock_cannot_hold() -> None:
+    now = [100.0]
+    model = TimedKVModel(now)
+    harness = Harness(model, num_sessions=4)
+    harness.scheduler.clock = lambda: now[0]
+    await harness.scheduler.start()
+    harness.open(max_chunks_ahead=2)  # unmeasured: admitted
+    await until(lambda: harness.scheduler.tick_cost_s is not None)
+    assert harness.scheduler.tick_cost_s == pytest.approx(0.1)
+    assert harness.scheduler.realtime_load(1) == pytest.approx(0.4)
+    harness.open(max_chunks_ahead=2)  # two need 80% of the worker's time: admitted
+    assert harness.scheduler.is_realtime_full
+    with pytest.raises(CapacityExceeded) as error:
+        harness.open()  # three would need 120%
+    assert error.value.code == "realtime_capacity"
+    assert harness.scheduler.workers.kv_pools[0].num_sessions == 2  # the refused one holds nothing
+    await harness.scheduler.stop()
+
+
 async def test_a_client_that_does_not_read_is_flagged_not_buffered_forever() -> None:
     model = RecordingKVModel()
     scheduler = Scheduler(model, kv_budget_bytes=required_bytes(GEOMETRY, 4, 1))

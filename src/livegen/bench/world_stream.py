@@ -22,7 +22,9 @@ round trips. This bench runs both in one run, so the gap stays visible:
   (``--ack-at start``, the pipelined ack). Each session changes its action
   every 0.3-0.7 s; input -> shown is from sending the event to showing the
   first frame of the chunk that applied it. fps and stalls per minute count
-  after ``--warm-up`` seconds.
+  after ``--warm-up`` seconds, over the sessions admitted (``refused`` counts
+  those the server's frame-clock admission turned away; pass
+  ``--server-arg=--world-realtime-headroom=0`` to play them all).
 
 Everything runs on the same machine as the server, so the figures include the
 client's share of the CPU, as a browser's would.
@@ -136,7 +138,11 @@ class Page:
             session = {"seed": self.seed, "prompt": "a forest room", "pacing": self.pacing}
             session |= {"output": {"format": "png"}, "max_chunks_ahead": self.ahead}
             await ws.send(json.dumps({"type": "session.update", "session": session}))
-            self.fps = float(json.loads(await ws.recv())["session"]["fps"])
+            first = json.loads(await ws.recv())
+            if first["type"] == "error":  # refused (e.g. realtime_capacity): counted, not played
+                self.stats.errors.append(first["error"]["code"])
+                return self.stats
+            self.fps = float(first["session"]["fps"])
             started = time.perf_counter()
             self.counting_from = started + warm_up
             tasks = [asyncio.create_task(self._read(ws))]
@@ -261,10 +267,13 @@ async def realtime_level(
     results = await asyncio.gather(*(page.run(seconds, warm_up) for page in pages))
     counted_s = seconds - warm_up
     latencies = [ms for stats in results for ms in stats.latencies_ms]
-    fps = [stats.frames / counted_s for stats in results]
-    stalls = [60 * stats.stalls / counted_s for stats in results]
+    refused = sum("realtime_capacity" in stats.errors for stats in results)
+    played = [stats for stats in results if "realtime_capacity" not in stats.errors] or results
+    fps = [stats.frames / counted_s for stats in played]
+    stalls = [60 * stats.stalls / counted_s for stats in played]
     return {
         "sessions": sessions,
+        "refused": refused,
         "fps_min": round(min(fps), 2),
         "fps_median": round(statistics.median(fps), 2),
         "stalls_per_min_median": round(statistics.median(stalls), 1),

@@ -14,6 +14,13 @@ a slow worker never holds up the others. A
 only the session whose state is gone fails, with code ``state_evicted``
 (upstream gap 3), never a silent restart.
 
+Admission knows the frame clock: each step's time per tick is measured
+(a batch costs about its size times one tick on a CPU), and a new session is
+refused (``CapacityExceeded``, code ``realtime_capacity``) when the sessions
+already admitted, plus it, would need more than ``realtime_headroom`` of the
+workers' time to make every session's chunks in real time. Until a step has
+been measured every session is admitted.
+
 By default there is one worker, in this process (``LocalWorker``); each worker
 runs its model calls in submission order, so a release always lands between
 steps, never during one.
@@ -30,7 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from livegen.errors import LivegenError, StateEvicted
+from livegen.errors import CapacityExceeded, LivegenError, StateEvicted
 from livegen.logs import log_event
 from livegen.models.world import Chunk, Tick, WorldModel
 from livegen.runtime.kv_pool import Pool
@@ -41,6 +48,11 @@ logger = logging.getLogger("livegen.world")
 
 #: Default KV budget for models with KV geometry: enough for a laptop.
 DEFAULT_KV_BUDGET_BYTES = 512 * 1024 * 1024
+#: The share of the workers' time realtime sessions may need: the rest absorbs uneven steps,
+#: encoding and the sockets, so that every admitted session still gets its frames on time.
+REALTIME_HEADROOM = 0.85
+#: Weight of the newest step in the running estimate of one tick's seconds.
+TICK_COST_WEIGHT = 0.2
 
 
 class Steppable(Protocol):
@@ -72,6 +84,7 @@ class Scheduler:
         workers: Sequence[Worker] = (),
         kv_budget_bytes: int = DEFAULT_KV_BUDGET_BYTES,
         clock: Callable[[], float] = time.monotonic,
+        realtime_headroom: float = REALTIME_HEADROOM,
     ) -> None:
         """Step ``model`` in this process, or step on ``workers`` (each with its own KV budget)."""
         if model is not None:
@@ -90,6 +103,14 @@ class Scheduler:
         #: The last step's seconds: a session due within it joins this round's batch rather than
         #: waiting behind it for the next (one batched step costs less than two in a row).
         self.batch_window_s = 0.0
+        #: Running estimate of one tick's seconds in a batched step (None until measured).
+        self.tick_cost_s: float | None = None
+        #: The share of the workers' time admitted sessions may need (0: no such limit).
+        self.realtime_headroom = realtime_headroom
+
+    @property
+    def num_sessions(self) -> int:
+        return len(self._runners)
 
     @property
     def pool(self) -> Pool | None:
@@ -113,7 +134,14 @@ class Scheduler:
 
     # -- sessions --------------------------------------------------------------------------
     def add(self, runner: Steppable) -> None:
-        """Admit a session (raises ``CapacityExceeded`` when the KV pool is full)."""
+        """Admit a session (raises ``CapacityExceeded`` when the KV pool or the frame clock is full)."""
+        if self.is_realtime_full:
+            load = self.realtime_load(len(self._runners))
+            raise CapacityExceeded(
+                f"the world model cannot make one more session's frames in real time ({len(self._runners)} "
+                f"sessions already need {load:.0%} of its time); retry later",
+                code="realtime_capacity",
+            )
         self.workers.admit(runner.session_id)
         self._runners[runner.session_id] = runner
         self.wake()
@@ -128,6 +156,21 @@ class Scheduler:
 
     def wake(self) -> None:
         self._wake.set()
+
+    def realtime_load(self, num_sessions: int) -> float:
+        """The share of the workers' time ``num_sessions`` realtime sessions need (0 unmeasured)."""
+        if self.tick_cost_s is None:
+            return 0.0
+        chunks_per_s = self.spec.fps / self.spec.frames_per_chunk
+        num_workers = max(1, sum(worker.is_alive for worker in self.workers.workers))
+        return num_sessions * chunks_per_s * self.tick_cost_s / num_workers
+
+    @property
+    def is_realtime_full(self) -> bool:
+        """True when one more session would push the batch past real time for everyone."""
+        if not self._runners or self.realtime_headroom <= 0:
+            return False
+        return self.realtime_load(len(self._runners) + 1) > self.realtime_headroom
 
     # -- the loop --------------------------------------------------------------------------
     async def _loop(self) -> None:
@@ -211,6 +254,9 @@ class Scheduler:
             return
         model_ms = (self.clock() - started) * 1000
         self.batch_window_s = model_ms / 1000
+        cost = model_ms / 1000 / len(entries)
+        previous = self.tick_cost_s
+        self.tick_cost_s = cost if previous is None else previous + TICK_COST_WEIGHT * (cost - previous)
         self.num_steps += 1
         self.num_ticks += len(entries)
         by_request = {chunk.meta.request_id: chunk for chunk in chunks}
