@@ -144,7 +144,13 @@ def _serve(port: int, cpu: int | None, niceness: int) -> None:
     registry = Registry(
         [ModelInfo("bench-tone", Kind.VOICE, "livegen.bench.voice_session:load_tone", "bench")]
     )
-    config = ServerConfig(api_key=None, voice_model="bench-tone", world_model="none", max_sessions=100_000)
+    config = ServerConfig(  # the bench's levels, not the defaults, bound sessions and sockets
+        api_key=None,
+        voice_model="bench-tone",
+        world_model="none",
+        max_sessions=100_000,
+        max_connections=100_000,
+    )
     app = create_app(config, registry)
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", log_config=None)
 
