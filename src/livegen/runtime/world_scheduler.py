@@ -15,7 +15,9 @@ only the session whose state is gone fails, with code ``state_evicted``
 (upstream gap 3), never a silent restart.
 
 Admission knows the frame clock: each step's time per tick is measured
-(a batch costs about its size times one tick on a CPU), and a new session is
+(a batch costs about its size times one tick on a CPU; the least over the last
+``TICK_COST_STEPS`` steps, so a neighbour's burst does not halve the capacity),
+and a new session is
 refused (``CapacityExceeded``, code ``realtime_capacity``) when the sessions
 already admitted, plus it, would need more than ``realtime_headroom`` of the
 workers' time to make every session's chunks in real time. Until a step has
@@ -51,8 +53,9 @@ DEFAULT_KV_BUDGET_BYTES = 512 * 1024 * 1024
 #: The share of the workers' time realtime sessions may need: the rest absorbs uneven steps,
 #: encoding and the sockets, so that every admitted session still gets its frames on time.
 REALTIME_HEADROOM = 0.85
-#: Weight of the newest step in the running estimate of one tick's seconds.
-TICK_COST_WEIGHT = 0.2
+#: Steps whose time per tick the admission estimate takes the least of: the model's own cost,
+#: not a moment when something else on the machine held the CPU.
+TICK_COST_STEPS = 32
 
 
 class Steppable(Protocol):
@@ -103,8 +106,9 @@ class Scheduler:
         #: The last step's seconds: a session due within it joins this round's batch rather than
         #: waiting behind it for the next (one batched step costs less than two in a row).
         self.batch_window_s = 0.0
-        #: Running estimate of one tick's seconds in a batched step (None until measured).
+        #: One tick's seconds in a batched step: the least over recent steps (None until measured).
         self.tick_cost_s: float | None = None
+        self._tick_costs: collections.deque[float] = collections.deque(maxlen=TICK_COST_STEPS)
         #: The share of the workers' time admitted sessions may need (0: no such limit).
         self.realtime_headroom = realtime_headroom
 
@@ -254,9 +258,8 @@ class Scheduler:
             return
         model_ms = (self.clock() - started) * 1000
         self.batch_window_s = model_ms / 1000
-        cost = model_ms / 1000 / len(entries)
-        previous = self.tick_cost_s
-        self.tick_cost_s = cost if previous is None else previous + TICK_COST_WEIGHT * (cost - previous)
+        self._tick_costs.append(model_ms / 1000 / len(entries))
+        self.tick_cost_s = min(self._tick_costs)
         self.num_steps += 1
         self.num_ticks += len(entries)
         by_request = {chunk.meta.request_id: chunk for chunk in chunks}
