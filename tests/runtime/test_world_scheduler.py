@@ -19,7 +19,7 @@ from livegen.models import game
 from livegen.models.world import Chunk, Tick
 from livegen.protocol import world as wire
 from livegen.runtime.kv_pool import required_bytes
-from livegen.runtime.world_runner import MAX_QUEUED_EVENTS, Options, Runner
+from livegen.runtime.world_runner import LEAD_FACTOR, LEAD_MARGIN_S, MAX_QUEUED_EVENTS, Options, Runner
 from livegen.runtime.world_scheduler import Scheduler
 from livegen.world import Manager, Status
 from runtime.world_harness import GEOMETRY, RunnerHarness, until
@@ -180,7 +180,7 @@ async def test_a_start_ack_paces_the_next_chunk_to_the_clients_playback() -> Non
     assert not runner.is_due(now[0] + 10)  # no credit before an ack
     now[0] = 100.5
     runner.ack(0, at="start")  # chunk 0's first frame shows at 100.5: chunk 1 is needed at 100.75
-    lead = 1.5 * 0.040 + 0.015
+    lead = LEAD_FACTOR * 0.040 + LEAD_MARGIN_S  # the step's time, with margin
     assert runner.next_deadline() == pytest.approx(100.75 - lead)
     assert not runner.is_due(100.75 - lead - 0.001) and runner.is_due(100.75 - lead)
     assert runner.is_due(100.75 - lead - 0.01, early_s=0.01)  # the scheduler's batch window

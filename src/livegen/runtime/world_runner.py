@@ -63,7 +63,7 @@ MAX_QUEUED_EVENTS = 1024
 SendBytes = Callable[[bytes], Awaitable[None]]
 #: How much sooner than its measured step time a chunk paced by a start ack begins: a margin
 #: for the step taking longer than the last ones and for the socket, so it is ready in time.
-LEAD_FACTOR = 1.5
+LEAD_FACTOR = 1.25
 LEAD_MARGIN_S = 0.015
 
 
