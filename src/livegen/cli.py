@@ -29,6 +29,7 @@ BENCHES: dict[str, str] = {
     "world-workers": "livegen.bench.world_workers:world_workers",
     "world-model": "livegen.bench.world_model:command",
     "world-stream": "livegen.bench.world_stream:command",
+    "voice-conversations": "livegen.bench.voice_conversations:command",
     "voice-faults": "livegen.bench.voice_faults:command",
     "churn": "livegen.bench.churn:command",
 }
