@@ -28,6 +28,8 @@ BENCHES: dict[str, str] = {
     "voice-session": "livegen.bench.voice_session:voice_session",
     "world-workers": "livegen.bench.world_workers:world_workers",
     "world-model": "livegen.bench.world_model:command",
+    "world-stream": "livegen.bench.world_stream:command",
+    "voice-conversations": "livegen.bench.voice_conversations:command",
     "voice-faults": "livegen.bench.voice_faults:command",
     "churn": "livegen.bench.churn:command",
     "voice-webrtc": "livegen.bench.voice_webrtc:command",
@@ -155,6 +157,14 @@ def main() -> None:
     show_default=True,
     type=click.IntRange(0),
     help="World model workers: 0 steps it in this process; N starts N Ray actors (needs livegen[ray]).",
+)
+@click.option(
+    "--world-realtime-headroom",
+    default=0.85,
+    show_default=True,
+    type=click.FloatRange(0),
+    help="Admit a world session only while every session's chunks need at most this share of the "
+    "model's measured time (0: no frame-clock admission).",
 )
 @click.option(
     "--ray-address",

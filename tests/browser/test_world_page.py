@@ -202,9 +202,10 @@ def test_pacing_off_runs_faster_than_the_model_fps_and_end_closes(
 
 
 class SlowWorld:
-    """The procedural world, stepping slower than a frame (80 ms a chunk, like a neural model on CPU)."""
+    """The procedural world, stepping unevenly: every other chunk takes longer than a chunk plays
+    (330 ms for 250 ms), the others 100 ms, so on average it keeps up only with a chunk in hand."""
 
-    STEP_S = 0.08
+    STEP_S = (0.1, 0.33)
 
     def __init__(self) -> None:
         from livegen.models.procedural import load
@@ -212,12 +213,14 @@ class SlowWorld:
         self.inner = load()
         self.name = "slow-world"
         self.spec = self.inner.spec
+        self.num_steps = 0
 
     def new_kv_storage(self, num_pages: int) -> object:
         return self.inner.new_kv_storage(num_pages)
 
     def step(self, ticks: object, kv_storage: object) -> object:
-        time.sleep(self.STEP_S)  # runs in the scheduler's worker thread
+        self.num_steps += 1
+        time.sleep(self.STEP_S[self.num_steps % 2])  # runs in the scheduler's worker thread
         return self.inner.step(ticks, kv_storage)  # type: ignore[arg-type]
 
     def release(self, session_id: str) -> None:
@@ -226,6 +229,40 @@ class SlowWorld:
 
 def load_slow_world() -> SlowWorld:
     return SlowWorld()
+
+
+class SteadyWorld(SlowWorld):
+    """100 ms for every chunk: slower than a frame (62 ms), faster than a chunk (250 ms)."""
+
+    STEP_S = (0.1, 0.1)
+
+
+def load_steady_world() -> SteadyWorld:
+    return SteadyWorld()
+
+
+def test_at_one_chunk_ahead_the_next_chunk_is_made_while_one_plays(
+    start_server: Callable[..., ServerThread], open_browser: Callable[..., Browser]
+) -> None:
+    """The page acks a chunk as its first frame shows, so a step slower than a frame but faster
+    than a chunk never shows as a gap: it plays at one chunk ahead without stalling (acking at
+    the last frame, every chunk stalled for its whole step)."""
+    from livegen.models import Kind, ModelInfo, Registry
+
+    steady = ModelInfo("steady-world", Kind.WORLD, f"{__name__}:load_steady_world", "procedural, 100 ms")
+    server = start_server(registry=Registry([steady]), voice_model="none", world_model="steady-world")
+    server.wait_ready()
+    browser = open_browser()
+    browser.open(server.http_url + "/")
+    browser.wait_for(lambda: "steady-world" in browser.text("status"), what="the ready status")
+    browser.find("world-start").click()
+    browser.wait_for(lambda: stats(browser)["framesDrawn"] > 16, what="the first second of frames")
+    stalls = stats(browser)["stalls"]
+    drawn = stats(browser)["framesDrawn"]
+    browser.wait_for(lambda: stats(browser)["framesDrawn"] > drawn + 48, what="3 s more of frames")
+    assert stats(browser)["stalls"] - stalls <= 1
+    assert stats(browser)["chunksAhead"] == 1
+    assert stats(browser)["errors"] == []
 
 
 def test_stalls_ask_the_server_to_run_further_ahead(
@@ -240,8 +277,9 @@ def test_stalls_ask_the_server_to_run_further_ahead(
     browser.open(server.http_url + "/")
     browser.wait_for(lambda: "slow-world" in browser.text("status"), what="the ready status")
     browser.find("world-start").click()
-    # One chunk ahead leaves 62 ms between frames for an 80 ms step: playback stalls,
-    # and the page asks for more chunks ahead until it stops stalling.
+    # Even generated while the chunk before plays (the page acks at start), a 330 ms step is
+    # late for a 250 ms chunk: playback stalls, and the page asks for more chunks ahead until
+    # the quick steps make up for the slow ones.
     browser.wait_for(lambda: stats(browser)["chunksAhead"] >= 2, what="a step up in chunks ahead")
     stepped_at = stats(browser)["stalls"]
     drawn = stats(browser)["framesDrawn"]

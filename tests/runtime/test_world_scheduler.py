@@ -19,7 +19,7 @@ from livegen.models import game
 from livegen.models.world import Chunk, Tick
 from livegen.protocol import world as wire
 from livegen.runtime.kv_pool import required_bytes
-from livegen.runtime.world_runner import MAX_QUEUED_EVENTS, Options, Runner
+from livegen.runtime.world_runner import LEAD_FACTOR, LEAD_MARGIN_S, MAX_QUEUED_EVENTS, Options, Runner
 from livegen.runtime.world_scheduler import Scheduler
 from livegen.world import Manager, Status
 from runtime.world_harness import GEOMETRY, RunnerHarness, until
@@ -155,6 +155,68 @@ async def test_realtime_pacing_follows_the_media_clock() -> None:
     runner.options = dataclasses.replace(runner.options, pacing="asap")
     assert runner.is_due(now[0]) and runner.next_deadline() is None
     runner.abort_sending()
+
+
+async def test_a_start_ack_paces_the_next_chunk_to_the_clients_playback() -> None:
+    """With acks at start, chunk k starts its measured step time (with margin) before the client
+    needs it (chunk k-1's start plus its 250 ms), not as soon as chunk k-1 is due: the latest
+    input gets in, and the chunk is still ready in time."""
+    now = [100.0]
+    model = RecordingKVModel()
+    scheduler = Scheduler(model, kv_budget_bytes=required_bytes(GEOMETRY, 4, 1), clock=lambda: now[0])
+    manager = Manager(tracks=model.spec.controls, new_id=lambda: "x")
+    sent: list[Any] = []
+
+    async def record(message: Any) -> None:
+        sent.append(message)
+
+    runner = Runner(manager.create(), manager, scheduler, record, record, Options(max_chunks_ahead=1))
+    runner.start()
+    plan = runner.begin_tick(now[0])
+    assert plan is not None
+    [chunk] = model.step([Tick(plan.meta, 0, "", {})], None)
+    runner.tick_done(plan, chunk, 40.0)  # a 40 ms step
+    await until(lambda: runner.num_chunks_sent == 1)
+    assert not runner.is_due(now[0] + 10)  # no credit before an ack
+    now[0] = 100.5
+    runner.ack(0, at="start")  # chunk 0's first frame shows at 100.5: chunk 1 is needed at 100.75
+    lead = LEAD_FACTOR * 0.040 + LEAD_MARGIN_S  # the step's time, with margin
+    assert runner.next_deadline() == pytest.approx(100.75 - lead)
+    assert not runner.is_due(100.75 - lead - 0.001) and runner.is_due(100.75 - lead)
+    assert runner.is_due(100.75 - lead - 0.01, early_s=0.01)  # the scheduler's batch window
+    runner.abort_sending()
+
+
+class TimedKVModel(RecordingKVModel):
+    """Each tick of a step takes 100 ms on the scheduler's (fake) clock: 40% of a core per
+    realtime session at 4 chunks a second."""
+
+    def __init__(self, now: list[float]) -> None:
+        super().__init__()
+        self.now = now
+
+    def step(self, ticks: Sequence[Tick], kv_storage: Any) -> list[Chunk]:
+        self.now[0] += 0.1 * len(ticks)
+        return super().step(ticks, kv_storage)
+
+
+async def test_admission_refuses_a_session_the_frame_clock_cannot_hold() -> None:
+    now = [100.0]
+    model = TimedKVModel(now)
+    harness = Harness(model, num_sessions=4)
+    harness.scheduler.clock = lambda: now[0]
+    await harness.scheduler.start()
+    harness.open(max_chunks_ahead=2)  # unmeasured: admitted
+    await until(lambda: harness.scheduler.tick_cost_s is not None)
+    assert harness.scheduler.tick_cost_s == pytest.approx(0.1)
+    assert harness.scheduler.realtime_load(1) == pytest.approx(0.4)
+    harness.open(max_chunks_ahead=2)  # two need 80% of the worker's time: admitted
+    assert harness.scheduler.is_realtime_full
+    with pytest.raises(CapacityExceeded) as error:
+        harness.open()  # three would need 120%
+    assert error.value.code == "realtime_capacity"
+    assert harness.scheduler.workers.kv_pools[0].num_sessions == 2  # the refused one holds nothing
+    await harness.scheduler.stop()
 
 
 async def test_a_client_that_does_not_read_is_flagged_not_buffered_forever() -> None:

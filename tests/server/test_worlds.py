@@ -168,6 +168,26 @@ async def test_flow_control_waits_for_ack(world_server: ServerThread) -> None:
         assert (await client.next_chunk()).header.chunk_index == 2
 
 
+async def test_an_ack_at_start_frees_credit_so_the_next_chunk_generates_while_one_plays(
+    world_server: ServerThread,
+) -> None:
+    """``chunk.ack`` with ``at: "start"`` (sent when a chunk's first frame shows) is understood and
+    frees the same credit as an ack at end; a bad ``at`` is refused for that message only."""
+    client = await WorldClient.connect(world_server.ws_url, auto_ack=False)
+    async with client:
+        await client.create(pacing="asap", max_chunks_ahead=1)
+        assert (await client.next_chunk()).header.chunk_index == 0
+        await client.send({"type": "chunk.ack", "chunk_index": 0, "at": "middle"})
+        with pytest.raises(WorldError) as error:
+            await client.expect(wire.EventAccepted)
+        assert error.value.code == "invalid_request" and error.value.body.param == "at"
+        await client.send({"type": "chunk.ack", "chunk_index": 0, "at": "start"})
+        assert (await client.next_chunk()).header.chunk_index == 1
+        await client.send({"type": "chunk.ack", "chunk_index": 1, "at": "start"})
+        assert (await client.next_chunk()).header.chunk_index == 2
+        await client.event(1, prompt="night")  # the session goes on: no error came for the acks
+
+
 async def test_reset_restarts_chunk_index_and_keeps_event_ids(world_server: ServerThread) -> None:
     client, _ = await connect(world_server)
     async with client:

@@ -1,4 +1,5 @@
-"""The world service's readiness: not ready while the model loads, nor while the KV pool is full."""
+"""The world service's readiness: not ready while the model loads, nor while the KV pool is full,
+nor while one more session would push the model past real time."""
 
 from __future__ import annotations
 
@@ -63,3 +64,35 @@ async def test_not_ready_while_the_kv_pool_is_full() -> None:
     assert health["ready"] is False and health["reason"] == "KV pool full"
     service.scheduler.pool.release("one")  # type: ignore[union-attr]
     assert service.health()["ready"] is True
+
+
+class IdleRunner:
+    """A session that is never due: only its admission matters here."""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+
+    def is_due(self, now: float, early_s: float = 0.0) -> bool:
+        return False
+
+    def next_deadline(self) -> None:
+        return None
+
+
+async def test_not_ready_while_one_more_session_would_miss_the_frame_clock() -> None:
+    service = world_service()
+    await service.start()
+    scheduler = service.scheduler
+    assert scheduler is not None
+    try:
+        scheduler.add(IdleRunner("one"))  # type: ignore[arg-type]
+        scheduler.tick_cost_s = 0.1  # measured: 100 ms a tick, 40% of the worker per session
+        assert service.health()["ready"] is True
+        scheduler.add(IdleRunner("two"))  # type: ignore[arg-type]
+        health = service.health()
+        assert health["ready"] is False and health["reason"] == "realtime capacity full"
+        assert health["realtime"]["tick_ms"] == 100.0
+        scheduler.remove("two")
+        assert service.health()["ready"] is True
+    finally:
+        await service.stop()

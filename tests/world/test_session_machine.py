@@ -44,6 +44,7 @@ from livegen.world import (
     Session,
     Status,
 )
+from livegen.world.flow import FlowControl
 from livegen.world.schema import CAMERA_SCHEMA, CAMERA_V1, KEYS_SCHEMA, KEYS_V1, MOUSE_SCHEMA, MOUSE_V1
 from livegen.world.session import Transition
 
@@ -489,3 +490,87 @@ class WorldMachine(RuleBasedStateMachine):
 
 TestWorldMachine = WorldMachine.TestCase
 TestWorldMachine.settings = settings(stateful_step_count=50, deadline=None)
+
+
+class FlowMachine(RuleBasedStateMachine):
+    """Flow control (``world/flow.py``) with a session's chunks: generate, write, ack at start or
+    end, reset, change ``max_chunks_ahead``. Promises: nothing is generated beyond the credit
+    (``max_chunks_ahead`` past the last ack), an ack counts only for chunks already written, a
+    start ack frees the same credit as an end ack (so with one chunk ahead the next chunk is
+    generated while this one plays), and reset starts the credit over."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flow = FlowControl()
+        self.next_index = 0
+        self.max_ahead = 1
+        self.epoch = 0
+        #: Committed chunks not yet written, in order: (epoch, chunk index).
+        self.unsent: list[tuple[int, int]] = []
+        self.written_through = -1  # in this epoch
+        #: The highest index acked in this epoch, by the client's own count.
+        self.client_acked = -1
+
+    @precondition(lambda self: self.flow.has_credit(self.next_index, self.max_ahead))
+    @rule()
+    def generate(self) -> None:
+        self.flow.committed()
+        self.unsent.append((self.epoch, self.next_index))
+        self.next_index += 1
+
+    @precondition(lambda self: bool(self.unsent))
+    @rule()
+    def write(self) -> None:
+        epoch, index = self.unsent.pop(0)
+        self.flow.written()
+        if epoch == self.epoch:
+            self.written_through = index
+
+    @rule(offset=st.integers(-2, 3), at=st.sampled_from(["start", "end"]))
+    def ack(self, offset: int, at: str) -> None:
+        index = max(0, self.written_through + offset)  # acks of unsent chunks too: they must not count
+        before = self.flow.acked_through
+        moved = self.flow.ack(index, self.next_index, at, now=float(index))
+        assert moved == (self.flow.acked_through > before)
+        assert self.flow.acked_through == max(before, min(index, self.written_through))
+        if moved and at == "start":
+            assert self.flow.last_start == (self.flow.acked_through, float(index))
+        self.client_acked = max(self.client_acked, index)
+
+    @rule(at=st.sampled_from(["start", "end"]))
+    def ack_while_playing_one_ahead(self, at: str) -> None:
+        """The page at one chunk ahead: it acks what it shows; a start ack opens the next chunk."""
+        if self.max_ahead != 1 or self.written_through < 0 or self.unsent:
+            return
+        self.flow.ack(self.written_through, self.next_index, at)
+        assert self.flow.has_credit(self.next_index, 1) == (self.written_through == self.next_index - 1)
+
+    @rule(max_ahead=st.integers(1, 3))
+    def change_ahead(self, max_ahead: int) -> None:
+        self.max_ahead = max_ahead
+
+    @rule()
+    def reset(self) -> None:
+        self.flow.reset()
+        self.epoch += 1
+        self.next_index = 0
+        self.written_through = self.client_acked = -1
+
+    @rule()
+    def bad_ack(self) -> None:
+        with pytest.raises(ValueError):
+            self.flow.ack(0, self.next_index, "middle")
+
+    @invariant()
+    def acks_count_only_written_chunks(self) -> None:
+        assert self.flow.acked_through <= self.written_through
+
+    @invariant()
+    def nothing_beyond_credit(self) -> None:
+        # Generated past the last ack: at most the most max_chunks_ahead ever was (it may shrink).
+        assert self.next_index - 1 - self.flow.acked_through <= 3
+        assert self.flow.unsent == len(self.unsent)
+
+
+TestFlowMachine = FlowMachine.TestCase
+TestFlowMachine.settings = settings(stateful_step_count=50, deadline=None)

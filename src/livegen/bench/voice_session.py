@@ -23,6 +23,12 @@ append of a period and every turn end arrive in one burst.
 
 The baseline is the same measurement with one session, in the same run; the
 report gives each level's p99 as a ratio to it.
+
+``--neighbour SHARE`` measures every level a second time, in the same run,
+with a CPU-busy neighbour process pinned to the server's core, busy for SHARE
+of each 10 ms (1.0: always runnable), as when another program on the machine
+wakes up: ``levels_with_neighbour`` and ``sessions_per_core_with_neighbour``
+sit next to the quiet figures, so the two can be compared directly.
 """
 
 from __future__ import annotations
@@ -138,7 +144,13 @@ def _serve(port: int, cpu: int | None, niceness: int) -> None:
     registry = Registry(
         [ModelInfo("bench-tone", Kind.VOICE, "livegen.bench.voice_session:load_tone", "bench")]
     )
-    config = ServerConfig(api_key=None, voice_model="bench-tone", world_model="none", max_sessions=100_000)
+    config = ServerConfig(  # the bench's levels, not the defaults, bound sessions and sockets
+        api_key=None,
+        voice_model="bench-tone",
+        world_model="none",
+        max_sessions=100_000,
+        max_connections=100_000,
+    )
     app = create_app(config, registry)
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", log_config=None)
 
@@ -339,6 +351,14 @@ def _free_port() -> int:
 @click.option(
     "--runs", default=3, show_default=True, type=click.IntRange(1), help="Runs per level; the median counts."
 )
+@click.option(
+    "--neighbour",
+    default=0.0,
+    show_default=True,
+    type=click.FloatRange(0, 1),
+    help="Also measure every level with a CPU-busy process on the server's core, busy this share "
+    "of the time (0: no neighbour run).",
+)
 @click.option("--serve", "serve_port", type=int, default=None, hidden=True)
 @click.option("--cpu", type=int, default=None, hidden=True)
 def voice_session(
@@ -349,6 +369,7 @@ def voice_session(
     niceness: int,
     aligned: bool,
     runs: int,
+    neighbour: float,
     serve_port: int | None,
     cpu: int | None,
 ) -> None:
@@ -386,6 +407,14 @@ def voice_session(
             report = asyncio.run(
                 _measure(port, server.pid, Path(tmp), levels, seconds, idle_sessions, aligned, runs, tqdm)
             )
+            if neighbour > 0:
+                with _neighbour(server_cpu, neighbour):
+                    busy = asyncio.run(
+                        _measure(port, server.pid, Path(tmp), levels, seconds, 0, aligned, runs, tqdm)
+                    )
+                report["neighbour_share"] = neighbour
+                report["levels_with_neighbour"] = busy["levels"]
+                report["sessions_per_core_with_neighbour"] = busy["sessions_per_core"]
         finally:
             os.sched_setaffinity(0, cores)
             with contextlib.suppress(PermissionError):
@@ -400,6 +429,31 @@ def voice_session(
     click.echo(text)
     if json_path:
         Path(json_path).write_text(text + "\n")
+
+
+#: The neighbour: busy for ``share`` of every 10 ms, on one core, until killed.
+_NEIGHBOUR = """
+import os, sys, time
+os.sched_setaffinity(0, {int(sys.argv[1])})
+share = float(sys.argv[2])
+while True:
+    started = time.perf_counter()
+    while time.perf_counter() - started < 0.01 * share:
+        pass
+    if share < 1:
+        time.sleep(0.01 * (1 - share))
+"""
+
+
+@contextlib.contextmanager
+def _neighbour(cpu: int, share: float) -> Any:
+    """A CPU-busy process on ``cpu`` for the duration of the block."""
+    process = subprocess.Popen([sys.executable, "-c", _NEIGHBOUR, str(cpu), str(share)])
+    try:
+        yield process
+    finally:
+        process.kill()
+        process.wait(10)
 
 
 def _wait_healthy(port: int) -> None:
@@ -433,7 +487,7 @@ async def _measure(
 ) -> dict[str, Any]:
     url = f"ws://127.0.0.1:{port}/v1/realtime"
     # Memory first, while the process has not yet grown pools that idle sessions could reuse.
-    memory = await _memory_per_idle_session(url, pid, idle_sessions)
+    memory = await _memory_per_idle_session(url, pid, idle_sessions) if idle_sessions else 0.0
     results = []
     counts = [int(n) for n in levels.split(",") if n.strip()]
     for num_sessions in tqdm(counts, desc="voice-session levels", unit="level"):

@@ -70,6 +70,8 @@ class WorldEvent(msgspec.Struct, tag="world.event", tag_field="type", forbid_unk
 
 class ChunkAck(msgspec.Struct, tag="chunk.ack", tag_field="type", forbid_unknown_fields=True):
     chunk_index: NonNegative
+    #: When the client sent it: the chunk's first frame shown (``start``) or its last (``end``).
+    at: Literal["start", "end"] = "end"
 
 
 class WorldReset(msgspec.Struct, tag="world.reset", tag_field="type", forbid_unknown_fields=True):

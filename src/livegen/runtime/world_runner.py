@@ -8,7 +8,10 @@ the only awaits are the worker's release calls and the socket.
 
 Pacing: ``realtime`` paces chunks to the media clock (chunk k may start once
 chunk k-1 is due on screen), ``asap`` steps as fast as the model goes. Either
-way at most ``max_chunks_ahead`` chunks go beyond the last ``chunk.ack``.
+way at most ``max_chunks_ahead`` chunks go beyond the last ``chunk.ack``
+(credit: ``world/flow.py``). A client that acks at a chunk's start gets the next
+chunk generated while that one plays, started its measured step time (with a
+margin) before the client needs it, so it takes in the latest input.
 Frames are encoded in a thread by Pillow (libjpeg-turbo for JPEG), off the
 event loop. A committed chunk's output sits in the core's effects until this
 runner moves it to the send queue, in the same synchronous call as the commit,
@@ -26,6 +29,7 @@ chunks that would only pile up here.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import time
@@ -50,12 +54,17 @@ from livegen.world import (
     Session,
     Status,
 )
+from livegen.world.flow import FlowControl
 
 logger = logging.getLogger("livegen.world")
 SendText = Callable[[str], Awaitable[None]]
 #: Events (not chunks: flow control bounds those) queued for a client that does not read.
 MAX_QUEUED_EVENTS = 1024
 SendBytes = Callable[[bytes], Awaitable[None]]
+#: How much sooner than its measured step time a chunk paced by a start ack begins: a margin
+#: for the step taking longer than the last ones and for the socket, so it is ready in time.
+LEAD_FACTOR = 1.25
+LEAD_MARGIN_S = 0.015
 
 
 @dataclass(frozen=True)
@@ -103,7 +112,9 @@ class Runner:
         self._chunk_s = spec.frames_per_chunk / spec.fps
         self._clock = scheduler.clock
         self._anchor = self._clock()
-        self._acked_through = -1
+        self.flow = FlowControl()
+        #: This session's recent step times (seconds): how long before it is due a chunk must start.
+        self._step_s: collections.deque[float] = collections.deque(maxlen=8)
         self._ticking: Plan | None = None
         self._queue_ms = 0.0
         self._ready_since = self._anchor
@@ -121,8 +132,6 @@ class Runner:
         self.overflowed = asyncio.Event()
         self.unsent_bytes = 0
         self._max_unsent_bytes = max_unsent_bytes
-        #: Committed chunks not yet fully written to the socket (acks cannot reach past them).
-        self._chunks_unsent = 0
 
     def start(self) -> None:
         self._scheduler.add(self)  # first: a full KV pool refuses before anything starts
@@ -130,29 +139,39 @@ class Runner:
 
     # -- scheduler side --------------------------------------------------------------------
     def _has_credit(self) -> bool:
-        return self.session.chunk_index - self._acked_through - 1 < self.options.max_chunks_ahead
+        return self.flow.has_credit(self.session.chunk_index, self.options.max_chunks_ahead)
 
     def _deadline(self) -> float:
+        """When the next chunk may start: once its predecessor is due on the media clock, and, when
+        the client acks at start, no sooner than its step time before the client will need it."""
         if self.options.pacing == "asap":
             return float("-inf")
-        index = self.session.chunk_index
+        index, spec = self.session.chunk_index, self._scheduler.spec
         if index == 0:
             return self._anchor - self._chunk_s
-        return self._anchor + self._scheduler.spec.media_time_ms(index - 1) / 1000
+        deadline = self._anchor + spec.media_time_ms(index - 1) / 1000
+        started = self.flow.last_start
+        if started is not None and started[0] < index and self._step_s:
+            started_index, started_at = started
+            needed_at = started_at + (spec.media_time_ms(index) - spec.media_time_ms(started_index)) / 1000
+            lead = LEAD_FACTOR * max(self._step_s) + LEAD_MARGIN_S
+            deadline = max(deadline, needed_at - lead)
+        return deadline
 
     def _is_ready(self) -> bool:
         if self._is_holding or self._ticking is not None or self.is_overflowing:
             return False
         return self.session.status is Status.ACTIVE and self._has_credit()
 
-    def is_due(self, now: float) -> bool:
-        return self._is_ready() and now >= self._deadline()
+    def is_due(self, now: float, early_s: float = 0.0) -> bool:
+        """Ready, and due now or within ``early_s`` (the scheduler's window to join a batch)."""
+        return self._is_ready() and now + early_s >= self._deadline()
 
     def next_deadline(self) -> float | None:
         return self._deadline() if self._is_ready() and self.options.pacing == "realtime" else None
 
-    def begin_tick(self, now: float) -> Plan | None:
-        if not self.is_due(now):
+    def begin_tick(self, now: float, early_s: float = 0.0) -> Plan | None:
+        if not self.is_due(now, early_s):
             return None
         plan = self.session.begin_tick()
         self._ticking = plan
@@ -169,6 +188,9 @@ class Runner:
             self.tick_failed(plan, "model_contract_error", f"frames shaped {got}, expected {expected}")
             return
         self._timings[plan.meta.request_id] = (self._queue_ms, model_ms)
+        # With the wait for a busy worker: a session that waits starts earlier next time, and
+        # sessions that start earlier meet in the same batch.
+        self._step_s.append((self._queue_ms + model_ms) / 1000)
         with contextlib.suppress(ModelError):  # the failure is in the effects, reported below
             self.session.commit_tick(plan, chunk.meta, chunk)
         self._settle()
@@ -193,7 +215,7 @@ class Runner:
         for effect in self.session.take_effects():
             if isinstance(effect, Output):
                 queue_ms, model_ms = self._timings.pop(effect.meta.request_id, (0.0, 0.0))
-                self._chunks_unsent += 1
+                self.flow.committed()
                 self._charge(_raw_bytes(effect))
                 self._outbox.put_nowait(_ChunkJob(effect, queue_ms, model_ms))
             elif isinstance(effect, Rejection):
@@ -213,13 +235,12 @@ class Runner:
         self.send(wire.EventAccepted(event.event_id, acceptance.status.value, acceptance.pending_event_count))
         return acceptance
 
-    def ack(self, chunk_index: int) -> None:
-        # Only chunks written to the socket can have been read (those of before a reset still
-        # queued count too: the bound is then lower than it could be, never higher).
-        sent_through = self.session.chunk_index - 1 - self._chunks_unsent
-        self._acked_through = max(self._acked_through, min(chunk_index, sent_through))
-        self._ready_since = max(self._ready_since, self._clock())
-        self._scheduler.wake()
+    def ack(self, chunk_index: int, at: str = "end") -> None:
+        """A ``chunk.ack``: credit for chunks written to the socket (``world/flow.py``)."""
+        now = self._clock()
+        if self.flow.ack(chunk_index, self.session.chunk_index, at, now):
+            self._ready_since = max(self._ready_since, now)
+            self._scheduler.wake()
 
     async def _hold(self) -> None:
         """Stop new ticks and wait for the one in flight to settle."""
@@ -238,7 +259,7 @@ class Runner:
         if self.session.status is not Status.ACTIVE:
             self._queue_error("reset_failed", "releasing the model state failed; retry", None, "server_error")
             return
-        self._acked_through = -1
+        self.flow.reset()
         self._anchor = self._ready_since = self._clock()
         self.send(wire.ResetDone())
         self._scheduler.wake()
@@ -339,7 +360,7 @@ class Runner:
         for frame in frames:
             await self._send_bytes(frame)
             self.unsent_bytes -= len(frame)
-        self._chunks_unsent -= 1
+        self.flow.written()
         self.num_chunks_sent += 1
 
     async def flush_and_stop(self, grace_s: float = 5.0) -> None:

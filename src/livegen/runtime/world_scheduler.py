@@ -14,6 +14,15 @@ a slow worker never holds up the others. A
 only the session whose state is gone fails, with code ``state_evicted``
 (upstream gap 3), never a silent restart.
 
+Admission knows the frame clock: each step's time per tick is measured
+(a batch costs about its size times one tick on a CPU; the least over the last
+``TICK_COST_STEPS`` steps, so a neighbour's burst does not halve the capacity),
+and a new session is
+refused (``CapacityExceeded``, code ``realtime_capacity``) when the sessions
+already admitted, plus it, would need more than ``realtime_headroom`` of the
+workers' time to make every session's chunks in real time. Until a step has
+been measured every session is admitted.
+
 By default there is one worker, in this process (``LocalWorker``); each worker
 runs its model calls in submission order, so a release always lands between
 steps, never during one.
@@ -30,7 +39,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from livegen.errors import LivegenError, StateEvicted
+from livegen.errors import CapacityExceeded, LivegenError, StateEvicted
 from livegen.logs import log_event
 from livegen.models.world import Chunk, Tick, WorldModel
 from livegen.runtime.kv_pool import Pool
@@ -41,6 +50,12 @@ logger = logging.getLogger("livegen.world")
 
 #: Default KV budget for models with KV geometry: enough for a laptop.
 DEFAULT_KV_BUDGET_BYTES = 512 * 1024 * 1024
+#: The share of the workers' time realtime sessions may need: the rest absorbs uneven steps,
+#: encoding and the sockets, so that every admitted session still gets its frames on time.
+REALTIME_HEADROOM = 0.85
+#: Steps whose time per tick the admission estimate takes the least of: the model's own cost,
+#: not a moment when something else on the machine held the CPU.
+TICK_COST_STEPS = 32
 
 
 class Steppable(Protocol):
@@ -48,9 +63,9 @@ class Steppable(Protocol):
 
     session_id: str
 
-    def is_due(self, now: float) -> bool: ...
+    def is_due(self, now: float, early_s: float = 0.0) -> bool: ...
     def next_deadline(self) -> float | None: ...
-    def begin_tick(self, now: float) -> Plan | None: ...
+    def begin_tick(self, now: float, early_s: float = 0.0) -> Plan | None: ...
     def tick_done(self, plan: Plan, chunk: Chunk, model_ms: float) -> None: ...
     def tick_failed(self, plan: Plan, code: str, message: str) -> None: ...
     def crashed(self, message: str) -> None: ...
@@ -72,6 +87,7 @@ class Scheduler:
         workers: Sequence[Worker] = (),
         kv_budget_bytes: int = DEFAULT_KV_BUDGET_BYTES,
         clock: Callable[[], float] = time.monotonic,
+        realtime_headroom: float = REALTIME_HEADROOM,
     ) -> None:
         """Step ``model`` in this process, or step on ``workers`` (each with its own KV budget)."""
         if model is not None:
@@ -87,6 +103,18 @@ class Scheduler:
         self._steps: set[asyncio.Task[None]] = set()
         self.num_steps = 0
         self.num_ticks = 0
+        #: The last step's seconds: a session due within it joins this round's batch rather than
+        #: waiting behind it for the next (one batched step costs less than two in a row).
+        self.batch_window_s = 0.0
+        #: One tick's seconds in a batched step: the least over recent steps (None until measured).
+        self.tick_cost_s: float | None = None
+        self._tick_costs: collections.deque[float] = collections.deque(maxlen=TICK_COST_STEPS)
+        #: The share of the workers' time admitted sessions may need (0: no such limit).
+        self.realtime_headroom = realtime_headroom
+
+    @property
+    def num_sessions(self) -> int:
+        return len(self._runners)
 
     @property
     def pool(self) -> Pool | None:
@@ -110,7 +138,14 @@ class Scheduler:
 
     # -- sessions --------------------------------------------------------------------------
     def add(self, runner: Steppable) -> None:
-        """Admit a session (raises ``CapacityExceeded`` when the KV pool is full)."""
+        """Admit a session (raises ``CapacityExceeded`` when the KV pool or the frame clock is full)."""
+        if self.is_realtime_full:
+            load = self.realtime_load(len(self._runners))
+            raise CapacityExceeded(
+                f"the world model cannot make one more session's frames in real time ({len(self._runners)} "
+                f"sessions already need {load:.0%} of its time); retry later",
+                code="realtime_capacity",
+            )
         self.workers.admit(runner.session_id)
         self._runners[runner.session_id] = runner
         self.wake()
@@ -126,16 +161,32 @@ class Scheduler:
     def wake(self) -> None:
         self._wake.set()
 
+    def realtime_load(self, num_sessions: int) -> float:
+        """The share of the workers' time ``num_sessions`` realtime sessions need (0 unmeasured)."""
+        if self.tick_cost_s is None:
+            return 0.0
+        chunks_per_s = self.spec.fps / self.spec.frames_per_chunk
+        num_workers = max(1, sum(worker.is_alive for worker in self.workers.workers))
+        return num_sessions * chunks_per_s * self.tick_cost_s / num_workers
+
+    @property
+    def is_realtime_full(self) -> bool:
+        """True when one more session would push the batch past real time for everyone."""
+        if not self._runners or self.realtime_headroom <= 0:
+            return False
+        return self.realtime_load(len(self._runners) + 1) > self.realtime_headroom
+
     # -- the loop --------------------------------------------------------------------------
     async def _loop(self) -> None:
         while True:
             now = self.clock()
             waiting = [r for r in list(self._runners.values()) if not self._is_worker_busy(r)]
-            due = [runner for runner in waiting if runner.is_due(now)]
-            if not due:
+            if not any(runner.is_due(now) for runner in waiting):
                 await self._sleep(now, waiting)
                 continue
-            entries = [entry for runner in due if (entry := self._plan(runner, now)) is not None]
+            window = self.batch_window_s
+            due = [runner for runner in waiting if runner.is_due(now, window)]
+            entries = [entry for runner in due if (entry := self._plan(runner, now, window)) is not None]
             for group in _by_worker(entries):
                 self._launch(group)
             await asyncio.sleep(0)  # let the steps start before planning again
@@ -169,9 +220,9 @@ class Scheduler:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), timeout)
 
-    def _plan(self, runner: Steppable, now: float) -> _Entry | None:
+    def _plan(self, runner: Steppable, now: float, early_s: float) -> _Entry | None:
         try:
-            plan = runner.begin_tick(now)
+            plan = runner.begin_tick(now, early_s)
         except Exception as exc:  # a bug in one session: stop scheduling it, keep the others going
             log_event(
                 logger, "scheduler.session_crashed", logging.ERROR, session=runner.session_id, error=repr(exc)
@@ -207,6 +258,9 @@ class Scheduler:
                 self._fail(entry, "chunk_failed", f"model step failed: {type(exc).__name__}: {exc}")
             return
         model_ms = (self.clock() - started) * 1000
+        self.batch_window_s = model_ms / 1000
+        self._tick_costs.append(model_ms / 1000 / len(entries))
+        self.tick_cost_s = min(self._tick_costs)
         self.num_steps += 1
         self.num_ticks += len(entries)
         by_request = {chunk.meta.request_id: chunk for chunk in chunks}

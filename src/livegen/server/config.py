@@ -40,6 +40,9 @@ class ServerConfig:
     llm_context_tokens: int | None = None
     #: World workers: 0 steps the world model in this process; N > 0 starts N Ray actors.
     world_workers: int = 0
+    #: Share of the world model's measured time realtime sessions may need; past it, a new session
+    #: is refused (``realtime_capacity``) and /health is not ready. 0: no frame-clock admission.
+    world_realtime_headroom: float = 0.85
     #: Ray cluster to join for world workers (e.g. "auto" or "ray://head:10001"); None starts a local Ray.
     ray_address: str | None = None
     #: Browser origins allowed (``*``: any); None is the default policy of ``server/origins.py``.

@@ -74,13 +74,16 @@ class WorldService:
 
     async def start(self) -> None:
         num_workers = self.state.config.world_workers
+        headroom = self.state.config.world_realtime_headroom
         model: WorldModel | None = None
         if num_workers > 0:
-            scheduler = Scheduler(workers=await self._start_ray_workers(num_workers))
+            scheduler = Scheduler(
+                workers=await self._start_ray_workers(num_workers), realtime_headroom=headroom
+            )
         else:
             options = self.state.config.world_options()
             model = await asyncio.to_thread(self.state.registry.load, self.entry.name, options)
-            scheduler = Scheduler(model)
+            scheduler = Scheduler(model, realtime_headroom=headroom)
         await scheduler.start()
         self.manager = Manager(
             tracks=scheduler.spec.controls,
@@ -121,9 +124,17 @@ class WorldService:
         if pools:
             sessions = sum(pool.num_sessions for pool in pools)
             report["kv"] = {"sessions": sessions, "capacity": workers.kv_capacity}
+        scheduler = self.scheduler
+        if scheduler.tick_cost_s is not None:
+            report["realtime"] = {
+                "tick_ms": round(scheduler.tick_cost_s * 1000, 2),
+                "load": round(scheduler.realtime_load(scheduler.num_sessions), 3),
+            }
         if workers.is_full:
             is_running = len(lost) < len(workers.workers)
             report.update(ready=False, reason="KV pool full" if is_running else "no world worker is running")
+        elif scheduler.is_realtime_full:
+            report.update(ready=False, reason="realtime capacity full")
         return report
 
     def model_names(self) -> set[str]:
@@ -245,7 +256,7 @@ class Connection:
             runner.accept(Event.of(event.event_id, event.prompt, controls, event.transition_chunks or 0))
             self.service.scheduler.wake()  # type: ignore[union-attr]
         elif isinstance(event, wire.ChunkAck):
-            runner.ack(event.chunk_index)
+            runner.ack(event.chunk_index, event.at)
         elif isinstance(event, wire.WorldReset):
             await runner.reset()
         elif isinstance(event, wire.SessionClose):

@@ -3,7 +3,8 @@
 No asyncio, no clock, no randomness: events are accepted, ticks are planned,
 committed or failed as pure state transitions; ``runtime/`` performs them.
 ``events`` (inputs, frozen), ``reducer`` (controls), ``session`` (one world's
-transactions), ``manager`` (sessions by id, tombstones).
+transactions), ``manager`` (sessions by id, tombstones), ``flow`` (credit: how far
+generation may run ahead of the client).
 """
 
 from livegen.world.events import ControlInput, Event, FrozenDict, freeze, thaw

@@ -78,14 +78,18 @@ def snap_to_palette(x0: Tensor, palette: Tensor | None) -> Tensor:
     if palette is None:
         return x0
     b, k = palette.shape[:2]
-    start = palette[:, :, None, :]  # (B, K, 1, 3)
-    span = palette[:, None, :, :] - start  # (B, K, K, 3): segment from colour i to colour j
-    pixels = x0.permute(0, 2, 3, 1).reshape(b, -1, 1, 1, 3)  # (B, N, 1, 1, 3)
-    along = ((pixels - start[:, None]) * span[:, None]).sum(-1) / (span * span).sum(-1).clamp(min=1e-6)[
-        :, None
-    ]
-    along = along.clamp(0, 1)  # (B, N, K, K): how far from colour i toward colour j
-    miss = (pixels - (start[:, None] + along[..., None] * span[:, None])).pow(2).sum(-1)
+    pixels = x0.permute(0, 2, 3, 1).reshape(b, -1, 3)  # (B, N, 3)
+    # The same geometry from dot products (B, N, K) and (B, K, K) instead of (B, N, K, K, 3)
+    # vectors: a third of the work and no 5-D temporaries (this ran for ~30% of a step).
+    xp = pixels @ palette.transpose(1, 2)  # (B, N, K): pixel . colour
+    pp = palette @ palette.transpose(1, 2)  # (B, K, K): colour . colour
+    norms = pp.diagonal(dim1=1, dim2=2)  # (B, K)
+    # (x - c_i) . (c_j - c_i) and |c_j - c_i|^2, for the segment from colour i to colour j
+    dot = xp[:, :, None, :] - xp[:, :, :, None] - pp[:, None] + norms[:, None, :, None]
+    length2 = norms[:, :, None] + norms[:, None, :] - 2 * pp  # (B, K, K)
+    along = (dot / length2.clamp(min=1e-6)[:, None]).clamp(0, 1)  # (B, N, K, K)
+    to_start = (pixels * pixels).sum(-1, keepdim=True) - 2 * xp + norms[:, None]  # |x - c_i|^2
+    miss = to_start[..., None] - 2 * along * dot + along * along * length2[:, None]
     pair = miss.flatten(2).argmin(-1)  # (B, N)
     share = along.flatten(2).gather(-1, pair[..., None]).squeeze(-1)
     colour = torch.where(share < 0.5, pair // k, pair % k)

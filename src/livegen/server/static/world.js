@@ -35,10 +35,11 @@ const LATENCY_WINDOW = 30;
 // Offered with the key: a browser that offers subprotocols fails the handshake
 // unless the server picks one, and the server never echoes the key itself.
 const SUBPROTOCOL = "livegen.world.v1";
-// Chunks the server may run ahead of the last one acked (shown to its end).
-// Each one ahead adds a chunk (250 ms in the room game) of input-to-frame
-// latency, so the page starts at 1, enough when the model steps faster than a
-// frame, and asks for one more each time playback stalls a few times, up to 4.
+// Chunks the server may run ahead of the last one acked. The page acks a chunk
+// when its first frame shows (`at: "start"`), so at 1 ahead the next chunk is
+// generated while this one plays. Each one ahead adds a chunk (250 ms in the
+// room game) of input-to-frame latency, so the page starts at 1 and asks for
+// one more each time playback stalls a few times, up to 4.
 const MIN_CHUNKS_AHEAD = 1;
 const MAX_CHUNKS_AHEAD = 4;
 const STALLS_PER_STEP = 3;
@@ -340,15 +341,16 @@ export class WorldPanel {
       if (frame instanceof ImageData) this.context2d.putImageData(frame, 0, 0);
       else this.context2d.drawImage(frame, 0, 0, this.spec.width, this.spec.height);
     }
-    if (chunk.next === 0) this.onChunkShown(chunk.meta, now);
+    if (chunk.next === 0) {
+      this.onChunkShown(chunk.meta, now);
+      // Credit back as the chunk starts playing: the next one is generated while it plays.
+      this.send({ type: "chunk.ack", chunk_index: chunk.meta.chunk_index, at: "start" });
+      this.stats.acksSent += 1;
+    }
     chunk.next += 1;
     this.stats.framesDrawn += 1;
     this.drawTimes.push(now);
-    if (chunk.next >= chunk.frames.length) {
-      this.queue.shift();
-      this.send({ type: "chunk.ack", chunk_index: chunk.meta.chunk_index });
-      this.stats.acksSent += 1;
-    }
+    if (chunk.next >= chunk.frames.length) this.queue.shift();
   }
 
   onChunkShown(meta, now) {

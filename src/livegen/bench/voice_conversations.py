@@ -1,0 +1,172 @@
+"""``livegen bench voice-conversations``: how many spoken conversations the embedded cascade holds at once.
+
+For each level N, N conversations run at once against a real server serving
+the cascade (``ServerTurns``: the same app as ``livegen serve``, on a loopback
+port in this process), each its own Realtime session under server VAD. Each
+conversation starts at its own moment (spread over ``--stagger`` seconds, as
+independent users do), then asks ``--turns`` questions one after another:
+the question is spoken by espeak-ng (a voice unlike the assistant's) at the
+pace of speech, the microphone's silence follows until the answer is done,
+and the user pauses 0.5-1.5 s before the next one. A turn's latency is from
+the end of the user's speech to the first audio of the answer; a turn is
+answered correctly when the answer's transcript contains the expected word.
+
+Per level: turn latency p50/p95 (a turn with no answer counts as infinitely
+late), the share answered correctly, and this process's CPU use (server and
+clients together, in cores). The figure is ``max_conversations``: the largest
+level whose p95 stays under ``--p95-goal-ms``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import random
+import re
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from livegen.bench.voice_turns import _AUDIO_DELTAS, WIRE_RATE, ServerTurns, Utterance, synthesise
+
+#: Questions with one checkable answer, and the words that count as it.
+QUESTIONS = (
+    ("What is one hundred plus twenty five?", ("125", "twenty five")),
+    ("Repeat after me, good morning everyone.", ("good morning",)),
+    ("What is seven times six?", ("42", "forty two")),
+    ("Repeat after me, the weather is lovely.", ("weather is lovely",)),
+)
+ANSWER_WAIT_S = 8.0
+
+
+def is_correct(answer: str, expected: tuple[str, ...]) -> bool:
+    words = " ".join(re.findall(r"[a-z0-9]+", answer.lower()))
+    return any(word in words for word in expected)
+
+
+async def conversation(
+    turns: ServerTurns,
+    questions: list[tuple[Utterance, tuple[str, ...]]],
+    num_turns: int,
+    start_s: float,
+    seed: int,
+) -> list[dict[str, Any]]:
+    """One user: waits ``start_s``, then asks ``num_turns`` questions, each after the last answer."""
+    rng = random.Random(seed)
+    await asyncio.sleep(start_s)
+    records = []
+    async with turns._call() as call:
+        for index in range(num_turns):
+            utterance, expected = questions[(seed + index) % len(questions)]
+            mark = len(call.log)
+            end = await call.feed(utterance.pcm24)
+            silence = bytes(2 * int(ANSWER_WAIT_S * WIRE_RATE))
+
+            def answered(mark: int = mark) -> object:
+                return call.first("response.done", after=mark)
+
+            await call.feed(silence, until=answered)
+            created = [e for _, e in call.of("response.created", after=mark)]
+            rid = created[0]["response"]["id"] if created else None
+            first_audio = call.first(*_AUDIO_DELTAS, after=mark, response_id=rid) if rid else None
+            answer = "".join(
+                str(e.get("delta", ""))
+                for _, e in call.of("response.output_audio_transcript.delta", after=mark)
+                if e.get("response_id") == rid
+            )
+            records.append(
+                {
+                    "question": utterance.text,
+                    "heard": " ".join(
+                        str(e.get("transcript", ""))
+                        for _, e in call.of(
+                            "conversation.item.input_audio_transcription.completed", after=mark
+                        )
+                    ),
+                    "answer": answer,
+                    "latency_ms": None if first_audio is None else (first_audio - end) * 1000,
+                    "correct": is_correct(answer, expected),
+                }
+            )
+            await asyncio.sleep(rng.uniform(0.5, 1.5))
+    return records
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+async def level(
+    turns: ServerTurns, questions: list[Any], num: int, num_turns: int, stagger_s: float
+) -> dict[str, Any]:
+    cpu, wall = time.process_time(), time.perf_counter()
+    starts = [stagger_s * i / max(1, num) for i in range(num)]
+    runs = await asyncio.gather(
+        *(conversation(turns, questions, num_turns, start, seed) for seed, start in enumerate(starts))
+    )
+    records = [record for run in runs for record in run]
+    latencies = [math.inf if r["latency_ms"] is None else r["latency_ms"] for r in records]
+    return {
+        "conversations": num,
+        "turns": len(records),
+        "turn_p50_ms": round(statistics.median(latencies), 1),
+        "turn_p95_ms": round(_percentile(latencies, 0.95), 1),
+        "unanswered": sum(r["latency_ms"] is None for r in records),
+        "correct_share": round(sum(r["correct"] for r in records) / len(records), 3),
+        "cpu_cores": round((time.process_time() - cpu) / (time.perf_counter() - wall), 2),
+        "examples": records[:2],
+    }
+
+
+@click.command("voice-conversations")
+@click.option("--levels", default="1,2,4,8", show_default=True, help="Concurrent conversations to try.")
+@click.option("--turns", "num_turns", default=3, show_default=True, type=click.IntRange(1), help="Per user.")
+@click.option(
+    "--stagger", "stagger_s", default=3.0, show_default=True, help="Seconds the starts spread over."
+)
+@click.option("--silence-ms", default=500, show_default=True, help="Server VAD silence that ends a turn.")
+@click.option("--p95-goal-ms", default=1000.0, show_default=True, help="Turn p95 a level must stay under.")
+@click.option(
+    "--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Write the figures here."
+)
+def command(
+    levels: str, num_turns: int, stagger_s: float, silence_ms: int, p95_goal_ms: float, json_path: Path | None
+) -> None:
+    """Concurrent spoken conversations against the embedded cascade: turn p50/p95, correctness, CPU."""
+    from livegen.models.cascade import model as cascade
+
+    click.echo("loading the cascade and synthesising the questions...", err=True)
+    loaded = cascade.load()  # the server below gets this same instance: one per process
+    loaded.use_llm(None, None)
+    questions = [(synthesise(loaded, text), expected) for text, expected in QUESTIONS]
+    turns = ServerTurns(silence_ms)
+    try:
+        counts = [int(n) for n in levels.split(",") if n.strip()]
+        rows = [asyncio.run(level(turns, questions, n, num_turns, stagger_s)) for n in counts]
+    finally:
+        turns.close()
+        loaded.close()
+    passing = [row["conversations"] for row in rows if row["turn_p95_ms"] < p95_goal_ms]
+    report = {
+        "benchmark": "voice-conversations",
+        "machine": {"cpus": os.cpu_count(), "load_average": list(os.getloadavg())},
+        "settings": {"turns": num_turns, "stagger_s": stagger_s, "silence_ms": silence_ms},
+        "levels": rows,
+        "max_conversations": max(passing, default=0),
+        "p95_goal_ms": p95_goal_ms,
+    }
+    click.echo(f"{'conversations':>14}{'turns':>7}{'p50 ms':>9}{'p95 ms':>9}{'correct':>9}{'cpu':>6}")
+    for row in rows:
+        click.echo(
+            f"{row['conversations']:>14}{row['turns']:>7}{row['turn_p50_ms']:>9.0f}{row['turn_p95_ms']:>9.0f}"
+            f"{row['correct_share']:>9.2f}{row['cpu_cores']:>6.2f}"
+        )
+    click.echo(f"max conversations with turn p95 < {p95_goal_ms:.0f} ms: {report['max_conversations']}")
+    if json_path is not None:
+        json_path.write_text(json.dumps(report, indent=2))
