@@ -179,6 +179,14 @@ def main() -> None:
     help="Speech-synthesis worker processes of the cascade voice model [default: the cores, 2 to 8].",
 )
 @click.option(
+    "--asr-model",
+    envvar="LIVEGEN_ASR_MODEL",
+    default=None,
+    type=click.Choice(["whisper-tiny.en", "whisper-base"]),
+    help="Speech recogniser of the cascade voice model; a session may pick another with "
+    "audio.input.transcription.model [default: whisper-tiny.en].",
+)
+@click.option(
     "--allowed-origins",
     default=None,
     help="Comma list of browser origins allowed (scheme://host[:port]), or '*'. "
@@ -254,6 +262,8 @@ def serve(**options: Any) -> None:
     logs.configure(options["log_level"])
     options["allowed_origins"] = parse_list(options["allowed_origins"])
     options["allowed_hosts"] = parse_list(options["allowed_hosts"])
+    if (asr_model := options.pop("asr_model")) is not None:  # read by the voice model's loader
+        os.environ["LIVEGEN_ASR_MODEL"] = asr_model
     try:
         config = ServerConfig(**options)
         if config.tts_workers is not None:  # read by the voice model's loader, which takes no arguments

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from livegen.errors import CapacityExceeded, InvalidRequest, InvalidState, ModelError
-from livegen.models.cascade import llm, replies, tts, vad
+from livegen.models.cascade import asr, llm, replies, tts, vad
 from livegen.models.cascade.tts import Speech, SynthesisError
 from livegen.models.voice import (
     HistoryTurn,
@@ -291,7 +291,7 @@ class Stream:
     # -- transcripts -----------------------------------------------------------------------------
 
     async def _transcribe(self, audio: np.ndarray) -> str:
-        return await self._model.transcribe(audio)
+        return await self._model.transcribe(audio, asr.Options(model=self._config.transcription_model))
 
     async def _finish_transcript(
         self, epoch: int, item_id: str, settled: list[asyncio.Task[str]], tail: asyncio.Task[str]
