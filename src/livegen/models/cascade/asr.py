@@ -60,6 +60,9 @@ class Choice:
     description: str
     #: Where its weights are: a directory, or files by name held in memory.
     weights: Callable[[], Path | dict[str, bytes]]
+    #: 1 is greedy. Base with a beam of 5 hears a third fewer words wrong at 10 dB SNR than
+    #: greedy, for 10% more compute; tiny.en stays greedy, the fast choice (see the README).
+    beam_size: int = 1
 
 
 def _tiny_en() -> Path:
@@ -78,7 +81,7 @@ CHOICES = {
     choice.name: choice
     for choice in (
         Choice("whisper-tiny.en", "Whisper tiny.en (39 M parameters, English), int8", _tiny_en),
-        Choice("whisper-base", "Whisper base (74 M parameters, multilingual), int8", _base),
+        Choice("whisper-base", "Whisper base (74 M parameters, multilingual), int8, beam 5", _base, 5),
     )
 }
 DEFAULT = "whisper-tiny.en"
@@ -98,6 +101,7 @@ class Recognizer:
         from faster_whisper import WhisperModel
 
         self.name = name
+        self.beam_size = 1
         # A copy: faster-whisper pops the tokenizer out of the dict it is given.
         files = dict(weights) if isinstance(weights, dict) else None
         self._whisper = WhisperModel(
@@ -115,7 +119,10 @@ class Recognizer:
     @classmethod
     def named(cls, name: str, threads: int = 2) -> Recognizer:
         """The recogniser ``name`` of ``CHOICES``, its weights checked and loaded."""
-        return cls(CHOICES[name].weights(), threads, name)
+        choice = CHOICES[name]
+        recognizer = cls(choice.weights(), threads, name)
+        recognizer.beam_size = choice.beam_size
+        return recognizer
 
     def transcribe(
         self, audio: np.ndarray, window_s: int | None = None, language: str = "", prompt: str = ""
@@ -170,7 +177,7 @@ class Recognizer:
         result: Any = self._whisper.model.generate(
             encoded,
             [prompt],
-            beam_size=1,
+            beam_size=self.beam_size,
             max_length=len(prompt) + budget,
             suppress_blank=True,
             suppress_tokens=[-1],
