@@ -50,6 +50,8 @@ class Options:
     model: str = ""
     language: str = ""
     prompt: str = ""
+    #: Forced as the transcript's start: what live captions already sent.
+    prefix: str = ""
 
 
 @dataclass(frozen=True)
@@ -125,7 +127,12 @@ class Recognizer:
         return recognizer
 
     def transcribe(
-        self, audio: np.ndarray, window_s: int | None = None, language: str = "", prompt: str = ""
+        self,
+        audio: np.ndarray,
+        window_s: int | None = None,
+        language: str = "",
+        prompt: str = "",
+        prefix: str = "",
     ) -> Transcript:
         """Text of 16 kHz float audio; longer than 30 s is cut into 30 s pieces.
 
@@ -133,6 +140,8 @@ class Recognizer:
         ``language`` (ISO-639-1) is honoured by multilingual models and
         English is assumed otherwise; ``prompt`` is Whisper's previous-text
         context (names, spellings), its last ``MAX_PROMPT_TOKENS`` tokens.
+        ``prefix`` is forced as the transcript's start (live captions already
+        sent it) and Whisper goes on from there; not for audio over 30 s.
         """
         limit = WINDOWS_S[-1] * SAMPLE_RATE
         if len(audio) > limit:
@@ -143,6 +152,10 @@ class Recognizer:
             return Transcript(" ".join(p.text for p in pieces if p.text), WINDOWS_S[-1])
         window = window_s or window_for(len(audio) / SAMPLE_RATE)
         sequence = self._prompt(language, prompt)
+        if prefix := prefix.strip():
+            sequence += self._tokenizer(language).encode(" " + prefix)
+            text = self._decode(audio, window, sequence)
+            return Transcript(text if text.startswith(prefix) else _joined(prefix, text), window)
         text = self._decode(audio, window, sequence)
         if window < WINDOWS_S[-1] and is_repetitive(text):
             return Transcript(self._decode(audio, WINDOWS_S[-1], sequence), WINDOWS_S[-1], is_retried=True)
@@ -185,6 +198,13 @@ class Recognizer:
         tokenizer = self._tokenizer("en")
         tokens = [t for t in result.sequences_ids[0] if t < tokenizer.eot]
         return clean(tokenizer.decode(tokens))
+
+
+def _joined(prefix: str, rest: str) -> str:
+    """The forced prefix and what Whisper wrote after it, should a decode leave the prefix out."""
+    if not rest or rest[0] in ".,!?;:'":
+        return prefix + rest
+    return f"{prefix} {rest}"
 
 
 def window_for(duration_s: float) -> int:

@@ -90,7 +90,9 @@ class CascadeModel:
         options = options or asr.Options()
         started = time.perf_counter()
         recognizer = self.recognizer_for(options.model)
-        text = recognizer.transcribe(audio, language=options.language, prompt=options.prompt).text
+        text = recognizer.transcribe(
+            audio, language=options.language, prompt=options.prompt, prefix=options.prefix
+        ).text
         self.stats.asr.append((len(audio) / vad.SAMPLE_RATE, time.perf_counter() - started))
         self.stats.asr_by_model[recognizer.name] += 1
         return text

@@ -1,0 +1,68 @@
+"""Live input transcription in the session core: captions of the turn being spoken reach the client
+as deltas of the item that turn will become, before it is committed."""
+
+from __future__ import annotations
+
+import base64
+import itertools
+from typing import Any
+
+from livegen.models.voice import OutputKind, VoiceOutput
+from livegen.protocol import realtime as wire
+from livegen.voice.chain import Send
+from livegen.voice.session import Limits, ModelFacts, Session
+
+RATE = 8_000
+
+
+def new_session(turn_detection: dict[str, Any] | None) -> Session:
+    counter = itertools.count()
+    session = Session("s", ModelFacts("m", RATE, RATE, True), lambda p: f"{p}_{next(counter)}", Limits())
+    session.open(0.0)
+    fmt = {"type": "audio/pcm", "rate": RATE}
+    audio_in = {"format": fmt, "turn_detection": turn_detection, "transcription": {"model": "whisper-base"}}
+    session.receive(
+        wire.SessionUpdate(session={"audio": {"input": audio_in, "output": {"format": fmt}}}), 0.0
+    )
+    return session
+
+
+def sent(effects: list[Any]) -> list[tuple[str, dict[str, Any]]]:
+    return [(e.type, e.event) for e in effects if isinstance(e, Send)]
+
+
+def output(kind: OutputKind, **fields: Any) -> VoiceOutput:
+    return VoiceOutput(kind, 0, **fields)
+
+
+def test_captions_of_the_spoken_turn_are_deltas_of_the_item_it_becomes() -> None:
+    session = new_session({"type": "server_vad", "create_response": False})
+    audio = base64.b64encode(bytes(RATE)).decode()
+    session.receive(wire.AudioAppend(audio=audio), 0.1)
+    [(_, started)] = sent(session.on_output(output(OutputKind.SPEECH_STARTED, audio_ms=100), 0.2))
+    item_id = started["item_id"]
+    live = sent(session.on_output(output(OutputKind.TRANSCRIPT_DELTA, text="What is"), 0.3))
+    assert live == [
+        (
+            "conversation.item.input_audio_transcription.delta",
+            {**live[0][1], "item_id": item_id, "content_index": 0, "delta": "What is"},
+        )
+    ]
+    stopped = sent(session.on_output(output(OutputKind.SPEECH_STOPPED, audio_ms=900), 0.9))
+    assert ("input_audio_buffer.committed", item_id) in [(t, e.get("item_id")) for t, e in stopped]
+    rest = sent(
+        session.on_output(output(OutputKind.TRANSCRIPT_DELTA, item_id=item_id, text=" 7 plus 5?"), 1.0)
+    )
+    done = sent(
+        session.on_output(output(OutputKind.TRANSCRIPT_DONE, item_id=item_id, text="What is 7 plus 5?"), 1.0)
+    )
+    assert rest[0][1]["delta"] == " 7 plus 5?"
+    assert done[0][0] == "conversation.item.input_audio_transcription.completed"
+    assert live[0][1]["delta"] + rest[0][1]["delta"] == done[0][1]["transcript"]
+
+
+def test_a_caption_with_no_turn_announced_is_dropped() -> None:
+    session = new_session(None)  # no server VAD: no item id before the commit
+    assert session.on_output(output(OutputKind.TRANSCRIPT_DELTA, text="What is"), 0.3) == []
+    session = new_session({"type": "server_vad"})
+    assert session.on_output(output(OutputKind.TRANSCRIPT_DELTA, text="What is"), 0.3) == []  # not speaking
