@@ -182,9 +182,9 @@ def main() -> None:
     "--asr-model",
     envvar="LIVEGEN_ASR_MODEL",
     default=None,
-    type=click.Choice(["whisper-tiny.en", "whisper-base"]),
+    type=click.Choice(["whisper-base", "whisper-tiny.en"]),
     help="Speech recogniser of the cascade voice model; a session may pick another with "
-    "audio.input.transcription.model [default: whisper-tiny.en].",
+    "audio.input.transcription.model [default: whisper-base].",
 )
 @click.option(
     "--allowed-origins",

@@ -66,3 +66,19 @@ def test_a_caption_with_no_turn_announced_is_dropped() -> None:
     assert session.on_output(output(OutputKind.TRANSCRIPT_DELTA, text="What is"), 0.3) == []
     session = new_session({"type": "server_vad"})
     assert session.on_output(output(OutputKind.TRANSCRIPT_DELTA, text="What is"), 0.3) == []  # not speaking
+
+
+def test_transcription_language_and_prompt_reach_the_model_and_are_echoed() -> None:
+    session = new_session({"type": "server_vad"})
+    transcription = {"model": "whisper-base", "language": "de", "prompt": "Siobhan, Niamh"}
+    effects = session.receive(
+        wire.SessionUpdate(session={"audio": {"input": {"transcription": transcription}}}), 0.1
+    )
+    [(_, updated)] = [(t, e) for t, e in sent(effects) if t == "session.updated"]
+    assert updated["session"]["audio"]["input"]["transcription"] == transcription
+    stream = session.config.stream_config()
+    assert (stream.transcription_model, stream.transcription_language, stream.transcription_prompt) == (
+        "whisper-base",
+        "de",
+        "Siobhan, Niamh",
+    )

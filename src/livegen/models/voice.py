@@ -80,6 +80,10 @@ class StreamConfig:
     #: None means the client commits turns itself (turn_detection: null).
     turn_detection: TurnDetection | None = field(default_factory=TurnDetection)
     transcription_model: str = ""
+    #: ISO-639-1, for a multilingual recogniser; "" lets the model assume English.
+    transcription_language: str = ""
+    #: Context for the recogniser: names, spellings, the previous sentence.
+    transcription_prompt: str = ""
 
 
 @dataclass(frozen=True)

@@ -65,6 +65,9 @@ class Config:
     output_format: AudioFormat = field(default_factory=AudioFormat)
     turn_detection: ServerVad | None = field(default_factory=ServerVad)
     transcription_model: str = ""
+    #: ``audio.input.transcription``'s ISO-639-1 language and context prompt, for the recogniser.
+    transcription_language: str = ""
+    transcription_prompt: str = ""
 
     def stream_config(self) -> StreamConfig:
         vad = self.turn_detection
@@ -75,7 +78,15 @@ class Config:
             if vad is None
             else TurnDetection(vad.threshold, vad.prefix_padding_ms, vad.silence_duration_ms),
             transcription_model=self.transcription_model,
+            transcription_language=self.transcription_language,
+            transcription_prompt=self.transcription_prompt,
         )
+
+    def _transcription_to_wire(self) -> dict[str, str] | None:
+        if not self.transcription_model:
+            return None
+        fields = {"language": self.transcription_language, "prompt": self.transcription_prompt}
+        return {"model": self.transcription_model, **{k: v for k, v in fields.items() if v}}
 
     def to_wire(self, session_id: str) -> dict[str, Any]:
         return {
@@ -89,9 +100,7 @@ class Config:
                 "input": {
                     "format": self.input_format.to_wire(),
                     "turn_detection": None if self.turn_detection is None else self.turn_detection.to_wire(),
-                    "transcription": {"model": self.transcription_model}
-                    if self.transcription_model
-                    else None,
+                    "transcription": self._transcription_to_wire(),
                     "noise_reduction": None,
                 },
                 "output": {"format": self.output_format.to_wire(), "voice": self.voice, "speed": 1.0},
@@ -226,7 +235,10 @@ def apply_update(config: Config, session: dict[str, Any]) -> Config:
         ("session.input_audio_transcription", session.get("input_audio_transcription")),
     ):
         if value is not None:
-            updates["transcription_model"] = str(_expect(value, dict, param).get("model") or "")
+            transcription = _expect(value, dict, param)
+            updates["transcription_model"] = str(transcription.get("model") or "")
+            updates["transcription_language"] = str(transcription.get("language") or "")
+            updates["transcription_prompt"] = str(transcription.get("prompt") or "")
     return replace(config, **updates)
 
 

@@ -308,7 +308,10 @@ class Stream:
     # -- transcripts -----------------------------------------------------------------------------
 
     async def _transcribe(self, audio: np.ndarray, prefix: str = "") -> str:
-        options = asr.Options(model=self._config.transcription_model, prefix=prefix)
+        config = self._config
+        options = asr.Options(
+            config.transcription_model, config.transcription_language, config.transcription_prompt, prefix
+        )
         return await self._model.transcribe(audio, options)
 
     def _caption_of_turn(self) -> tuple[captions.Agreement, np.ndarray] | None:
