@@ -81,3 +81,11 @@ def test_the_recognisers_table_has_every_recogniser_voice_and_noise_level(
         assert all(set(row) == {"clean", "10 dB", "5 dB"} for row in result["wer"].values())
         assert result["rtf_p50"] > 0 and result["wer"]["piper joe (assistant's)"]["clean"] < 0.5
     assert "whisper-base" in "\n".join(recognisers.render(results))
+
+
+def test_each_word_is_timed_to_the_delta_that_brought_it() -> None:
+    from livegen.bench import recognisers
+
+    arrivals = [(10.0, "Please"), (10.5, " repeat after"), (11.5, " me.")]
+    ends = [9.5, 9.8, 10.2, 10.9]
+    assert recognisers._per_word(arrivals, ends) == pytest.approx([500.0, 700.0, 300.0, 600.0])

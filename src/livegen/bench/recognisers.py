@@ -12,10 +12,16 @@ a fan or a car, which masks speech frequencies more than white noise does.
 Each recogniser decodes every clip the way a session would (its short
 window); the real-time factor is compute seconds per second of audio, the
 median over the clips.
+
+Live captions are timed on a session's stream: a few long sentences fed at
+the pace of speech with input transcription on; for each word, from where it
+ends in the audio (``word_ends``) to the first transcription delta that
+holds it, live or final.
 """
 
 from __future__ import annotations
 
+import asyncio
 import statistics
 import time
 from collections.abc import Sequence
@@ -111,7 +117,7 @@ def _speak(model: Any, text: str, voice: str, soxr: Any) -> np.ndarray:
 
 def measure(model: Any, clips: Sequence[Clip], names: Sequence[str]) -> dict[str, Any]:
     """{recogniser: {"wer": {voice: {noise: wer}}, "wer_all", "rtf", "num_words"}}."""
-    from livegen.bench.voice_model import normalise, wer
+    from livegen.bench.voice_model import normalise, percentiles, wer
 
     results: dict[str, Any] = {}
     for name in names:
@@ -131,7 +137,9 @@ def measure(model: Any, clips: Sequence[Clip], names: Sequence[str]) -> dict[str
             level: wer([p for (_, noise), items in pairs.items() if noise == level for p in items])
             for level in map(noise_label, NOISE_LEVELS)
         }
+        captions = asyncio.run(caption_latency(model, name))
         results[name] = {
+            "caption_ms": percentiles(captions),
             "wer": table,
             "wer_by_noise": by_noise,
             "wer_all": wer([p for items in pairs.values() for p in items]),
@@ -146,9 +154,11 @@ def render(results: dict[str, Any]) -> list[str]:
     levels = [noise_label(level) for level in NOISE_LEVELS]
     lines = ["recognisers: word error rate by voice and noise, real-time factor (median)"]
     for name, result in results.items():
+        caption = result["caption_ms"]
         lines.append(
             f"  {name}: WER {result['wer_all']:.3f} over {result['num_words']} words, "
-            f"RTF p50 {result['rtf_p50']:.3f}"
+            f"RTF p50 {result['rtf_p50']:.3f}, live captions (word end -> first delta holding it) "
+            f"p50 {caption.get('p50', float('nan')):.0f} ms, p95 {caption.get('p95', float('nan')):.0f} ms"
         )
         lines.append(f"    {'voice':<26}" + "".join(f"{level:>9}" for level in levels))
         for voice, row in result["wer"].items():
@@ -157,3 +167,94 @@ def render(results: dict[str, Any]) -> list[str]:
         by_noise = result["wer_by_noise"]
         lines.append(f"    {'all voices':<26}" + "".join(f"{by_noise[level]:9.3f}" for level in levels))
     return lines
+
+
+# -- live captions ------------------------------------------------------------------------------
+
+#: Spoken for the caption timing: long enough for several live decodes each.
+CAPTIONED = (
+    "Please repeat after me, purple elephants dance slowly across the wide green field.",
+    "Remind me to call my sister on Thursday afternoon about the birthday dinner.",
+    "My flight leaves at a quarter past nine tomorrow morning from the north terminal.",
+)
+
+
+def word_ends(model: Any, text: str, voice: str) -> list[float]:
+    """Seconds from the start of ``text`` spoken alone to the end of each of its words.
+
+    espeak-ng says a sentence's first k words the same way with or without the
+    rest, up to the final fall of the voice, so the length of each prefix
+    spoken alone is where its last word ends (within a few tens of ms).
+    """
+    import soxr
+
+    words = text.split()
+    return [_speech_s(_speak(model, " ".join(words[: k + 1]), voice, soxr)) for k in range(len(words))]
+
+
+def _speech_s(audio: np.ndarray) -> float:
+    loud = np.flatnonzero(np.abs(audio) > 0.01)
+    return float(loud[-1] + 1) / MODEL_RATE if loud.size else 0.0
+
+
+async def caption_latency(model: Any, name: str, voice: str = "espeak:en-us+m2") -> list[float]:
+    """Per word: from its end in the audio to the first transcription delta holding it, in ms."""
+    import soxr
+
+    latencies: list[float] = []
+    for index, text in enumerate(CAPTIONED):
+        ends = word_ends(model, text, voice)
+        speech = _speak(model, text, voice, soxr)[: int(ends[-1] * MODEL_RATE)]
+        audio = np.clip(np.concatenate([speech, np.zeros(MODEL_RATE, np.float32)]), -1, 1)
+        pcm = (audio * 32767).astype("<i2").tobytes()
+        started, arrivals = await _captioned_turn(model, name, f"captions-{index}", pcm)
+        latencies += _per_word(arrivals, [started + end for end in ends])
+    return latencies
+
+
+async def _captioned_turn(model: Any, name: str, session_id: str, pcm: bytes) -> tuple[float, list[Any]]:
+    """One turn with input transcription under server VAD: when it started, (time, delta) arrivals."""
+    from livegen.models.voice import OutputKind, StreamConfig, TurnDetection
+
+    config = StreamConfig(turn_detection=TurnDetection(), transcription_model=name)
+    stream = await model.open(session_id, config)
+    arrivals: list[tuple[float, str]] = []
+    done = asyncio.Event()
+
+    async def read() -> None:
+        async for output in stream.outputs():
+            if output.kind is OutputKind.TRANSCRIPT_DELTA:
+                arrivals.append((time.perf_counter(), output.text))
+            elif output.kind is OutputKind.SPEECH_STOPPED:
+                await stream.commit(1, "item")
+            elif output.kind is OutputKind.TRANSCRIPT_DONE:
+                done.set()
+
+    reader = asyncio.ensure_future(read())
+    started = await _paced(stream, pcm)
+    await asyncio.wait_for(done.wait(), 60)
+    await stream.aclose()
+    await reader
+    return started, arrivals
+
+
+async def _paced(stream: Any, pcm: bytes) -> float:
+    """Feed ``pcm`` in 20 ms chunks at the pace of speech; when the first chunk went."""
+    chunk = MODEL_RATE * 20 // 1000 * 2
+    started = time.perf_counter()
+    for index, start in enumerate(range(0, len(pcm), chunk)):
+        await asyncio.sleep(max(0.0, started + index * 0.02 - time.perf_counter()))
+        await stream.append(1, pcm[start : start + chunk])
+    return started
+
+
+def _per_word(arrivals: list[tuple[float, str]], ends: list[float]) -> list[float]:
+    """For each word (by position), the ms from its end to the delta that brought it."""
+    latencies: list[float] = []
+    count = 0
+    for at, delta in arrivals:
+        for _ in delta.split():
+            if count < len(ends):
+                latencies.append(1000 * (at - ends[count]))
+            count += 1
+    return latencies
