@@ -7,6 +7,9 @@ import base64
 import itertools
 from typing import Any
 
+import pytest
+
+from livegen.errors import RemoteProtocolError
 from livegen.models.voice import OutputKind, VoiceOutput
 from livegen.protocol import realtime as wire
 from livegen.voice.chain import Send
@@ -82,3 +85,29 @@ def test_transcription_language_and_prompt_reach_the_model_and_are_echoed() -> N
         "de",
         "Siobhan, Niamh",
     )
+
+
+def test_a_transcription_session_commits_turns_but_never_answers() -> None:
+    session = new_session({"type": "server_vad"})
+    effects = session.receive(wire.SessionUpdate(session={"type": "transcription"}), 0.1)
+    [(_, updated)] = [(t, e) for t, e in sent(effects) if t == "session.updated"]
+    assert updated["session"]["type"] == "transcription"
+    assert updated["session"]["object"] == "realtime.transcription_session"
+    assert "output" not in updated["session"]["audio"]
+    assert session.config.stream_config().transcription_model  # it always transcribes
+    session.receive(wire.AudioAppend(audio=base64.b64encode(bytes(RATE)).decode()), 0.2)
+    session.on_output(output(OutputKind.SPEECH_STARTED, audio_ms=100), 0.3)
+    stopped = [t for t, _ in sent(session.on_output(output(OutputKind.SPEECH_STOPPED, audio_ms=900), 0.9))]
+    assert "input_audio_buffer.committed" in stopped and "response.created" not in stopped
+    assert session.response is None
+    with pytest.raises(RemoteProtocolError) as refused:
+        session.receive(wire.ResponseCreate(), 1.0)
+    assert refused.value.code == "no_responses_in_transcription_session"
+
+
+def test_an_unknown_session_type_is_refused() -> None:
+    session = new_session({"type": "server_vad"})
+    with pytest.raises(RemoteProtocolError) as refused:
+        session.receive(wire.SessionUpdate(session={"type": "translation"}), 0.1)
+    assert (refused.value.code, refused.value.param) == ("invalid_value", "session.type")
+    assert session.config.session_type == "realtime"

@@ -68,6 +68,12 @@ class Config:
     #: ``audio.input.transcription``'s ISO-639-1 language and context prompt, for the recogniser.
     transcription_language: str = ""
     transcription_prompt: str = ""
+    #: "realtime", or "transcription": audio in, transcripts out, no responses.
+    session_type: str = "realtime"
+
+    @property
+    def is_transcription(self) -> bool:
+        return self.session_type == "transcription"
 
     def stream_config(self) -> StreamConfig:
         vad = self.turn_detection
@@ -77,7 +83,8 @@ class Config:
             turn_detection=None
             if vad is None
             else TurnDetection(vad.threshold, vad.prefix_padding_ms, vad.silence_duration_ms),
-            transcription_model=self.transcription_model,
+            # A transcription session always transcribes: unnamed, the server's recogniser does.
+            transcription_model=self.transcription_model or ("default" if self.is_transcription else ""),
             transcription_language=self.transcription_language,
             transcription_prompt=self.transcription_prompt,
         )
@@ -89,6 +96,8 @@ class Config:
         return {"model": self.transcription_model, **{k: v for k, v in fields.items() if v}}
 
     def to_wire(self, session_id: str) -> dict[str, Any]:
+        if self.is_transcription:
+            return self._transcription_session_to_wire(session_id)
         return {
             "id": session_id,
             "object": "realtime.session",
@@ -108,6 +117,24 @@ class Config:
             "tools": [],
             "tool_choice": "auto",
             "max_output_tokens": "inf",
+        }
+
+    def _transcription_session_to_wire(self, session_id: str) -> dict[str, Any]:
+        """GA's transcription session: input audio settings only."""
+        vad = self.turn_detection
+        return {
+            "id": session_id,
+            "object": "realtime.transcription_session",
+            "type": "transcription",
+            "audio": {
+                "input": {
+                    "format": self.input_format.to_wire(),
+                    "turn_detection": None if vad is None else vad.to_wire(),
+                    "transcription": self._transcription_to_wire(),
+                    "noise_reduction": None,
+                }
+            },
+            "include": [],
         }
 
 
@@ -180,9 +207,11 @@ def _semantic_vad(value: dict[str, Any], current: ServerVad | None, param: str) 
 def apply_update(config: Config, session: dict[str, Any]) -> Config:
     """``config`` with the fields of a ``session.update`` applied (GA or beta shape)."""
     updates: dict[str, Any] = {}
-    if session.get("type", "realtime") != "realtime":
-        detail = f"session type {session.get('type')!r} is not supported here; use 'realtime'"
+    if session.get("type", config.session_type) not in ("realtime", "transcription"):
+        detail = f"session type {session.get('type')!r} is not supported; use 'realtime' or 'transcription'"
         raise INVALID_VALUE.error(detail=detail, param="session.type")
+    if "type" in session:
+        updates["session_type"] = session["type"]
     if session.get("model") not in (None, ""):
         # Whether the session may still switch is the session's call (voice/session.py).
         updates["model"] = _expect(session["model"], str, "session.model")

@@ -44,6 +44,7 @@ from livegen.protocol.errors import (
     ITEM_TRUNCATE_INVALID_ITEM_ID,
     MODEL_APPEND_FAILED,
     MODEL_CHANGE_UNSUPPORTED,
+    NO_RESPONSES_IN_TRANSCRIPTION,
     RESPONSE_CANCEL_NOT_ACTIVE,
     TOO_MANY_PENDING_COMMITS,
     TRUNCATE_BEYOND_AUDIO,
@@ -370,6 +371,8 @@ class Session(TurnTaker):
         return effects
 
     def _on_response_create(self, event: wire.ResponseCreate, now: float) -> list[Effect]:
+        if self.config.is_transcription:
+            raise NO_RESPONSES_IN_TRANSCRIPTION.error()
         if self.response is not None:
             raise CONVERSATION_ALREADY_HAS_ACTIVE_RESPONSE.error(response_id=self.response.id)
         overrides = event.response or {}
