@@ -52,3 +52,24 @@ async def test_a_transcription_session_streams_deltas_before_the_speech_ends(
     assert "elephant" in completed.transcript.lower()
     assert "response.created" not in kinds
     assert error.error.code == "no_responses_in_transcription_session"
+
+
+@pytest.mark.conformance(client=f"openai-python {VERSION} (GA)", capability="transcription-session")
+async def test_intent_transcription_opens_a_transcription_session(
+    plain_server: ServerThread, speech: Callable[..., bytes]
+) -> None:
+    http, ws = plain_server.http_url, plain_server.ws_url
+    client = AsyncOpenAI(api_key=API_KEY, base_url=f"{http}/v1", websocket_base_url=f"{ws}/v1")
+    async with client.realtime.connect(extra_query={"intent": "transcription"}) as connection:
+        recorder = RealtimeCall(connection)
+        try:
+            created = await recorder.wait_for("session.created")
+            recorder.say(speech("What is the date today?"))
+            completed = await recorder.wait_for(
+                "conversation.item.input_audio_transcription.completed", within=120
+            )
+        finally:
+            await recorder.close()
+    assert created.session.type == "transcription"
+    assert "date" in completed.transcript.lower()
+    assert "response.created" not in [e.type for e in recorder.events]

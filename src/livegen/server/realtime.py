@@ -175,7 +175,11 @@ class RealtimeService:
             # the handler returns (so a server shutdown never waits for a parked session) and
             # the session waits for a resume on its own.
             log_event(logger, "voice.model_resolved", requested=requested, model=name)
-            owner = asyncio.create_task(self._serve(websocket, released, session_id, name, model, first))
+            # ?intent=transcription opens a transcription session (audio in, transcripts out).
+            kind = "transcription" if websocket.query_params.get("intent") == "transcription" else "realtime"
+            owner = asyncio.create_task(
+                self._serve(websocket, released, session_id, name, model, first, kind)
+            )
         self.owners.add(owner)
         owner.add_done_callback(self.owners.discard)
         await released.wait()
@@ -225,6 +229,7 @@ class RealtimeService:
         name: str,
         model: VoiceModel,
         first: str | None,
+        session_type: str = "realtime",
     ) -> None:
         counter = itertools.count(1)
         tag = session_id[5:13]
@@ -233,7 +238,10 @@ class RealtimeService:
             return f"{prefix}_{tag}{next(counter):x}"
 
         facts = ModelFacts(name, model.input_rate, model.output_rate, model.has_vad)
-        session = Session(session_id, facts, ids, self.limits, canonical_name=self.names.canonical)
+        canonical = self.names.canonical
+        session = Session(
+            session_id, facts, ids, self.limits, canonical_name=canonical, session_type=session_type
+        )
         metrics = self.state.metrics
         try:
             stream = await model.open(session_id, session.config.stream_config())

@@ -89,6 +89,7 @@ class Session(TurnTaker):
         ids: IdFactory,
         limits: Limits | None = None,
         canonical_name: Callable[[str], str] | None = None,
+        session_type: str = "realtime",
     ) -> None:
         self.id = session_id
         self.model = model
@@ -96,7 +97,8 @@ class Session(TurnTaker):
         self.canonical_name = canonical_name or (lambda name: name)
         self.ids = ids
         self.limits = limits or Limits()
-        self.config = Config(model=model.name)
+        #: "transcription" when the client asked for one at connect (``?intent=transcription``).
+        self.config = Config(model=model.name, session_type=session_type)
         self.phase = Phase.OPEN
         self.epoch = 0
         self.ledger = InputLedger(self.limits.max_input_bytes)

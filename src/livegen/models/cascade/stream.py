@@ -363,6 +363,8 @@ class Stream:
                 # which never changes, so that the deltas add up to the completed transcript.
                 text = await self._transcribe(caption[1], prefix=caption[0].text)
                 rest = caption[0].rest(text)
+            if caption is not None and rest is not None:
+                text = caption[0].text + rest  # the words as sent, where only punctuation differed
         except Exception as exc:
             logger.exception("transcription of %s failed", item_id)
             self._emit(OutputKind.ERROR, epoch, item_id=item_id, text=f"transcription failed: {exc}")
