@@ -73,3 +73,31 @@ async def test_intent_transcription_opens_a_transcription_session(
     assert created.session.type == "transcription"
     assert "date" in completed.transcript.lower()
     assert "response.created" not in [e.type for e in recorder.events]
+
+
+@pytest.mark.conformance(client=f"openai-python {VERSION} (beta)", capability="transcription-session")
+async def test_beta_transcription_session_update(
+    plain_server: ServerThread, speech: Callable[..., bytes]
+) -> None:
+    http, ws = plain_server.http_url, plain_server.ws_url
+    client = AsyncOpenAI(api_key=API_KEY, base_url=f"{http}/v1", websocket_base_url=f"{ws}/v1")
+    async with client.beta.realtime.connect(model="gpt-realtime") as connection:
+        recorder = RealtimeCall(connection)
+        try:
+            await recorder.wait_for("session.created")
+            await connection.transcription_session.update(
+                session={"input_audio_transcription": {"model": "gpt-4o-transcribe"}}
+            )
+            await recorder.wait_for("transcription_session.updated")
+            recorder.say(speech(SAID))
+            completed = await recorder.wait_for(
+                "conversation.item.input_audio_transcription.completed", within=120
+            )
+        finally:
+            await recorder.close()
+    kinds = [e.type for e in recorder.events]
+    first_delta = kinds.index("conversation.item.input_audio_transcription.delta")
+    assert first_delta < kinds.index("input_audio_buffer.speech_stopped")
+    assert "elephant" in completed.transcript.lower()
+    assert "response.created" not in kinds
+    assert not recorder.of("error")

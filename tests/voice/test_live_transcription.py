@@ -111,3 +111,20 @@ def test_an_unknown_session_type_is_refused() -> None:
         session.receive(wire.SessionUpdate(session={"type": "translation"}), 0.1)
     assert (refused.value.code, refused.value.param) == ("invalid_value", "session.type")
     assert session.config.session_type == "realtime"
+
+
+def test_beta_transcription_session_update_is_a_session_update_of_a_transcription_session() -> None:
+    from livegen.protocol import beta
+
+    event = wire.decode(
+        '{"type": "transcription_session.update", "session": {"input_audio_transcription": {"model": "x"}}}'
+    )
+    assert isinstance(event, wire.SessionUpdate)
+    assert event.session == {"input_audio_transcription": {"model": "x"}, "type": "transcription"}
+    session = new_session({"type": "server_vad"})
+    [updated] = [e for t, e in sent(session.receive(event, 0.1)) if t == "session.updated"]
+    assert beta.to_beta(updated)["type"] == "transcription_session.updated"
+    assert (
+        beta.to_beta({"type": "session.updated", "session": {"type": "realtime"}})["type"]
+        == "session.updated"
+    )
