@@ -220,8 +220,13 @@ class Stream:
             self._speculate()
         elif turn.event is vad.Event.RESUMED:
             self._drop_speculation(keep_transcript=True)
-        elif is_server_vad:
-            self._emit(OutputKind.SPEECH_STOPPED, epoch, audio_ms=_ms(turn.sample))
+        else:
+            # A caption decoded after the stop would reach the session after it committed the turn,
+            # with no item to name; the final transcript brings those words instead.
+            if self._caption_task is not None:
+                self._caption_task.cancel()
+            if is_server_vad:
+                self._emit(OutputKind.SPEECH_STOPPED, epoch, audio_ms=_ms(turn.sample))
 
     def _on_speech_started(self, sample: int) -> None:
         start = max(sample, self._buffer_start)
