@@ -199,6 +199,14 @@ def main() -> None:
     help="Speech-synthesis worker processes of the cascade voice model [default: the cores, 2 to 8].",
 )
 @click.option(
+    "--asr-model",
+    envvar="LIVEGEN_ASR_MODEL",
+    default=None,
+    type=click.Choice(["whisper-base", "whisper-tiny.en"]),
+    help="Speech recogniser of the cascade voice model; a session may pick another with "
+    "audio.input.transcription.model [default: whisper-base].",
+)
+@click.option(
     "--allowed-origins",
     default=None,
     help="Comma list of browser origins allowed (scheme://host[:port]), or '*'. "
@@ -287,6 +295,8 @@ def serve(**options: Any) -> None:
     options["allowed_origins"] = parse_list(options["allowed_origins"])
     options["allowed_hosts"] = parse_list(options["allowed_hosts"])
     options["webrtc_ice_servers"] = parse_list(options["webrtc_ice_servers"]) or ()
+    if (asr_model := options.pop("asr_model")) is not None:  # read by the voice model's loader
+        os.environ["LIVEGEN_ASR_MODEL"] = asr_model
     try:
         config = ServerConfig(**options)
         if config.tts_workers is not None:  # read by the voice model's loader, which takes no arguments

@@ -47,3 +47,45 @@ async def test_one_spoken_turn_is_timed(cascade: Any, transport: str) -> None:
     assert result.answer == "12 times 7 is 84."
     assert result.speech_stopped_ms is not None and result.speech_stopped_ms >= 500  # the silence window
     assert result.first_audio_ms is not None and result.first_audio_ms > 0
+
+
+def test_noise_is_mixed_at_the_asked_signal_to_noise_ratio() -> None:
+    import numpy as np
+
+    from livegen.bench import recognisers
+
+    rng = np.random.default_rng(0)
+    speech = (0.3 * np.sin(np.arange(16_000) / 5)).astype(np.float32)
+    noise = recognisers.pink_noise(len(speech), rng)
+    assert np.sqrt(np.mean(noise**2)) == pytest.approx(1.0, rel=1e-3)
+    for snr_db in (10.0, 5.0):
+        added = recognisers.mix(speech, noise, snr_db) - speech
+        measured = 10 * np.log10(np.mean(speech**2) / np.mean(added**2))
+        assert measured == pytest.approx(snr_db, abs=0.1)
+
+
+@pytest.mark.slow
+def test_the_recognisers_table_has_every_recogniser_voice_and_noise_level(
+    cascade: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from livegen.bench import recognisers
+    from livegen.models.cascade import asr
+
+    monkeypatch.setattr(recognisers, "HELD_OUT", recognisers.HELD_OUT[:1])
+    clips = recognisers.build_set(cascade)
+    assert len(clips) == len(recognisers.VOICES) * len(recognisers.NOISE_LEVELS)
+    results = recognisers.measure(cascade, clips, list(asr.CHOICES))
+    assert set(results) == set(asr.CHOICES)
+    for result in results.values():
+        assert set(result["wer"]) == {label for label, _ in recognisers.VOICES}
+        assert all(set(row) == {"clean", "10 dB", "5 dB"} for row in result["wer"].values())
+        assert result["rtf_p50"] > 0 and result["wer"]["piper joe (assistant's)"]["clean"] < 0.5
+    assert "whisper-base" in "\n".join(recognisers.render(results))
+
+
+def test_each_word_is_timed_to_the_delta_that_brought_it() -> None:
+    from livegen.bench import recognisers
+
+    arrivals = [(10.0, "Please"), (10.5, " repeat after"), (11.5, " me.")]
+    ends = [9.5, 9.8, 10.2, 10.9]
+    assert recognisers._per_word(arrivals, ends) == pytest.approx([500.0, 700.0, 300.0, 600.0])

@@ -27,6 +27,7 @@ CAPABILITIES: dict[str, str] = {
     "idle-cancel": "response.cancel with nothing running: OpenAI's error, which the client ignores",
     "resume": "a dropped connection resumed with the client's own resume",
     "tls": "the client over wss:// to `livegen serve --ssl-certfile/--ssl-keyfile`",
+    "transcription-session": "`session.type: transcription`: live transcription deltas, no responses",
 }
 
 #: Worst first: a cell shows the worst outcome of its tests.

@@ -168,3 +168,65 @@ def test_a_huge_repeat_is_cut_and_says_so() -> None:
     assert said.startswith("Word word") and said.endswith(responder.TOO_LONG_TO_REPEAT)
     assert "wor " not in said + " "  # cut between words
     assert responder.reply("say " + "word " * 100, NOW) == "Word" + " word" * 99 + "."
+
+
+# What recognisers really wrote for what users said (issue 15): Whisper tiny.en on espeak-ng.
+@pytest.mark.parametrize(
+    ("heard", "expected"),
+    [
+        ("What in 7 plus 5?", "7 plus 5 is 12."),  # "what is seven plus five", 7 of 21 sessions
+        ("what in seven plus five", "7 plus 5 is 12."),
+        ("Um, what is seven plus five?", "7 plus 5 is 12."),
+        ("So, uh, what's twelve times 7?", "12 times 7 is 84."),
+        ("What is twenty-one plus three?", "21 plus 3 is 24."),
+        ("What is 7 plus for?", "7 plus 4 is 11."),
+        ("What is seven time five?", "7 times 5 is 35."),
+        ("What's 2 plus 2 equal to?", "2 plus 2 is 4."),
+        ("What is 7 plus i?", "I heard 7 plus, but not the last number. Could you say the sum again?"),
+        ("Repeat after be, purple elephants dance slowly.", "Purple elephants dance slowly."),
+        ("Repeats after me, the cat sat.", "The cat sat."),
+        ("Repeat after me, um, the cat sat.", "The cat sat."),
+        ("Uh, what time is it?", "It's 5:42 PM."),
+        ("What tim is it?", "It's 5:42 PM."),
+        ("What can you too?", responder.HELP),
+        ("Um.", responder.NOT_HEARD),
+    ],
+)
+def test_responder_survives_what_recognisers_mishear(heard: str, expected: str) -> None:
+    assert responder.reply(heard, NOW) == expected
+
+
+@pytest.mark.parametrize(
+    ("said", "expected"),
+    [
+        ("What time is it?", "It's 5:42 PM."),  # a near-miss operator is one only between numbers
+        ("I need 2 times more", responder.FALLBACK),  # a long last word is meant, not a lost number
+        ("call 5 times", "I can't call or message anyone."),
+        ("what is the meaning of life", responder.FALLBACK),
+        ("Tell me a story.", responder.FALLBACK),
+        ("Repeat the question", responder.FALLBACK),
+        ("heard it", responder.FALLBACK),
+    ],
+)
+def test_forgiveness_does_not_invent_sums_or_commands(said: str, expected: str) -> None:
+    assert responder.reply(said, NOW) == expected
+
+
+_UTTERANCES = [
+    "what is seven plus five",
+    "what time is it",
+    "repeat after me the cat sat on the mat",
+    "what can you do",
+    "tell me about quantum physics",
+]
+
+
+@given(
+    st.sampled_from(_UTTERANCES),
+    st.lists(st.tuples(st.integers(0, 12), st.sampled_from(["um", "uh,", "Um,", "uhm", "er", "hmm"]))),
+)
+def test_fillers_anywhere_change_nothing(said: str, fillers: list[tuple[int, str]]) -> None:
+    words = said.split()
+    for position, filler in fillers:
+        words.insert(min(position, len(words)), filler)
+    assert responder.reply(" ".join(words), NOW) == responder.reply(said, NOW)

@@ -48,6 +48,9 @@ def append(ms: int, loud: bool) -> wire.AudioAppend:
     return wire.AudioAppend(audio=base64.b64encode(pcm(ms, loud)).decode(), event_id="evt_append")
 
 
+TURN_ITEM_EVENTS = ("input_audio_buffer.speech_started", "input_audio_buffer.committed")
+
+
 class VoiceCore(RuleBasedStateMachine):
     @initialize(has_vad=st.booleans(), server_vad=st.booleans())
     def open(self, has_vad: bool, server_vad: bool) -> None:
@@ -400,6 +403,37 @@ class VoiceCore(RuleBasedStateMachine):
         user_items = [e["item_id"] for e in self.sent if e["type"] == "input_audio_buffer.committed"]
         if user_items:
             self.current(OutputKind.TRANSCRIPT_DONE, item_id=user_items[-1], text="hello there")
+
+    @rule(text=st.sampled_from(["What", " is", ""]))
+    def model_live_caption(self, text: str) -> None:
+        """A caption of the turn being spoken: no item id yet, the session gives it one."""
+        expected = self.session._vad_item_id
+        num_sent = len(self.sent)
+        self.current(OutputKind.TRANSCRIPT_DELTA, text=text)
+        deltas = [e for e in self.sent[num_sent:] if e["type"].endswith("input_audio_transcription.delta")]
+        if expected is None or not text:
+            assert deltas == [], "a caption was sent with no turn to belong to"
+        else:
+            assert [e["item_id"] for e in deltas] == [expected]
+
+    @rule()
+    def become_transcription_session(self) -> None:
+        self.client(wire.SessionUpdate(session={"type": "transcription"}))
+
+    @invariant()
+    def transcription_sessions_never_answer(self) -> None:
+        kinds = [(e["type"], e.get("session", {}).get("type")) for e in self.sent]
+        since = next((i for i, k in enumerate(kinds) if k == ("session.updated", "transcription")), None)
+        if since is not None:
+            assert ("response.created", None) not in kinds[since:], "a transcription session answered"
+
+    @invariant()
+    def transcription_deltas_name_a_turn(self) -> None:
+        """Every transcription delta names an item that speech_started announced or a commit made."""
+        known = {e["item_id"] for e in self.sent if e["type"] in TURN_ITEM_EVENTS}
+        for e in self.sent:
+            if e["type"] == "conversation.item.input_audio_transcription.delta":
+                assert e["item_id"] in known
 
     @rule(seconds=st.sampled_from([0.01, 0.05, 0.3, 2.0]))
     def advance_clock(self, seconds: float) -> None:

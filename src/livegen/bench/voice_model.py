@@ -11,7 +11,10 @@ Speech for the benchmark is synthesised by espeak-ng in a formant voice
   p50 and p95, and that time minus the silence window, with speculation on
   and, as the baseline in the same run, off;
 - barge-in: from ``input_audio_buffer.speech_started`` to the last audio of
-  the old answer.
+  the old answer;
+- every recogniser side by side on a held-out set in several voices, clean
+  and in noise: word error rate by voice and noise level, and real-time
+  factor (``recognisers``; ``--part recognisers`` runs only this).
 
 By default the turns go through a real server on a loopback port, as a
 client under server VAD sees them (``--transport server``); ``--transport
@@ -36,6 +39,7 @@ from typing import Any
 import click
 import numpy as np
 
+from livegen.bench import recognisers
 from livegen.bench.voice_turns import (
     USER_VOICE,
     ContractTurns,
@@ -75,6 +79,7 @@ class Report:
     barge_in_ms: dict[str, Any] = field(default_factory=dict)
     speculation: dict[str, Any] = field(default_factory=dict)
     turns: list[dict[str, Any]] = field(default_factory=list)
+    recognisers: dict[str, Any] = field(default_factory=dict)
 
 
 # -- word error rate ----------------------------------------------------------------------------
@@ -245,6 +250,10 @@ def _latency_report(report: Report, latencies: dict[str, list[float]], silence_m
 
 def render(report: Report) -> str:
     lines = [f"voice-model benchmark ({report.transport}; load average {report.machine['load_average']})"]
+    if report.recognisers:
+        lines += recognisers.render(report.recognisers)
+    if not report.rtf:
+        return "\n".join(lines)
     lines.append("real-time factor (compute seconds per second of audio):")
     lines += [f"  {name:<34} {value:8.3f}" for name, value in report.rtf.items()]
     lines.append(f"word error rate: {report.wer['transcripts']:.3f} over {report.wer['num_words']} words")
@@ -298,7 +307,27 @@ def render(report: Report) -> str:
     show_default=True,
     help="Through a real server and WebSocket, or straight into the model's VoiceStream.",
 )
-def command(json_path: Path | None, rounds: int, barge_ins: int, silence_ms: int, transport: str) -> None:
+@click.option(
+    "--part",
+    type=click.Choice(["all", "turns", "recognisers"]),
+    default="all",
+    show_default=True,
+    help="Turns (latency, barge-in, stage speed), the recognisers' WER and RTF table, or both.",
+)
+@click.option(
+    "--asr-models",
+    default="",
+    help="Comma-separated recognisers for the WER table [default: every one].",
+)
+def command(
+    json_path: Path | None,
+    rounds: int,
+    barge_ins: int,
+    silence_ms: int,
+    transport: str,
+    part: str,
+    asr_models: str,
+) -> None:
     """Benchmark the embedded voice cascade: stage speed, WER, turn latency, barge-in.
 
     Each question is spoken by espeak-ng (a voice unlike the assistant's) and
@@ -310,13 +339,37 @@ def command(json_path: Path | None, rounds: int, barge_ins: int, silence_ms: int
     click.echo("loading the cascade (Whisper, Piper worker)...", err=True)
     loaded = cascade.load()  # the server below gets this same instance: one per process
     loaded.use_llm(None, None)
-    turns: Turns = ServerTurns(silence_ms) if transport == "server" else ContractTurns(loaded, silence_ms)
     try:
-        report = asyncio.run(run(loaded, turns, rounds, barge_ins, silence_ms))
+        names = [name for name in asr_models.split(",") if name]
+        report = _run_parts(loaded, part, names, transport, (rounds, barge_ins, silence_ms))
     finally:
-        turns.close()
         loaded.close()
     click.echo(render(report))
     if json_path is not None:
         json_path.write_text(json.dumps(asdict(report), indent=2))
         click.echo(f"wrote {json_path}")
+
+
+def _run_parts(
+    model: Any, part: str, names: list[str], transport: str, sizes: tuple[int, int, int]
+) -> Report:
+    from livegen.models.cascade import asr
+
+    names = names or list(asr.CHOICES)
+    unknown = [name for name in names if name not in asr.CHOICES]
+    if unknown:
+        raise click.UsageError(f"unknown recognisers {unknown}; choose from {list(asr.CHOICES)}")
+    rounds, barge_ins, silence_ms = sizes
+    if part == "recognisers":
+        report = Report("none", {"cpus": os.cpu_count(), "load_average": list(os.getloadavg())}, {})
+    else:
+        turns: Turns = ServerTurns(silence_ms) if transport == "server" else ContractTurns(model, silence_ms)
+        try:
+            report = asyncio.run(run(model, turns, rounds, barge_ins, silence_ms))
+        finally:
+            turns.close()
+    if part != "turns":
+        clips = recognisers.build_set(model)
+        report.recognisers = recognisers.measure(model, clips, names)
+        report.machine["load_average_after"] = list(os.getloadavg())
+    return report

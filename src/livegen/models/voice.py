@@ -101,6 +101,10 @@ class StreamConfig:
     #: prepares answers ahead of ``respond`` prepares them with the tools the response will have.
     tools: tuple[Mapping[str, Any], ...] = ()
     tool_choice: str | Mapping[str, Any] = "auto"
+    #: ISO-639-1, for a multilingual recogniser; "" lets the model assume English.
+    transcription_language: str = ""
+    #: Context for the recogniser: names, spellings, the previous sentence.
+    transcription_prompt: str = ""
 
 
 @dataclass(frozen=True)

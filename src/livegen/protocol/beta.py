@@ -8,8 +8,11 @@ than teach the session core two dialects, the runner passes each outgoing GA
 event through ``to_beta`` at the edge: renamed events get their beta names,
 ``conversation.item.added`` is sent as beta's ``conversation.item.created``,
 content parts and items get beta's part types, and the session object carries
-the flat beta fields beside the GA ones. Input needs no translation here:
-``protocol/realtime.py`` and ``voice/config.py`` already accept beta input.
+the flat beta fields beside the GA ones; a transcription session's
+``session.created``/``.updated`` are beta's ``transcription_session.created``/
+``.updated``. Input needs no translation here: ``protocol/realtime.py`` and
+``voice/config.py`` already accept beta input (``transcription_session.update``
+included).
 
 Pure functions over event dicts: no I/O.
 """
@@ -45,6 +48,8 @@ def to_beta(event: dict[str, Any]) -> dict[str, Any]:
     """The beta form of one GA server event (the event itself when nothing differs)."""
     kind = event["type"]
     if kind in ("session.created", "session.updated"):
+        if event["session"].get("type") == "transcription":  # beta's own names for these
+            return {**event, "type": kind.replace("session.", "transcription_session.")}
         return {**event, "session": _session(event["session"])}
     renamed = BETA_NAMES.get(kind, kind)
     out = event if renamed == kind else {**event, "type": renamed}

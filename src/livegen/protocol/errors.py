@@ -225,6 +225,13 @@ CONVERSATION_ALREADY_HAS_ACTIVE_RESPONSE = WireError(
     "`response.create` while one runs",
     kind=InvalidState,
 )
+NO_RESPONSES_IN_TRANSCRIPTION = WireError(
+    "no_responses_in_transcription_session",
+    "a transcription session transcribes input audio and creates no responses",
+    "livegen",
+    "`response.create` in a session of `type: transcription`",
+    kind=InvalidState,
+)
 RESPONSE_CANCEL_NOT_ACTIVE = WireError(
     "response_cancel_not_active",
     "Cancellation failed: no active response found",

@@ -151,6 +151,17 @@ BETA_ALIASES: dict[str, str] = {
 }
 
 
+#: Beta's update of a transcription session: a ``session.update`` of ``type: transcription``.
+TRANSCRIPTION_SESSION_UPDATE = "transcription_session.update"
+
+
+def _as_session_update(raw: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    session = raw.get("session", {})
+    if isinstance(session, dict):
+        raw = {**raw, "session": {**session, "type": "transcription"}}
+    return SessionUpdate.TYPE, raw
+
+
 def supported() -> str:
     """The event types taken, as OpenAI lists them: 'a', 'b', and 'c'."""
     names = [f"'{name}'" for name in EVENT_TYPES]
@@ -191,6 +202,8 @@ def decode(data: str | bytes) -> ClientEvent:
         raise wire_errors.INVALID_EVENT.error(
             detail="the event has no 'type'", param="type", event_id=event_id
         )
+    if kind == TRANSCRIPTION_SESSION_UPDATE:
+        kind, raw = _as_session_update(raw)
     cls = EVENT_TYPES.get(BETA_ALIASES.get(kind, kind))
     if cls is None:
         raise wire_errors.UNKNOWN_EVENT_TYPE.error(event_type=kind, supported=supported(), event_id=event_id)

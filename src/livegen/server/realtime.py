@@ -166,6 +166,7 @@ class RealtimeService:
         model: VoiceModel,
         send_text: Callable[[str], Awaitable[None]],
         dialect: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None,
+        session_type: str = "realtime",
     ) -> Runner:
         """The engine half of a session, shared by every transport (WebSocket, WebRTC): the
         session core, its model stream and its runner, counted in the service. Raises
@@ -177,7 +178,10 @@ class RealtimeService:
             return f"{prefix}_{tag}{next(counter):x}"
 
         facts = ModelFacts(name, model.input_rate, model.output_rate, model.has_vad)
-        session = Session(session_id, facts, ids, self.limits, canonical_name=self.names.canonical)
+        canonical = self.names.canonical
+        session = Session(
+            session_id, facts, ids, self.limits, canonical_name=canonical, session_type=session_type
+        )
         try:
             stream = await model.open(session_id, session.config.stream_config())
         except Exception as exc:  # one model failing to open a stream fails this session only
@@ -283,7 +287,11 @@ class RealtimeService:
             # the handler returns (so a server shutdown never waits for a parked session) and
             # the session waits for a resume on its own.
             log_event(logger, "voice.model_resolved", requested=requested, model=name)
-            owner = asyncio.create_task(self._serve(websocket, released, session_id, name, model, first))
+            # ?intent=transcription opens a transcription session (audio in, transcripts out).
+            kind = "transcription" if websocket.query_params.get("intent") == "transcription" else "realtime"
+            owner = asyncio.create_task(
+                self._serve(websocket, released, session_id, name, model, first, kind)
+            )
         self.owners.add(owner)
         owner.add_done_callback(self.owners.discard)
         await released.wait()
@@ -333,6 +341,7 @@ class RealtimeService:
         name: str,
         model: VoiceModel,
         first: str | None,
+        session_type: str = "realtime",
     ) -> None:
         metrics = self.state.metrics
         events_in = metrics.events.labels(kind="voice", direction="in")
@@ -351,7 +360,9 @@ class RealtimeService:
             return to_beta(event) if beta else event
 
         try:
-            runner = await self.open_runner(session_id, name, model, attachment.send, outgoing)
+            runner = await self.open_runner(
+                session_id, name, model, attachment.send, outgoing, session_type=session_type
+            )
         except RemoteProtocolError as error:
             await self._send_error(websocket, error)
             await websocket.close(1011)

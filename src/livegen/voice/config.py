@@ -72,6 +72,15 @@ class Config:
     tool_choice: fn.ToolChoice = "auto"
     #: ``truncation``: "auto", "disabled", or a retention ratio in (0, 1] (OpenAI's retention_ratio).
     truncation: str | float = "auto"
+    #: ``audio.input.transcription``'s ISO-639-1 language and context prompt, for the recogniser.
+    transcription_language: str = ""
+    transcription_prompt: str = ""
+    #: "realtime", or "transcription": audio in, transcripts out, no responses.
+    session_type: str = "realtime"
+
+    @property
+    def is_transcription(self) -> bool:
+        return self.session_type == "transcription"
 
     def stream_config(self) -> StreamConfig:
         vad = self.turn_detection
@@ -81,12 +90,23 @@ class Config:
             turn_detection=None
             if vad is None
             else TurnDetection(vad.threshold, vad.prefix_padding_ms, vad.silence_duration_ms),
-            transcription_model=self.transcription_model,
+            # A transcription session always transcribes: unnamed, the server's recogniser does.
+            transcription_model=self.transcription_model or ("default" if self.is_transcription else ""),
+            transcription_language=self.transcription_language,
+            transcription_prompt=self.transcription_prompt,
             tools=() if self.tool_choice == "none" else tuple(t.to_chat() for t in self.tools),
             tool_choice=fn.chat_tool_choice(self.tool_choice),
         )
 
+    def _transcription_to_wire(self) -> dict[str, str] | None:
+        if not self.transcription_model:
+            return None
+        fields = {"language": self.transcription_language, "prompt": self.transcription_prompt}
+        return {"model": self.transcription_model, **{k: v for k, v in fields.items() if v}}
+
     def to_wire(self, session_id: str) -> dict[str, Any]:
+        if self.is_transcription:
+            return self._transcription_session_to_wire(session_id)
         return {
             "id": session_id,
             "object": "realtime.session",
@@ -98,9 +118,7 @@ class Config:
                 "input": {
                     "format": self.input_format.to_wire(),
                     "turn_detection": None if self.turn_detection is None else self.turn_detection.to_wire(),
-                    "transcription": {"model": self.transcription_model}
-                    if self.transcription_model
-                    else None,
+                    "transcription": self._transcription_to_wire(),
                     "noise_reduction": None,
                 },
                 "output": {"format": self.output_format.to_wire(), "voice": self.voice, "speed": 1.0},
@@ -109,6 +127,24 @@ class Config:
             "tool_choice": fn.choice_to_wire(self.tool_choice),
             "max_output_tokens": "inf",
             "truncation": _truncation_to_wire(self.truncation),
+        }
+
+    def _transcription_session_to_wire(self, session_id: str) -> dict[str, Any]:
+        """GA's transcription session: input audio settings only."""
+        vad = self.turn_detection
+        return {
+            "id": session_id,
+            "object": "realtime.transcription_session",
+            "type": "transcription",
+            "audio": {
+                "input": {
+                    "format": self.input_format.to_wire(),
+                    "turn_detection": None if vad is None else vad.to_wire(),
+                    "transcription": self._transcription_to_wire(),
+                    "noise_reduction": None,
+                }
+            },
+            "include": [],
         }
 
 
@@ -193,9 +229,11 @@ def _semantic_vad(value: dict[str, Any], current: ServerVad | None, param: str) 
 def apply_update(config: Config, session: dict[str, Any]) -> Config:
     """``config`` with the fields of a ``session.update`` applied (GA or beta shape)."""
     updates: dict[str, Any] = {}
-    if session.get("type", "realtime") != "realtime":
-        detail = f"session type {session.get('type')!r} is not supported here; use 'realtime'"
+    if session.get("type", config.session_type) not in ("realtime", "transcription"):
+        detail = f"session type {session.get('type')!r} is not supported; use 'realtime' or 'transcription'"
         raise INVALID_VALUE.error(detail=detail, param="session.type")
+    if "type" in session:
+        updates["session_type"] = session["type"]
     if session.get("model") not in (None, ""):
         # Whether the session may still switch is the session's call (voice/session.py).
         updates["model"] = _expect(session["model"], str, "session.model")
@@ -248,7 +286,10 @@ def apply_update(config: Config, session: dict[str, Any]) -> Config:
         ("session.input_audio_transcription", session.get("input_audio_transcription")),
     ):
         if value is not None:
-            updates["transcription_model"] = str(_expect(value, dict, param).get("model") or "")
+            transcription = _expect(value, dict, param)
+            updates["transcription_model"] = str(transcription.get("model") or "")
+            updates["transcription_language"] = str(transcription.get("language") or "")
+            updates["transcription_prompt"] = str(transcription.get("prompt") or "")
     updates.update(_tool_updates(config, session))
     if "truncation" in session:
         updates["truncation"] = parse_truncation(session["truncation"], "session.truncation")

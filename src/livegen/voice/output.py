@@ -42,6 +42,8 @@ class Speaker:
     attempts: list[Attempt]
     num_stale_outputs: int
     calls: CallLedger
+    #: The item the turn being spoken will become (server VAD), announced by ``speech_started``.
+    _vad_item_id: str | None
 
     @property
     def is_closed(self) -> bool:
@@ -199,18 +201,25 @@ class Speaker:
         return response if response is not None and response_id in (None, response.id) else None
 
     def _on_transcript(self, output: VoiceOutput) -> list[Effect]:
-        if output.item_id is None or output.item_id not in self.conversation:
+        item_id = output.item_id
+        if item_id is None and output.kind is OutputKind.TRANSCRIPT_DELTA:
+            # A live caption of the turn being spoken: it belongs to the item that turn will become,
+            # the id ``speech_started`` announced (none without server VAD: the caption is dropped).
+            item_id = self._vad_item_id
+            if item_id is None or not output.text:
+                return []
+        elif item_id is None or item_id not in self.conversation:
             return []
         if output.kind is OutputKind.TRANSCRIPT_DELTA:
             return [
                 self._event(
                     "conversation.item.input_audio_transcription.delta",
-                    item_id=output.item_id,
+                    item_id=item_id,
                     content_index=0,
                     delta=output.text,
                 )
             ]
-        self.conversation.get(output.item_id).text = output.text
+        self.conversation.get(item_id).text = output.text
         return [
             self._event(
                 "conversation.item.input_audio_transcription.completed",

@@ -46,6 +46,7 @@ from livegen.protocol.errors import (
     ITEM_TRUNCATE_INVALID_ITEM_ID,
     MODEL_APPEND_FAILED,
     MODEL_CHANGE_UNSUPPORTED,
+    NO_RESPONSES_IN_TRANSCRIPTION,
     RESPONSE_CANCEL_NOT_ACTIVE,
     TOO_MANY_PENDING_COMMITS,
     TRUNCATE_BEYOND_AUDIO,
@@ -95,6 +96,7 @@ class Session(TurnTaker):
         ids: IdFactory,
         limits: Limits | None = None,
         canonical_name: Callable[[str], str] | None = None,
+        session_type: str = "realtime",
     ) -> None:
         self.id = session_id
         self.model = model
@@ -102,7 +104,8 @@ class Session(TurnTaker):
         self.canonical_name = canonical_name or (lambda name: name)
         self.ids = ids
         self.limits = limits or Limits()
-        self.config = Config(model=model.name)
+        #: "transcription" when the client asked for one at connect (``?intent=transcription``).
+        self.config = Config(model=model.name, session_type=session_type)
         self.phase = Phase.OPEN
         self.epoch = 0
         self.ledger = InputLedger(self.limits.max_input_bytes)
@@ -393,6 +396,8 @@ class Session(TurnTaker):
         return effects
 
     def _on_response_create(self, event: wire.ResponseCreate, now: float) -> list[Effect]:
+        if self.config.is_transcription:
+            raise NO_RESPONSES_IN_TRANSCRIPTION.error()
         if self.response is not None:
             raise CONVERSATION_ALREADY_HAS_ACTIVE_RESPONSE.error(response_id=self.response.id)
         options = response_options(event.response or {}, self.config, self.conversation, self.ids)

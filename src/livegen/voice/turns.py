@@ -79,7 +79,7 @@ class TurnTaker(Speaker):
             effects += self._commit(item_id, now)
         except CapacityExceeded as error:
             return [*effects, *self.reject(error)]
-        if vad.create_response and self.response is None:
+        if vad.create_response and self.response is None and not self.config.is_transcription:
             effects += self._create_response(now, self.config.instructions, self.config.output_modalities)
         return effects
 

@@ -1,4 +1,4 @@
-"""The embedded voice model: Silero VAD -> Whisper tiny.en -> a reply -> Piper, offline on a CPU.
+"""The embedded voice model: Silero VAD -> Whisper (base or tiny.en) -> a reply -> Piper, offline on a CPU.
 
 Modules, in the order audio flows: ``vad`` (turns), ``asr`` (transcripts),
 ``responder`` and ``arithmetic`` (the built-in replies) or ``llm`` (an

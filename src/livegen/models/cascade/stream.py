@@ -16,6 +16,11 @@ transcript is kept when it covers enough speech (``SETTLE_S``), so a long
 turn is transcribed piece by piece while it is spoken. When the turn is
 committed with no speech after the pause, the transcript and the first audio
 are already there.
+
+When the session asks for input transcription, the turn is also decoded
+while it is spoken, for live captions (``captions``): stable words go out as
+transcript deltas with no item id, which the session core gives to the item
+the turn will become.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from livegen.errors import CapacityExceeded, InvalidRequest, InvalidState, ModelError
-from livegen.models.cascade import llm, replies, tts, vad
+from livegen.models.cascade import asr, captions, llm, replies, tts, vad
 from livegen.models.cascade.tts import Speech, SynthesisError
 from livegen.models.voice import (
     HistoryTurn,
@@ -131,6 +136,11 @@ class Stream:
         self._responses: dict[str, tuple[int, asyncio.Task[None]]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._is_closed = False
+        #: Live captions of the turn being spoken: where it starts, what was sent, the decode in flight.
+        self._turn_start = 0
+        self._caption: captions.Agreement | None = None
+        self._caption_at = 0
+        self._caption_task: asyncio.Task[None] | None = None
 
     # -- the VoiceStream calls -------------------------------------------------------------------
 
@@ -151,11 +161,13 @@ class Stream:
         for turn in turns:
             self._on_turn(epoch, turn)
         self._drop_leading_silence()
+        self._live_caption(epoch)
 
     async def commit(self, epoch: int, item_id: str) -> None:
         self._check_open()
         tail, prepared = self._take_turn()
-        task = self._spawn(self._finish_transcript(epoch, item_id, self._settled, tail))
+        caption = self._caption_of_turn()
+        task = self._spawn(self._finish_transcript(epoch, item_id, self._settled, tail, caption))
         self._drop_prepared(self._unanswered_prepared)
         self._unanswered, self._unanswered_prepared = task, prepared
         self._reset_buffer()
@@ -216,8 +228,13 @@ class Stream:
             self._speculate()
         elif turn.event is vad.Event.RESUMED:
             self._drop_speculation(keep_transcript=True)
-        elif is_server_vad:
-            self._emit(OutputKind.SPEECH_STOPPED, epoch, audio_ms=_ms(turn.sample))
+        else:
+            # A caption decoded after the stop would reach the session after it committed the turn,
+            # with no item to name; the final transcript brings those words instead.
+            if self._caption_task is not None:
+                self._caption_task.cancel()
+            if is_server_vad:
+                self._emit(OutputKind.SPEECH_STOPPED, epoch, audio_ms=_ms(turn.sample))
 
     def _on_speech_started(self, sample: int) -> None:
         start = max(sample, self._buffer_start)
@@ -225,6 +242,7 @@ class Stream:
             self._drop_speculation(keep_transcript=True)
         elif not self._has_speech:
             self._settled_until = start
+            self._turn_start = start
         self._has_speech = True
 
     def _speculate(self) -> None:
@@ -274,6 +292,10 @@ class Stream:
         self._buffer.clear()
         self._settled = []
         self._settled_until = self._buffer_start
+        self._turn_start = self._caption_at = self._buffer_start
+        self._caption = None
+        if self._caption_task is not None:
+            self._caption_task.cancel()
         # A commit in the middle of speech: the rest of it belongs to the next item.
         self._has_speech = self._detector.turns.is_speaking
 
@@ -298,21 +320,70 @@ class Stream:
 
     # -- transcripts -----------------------------------------------------------------------------
 
-    async def _transcribe(self, audio: np.ndarray) -> str:
-        return await self._model.transcribe(audio)
+    async def _transcribe(self, audio: np.ndarray, prefix: str = "") -> str:
+        config = self._config
+        options = asr.Options(
+            config.transcription_model, config.transcription_language, config.transcription_prompt, prefix
+        )
+        return await self._model.transcribe(audio, options)
+
+    def _caption_of_turn(self) -> tuple[captions.Agreement, np.ndarray] | None:
+        """What live captions sent of the turn being committed, and the turn's audio to decode
+        again from there should the final transcript not start with it."""
+        caption = self._caption
+        if caption is None or not caption.sent:
+            return None
+        audio = self._audio(self._turn_start, self._buffer_end())
+        return (caption, audio) if len(audio) <= asr.WINDOWS_S[-1] * SAMPLE_RATE else None
+
+    def _live_caption(self, epoch: int) -> None:
+        """Decode the turn so far each ``captions.STEP_S`` of new speech, one decode at a time."""
+        if not self._config.transcription_model or self._config.turn_detection is None:
+            return
+        if not self._detector.turns.is_speaking or self._speculation is not None:
+            return
+        if self._caption_task is not None and not self._caption_task.done():
+            return
+        end = self._buffer_end()
+        if end - self._caption_at < captions.STEP_S * SAMPLE_RATE:
+            return
+        if end - self._turn_start > captions.MAX_LIVE_S * SAMPLE_RATE:
+            return
+        self._caption = self._caption or captions.Agreement()
+        self._caption_at = end
+        audio = self._audio(self._turn_start, end)
+        self._caption_task = self._spawn(self._caption_step(epoch, self._caption, audio))
+
+    async def _caption_step(self, epoch: int, agreement: captions.Agreement, audio: np.ndarray) -> None:
+        text = await self._transcribe(audio)
+        if agreement is self._caption and (delta := agreement.feed(text)):
+            self._emit(OutputKind.TRANSCRIPT_DELTA, epoch, text=delta)
 
     async def _finish_transcript(
-        self, epoch: int, item_id: str, settled: list[asyncio.Task[str]], tail: asyncio.Task[str]
+        self,
+        epoch: int,
+        item_id: str,
+        settled: list[asyncio.Task[str]],
+        tail: asyncio.Task[str],
+        caption: tuple[captions.Agreement, np.ndarray] | None = None,
     ) -> str:
         try:
             parts = [await asyncio.shield(task) for task in [*settled, tail]]
+            text = " ".join(part for part in parts if part)
+            rest = text if caption is None else caption[0].rest(text)
+            if caption is not None and rest is None:
+                # Heard differently as a whole: decode the turn again from what the captions sent,
+                # which never changes, so that the deltas add up to the completed transcript.
+                text = await self._transcribe(caption[1], prefix=caption[0].text)
+                rest = caption[0].rest(text)
+            if caption is not None and rest is not None:
+                text = caption[0].text + rest  # the words as sent, where only punctuation differed
         except Exception as exc:
             logger.exception("transcription of %s failed", item_id)
             self._emit(OutputKind.ERROR, epoch, item_id=item_id, text=f"transcription failed: {exc}")
             return ""
-        text = " ".join(part for part in parts if part)
-        if text:
-            self._emit(OutputKind.TRANSCRIPT_DELTA, epoch, item_id=item_id, text=text)
+        if rest:
+            self._emit(OutputKind.TRANSCRIPT_DELTA, epoch, item_id=item_id, text=rest)
         self._emit(OutputKind.TRANSCRIPT_DONE, epoch, item_id=item_id, text=text)
         return text
 
