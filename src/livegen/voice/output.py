@@ -208,8 +208,12 @@ class Speaker:
             item_id = self._vad_item_id
             if item_id is None or not output.text:
                 return []
-        elif item_id is None or item_id not in self.conversation:
-            return []
+        elif (
+            item_id is None
+            or item_id not in self.conversation
+            or self.conversation.get(item_id).role != "user"
+        ):
+            return []  # an input transcription belongs to a user's turn, never to an answer
         if output.kind is OutputKind.TRANSCRIPT_DELTA:
             return [
                 self._event(

@@ -99,6 +99,8 @@ class TurnTaker(Speaker):
         vad = self.config.turn_detection
         if vad is None or vad.idle_timeout_ms is None or self._idle_from is None:
             return None
+        if self.config.is_transcription:  # the idle timeout answers, and a transcription session never does
+            return None
         if self.response is not None or self._in_speech or self.is_closed:
             return None
         return self._idle_from + vad.idle_timeout_ms / 1000.0
