@@ -175,11 +175,19 @@ _encoder = msgspec.json.Encoder()
 def decode_message(message: Mapping[str, Any]) -> ClientEvent:
     """One client event from one ASGI ``websocket.receive`` message: a binary message (where
     the protocol has only text) is a typed error like any other bad input, never a ``KeyError``."""
+    return decode(text_of(message))
+
+
+#: Why a binary message is refused: the Realtime protocol is JSON text only.
+BINARY_DETAIL = "binary messages are not part of this protocol; send JSON text"
+
+
+def text_of(message: Mapping[str, Any], refusal: wire_errors.WireError = wire_errors.INVALID_EVENT) -> str:
+    """The text of one ASGI ``websocket.receive`` message; a binary one raises ``refusal``."""
     text = message.get("text")
     if text is None:
-        detail = "binary messages are not part of this protocol; send JSON text"
-        raise wire_errors.INVALID_EVENT.error(detail=detail)
-    return decode(text)
+        raise refusal.error(detail=BINARY_DETAIL)
+    return str(text)
 
 
 def decode(data: str | bytes) -> ClientEvent:
@@ -248,4 +256,5 @@ __all__ = [
     "decode",
     "decode_message",
     "encode",
+    "text_of",
 ]

@@ -572,10 +572,10 @@ class RealtimeService:
             if message["type"] == "websocket.disconnect":
                 return int(message.get("code", 1006))
             counter.inc()
-            text = message.get("text")
-            if text is None:
-                detail = "binary messages are not part of this protocol; send JSON text"
-                await live.runner.put_client(wire_errors.INVALID_EVENT.error(detail=detail))
+            try:
+                text = wire.text_of(message)
+            except RemoteProtocolError as error:
+                await live.runner.put_client(error)
             else:
                 await self._deliver(text, live)
 

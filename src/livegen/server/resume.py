@@ -93,10 +93,7 @@ async def first_text(websocket: WebSocket, refusal: wire_errors.WireError) -> st
         raise refusal.error(detail=f"no first event within {FIRST_EVENT_TIMEOUT_S:.0f} s") from None
     if message["type"] == "websocket.disconnect":
         raise WebSocketDisconnect(int(message.get("code", 1006)))
-    text = message.get("text")
-    if text is None:
-        raise refusal.error(detail="binary messages are not part of this protocol; send JSON text")
-    return str(text)
+    return wire.text_of(message, refusal)
 
 
 def resumed_event(session_id: str, token: str, last_seq: int, seq: int) -> str:

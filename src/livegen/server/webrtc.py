@@ -387,8 +387,7 @@ class CallService:
                 if isinstance(message, str):
                     call.put_internal(_decode(message))
                 else:
-                    detail = "binary messages are not part of this protocol; send JSON text"
-                    call.put_internal(wire_errors.INVALID_EVENT.error(detail=detail))
+                    call.put_internal(wire_errors.INVALID_EVENT.error(detail=wire.BINARY_DETAIL))
 
             if channel.readyState == "open":
                 call.open_channel(channel)
