@@ -204,7 +204,7 @@ def main() -> None:
     default=None,
     type=click.Choice(["whisper-base", "whisper-tiny.en"]),
     help="Speech recogniser of the cascade voice model; a session may pick another with "
-    "audio.input.transcription.model [default: whisper-base].",
+    "audio.input.transcription.model [default: whisper-tiny.en].",
 )
 @click.option(
     "--allowed-origins",

@@ -91,7 +91,7 @@ CHOICES = {
 #: of 5 gets 15% fewer words wrong than tiny.en on clean held-out speech and
 #: 31% fewer at 10 dB SNR; it costs 2 to 2.6 times the compute, but decoding
 #: starts at a pause (speculation), so the median answer comes no later.
-DEFAULT = "whisper-base"
+DEFAULT = "whisper-tiny.en"
 
 
 @dataclass(frozen=True)
