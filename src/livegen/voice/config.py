@@ -89,7 +89,7 @@ class Config:
             voice=self.voice,
             turn_detection=None
             if vad is None
-            else TurnDetection(vad.threshold, vad.prefix_padding_ms, vad.silence_duration_ms),
+            else TurnDetection(vad.threshold, vad.prefix_padding_ms, vad.silence_duration_ms, vad.eagerness),
             # A transcription session always transcribes: unnamed, the server's recogniser does.
             transcription_model=self.transcription_model or ("default" if self.is_transcription else ""),
             transcription_language=self.transcription_language,
