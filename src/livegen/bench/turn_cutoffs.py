@@ -162,6 +162,8 @@ def measure(model: Any) -> dict[str, Any]:
 
 
 def _mode(model: Any, clips: Sequence[tuple[str, Paused]], settings: Any, cache: Any) -> dict[str, Any]:
+    from livegen.models.cascade import vad
+
     cut: dict[str, list[bool]] = {}
     end_delays: list[float] = []
     for label, paused in clips:
@@ -171,8 +173,12 @@ def _mode(model: Any, clips: Sequence[tuple[str, Paused]], settings: Any, cache:
         delay = (last[0] - paused.speech_end) * 1000 / SAMPLE_RATE if last else float("nan")
         end_delays.append(delay)
     everyone = [c for cuts in cut.values() for c in cuts]
+    # A real end the model missed waits the whole maximum (server_vad: its silence window).
+    longest = vad.MAX_WAIT_MS.get(settings.eagerness or "", settings.silence_duration_ms)
     return {
         "cut_share": sum(everyone) / len(everyone),
+        "end_at_max_wait_share": sum(d >= longest - 100 for d in end_delays) / len(end_delays),
+        "end_delay_ms_p90": float(np.percentile(end_delays, 90)),
         "cut_share_by_voice": {label: sum(c) / len(c) for label, c in cut.items()},
         "end_delay_ms_p50": statistics.median(end_delays),
         "end_delays_ms": end_delays,
@@ -186,12 +192,16 @@ def render(results: dict[str, Any]) -> list[str]:
         f"p95 {results['endpoint_ms_per_call_p95']:.1f} ms per call ({results['endpoint_calls']} calls)"
     ]
     voices = list(next(iter(results["modes"].values()))["cut_share_by_voice"])
-    lines.append(f"  {'mode':<20}{'cut early':>10}{'end delay p50':>15}{'extra p50':>11}  by voice")
+    lines.append(
+        f"  {'mode':<20}{'cut early':>10}{'end delay p50':>15}{'p90':>8}{'extra p50':>11}"
+        f"{'ends at max wait':>18}  cut early by voice"
+    )
     for mode, row in results["modes"].items():
         by_voice = "  ".join(f"{row['cut_share_by_voice'][v]:.2f}" for v in voices)
         lines.append(
             f"  {mode:<20}{row['cut_share']:10.3f}{row['end_delay_ms_p50']:13.0f}ms"
-            f"{row['extra_end_delay_ms_p50']:9.0f}ms  {by_voice}"
+            f"{row['end_delay_ms_p90']:6.0f}ms"
+            f"{row['extra_end_delay_ms_p50']:9.0f}ms{row['end_at_max_wait_share']:18.3f}  {by_voice}"
         )
     lines.append(f"  voices: {', '.join(voices)}")
     return lines

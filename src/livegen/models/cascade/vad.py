@@ -16,8 +16,8 @@ alone ends a turn only after the eagerness's maximum wait (OpenAI's 8 / 4 /
 user is still silent by then. The model hears the speech since the last
 pause it was asked about: Smart Turn, given a whole turn with a long pause
 inside, mostly calls the end of "I would like to ... book a table." unfinished
-(measured on the cut-off bench: 45% complete on the whole turn, 92% on the
-part after the pause, while the pause itself is judged the same).
+(on the cut-off bench's 40 sentences with a 750 ms pause: 45% complete on
+the whole turn, 92% on the part after the pause).
 """
 
 from __future__ import annotations
