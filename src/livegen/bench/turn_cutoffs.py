@@ -173,11 +173,12 @@ def _mode(model: Any, clips: Sequence[tuple[str, Paused]], settings: Any, cache:
         delay = (last[0] - paused.speech_end) * 1000 / SAMPLE_RATE if last else float("nan")
         end_delays.append(delay)
     everyone = [c for cuts in cut.values() for c in cuts]
-    # A real end the model missed waits the whole maximum (server_vad: its silence window).
-    longest = vad.MAX_WAIT_MS.get(settings.eagerness or "", settings.silence_duration_ms)
+    # A real end the model missed waits the whole maximum (server_vad has no model: None).
+    longest = vad.MAX_WAIT_MS.get(settings.eagerness or "")
+    missed = None if longest is None else sum(d >= longest - 100 for d in end_delays) / len(end_delays)
     return {
         "cut_share": sum(everyone) / len(everyone),
-        "end_at_max_wait_share": sum(d >= longest - 100 for d in end_delays) / len(end_delays),
+        "end_at_max_wait_share": missed,
         "end_delay_ms_p90": float(np.percentile(end_delays, 90)),
         "cut_share_by_voice": {label: sum(c) / len(c) for label, c in cut.items()},
         "end_delay_ms_p50": statistics.median(end_delays),
@@ -201,7 +202,11 @@ def render(results: dict[str, Any]) -> list[str]:
         lines.append(
             f"  {mode:<20}{row['cut_share']:10.3f}{row['end_delay_ms_p50']:13.0f}ms"
             f"{row['end_delay_ms_p90']:6.0f}ms"
-            f"{row['extra_end_delay_ms_p50']:9.0f}ms{row['end_at_max_wait_share']:18.3f}  {by_voice}"
+            f"{row['extra_end_delay_ms_p50']:9.0f}ms{_share(row['end_at_max_wait_share']):>18}  {by_voice}"
         )
     lines.append(f"  voices: {', '.join(voices)}")
     return lines
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
