@@ -80,6 +80,7 @@ def test_without_an_end_of_turn_model_semantic_vad_is_timed_by_its_silence() -> 
 # -- the model ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_features_are_the_ones_smart_turn_was_trained_on() -> None:
     # pipecat-ai's own numpy port of transformers' WhisperFeatureExtractor, as reference (tests only).
     from pipecat.audio.turn.smart_turn._whisper_features import compute_whisper_log_mel_features
@@ -169,6 +170,7 @@ def pizza(cascade: Any) -> Paused:
     return paused_utterance(cascade, "I would like to", "book a table for four people.", USER_VOICE, 800)
 
 
+@pytest.mark.slow
 async def test_semantic_vad_holds_a_mid_sentence_pause_that_server_vad_cuts(
     voice_server: ServerThread, pizza: Paused
 ) -> None:
