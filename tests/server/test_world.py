@@ -13,8 +13,8 @@ import pytest
 from livegen.client.world import ChunkOut, WorldClient, WorldError
 from livegen.models.world import Frames
 from livegen.protocol import world as wire
-from livegen.runtime import world_runner
-from livegen.server import worlds
+from livegen.runtime.world import runner as world_runner
+from livegen.server import world as worlds
 from livegen.server.config import ServerConfig
 from livegen.server.thread import ServerThread
 

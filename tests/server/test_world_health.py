@@ -7,10 +7,10 @@ from typing import Any
 
 from livegen.models import game
 from livegen.models.world import KVGeometry
-from livegen.runtime.kv_pool import required_bytes
-from livegen.runtime.world_scheduler import Scheduler
+from livegen.runtime.world.kv_pool import required_bytes
+from livegen.runtime.world.scheduler import Scheduler
 from livegen.server import ServerConfig, create_app
-from livegen.server.worlds import WorldService
+from livegen.server.world import WorldService
 
 GEOMETRY = KVGeometry(
     num_layers=1, num_heads=1, head_dim=4, tokens_per_frame=2, window_frames=4, sink_frames=1

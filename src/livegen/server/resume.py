@@ -27,8 +27,8 @@ from livegen.errors import InvalidRequest
 from livegen.protocol import errors as wire_errors
 from livegen.protocol import realtime as wire
 from livegen.protocol.duplex import DuplexDialect
-from livegen.runtime.attachment import Attachment, ResumeCredential
-from livegen.runtime.voice import Runner
+from livegen.runtime.voice.attachment import Attachment, ResumeCredential
+from livegen.runtime.voice.runner import Runner
 
 #: How long a resuming connection may take to send its ``session.resume``.
 FIRST_EVENT_TIMEOUT_S = 10.0

@@ -38,8 +38,8 @@ from livegen.protocol import duplex
 from livegen.protocol import errors as wire_errors
 from livegen.protocol import realtime as wire
 from livegen.protocol.beta import to_beta, wants_beta
-from livegen.runtime.attachment import Attachment, JournalGap, new_token
-from livegen.runtime.voice import FAILED_CLOSE_CODE, Runner, RunnerLimits
+from livegen.runtime.voice.attachment import Attachment, JournalGap, new_token
+from livegen.runtime.voice.runner import FAILED_CLOSE_CODE, Runner, RunnerLimits
 from livegen.server.auth import offered_subprotocols, presented_key, select_subprotocol
 from livegen.server.budgets import CLOSE_NOT_READING
 from livegen.server.client_secrets import ClientSecrets
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from livegen.server.app import State
     from livegen.server.webrtc import CallService
 
-logger = logging.getLogger("livegen.server.realtime")
+logger = logging.getLogger("livegen.server.voice")
 
 #: Close code for a socket whose session was resumed on another connection.
 REPLACED = 4001

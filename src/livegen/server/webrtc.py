@@ -54,14 +54,14 @@ from livegen.logs import bind_session, log_event
 from livegen.protocol import errors as wire_errors
 from livegen.protocol import realtime as wire
 from livegen.protocol.errors import WireError
-from livegen.runtime.voice import Runner
+from livegen.runtime.voice.runner import Runner
 from livegen.server.auth import presented_key
 from livegen.server.client_secrets import error_response, validated_session
 
 if TYPE_CHECKING:
     from aiortc import RTCPeerConnection
 
-    from livegen.server.realtime import RealtimeService
+    from livegen.server.voice import RealtimeService
 
 logger = logging.getLogger("livegen.server.webrtc")
 

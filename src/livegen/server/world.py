@@ -37,16 +37,16 @@ from livegen.errors import (
 from livegen.logs import bind_session, log_event
 from livegen.models.world import WorldModel
 from livegen.protocol import world as wire
-from livegen.runtime.workers import Worker
-from livegen.runtime.world_runner import Options, Runner
-from livegen.runtime.world_scheduler import Scheduler
+from livegen.runtime.world.runner import Options, Runner
+from livegen.runtime.world.scheduler import Scheduler
+from livegen.runtime.world.workers import Worker
 from livegen.server.auth import select_subprotocol
 from livegen.server.budgets import CLOSE_NOT_READING, NOT_READING_REASON
 from livegen.world import ControlInput, Event, Manager, Status, thaw
 from livegen.world.images import decode_seed_image
 
 if TYPE_CHECKING:
-    from livegen.runtime.ray_worker import Cluster
+    from livegen.runtime.world.ray_worker import Cluster
     from livegen.server.app import State
 
 logger = logging.getLogger("livegen.world")
@@ -101,7 +101,7 @@ class WorldService:
             await self.cluster.close()
 
     async def _start_ray_workers(self, num_workers: int) -> list[Worker]:
-        from livegen.runtime.ray_worker import Cluster
+        from livegen.runtime.world.ray_worker import Cluster
 
         self.cluster = await Cluster.connect(self.state.config.ray_address, num_workers)
         options = self.state.config.world_options()

@@ -19,10 +19,10 @@ import pytest
 
 from livegen.client.world import WorldClient
 from livegen.protocol import world as wire
-from livegen.runtime.ray_worker import RayWorker
+from livegen.runtime.world.ray_worker import RayWorker
 from livegen.server import ServerConfig
 from livegen.server.thread import ServerThread
-from livegen.server.worlds import WorldService
+from livegen.server.world import WorldService
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.slow

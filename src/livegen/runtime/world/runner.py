@@ -40,8 +40,8 @@ from livegen.errors import LivegenError, ModelError, ProtocolError
 from livegen.logs import log_event
 from livegen.models.world import Chunk
 from livegen.protocol import world as wire
-from livegen.runtime.world_frames import encode_chunk
-from livegen.runtime.world_scheduler import Scheduler
+from livegen.protocol.frames import encode_chunk
+from livegen.runtime.world.scheduler import Scheduler
 from livegen.world import (
     Acceptance,
     Event,

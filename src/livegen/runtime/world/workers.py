@@ -30,7 +30,7 @@ from typing import Any, Protocol, TypeVar
 
 from livegen.errors import CapacityExceeded, LocalProtocolError
 from livegen.models.world import Chunk, Tick, WorldModel, WorldSpec
-from livegen.runtime.kv_pool import Pool
+from livegen.runtime.world.kv_pool import Pool
 
 T = TypeVar("T")
 
