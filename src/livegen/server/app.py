@@ -111,9 +111,9 @@ def _services(state: State) -> list[Service]:
 
         services.append(WorldService(state))
     if state.voice_model is not None:
-        from livegen.server.voice import RealtimeService
+        from livegen.server.voice import VoiceService
 
-        services.append(RealtimeService(state))
+        services.append(VoiceService(state))
     return services
 
 
