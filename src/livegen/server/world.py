@@ -1,11 +1,10 @@
-"""The ``/v1/worlds`` service: world sessions over WebSockets (DESIGN.md section 4).
+"""``/v1/worlds``: the WebSocket transport of world sessions.
 
 One ``Connection`` per socket reads client messages in order, decodes them
-(``protocol/world.py``), and calls its session's runner; the runner owns the
-ordered path of messages back. The service owns the model (loaded in
-``start``: in this process, or in ``--world-workers`` Ray actors), the
-scheduler and the session manager, and reports readiness: not ready until the
-model is loaded, nor while the KV pool is full.
+(``protocol/world.py``), and hands them to the ``WorldEngine``
+(``runtime/world/engine.py``: the model, scheduler, session manager and
+workers) or to its session's runner, which owns the ordered path of messages
+back.
 
 Bad input never ends a session or the server: each bad message gets an
 ``error`` event (with the client's ``event_id`` where it had one) and the
@@ -17,40 +16,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
-import importlib.util
 import logging
-import uuid
 from typing import TYPE_CHECKING, Any
 
 from starlette.routing import BaseRoute, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from livegen.errors import (
-    ConfigError,
-    InvalidRequest,
-    InvalidState,
-    LivegenError,
-    ProtocolError,
-    RemoteProtocolError,
-)
+from livegen.errors import InvalidRequest, InvalidState, LivegenError, ProtocolError
 from livegen.logs import bind_session, log_event
-from livegen.models.world import WorldModel
 from livegen.protocol import world as wire
-from livegen.runtime.world.runner import Options, Runner
-from livegen.runtime.world.scheduler import Scheduler
-from livegen.runtime.world.workers import Worker
+from livegen.runtime.closes import CLOSE_NOT_READING, NOT_READING_REASON
+from livegen.runtime.world.engine import WorldEngine, WorldSettings, logger
+from livegen.runtime.world.runner import Runner
 from livegen.server.auth import select_subprotocol
-from livegen.server.budgets import CLOSE_NOT_READING, NOT_READING_REASON
-from livegen.world import ControlInput, Event, Manager, Status, thaw
-from livegen.world.images import decode_seed_image
+from livegen.world import Status
 
 if TYPE_CHECKING:
-    from livegen.runtime.world.ray_worker import Cluster
     from livegen.server.app import State
-
-logger = logging.getLogger("livegen.world")
-DEFAULT_MAX_PENDING_EVENTS = 64
 
 
 class WorldService:
@@ -59,86 +41,31 @@ class WorldService:
     def __init__(self, state: State) -> None:
         assert state.world_model is not None
         self.state = state
-        self.entry = state.world_model
-        self.model: WorldModel | None = None
-        self.scheduler: Scheduler | None = None
-        self.manager: Manager | None = None
+        config = state.config
+        settings = WorldSettings(
+            max_sessions=config.max_sessions,
+            max_unsent_bytes=config.max_unsent_bytes,
+            world_workers=config.world_workers,
+            ray_address=config.ray_address,
+            realtime_headroom=config.world_realtime_headroom,
+            model_options=config.world_options(),
+        )
+        self.engine = WorldEngine(state.registry, state.world_model, settings)
         self.connections: set[Connection] = set()
-        #: The Ray connection when the model runs in Ray actors (``--world-workers``).
-        self.cluster: Cluster | None = None
-        if state.config.world_workers > 0 and importlib.util.find_spec("ray") is None:
-            raise ConfigError("--world-workers needs Ray: pip install 'livegen[ray]'")
 
     def routes(self) -> list[BaseRoute]:
         return [WebSocketRoute("/v1/worlds", self._endpoint)]
 
     async def start(self) -> None:
-        num_workers = self.state.config.world_workers
-        headroom = self.state.config.world_realtime_headroom
-        model: WorldModel | None = None
-        if num_workers > 0:
-            scheduler = Scheduler(
-                workers=await self._start_ray_workers(num_workers), realtime_headroom=headroom
-            )
-        else:
-            options = self.state.config.world_options()
-            model = await asyncio.to_thread(self.state.registry.load, self.entry.name, options)
-            scheduler = Scheduler(model, realtime_headroom=headroom)
-        await scheduler.start()
-        self.manager = Manager(
-            tracks=scheduler.spec.controls,
-            new_id=lambda: uuid.uuid4().hex[:12],
-            max_sessions=self.state.config.max_sessions,
-        )
-        self.model, self.scheduler = model, scheduler
+        await self.engine.start()
 
     async def stop(self) -> None:
         for connection in list(self.connections):
             await connection.shutdown()
-        if self.scheduler is not None:
-            await self.scheduler.stop()
-        if self.cluster is not None:
-            await self.cluster.close()
-
-    async def _start_ray_workers(self, num_workers: int) -> list[Worker]:
-        from livegen.runtime.world.ray_worker import Cluster
-
-        self.cluster = await Cluster.connect(self.state.config.ray_address, num_workers)
-        options = self.state.config.world_options()
-        workers = await self.cluster.start_workers(self.entry.name, num_workers, options)
-        log_event(logger, "world.workers_started", model=self.entry.name, num_workers=num_workers)
-        return list(workers)
+        await self.engine.stop()
 
     def health(self) -> dict[str, Any]:
-        report: dict[str, Any] = {"ready": False, "model": self.entry.name}
-        if self.scheduler is None or self.manager is None:
-            report["reason"] = "model loading"
-            return report
-        report.update(ready=True, sessions=len(self.manager), tombstones=len(self.manager.tombstones))
-        workers = self.scheduler.workers
-        if len(workers.workers) > 1:
-            report["workers"] = [worker.name for worker in workers.workers]
-        if lost := workers.lost_workers:
-            report["workers_lost"] = lost
-        pools = workers.kv_pools
-        if pools:
-            sessions = sum(pool.num_sessions for pool in pools)
-            report["kv"] = {"sessions": sessions, "capacity": workers.kv_capacity}
-        scheduler = self.scheduler
-        if scheduler.tick_cost_s is not None:
-            report["realtime"] = {
-                "tick_ms": round(scheduler.tick_cost_s * 1000, 2),
-                "load": round(scheduler.realtime_load(scheduler.num_sessions), 3),
-            }
-        if workers.is_full:
-            is_running = len(lost) < len(workers.workers)
-            report.update(ready=False, reason="KV pool full" if is_running else "no world worker is running")
-        elif scheduler.is_realtime_full:
-            report.update(ready=False, reason="realtime capacity full")
-        return report
-
-    def model_names(self) -> set[str]:
-        return {self.entry.name, *self.entry.aliases}
+        return self.engine.health()
 
     async def _endpoint(self, websocket: WebSocket) -> None:
         await websocket.accept(subprotocol=select_subprotocol(websocket.scope))
@@ -252,9 +179,7 @@ class Connection:
             return  # acks of chunks that were in flight at close are moot, not errors
         runner = self._require_session()
         if isinstance(event, wire.WorldEvent):
-            controls = [ControlInput.of(c.track, c.schema, c.data) for c in event.controls or ()]
-            runner.accept(Event.of(event.event_id, event.prompt, controls, event.transition_chunks or 0))
-            self.service.scheduler.wake()  # type: ignore[union-attr]
+            self.service.engine.accept(runner, event)
         elif isinstance(event, wire.ChunkAck):
             runner.ack(event.chunk_index, event.at)
         elif isinstance(event, wire.WorldReset):
@@ -279,121 +204,16 @@ class Connection:
     async def _update(self, update: wire.SessionConfig) -> None:
         if self.is_closed:
             raise InvalidState("the session is closed", code="session_closed")
-        if update.model is not None and update.model not in self.service.model_names():
-            raise InvalidRequest(
-                f"model {update.model!r} is not served here; /v1/worlds serves {self.service.entry.name!r}",
-                code="model_not_found",
-                param="session.model",
-            )
+        engine = self.service.engine
+        engine.check_model(update)
         if self.runner is None:
-            self._create(update)
+            self.runner = engine.open(update, self._send_text, self._send_bytes, self._count_error)
+            self.metrics.unsent_sources.add(self._unsent_bytes)
+            self.metrics.sessions_total.labels(kind="world").inc()
+            self.metrics.sessions_open.labels(kind="world").inc()
             return
-        self._reconfigure(self.runner, update)
-        self.runner.send(wire.SessionUpdated(self._config(self.runner)))
-
-    def _create(self, update: wire.SessionConfig) -> None:
-        service = self.service
-        if service.manager is None or service.scheduler is None:
-            raise InvalidState("the world model is still loading; retry shortly", code="not_ready")
-        seed_image = None
-        if update.seed_image is not None:  # checked before anything is created: a refusal leaves no trace
-            seed_image = decode_seed_image(update.seed_image, service.scheduler.spec, service.entry.name)
-        session = service.manager.create(
-            max_pending_events=update.max_pending_events or DEFAULT_MAX_PENDING_EVENTS,
-            prompt=update.prompt or "",
-            seed=update.seed or 0,
-            seed_image=seed_image,
-        )
-        output = update.output or wire.OutputConfig()
-        options = Options(
-            pacing=update.pacing or "realtime",
-            format=output.format,
-            quality=output.quality,
-            max_chunks_ahead=update.max_chunks_ahead or 4,
-        )
-        runner = Runner(
-            session,
-            service.manager,
-            service.scheduler,
-            self._send_text,
-            self._send_bytes,
-            options,
-            on_error=self._count_error,
-            max_unsent_bytes=service.state.config.max_unsent_bytes,
-        )
-        runner.send(wire.SessionCreated(self._config(runner)))
-        try:
-            runner.start()
-        except RemoteProtocolError:
-            session.begin_close()
-            service.manager.finish_close(session.session_id, True)
-            runner.abort_sending()
-            raise
-        self.runner = runner
-        self.metrics.unsent_sources.add(self._unsent_bytes)
-        self.metrics.sessions_total.labels(kind="world").inc()
-        self.metrics.sessions_open.labels(kind="world").inc()
-        log_event(logger, "world.session_created", session=session.session_id, seed=session.seed)
-
-    def _reconfigure(self, runner: Runner, update: wire.SessionConfig) -> None:
-        session = runner.session
-        fixed = {
-            "seed": (update.seed, session.seed),
-            "prompt": (update.prompt, session.initial_prompt),
-            "max_pending_events": (update.max_pending_events, session.max_pending_events),
-        }
-        if update.seed_image is not None:
-            raise InvalidRequest(
-                "session.seed_image is fixed once the session exists (give it in the first session.update)",
-                code="invalid_request",
-                param="session.seed_image",
-            )
-        for name, (asked, current) in fixed.items():
-            if asked is not None and asked != current:
-                raise InvalidRequest(
-                    f"session.{name} is fixed once the session exists (send a world.event for a new prompt)",
-                    code="invalid_request",
-                    param=f"session.{name}",
-                )
-        options, output = runner.options, update.output
-        runner.options = dataclasses.replace(  # a new object: a chunk mid-encode keeps its snapshot
-            options,
-            pacing=update.pacing or options.pacing,
-            format=options.format if output is None else output.format,
-            quality=options.quality if output is None else output.quality,
-            max_chunks_ahead=update.max_chunks_ahead or options.max_chunks_ahead,
-        )
-        self.service.scheduler.wake()  # type: ignore[union-attr]
-
-    def _config(self, runner: Runner) -> dict[str, Any]:
-        spec, session, options = self.service.scheduler.spec, runner.session, runner.options  # type: ignore[union-attr]
-        return {
-            "id": session.session_id,
-            "model": self.service.entry.name,
-            "prompt": session.initial_prompt,
-            "seed": session.seed,
-            "seed_image": session.seed_image is not None,
-            "pacing": options.pacing,
-            "output": {"format": options.format, "quality": options.quality},
-            "max_pending_events": session.max_pending_events,
-            "max_chunks_ahead": options.max_chunks_ahead,
-            "width": spec.width,
-            "height": spec.height,
-            "fps": spec.fps,
-            "frames_per_chunk": spec.frames_per_chunk,
-            "first_chunk_frames": spec.frames_in_chunk(0),
-            "controls": [
-                {
-                    "track": track.name,
-                    "schema": track.schema,
-                    "json_schema": dict(track.json_schema),
-                    "default": thaw(track.default),
-                    "is_sticky": track.is_sticky,
-                    "description": track.description,
-                }
-                for track in spec.controls
-            ],
-        }
+        engine.reconfigure(self.runner, update)
+        self.runner.send(wire.SessionUpdated(engine.describe(self.runner)))
 
     # -- output ----------------------------------------------------------------------------
     async def _send_error(self, error: ProtocolError) -> None:

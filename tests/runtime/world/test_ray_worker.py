@@ -65,8 +65,8 @@ def local_server() -> Iterator[ServerThread]:
 
 def ray_workers(server: ServerThread) -> list[RayWorker]:
     [service] = server.app.state.livegen.services
-    assert isinstance(service, WorldService) and service.scheduler is not None
-    workers = service.scheduler.workers.workers
+    assert isinstance(service, WorldService) and service.engine.scheduler is not None
+    workers = service.engine.scheduler.workers.workers
     assert all(isinstance(worker, RayWorker) for worker in workers)
     return workers  # type: ignore[return-value]
 
