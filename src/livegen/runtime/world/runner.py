@@ -1,7 +1,7 @@
 """The runner of one world session: pacing, flow control, output, reset and close.
 
 It owns the session's core (``world.Session``) and the one ordered path of
-messages to its client; the scheduler (``world_scheduler.py``) owns the model
+messages to its client; the scheduler (``scheduler.py``) owns the model
 and calls back into the runner to begin, finish or fail its ticks. All core
 calls are synchronous and run on the event loop, so they never interleave;
 the only awaits are the worker's release calls and the socket.
