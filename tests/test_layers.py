@@ -150,7 +150,7 @@ RULES: tuple[Rule, ...] = (
 #: The lead deletes an entry when merging its fix (a stale entry fails the test).
 KNOWN_VIOLATIONS: frozenset[tuple[str, str]] = frozenset(
     {
-        # #12 (engines): the world client decodes frames with the runtime's helper.
+        # #12: the world client decodes frames with the runtime's helper (runtime/world_frames.py).
         ("livegen.client.world", "livegen.runtime.world_frames"),
         # #12 (models-split): the served tiny-world takes its action/theme tables and
         # palettes from the training data module.
