@@ -1,4 +1,4 @@
-"""The ``/v1/worlds`` service: world sessions over WebSockets (DESIGN.md section 4).
+"""The ``/v1/worlds`` service: world sessions over WebSockets (docs/world-protocol.md).
 
 One ``Connection`` per socket reads client messages in order, decodes them
 (``protocol/world.py``), and calls its session's runner; the runner owns the
