@@ -19,7 +19,7 @@ from openai import AsyncOpenAI
 
 from livegen.models.cascade import replies
 from livegen.server.thread import ServerThread
-from models.cascade_support import ChatServer, RealtimeCall, Reply, heard, wire_audio
+from models.cascade.support import ChatServer, RealtimeCall, Reply, heard, wire_audio
 
 pytestmark = pytest.mark.slow
 

@@ -31,13 +31,13 @@ import click
 import numpy as np
 import torch
 
-from livegen.models import game
-from livegen.models.tinyworld.buffer import RolloutBuffer
-from livegen.models.tinyworld.data import agent_errors, sticky_actions, theme_palettes
-from livegen.models.tinyworld.feed import Drawn, Recipe, batches
+from livegen.models.room import game
 from livegen.models.tinyworld.net import Config, Net, to_uint8, to_unit
 from livegen.models.tinyworld.sampling import palette_table, rollout, snap_to_palette
-from livegen.models.tinyworld.weights import fp16_tensors
+from livegen.training.tinyworld.buffer import RolloutBuffer
+from livegen.training.tinyworld.data import agent_errors, sticky_actions, theme_palettes
+from livegen.training.tinyworld.export import fp16_tensors
+from livegen.training.tinyworld.feed import Drawn, Recipe, batches
 
 CHECKPOINT = "checkpoint.pt"
 METRICS = "metrics.json"
@@ -481,7 +481,7 @@ def command(
     )
     click.echo(f"step {metrics['step']}, {metrics['train_seconds'] / 60:.1f} min trained; {out / METRICS}")
     if export is not None:
-        from livegen.models.tinyworld.weights import export_weights
+        from livegen.training.tinyworld.export import export_weights
 
         digest = export_weights(out / CHECKPOINT, export)
         click.echo(f"exported {export} (sha256 {digest})")
