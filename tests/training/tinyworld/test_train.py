@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict, fields
 from pathlib import Path
 
 import pytest
@@ -90,5 +91,32 @@ def test_train_world_command_writes_checkpoint_and_metrics(tmp_path: Path) -> No
     assert result.exit_code == 0, result.output
     assert (out / "checkpoint.pt").exists()
     assert json.loads((out / "metrics.json").read_text())["step"] == 1
+    # options not given train with Hyper's defaults (the CLI restated them once, and disagreed)
+    assert json.loads((out / "metrics.json").read_text())["hyper"] == {**asdict(Hyper()), "batch": 2}
     result = CliRunner().invoke(main, ["train-world", "--out", str(out)])
     assert result.exit_code == 2 and "--steps or --minutes" in result.output
+
+
+def test_train_world_options_take_their_defaults_from_hyper() -> None:
+    """One source of truth: each option named after a ``Hyper`` field defaults to that field."""
+    from livegen.training.tinyworld.train import command
+
+    options = {param.name: param.default for param in command.params}
+    hyper = {field.name: field.default for field in fields(Hyper)}
+    shared = options.keys() & hyper.keys()
+    assert shared >= {
+        "batch",
+        "lr",
+        "self_forcing",
+        "self_forcing_depth",
+        "rollout_share",
+        "obstacle_share",
+        "wrong_threshold",
+    }
+    assert {name: options[name] for name in shared} == {name: hyper[name] for name in shared}
+
+
+def test_hyper_trains_obstacle_clips_as_the_shipped_weights_did() -> None:
+    """Both stretches of the shipped weights ran ``livegen train-world`` with obstacle clips at 0.3
+    (README's commands, commits 237307d and 8dfd8e3); ``train()`` called directly must agree."""
+    assert Hyper().obstacle_share == 0.3
