@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from livegen.client.world import WorldClient
-from livegen.models.procedural import ProceduralWorld
+from livegen.models.room.procedural import ProceduralWorld
 from livegen.models.world import Tick, TickMeta
 from livegen.server.config import ServerConfig
 from livegen.server.thread import ServerThread
