@@ -69,15 +69,8 @@ def test_io_layers_may_use_asyncio(layer: str) -> None:
 
 CORES = ("livegen.protocol", "livegen.voice", "livegen.world")
 CONTRACTS = ("livegen.models.voice", "livegen.models.world")
-#: The training package, and the training modules that still live beside the served
-#: tiny-world until they move into it (issue #12; drop these four then).
-TRAINING = (
-    "livegen.training",
-    "livegen.models.tinyworld.data",
-    "livegen.models.tinyworld.feed",
-    "livegen.models.tinyworld.buffer",
-    "livegen.models.tinyworld.train",
-)
+#: The training package: shipped for `livegen train-world`, never imported by what serves.
+TRAINING = ("livegen.training",)
 #: What does not serve: the load generators, the command line, the training code.
 NOT_SERVING = ("livegen.bench", "livegen.cli", "livegen.__main__", *TRAINING)
 
@@ -152,11 +145,6 @@ KNOWN_VIOLATIONS: frozenset[tuple[str, str]] = frozenset(
     {
         # #12: the world client decodes frames with the runtime's helper (runtime/world_frames.py).
         ("livegen.client.world", "livegen.runtime.world_frames"),
-        # #12 (models-split): the served tiny-world takes its action/theme tables and
-        # palettes from the training data module.
-        ("livegen.models.tinyworld.model", "livegen.models.tinyworld.data"),
-        ("livegen.models.tinyworld.sampling", "livegen.models.tinyworld.data"),
-        ("livegen.models.tinyworld.weights", "livegen.models.tinyworld.data"),
     }
 )
 
