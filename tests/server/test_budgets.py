@@ -22,7 +22,7 @@ import pytest
 import websockets
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from livegen.models import game
+from livegen.models.room import game
 from livegen.models.world import Chunk, Tick
 from livegen.runtime.world.kv_pool import required_bytes
 from livegen.runtime.world.runner import Options, Runner

@@ -23,7 +23,7 @@ from browser.speech import write_question, write_speech
 from livegen.client.webrtc import Caller, loudness, mint
 from livegen.server import ServerConfig
 from livegen.server.thread import ServerThread
-from models.cascade_support import heard
+from models.cascade.support import heard
 
 pytestmark = pytest.mark.slow  # loads the real voice models
 

@@ -1,4 +1,4 @@
-"""Wire tests of /v1/worlds on the real server: each row of DESIGN.md section 4, and bad input."""
+"""Wire tests of /v1/worlds on the real server: each row of docs/world-protocol.md, and bad input."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""World promise 6 over the wire: same model, seed and events give the same frames; a recording replays.
+"""Promise W6 over the wire: same model, seed and events give the same frames; a recording replays.
 
 Events reach the same chunks in both sessions because the client holds flow
 control (``max_chunks_ahead=1``, no auto-ack): the server cannot start chunk
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from livegen.client.world import WorldClient
-from livegen.models.procedural import ProceduralWorld
+from livegen.models.room.procedural import ProceduralWorld
 from livegen.models.world import Tick, TickMeta
 from livegen.server.config import ServerConfig
 from livegen.server.thread import ServerThread

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from livegen.models import game
+from livegen.models.room import game
 from livegen.models.world import KVGeometry
 from livegen.runtime.world.kv_pool import required_bytes
 from livegen.runtime.world.scheduler import Scheduler

@@ -4,8 +4,8 @@ A voice model opens one ``VoiceStream`` per session. The runtime feeds it input
 audio in wire order, end-of-turn commits, response requests and cancels, each
 tagged with the session epoch in force when the client asked; the stream yields
 ``VoiceOutput`` items, each tagged with the epoch of the request it answers.
-The session core drops outputs of an older epoch (the epoch fence, DESIGN.md
-section 1, voice promise 2), so a model never has to be perfectly prompt at
+The session core drops outputs of an older epoch (the epoch fence, promise V2
+in docs/architecture.md), so a model never has to be perfectly prompt at
 cancelling: it only has to tag honestly.
 
 Both shapes of speech model fit:

@@ -10,12 +10,14 @@ reaches the model:
 - a COMMIT holds one of the bounded pending-commit slots;
 - a RESPOND holds a pre-created response, whose ``response.done`` it owes.
 
-An attempt is settled exactly once. If a canceller (clear, cancel, barge-in,
-close) settles it first, it is CANCELLED and the canceller has sent whatever
-terminal event its response needed: the runtime's later report is ignored. A
-failed input attempt breaks the chain: every later input attempt is rolled
-back without reaching the model (wire order would otherwise be violated) and
-the chain starts afresh with the next append.
+An attempt is settled exactly once (promise V3, docs/architecture.md). If a
+canceller (clear, cancel, barge-in, close) settles it first, it is CANCELLED
+and the canceller has sent whatever terminal event its response needed: the
+runtime's later report is ignored. A failed input attempt breaks the chain:
+every later input attempt is rolled back without reaching the model (wire
+order would otherwise be violated) and the chain starts afresh with the next
+append. ``TRANSITIONS`` is the whole life of an attempt in one table; every
+change of ``Attempt.state`` goes through it.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from livegen.errors import LocalProtocolError
 from livegen.models.voice import ResponseRequest, StreamConfig
 from livegen.voice.ledger import Reservation
 
@@ -53,6 +56,38 @@ class Outcome(StrEnum):
     FAILED = "failed"
 
 
+class AttemptEvent(StrEnum):
+    """What can happen to an attempt."""
+
+    #: The runtime reports the model took it.
+    RAN = "ran"
+    #: The runtime reports the model refused it.
+    REFUSED = "refused"
+    #: An earlier input attempt failed: running this one would break wire order.
+    BROKEN = "broken"
+    #: A canceller (clear, cancel, barge-in, close, a model switch) settled it first.
+    CANCELLED = "cancelled"
+
+
+_Q, _D, _F, _C = AttemptState.QUEUED, AttemptState.DONE, AttemptState.FAILED, AttemptState.CANCELLED
+_REPORTS = (AttemptEvent.RAN, AttemptEvent.REFUSED)
+
+#: (state, event) -> the next state. A queued attempt is settled once; the runtime's report
+#: of an attempt already settled is ignored (it stays as it is); any other pair is refused:
+#: settling an attempt twice is a bug in the core (``LocalProtocolError``).
+TRANSITIONS: dict[tuple[AttemptState, AttemptEvent], AttemptState] = {
+    (_Q, AttemptEvent.RAN): _D,
+    (_Q, AttemptEvent.REFUSED): _F,
+    (_Q, AttemptEvent.BROKEN): _F,
+    (_Q, AttemptEvent.CANCELLED): _C,
+    **{(settled, report): settled for settled in (_D, _F, _C) for report in _REPORTS},
+}
+
+
+def _moves_from(state: AttemptState) -> set[AttemptState]:
+    return {after for (before, _), after in TRANSITIONS.items() if before is state and after is not state}
+
+
 @dataclass(eq=False)
 class Attempt:
     seq: int
@@ -73,6 +108,24 @@ class Attempt:
     def is_live(self) -> bool:
         """Still owed to the model: the runtime runs it; otherwise it skips it."""
         return self.state is AttemptState.QUEUED
+
+    def apply(self, event: AttemptEvent) -> bool:
+        """Move by ``TRANSITIONS``; return whether the state changed. Raises on a refused pair."""
+        after = TRANSITIONS.get((self.state, event))
+        if after is None:
+            raise LocalProtocolError(f"attempt {self.seq} ({self.kind}) is {self.state}: cannot be {event}")
+        changed = after is not self.state
+        object.__setattr__(self, "state", after)
+        return changed
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # The core also writes ``attempt.state = AttemptState.CANCELLED``: such a write must be
+        # a move of the table too, so settling an attempt twice is refused either way.
+        if name == "state" and "state" in self.__dict__ and value not in _moves_from(self.state):
+            raise LocalProtocolError(
+                f"attempt {self.seq} ({self.kind}) is {self.state}: cannot become {value}"
+            )
+        object.__setattr__(self, name, value)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The voice session core: one state machine per session, sans-IO.
 
 Everything a voice session decides happens here, in one object that one task
-drives (DESIGN.md voice promise 1): client events (``receive``), the outcomes
+drives (promise V1, docs/architecture.md): client events (``receive``), the outcomes
 of model calls (``settle``), model outputs (``on_output``) and the clock
 (``tick``). Each call takes ``now`` (seconds, any monotonic origin) and returns
 effects for the runtime: events to send, attempts to put on the append chain
@@ -9,7 +9,7 @@ effects for the runtime: events to send, attempts to put on the append chain
 ``RemoteProtocolError`` with the session unchanged; ``reject`` turns it into
 OpenAI's ``error`` event.
 
-The epoch fence (promise 2): a client cancel, an input clear, an output clear
+The epoch fence (promise V2): a client cancel, an input clear, an output clear
 and a barge-in each advance ``epoch``; attempts carry the epoch of their
 moment, and model outputs of an older epoch are dropped here, before any
 event is built. The response of an older epoch has already been finished by

@@ -1,6 +1,6 @@
 """One world session's transactional state: events in, chunk transactions out.
 
-The core of DESIGN.md section 1 (world promises). It owns the four identities
+The core of the world promises (W1-W5, docs/architecture.md). It owns the four identities
 (``session_id``; client ``event_id``s, monotonic across reset; ``chunk_index``,
 contiguous and back to 0 on reset; one ``request_id`` per chunk execution),
 the bounded queue of accepted events with its window of recent ids and its

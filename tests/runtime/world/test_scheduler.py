@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from livegen.errors import CapacityExceeded, StateEvicted
-from livegen.models import game
+from livegen.models.room import game
 from livegen.models.world import Chunk, Tick
 from livegen.protocol import world as wire
 from livegen.runtime.world.kv_pool import required_bytes

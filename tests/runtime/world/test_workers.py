@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from livegen.errors import CapacityExceeded, LocalProtocolError, StateEvicted
-from livegen.models import game
+from livegen.models.room import game
 from livegen.models.world import Chunk, Tick, TickMeta
 from livegen.runtime.world.kv_pool import required_bytes
 from livegen.runtime.world.scheduler import Scheduler

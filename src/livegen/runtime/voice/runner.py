@@ -5,16 +5,16 @@ The runner owns four tasks around one ``voice.Session``:
 - the *runner* itself, the only task that calls into the core; it takes one
   item at a time from a bounded mailbox (client events, chain reports, model
   outputs, disconnects) or wakes for the core's pacing deadline, and carries
-  out the effects the core returns (DESIGN.md voice promise 1);
+  out the effects the core returns (promise V1, docs/architecture.md);
 - the *chain*, which runs model calls one after another in wire order; it
   skips attempts a canceller already settled, and after a failure it waits
   until the core has rolled back the rest of the chain (``ResumeChain``), so
-  nothing behind a hole reaches the model (promise 3);
+  nothing behind a hole reaches the model (promise V3);
 - the *pump*, which forwards the model's outputs into the mailbox; the core
-  drops those of an older epoch (promise 2);
+  drops those of an older epoch (promise V2);
 - the *sender*, which writes events to the socket from a bounded outbox;
   audio that would overflow it fails that one response with a clear error,
-  while control events (terminals above all) always have room (promise 5).
+  while control events (terminals above all) always have room (promise V5).
   The outbox is bounded in events and in bytes (``outbox_bytes``: events are
   encoded as they are queued, so the count is exact); a client that reads
   nothing past either bound gets ``unsent_bytes_exceeded`` and the session

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from livegen.client.world import WorldClient
-from livegen.models import game
-from livegen.models.procedural import ProceduralWorld
+from livegen.models.room import game
+from livegen.models.room.procedural import ProceduralWorld
 from livegen.models.world import Tick, TickMeta
 from livegen.server import ServerConfig
 from livegen.server.thread import ServerThread
@@ -41,8 +41,8 @@ def test_a_tap_moves_the_agent_one_frame_and_a_held_key_every_frame() -> None:
 
 def test_tiny_world_taps_act_on_the_first_generated_frame() -> None:
     pytest.importorskip("torch")
-    from livegen.models.tinyworld.data import ACTION_INDEX
     from livegen.models.tinyworld.model import _action_indices
+    from livegen.models.tinyworld.vocab import ACTION_INDEX
 
     right, none = ACTION_INDEX["right"], ACTION_INDEX["none"]
     assert _action_indices(TAP, 4, 1) == [right, none, none, none]

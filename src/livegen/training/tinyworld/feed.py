@@ -19,7 +19,7 @@ from multiprocessing import get_context
 
 import numpy as np
 
-from livegen.models.tinyworld.data import Clip, sample_clips
+from livegen.training.tinyworld.data import Clip, sample_clips
 
 
 @dataclass(frozen=True)

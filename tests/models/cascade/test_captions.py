@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from livegen.models.cascade import captions
 from livegen.models.voice import OutputKind, StreamConfig, TurnDetection
-from models.cascade_support import Driver, speak_as_user
+from models.cascade.support import Driver, speak_as_user
 
 
 def test_a_word_is_sent_once_two_decodes_agree_on_it_and_the_newest_decode_goes_past_it() -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from models.cascade_support import ChatServer, serve_chat
+from models.cascade.support import ChatServer, serve_chat
 
 
 @pytest.fixture(scope="session")

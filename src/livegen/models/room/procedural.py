@@ -1,4 +1,4 @@
-"""``procedural-world``: the room game of ``models/game.py`` behind the world-model contract.
+"""``procedural-world``: the room game of ``game.py`` behind the world-model contract.
 
 Deterministic and exact: no network, no weights, a few microseconds a frame.
 Its per-session state is one small frozen ``game.State`` (theme, agent, crate,
@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from livegen.errors import ModelContractError, StateEvicted
-from livegen.models import game
+from livegen.models.room import game
 from livegen.models.world import Chunk, Tick, WorldSpec
 
 DESCRIPTION = (

@@ -16,7 +16,7 @@ pytest.importorskip("torch")
 from PIL import Image
 
 from livegen.client.world import WorldClient
-from livegen.models import game
+from livegen.models.room import game
 from livegen.protocol import world as wire
 from livegen.server import ServerConfig
 from livegen.server.thread import ServerThread

@@ -19,7 +19,7 @@ from openai import AsyncOpenAI
 
 from livegen.models.cascade import replies
 from livegen.server.thread import ServerThread
-from models.cascade_support import ChatServer, RealtimeCall, Reply, heard, wire_audio
+from models.cascade.support import ChatServer, RealtimeCall, Reply, heard, wire_audio
 
 pytestmark = pytest.mark.slow
 
@@ -317,7 +317,7 @@ def test_the_readme_agent_runs(
     import sys
     from pathlib import Path
 
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    readme = (Path(__file__).parents[3] / "README.md").read_text()
     [code] = re.findall(
         r"<!-- tool-agent:begin -->\n```python\n(.*?)```\n<!-- tool-agent:end -->", readme, re.S
     )

@@ -8,11 +8,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from livegen.models import default_registry, game  # noqa: E402
-from livegen.models.tinyworld.data import agent_errors  # noqa: E402
+from livegen.models import default_registry  # noqa: E402
+from livegen.models.room import game  # noqa: E402
 from livegen.models.tinyworld.sampling import rollout  # noqa: E402
 from livegen.models.tinyworld.weights import WEIGHTS_FILE, load_net, shipped_dir  # noqa: E402
 from livegen.models.world import Tick, TickMeta  # noqa: E402
+from livegen.training.tinyworld.data import agent_errors  # noqa: E402
 
 
 def test_shipped_weights_are_small_and_checked() -> None:

@@ -9,7 +9,7 @@ import pytest
 from livegen.errors import ModelError
 from livegen.models.cascade import llm
 from livegen.models.voice import HistoryTurn, Usage
-from models.cascade_support import ChatServer, Reply
+from models.cascade.support import ChatServer, Reply
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
 

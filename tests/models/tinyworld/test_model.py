@@ -1,60 +1,22 @@
-"""tiny-world: the network's cached path, the world-model contract, training, and the shipped weights.
+"""tiny-world as served: the network's cached path, the world-model contract, the codebook decode.
 
-Contract tests run a small randomly initialised network (fast, and the
-contract does not depend on what the weights learned); the shipped-checkpoint
-tests load the real package data.
+Training's tests are in ``tests/training/tinyworld/``; the shipped checkpoint's in ``test_shipped.py``.
 """
 
 from __future__ import annotations
-
-import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from livegen.errors import ModelContractError, ModelError, StateEvicted  # noqa: E402
-from livegen.models import Kind, default_registry, game  # noqa: E402
+from livegen.errors import ModelContractError, StateEvicted  # noqa: E402
+from livegen.models import Kind, default_registry  # noqa: E402
+from livegen.models.room import game  # noqa: E402
 from livegen.models.tinyworld.model import TinyWorld  # noqa: E402
-from livegen.models.tinyworld.net import Config, Net  # noqa: E402
 from livegen.models.tinyworld.sampling import stack_context  # noqa: E402
-from livegen.models.tinyworld.train import Hyper, learning_rate, train  # noqa: E402
-from livegen.models.tinyworld.weights import export_weights, load_net  # noqa: E402
-from livegen.models.world import Tick, TickMeta, WorldModel  # noqa: E402
-
-SMALL = Config(d_model=32, num_layers=2, num_heads=2, stem_channels=16, up_channels=8)
-
-
-def random_net(cfg: Config = SMALL, seed: int = 0) -> Net:
-    """A net whose zero-initialised gates are perturbed, so every path affects the output."""
-    torch.manual_seed(seed)
-    net = Net(cfg)
-    with torch.no_grad():
-        for p in net.parameters():
-            p.add_(torch.randn_like(p) * 0.05)
-    return net.eval()
-
-
-def tick(
-    session: str,
-    chunk: int,
-    *,
-    seed: int = 5,
-    action: str = "right",
-    prompt: str = "a lava room",
-    context: tuple[int, ...] = (),
-    write: tuple[int, ...] = (),
-) -> Tick:
-    return Tick(
-        meta=TickMeta(session, f"req-{session}-{chunk}", chunk, (chunk,)),
-        seed=seed,
-        prompt=prompt,
-        controls={"action": {"action": action}},
-        context_pages=context,
-        write_pages=write,
-    )
+from livegen.models.world import WorldModel  # noqa: E402
+from models.tinyworld.support import random_net, tick  # noqa: E402
 
 
 def test_cached_inference_matches_the_training_forward() -> None:
@@ -194,68 +156,6 @@ def test_a_new_prompt_theme_changes_the_conditioning() -> None:
     assert not np.array_equal(same, changed)
 
 
-def test_training_runs_resumes_and_exports_checked_weights(tmp_path: Path) -> None:
-    hp = Hyper(batch=2, context=3)
-    out = tmp_path / "run"
-    metrics = train(
-        out, steps=2, minutes=None, seed=3, resume=False, hp=hp, cfg=SMALL, show_progress=False, probe_every=2
-    )
-    assert metrics["step"] == 2 and metrics["probes"] and "within_2px" in metrics["probes"][0]
-    metrics = train(out, steps=1, minutes=None, seed=3, resume=True, hp=hp, show_progress=False)
-    assert metrics["step"] == 3
-    assert json.loads((out / "metrics.json").read_text())["step"] == 3
-    stretches = [(s["device"], s["first_step"], s["last_step"]) for s in metrics["sessions"]]
-    assert stretches == [("cpu", 0, 2), ("cpu", 2, 3)]
-    dest = tmp_path / "weights" / "tiny_world.pt"
-    export_weights(out / "checkpoint.pt", dest, deadband=0.05)
-    net, manifest = load_net(dest.parent)
-    assert manifest["step"] == 3 and net.cfg == SMALL and len(manifest["sessions"]) == 2
-    assert manifest["deadband"] == 0.05
-    assert set(manifest["palettes"]) == set(game.THEMES)
-    data = bytearray(dest.read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    dest.write_bytes(bytes(data))
-    with pytest.raises(ModelError, match="sha256"):
-        load_net(dest.parent)
-
-
-def test_training_is_seeded_wherever_its_data_is_drawn(tmp_path: Path) -> None:
-    """Run b draws its clips in a worker process, run a in the training process: same run."""
-    hp = Hyper(batch=2, context=2)
-    runs = [
-        train(
-            tmp_path / name,
-            steps=2,
-            minutes=None,
-            seed=7,
-            resume=False,
-            hp=hp,
-            cfg=SMALL,
-            workers=workers,
-            snapshots=workers > 0,
-            show_progress=False,
-        )
-        for name, workers in (("a", 0), ("b", 1))
-    ]
-    states = [
-        torch.load(tmp_path / name / "checkpoint.pt", weights_only=False)["model"] for name in ("a", "b")
-    ]
-    assert runs[0]["history"] == runs[1]["history"]
-    assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
-    snapshot = torch.load(tmp_path / "b" / "snapshots" / "ema-2.pt", weights_only=True)
-    assert snapshot.keys() == states[1].keys() and all(v.dtype == torch.float16 for v in snapshot.values())
-    assert not (tmp_path / "a" / "snapshots").exists()
-
-
-def test_learning_rate_warms_up_then_anneals_to_lr_end() -> None:
-    hp = Hyper(lr=1e-3, warmup=100)
-    assert learning_rate(hp, 0, 0.0, None) == pytest.approx(1e-5)
-    assert learning_rate(hp, 5000, 0.7, None) == pytest.approx(1e-3)
-    assert learning_rate(hp, 5000, 0.0, 1e-4) == pytest.approx(1e-3)
-    assert learning_rate(hp, 5000, 0.5, 1e-4) == pytest.approx(5.5e-4)
-    assert learning_rate(hp, 5000, 1.0, 1e-4) == pytest.approx(1e-4)
-
-
 def test_tiny_world_is_registered_and_the_default_world_model() -> None:
     registry = default_registry()
     entry = registry.get("tiny-world")
@@ -266,20 +166,6 @@ def test_tiny_world_is_registered_and_the_default_world_model() -> None:
     assert registry.resolve(Kind.WORLD, "auto") == entry
 
 
-def test_train_world_command_writes_checkpoint_and_metrics(tmp_path: Path) -> None:
-    from click.testing import CliRunner
-
-    from livegen.cli import main
-
-    out = tmp_path / "cli-run"
-    result = CliRunner().invoke(main, ["train-world", "--steps", "1", "--batch", "2", "--out", str(out)])
-    assert result.exit_code == 0, result.output
-    assert (out / "checkpoint.pt").exists()
-    assert json.loads((out / "metrics.json").read_text())["step"] == 1
-    result = CliRunner().invoke(main, ["train-world", "--out", str(out)])
-    assert result.exit_code == 2 and "--steps or --minutes" in result.output
-
-
 def test_bench_world_model_is_listed() -> None:
     from click.testing import CliRunner
 
@@ -287,26 +173,6 @@ def test_bench_world_model_is_listed() -> None:
 
     result = CliRunner().invoke(main, ["bench", "world-model", "--help"])
     assert result.exit_code == 0 and "--stability-minutes" in result.output
-
-
-def test_rollout_buffer_pairs_the_models_frames_with_the_games() -> None:
-    from livegen.models.tinyworld.buffer import RolloutBuffer
-    from livegen.models.tinyworld.net import to_uint8
-
-    net = random_net()
-    buffer = RolloutBuffer(num_streams=2, context=3, seed=1)
-    clip, context = buffer.batch()
-    assert clip.frames.shape == (2, 4, 32, 32, 3) and context.shape == (2, 3, 3, 32, 32)
-    # fresh streams start from the game's frames; the newest true frame is the game's current state
-    assert np.array_equal(to_uint8(context).numpy(), clip.frames[:, :3])
-    for i, stream in enumerate(buffer.streams):
-        assert np.array_equal(clip.frames[i, -1], game.render(stream.state))
-    buffer.advance(net, clip, context, torch.Generator().manual_seed(0))
-    clip2, context2 = buffer.batch()
-    # the context now ends with the model's own frame, aligned with the game's frame it stands for
-    assert np.array_equal(clip2.frames[:, :3], clip.frames[:, 1:])
-    assert torch.equal(context2[:, :2], context[:, 1:])
-    assert not np.array_equal(to_uint8(context2[:, 2]).numpy(), clip2.frames[:, 2])
 
 
 def test_hold_still_keeps_small_changes_out_and_lets_real_ones_through() -> None:
@@ -320,18 +186,6 @@ def test_hold_still_keeps_small_changes_out_and_lets_real_ones_through() -> None
     assert torch.equal(out[..., :4, :4], prev[..., :4, :4])
     assert torch.equal(out[..., 10:14, 10:14], x0[..., 10:14, 10:14])
     assert torch.equal(hold_still(x0, prev, 0.0), x0)
-
-
-def test_theme_palettes_are_the_colours_of_that_themes_frames() -> None:
-    from livegen.models.tinyworld.data import theme_palettes
-
-    palettes = theme_palettes(num_clips=24)
-    assert set(palettes) <= set(game.THEMES) and len(palettes) >= 4
-    for theme, colours in palettes.items():
-        frame = game.render(game.new_game(3, theme))
-        used = {tuple(c) for c in np.unique(frame.reshape(-1, 3), axis=0).tolist()}
-        assert used <= {tuple(c) for c in colours}, theme  # every colour a room of the theme uses
-        assert len(colours) <= 10  # and not every colour there is
 
 
 def test_snap_to_palette_picks_each_pixels_nearest_colour_per_row() -> None:
@@ -351,7 +205,7 @@ def test_snap_to_palette_picks_each_pixels_nearest_colour_per_row() -> None:
 
 
 def test_the_model_draws_only_its_themes_colours_when_given_palettes() -> None:
-    from livegen.models.tinyworld.data import theme_palettes
+    from livegen.training.tinyworld.data import theme_palettes
 
     palettes = theme_palettes(num_clips=24)
     plain = TinyWorld(random_net())
@@ -362,20 +216,6 @@ def test_the_model_draws_only_its_themes_colours_when_given_palettes() -> None:
     allowed = {tuple(c) for c in palettes["lava"]}
     assert {tuple(c) for c in frames.reshape(-1, 3).tolist()} <= allowed
     assert not {tuple(c) for c in frames_plain.reshape(-1, 3).tolist()} <= allowed  # a random net strays
-
-
-def test_obstacle_clips_start_with_the_agent_pushing_into_the_bar_or_crate() -> None:
-    from livegen.models.tinyworld.data import pushing_spots, sample_clips
-
-    state = game.new_game(3)
-    spots = pushing_spots(state)
-    assert spots
-    for position, action in spots:
-        here = game.State(state.theme, position, state.crate, None, state.bar)
-        assert game.agent_fits(state, position) and game.step(here, action) == here  # blocked
-    clips = sample_clips(np.random.default_rng(0), 16, 4, obstacle_share=1.0)
-    first_push_blocked = (clips.frames[:, 1] == clips.frames[:, 0]).all(axis=(1, 2, 3))
-    assert clips.actions[:, 1].min() > 0 and first_push_blocked.mean() > 0.8  # a coin or theme may change
 
 
 def test_a_blend_of_two_colours_decodes_to_its_larger_part_not_a_colour_between() -> None:

@@ -20,9 +20,10 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from livegen.models import game
-from livegen.models.tinyworld.data import ACTION_INDEX, THEME_INDEX, Clip, sprite_mask, sticky_actions
+from livegen.models.room import game
 from livegen.models.tinyworld.net import Net, to_uint8, to_unit
+from livegen.models.tinyworld.vocab import ACTION_INDEX, THEME_INDEX
+from livegen.training.tinyworld.data import Clip, sprite_mask, sticky_actions
 
 
 @dataclass

@@ -31,13 +31,13 @@ import click
 import numpy as np
 import torch
 
-from livegen.models import game
-from livegen.models.tinyworld.buffer import RolloutBuffer
-from livegen.models.tinyworld.data import agent_errors, sticky_actions, theme_palettes
-from livegen.models.tinyworld.feed import Drawn, Recipe, batches
+from livegen.models.room import game
 from livegen.models.tinyworld.net import Config, Net, to_uint8, to_unit
 from livegen.models.tinyworld.sampling import palette_table, rollout, snap_to_palette
-from livegen.models.tinyworld.weights import fp16_tensors
+from livegen.training.tinyworld.buffer import RolloutBuffer
+from livegen.training.tinyworld.data import agent_errors, sticky_actions, theme_palettes
+from livegen.training.tinyworld.export import fp16_tensors
+from livegen.training.tinyworld.feed import Drawn, Recipe, batches
 
 CHECKPOINT = "checkpoint.pt"
 METRICS = "metrics.json"
@@ -61,7 +61,8 @@ class Hyper:
     #: Share of steps trained on long self-rollout streams (``buffer.py``).
     rollout_share: float = 0.0
     #: Share of clips that start with the agent pushing into the bar or the crate (``data.py``).
-    obstacle_share: float = 0.0
+    #: 0.3: what both stretches of the shipped weights trained with (``livegen train-world``'s default).
+    obstacle_share: float = 0.3
 
 
 def make_optimizer(net: Net, lr: float) -> torch.optim.Optimizer:
@@ -357,33 +358,36 @@ def train(
 )
 @click.option("--seed", default=0, show_default=True, help="Seed of weights and data (kept on --resume).")
 @click.option("--resume", is_flag=True, help="Continue from OUT/checkpoint.pt if it exists.")
-@click.option("--batch", default=16, show_default=True, help="Clips per step.")
-@click.option("--lr", default=1.5e-3, show_default=True, help="Peak learning rate.")
+@click.option("--batch", default=Hyper.batch, show_default=True, help="Clips per step.")
+@click.option("--lr", default=Hyper.lr, show_default=True, help="Peak learning rate.")
 @click.option(
     "--self-forcing",
-    default=0.0,
+    default=Hyper.self_forcing,
     show_default=True,
     help="Share of steps whose context frames are the model's own predictions.",
 )
 @click.option(
-    "--self-forcing-depth", default=1, show_default=True, help="Rollout depth of those predictions."
+    "--self-forcing-depth",
+    default=Hyper.self_forcing_depth,
+    show_default=True,
+    help="Rollout depth of those predictions.",
 )
 @click.option(
     "--rollout-share",
-    default=0.0,
+    default=Hyper.rollout_share,
     show_default=True,
     help="Share of steps whose context is a long rollout of the model's own frames.",
 )
 @click.option(
     "--obstacle-share",
-    default=0.3,
+    default=Hyper.obstacle_share,
     show_default=True,
     help="Share of clips that start with the agent pushing into the bar or the crate, the "
     "collisions rollouts get wrong most.",
 )
 @click.option(
     "--wrong-threshold",
-    default=0.2,
+    default=Hyper.wrong_threshold,
     show_default=True,
     help="Per-pixel error (in [-1, 1] units) above which the loss weighs a pixel up as badly wrong.",
 )
@@ -438,13 +442,6 @@ def command(
     minutes: float | None,
     seed: int,
     resume: bool,
-    batch: int,
-    lr: float,
-    self_forcing: float,
-    self_forcing_depth: int,
-    rollout_share: float,
-    obstacle_share: float,
-    wrong_threshold: float,
     device: str,
     workers: int | None,
     lr_end: float | None,
@@ -452,19 +449,13 @@ def command(
     checkpoint_minutes: float,
     probe_every: int,
     export: Path | None,
+    **hyper: Any,
 ) -> None:
     """Train the tiny-world model on the procedural room game (resumable; one CPU thread, or a GPU)."""
     if steps is None and minutes is None:
         raise click.UsageError("give --steps or --minutes")
-    hp = Hyper(
-        batch=batch,
-        lr=lr,
-        self_forcing=self_forcing,
-        self_forcing_depth=self_forcing_depth,
-        rollout_share=rollout_share,
-        obstacle_share=obstacle_share,
-        wrong_threshold=wrong_threshold,
-    )
+    # The options named after Hyper's fields (their defaults read from it) go straight in.
+    hp = Hyper(**hyper)
     metrics = train(
         out,
         steps=steps,
@@ -481,7 +472,7 @@ def command(
     )
     click.echo(f"step {metrics['step']}, {metrics['train_seconds'] / 60:.1f} min trained; {out / METRICS}")
     if export is not None:
-        from livegen.models.tinyworld.weights import export_weights
+        from livegen.training.tinyworld.export import export_weights
 
         digest = export_weights(out / CHECKPOINT, export)
         click.echo(f"exported {export} (sha256 {digest})")

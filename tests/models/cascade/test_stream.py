@@ -27,7 +27,7 @@ from livegen.models.voice import (
     VoiceModel,
     VoiceStream,
 )
-from models.cascade_support import ChatServer, Driver, heard, speak_as_user
+from models.cascade.support import ChatServer, Driver, heard, speak_as_user
 
 pytestmark = pytest.mark.slow
 

@@ -1,6 +1,6 @@
 """Training data and the action-following probe for tiny-world, both from the room game.
 
-The data is generated on the fly from ``models/game.py`` (never stored): each
+The data is generated on the fly from the room game (``models/room/game.py``), never stored: each
 sample is a short clip of consecutive frames from a random room and theme,
 after a random walk so that the agent, coin and crate are anywhere, under
 sticky random actions (a held key, as players do). A few clips switch theme
@@ -18,10 +18,8 @@ from functools import cache
 import numpy as np
 import numpy.typing as npt
 
-from livegen.models import game
-
-ACTION_INDEX = {name: i for i, name in enumerate(game.ACTIONS)}
-THEME_INDEX = {name: i for i, name in enumerate(game.THEMES)}
+from livegen.models.room import game
+from livegen.models.tinyworld.vocab import ACTION_INDEX, THEME_INDEX
 
 
 @dataclass(frozen=True)

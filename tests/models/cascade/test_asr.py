@@ -17,7 +17,7 @@ from livegen.errors import ConfigError
 from livegen.models.cascade import asr, assets
 from livegen.models.cascade import model as cascade_model
 from livegen.models.voice import OutputKind, StreamConfig
-from models.cascade_support import Driver, speak_as_user
+from models.cascade.support import Driver, speak_as_user
 
 pytestmark = pytest.mark.slow
 

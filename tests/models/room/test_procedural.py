@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from livegen.errors import ModelContractError, StateEvicted
-from livegen.models import CATALOG, Kind, Registry, game
-from livegen.models.procedural import ProceduralWorld
+from livegen.models import CATALOG, Kind, Registry
+from livegen.models.room import game
+from livegen.models.room.procedural import ProceduralWorld
 from livegen.models.world import Tick, TickMeta, WorldModel
 
 

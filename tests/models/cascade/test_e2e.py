@@ -18,7 +18,7 @@ import pytest
 from openai import AsyncOpenAI
 
 from livegen.server.thread import ServerThread
-from models.cascade_support import ChatServer, RealtimeCall, heard, wire_audio
+from models.cascade.support import ChatServer, RealtimeCall, heard, wire_audio
 
 pytestmark = pytest.mark.slow
 
