@@ -141,12 +141,7 @@ RULES: tuple[Rule, ...] = (
 
 #: Imports that break a rule today, each being fixed under issue #12 by another branch.
 #: The lead deletes an entry when merging its fix (a stale entry fails the test).
-KNOWN_VIOLATIONS: frozenset[tuple[str, str]] = frozenset(
-    {
-        # #12: the world client decodes frames with the runtime's helper (runtime/world_frames.py).
-        ("livegen.client.world", "livegen.runtime.world_frames"),
-    }
-)
+KNOWN_VIOLATIONS: frozenset[tuple[str, str]] = frozenset()
 
 
 def _under(name: str, prefixes: tuple[str, ...]) -> bool:
@@ -338,8 +333,6 @@ MAX_FUNCTION_LINES = 60
 #: The lead deletes an entry when merging its split (a stale entry fails the test).
 LONG_FUNCTIONS: frozenset[str] = frozenset(
     {
-        # #12 (engines): admission and resume move into the voice engine.
-        "livegen.server.realtime.RealtimeService._serve",
         # #12 (voice-core): the session object is typed in protocol/realtime/.
         "livegen.voice.config.apply_update",
     }

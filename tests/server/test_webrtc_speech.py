@@ -42,7 +42,7 @@ def server() -> Iterator[ServerThread]:
 
 def cascade(server: ServerThread) -> Any:
     service = next(s for s in server.app.state.livegen.services if s.name == "voice")
-    return service.models[service.default_model]
+    return service.engine.models[service.engine.default_model]
 
 
 def wav24(path: Path) -> bytes:

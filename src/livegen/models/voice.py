@@ -203,3 +203,17 @@ class VoiceModel(Protocol):
     def health(self) -> ModelHealth:
         """Whether the model can serve now; cheap, called on every ``/health``, from the event loop."""
         ...
+
+
+@runtime_checkable
+class RemoteLLM(Protocol):
+    """A voice model that can answer through an OpenAI-compatible chat endpoint
+    (``--llm-base-url``, ``--llm-model``); the engine configures it once, after loading."""
+
+    def use_llm(
+        self,
+        base_url: str | None,
+        model: str | None,
+        api_key: str | None = None,
+        context_tokens: int | None = None,
+    ) -> None: ...

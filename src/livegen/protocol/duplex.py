@@ -12,7 +12,7 @@ dialect is (``protocol/beta.py``), and the session core speaks GA only:
 - ``session.resume {session_id, resume_token, last_received_server_event_seq}``
   as the first message of a new connection (no ``?session_id=``); every
   server event carries ``server_event_seq`` (its seq in the session's stream,
-  stamped by ``runtime.attachment``), which the client acknowledges with
+  stamped by ``runtime.voice.attachment``), which the client acknowledges with
   ``session.event_ack`` (the journal then forgets it) and uses to drop
   replayed duplicates. Refusals use vllm-omni's codes; a gap in the journal is
   ``session.resync_required``.

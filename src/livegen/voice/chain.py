@@ -2,7 +2,7 @@
 
 Every call the session makes to its model is an ``Attempt``: appends, commits,
 clears, responses, cancels and updates, numbered in wire order. The runtime
-runs them one after another (``runtime/voice.py``) and reports each outcome
+runs them one after another (``runtime/voice/runner.py``) and reports each outcome
 back; the core owns what each attempt reserved and what it owes if it never
 reaches the model:
 

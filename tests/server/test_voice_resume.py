@@ -40,7 +40,7 @@ def serve(start_server: Callable[..., ServerThread], grace_s: float = 30.0) -> S
     )
     server.wait_ready(timeout=30)
     service = next(s for s in server.app.state.livegen.services if s.name == "voice")
-    service.models["scripted-voice"].script.reply_ms = 1500
+    service.engine.models["scripted-voice"].script.reply_ms = 1500
     return server
 
 
@@ -84,7 +84,10 @@ async def session_ended(server: ServerThread) -> Any:
     """The voice service, once its last session has ended and released its model stream (or 5 s)."""
     service = next(s for s in server.app.state.livegen.services if s.name == "voice")
     for _ in range(100):
-        if not service.runners and "aclose" in service.models["scripted-voice"].streams[-1].calls:
+        if (
+            not service.engine.runners
+            and "aclose" in service.engine.models["scripted-voice"].streams[-1].calls
+        ):
             break
         await asyncio.sleep(0.05)
     return service
@@ -176,7 +179,9 @@ async def test_after_the_grace_period_the_session_is_gone_and_released(
     session_id, token = before[0]["session"]["id"], before[0]["resume_token"]
     await drop(ws)
     service = await session_ended(server)
-    assert "aclose" in service.models["scripted-voice"].streams[-1].calls and not service.runners
+    assert (
+        "aclose" in service.engine.models["scripted-voice"].streams[-1].calls and not service.engine.runners
+    )
     late = await resume(server, session_id, token, last_seq=len(before))
     assert (await recv(late))["error"]["code"] == "session_not_found"
 
@@ -186,7 +191,9 @@ async def test_a_clean_close_ends_the_session_at_once(start_server: Callable[...
     ws, before = await start_answer(server)
     await ws.close()  # code 1000: the client meant to leave
     service = await session_ended(server)
-    assert not service.runners and "aclose" in service.models["scripted-voice"].streams[-1].calls
+    assert (
+        not service.engine.runners and "aclose" in service.engine.models["scripted-voice"].streams[-1].calls
+    )
     late = await resume(server, before[0]["session"]["id"], before[0]["resume_token"], last_seq=1)
     assert (await recv(late))["error"]["code"] == "session_not_found"
 
@@ -284,7 +291,7 @@ async def test_a_resume_takes_over_promptly_from_a_socket_whose_peer_stopped_rea
     # bytes stay under --max-unsent-bytes (16 MiB), past which the session would end instead.
     for _ in range(40):
         deaf.send({"type": "conversation.item.retrieve", "item_id": "big"})
-    live = next(s for s in server.app.state.livegen.services if s.name == "voice").live[session_id]
+    live = next(s for s in server.app.state.livegen.services if s.name == "voice").engine.live[session_id]
     seq = -1
     while seq != live.attachment.seq:  # until the session's sender is stuck in a write
         seq = live.attachment.seq

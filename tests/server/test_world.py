@@ -13,8 +13,8 @@ import pytest
 from livegen.client.world import ChunkOut, WorldClient, WorldError
 from livegen.models.world import Frames
 from livegen.protocol import world as wire
-from livegen.runtime import world_runner
-from livegen.server import worlds
+from livegen.runtime.world import engine as world_engine
+from livegen.runtime.world import runner as world_runner
 from livegen.server.config import ServerConfig
 from livegen.server.thread import ServerThread
 
@@ -77,7 +77,7 @@ async def test_session_update_mid_encode_changes_only_later_chunks(
     decode, and later chunks are rgb24.
     """
     is_encoding, is_reconfigured = threading.Event(), threading.Event()
-    real_encode, real_reconfigure = world_runner.encode_chunk, worlds.Connection._reconfigure
+    real_encode, real_reconfigure = world_runner.encode_chunk, world_engine.WorldEngine.reconfigure
     num_held: list[int] = []
 
     def held_encode(frames: Frames, fmt: str, quality: int = 85) -> list[bytes]:
@@ -87,12 +87,14 @@ async def test_session_update_mid_encode_changes_only_later_chunks(
             assert is_reconfigured.wait(10), "the session.update never reached the runner"
         return real_encode(frames, fmt, quality)
 
-    def reconfigure(self: worlds.Connection, runner: world_runner.Runner, update: wire.SessionConfig) -> None:
+    def reconfigure(
+        self: world_engine.WorldEngine, runner: world_runner.Runner, update: wire.SessionConfig
+    ) -> None:
         real_reconfigure(self, runner, update)
         is_reconfigured.set()
 
     monkeypatch.setattr(world_runner, "encode_chunk", held_encode)
-    monkeypatch.setattr(worlds.Connection, "_reconfigure", reconfigure)
+    monkeypatch.setattr(world_engine.WorldEngine, "reconfigure", reconfigure)
     client, _ = await connect(world_server, output={"format": "jpeg", "quality": 37})
     async with client:
         assert await asyncio.to_thread(is_encoding.wait, 10)

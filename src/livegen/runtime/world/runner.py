@@ -1,7 +1,7 @@
 """The runner of one world session: pacing, flow control, output, reset and close.
 
 It owns the session's core (``world.Session``) and the one ordered path of
-messages to its client; the scheduler (``world_scheduler.py``) owns the model
+messages to its client; the scheduler (``scheduler.py``) owns the model
 and calls back into the runner to begin, finish or fail its ticks. All core
 calls are synchronous and run on the event loop, so they never interleave;
 the only awaits are the worker's release calls and the socket.
@@ -40,8 +40,8 @@ from livegen.errors import LivegenError, ModelError, ProtocolError
 from livegen.logs import log_event
 from livegen.models.world import Chunk
 from livegen.protocol import world as wire
-from livegen.runtime.world_frames import encode_chunk
-from livegen.runtime.world_scheduler import Scheduler
+from livegen.protocol.frames import encode_chunk
+from livegen.runtime.world.scheduler import Scheduler
 from livegen.world import (
     Acceptance,
     Event,

@@ -7,10 +7,10 @@ from typing import Any
 
 from livegen.models.room import game
 from livegen.models.world import KVGeometry
-from livegen.runtime.kv_pool import required_bytes
-from livegen.runtime.world_scheduler import Scheduler
+from livegen.runtime.world.kv_pool import required_bytes
+from livegen.runtime.world.scheduler import Scheduler
 from livegen.server import ServerConfig, create_app
-from livegen.server.worlds import WorldService
+from livegen.server.world import WorldService
 
 GEOMETRY = KVGeometry(
     num_layers=1, num_heads=1, head_dim=4, tokens_per_frame=2, window_frames=4, sink_frames=1
@@ -53,16 +53,16 @@ async def test_not_ready_until_the_model_is_loaded() -> None:
 async def test_not_ready_while_the_kv_pool_is_full() -> None:
     service = world_service()
     await service.start()
-    await service.scheduler.stop()  # type: ignore[union-attr]
-    service.scheduler = Scheduler(
+    await service.engine.scheduler.stop()  # type: ignore[union-attr]
+    service.engine.scheduler = Scheduler(
         KVModelStub(), kv_budget_bytes=required_bytes(GEOMETRY, game.FRAMES_PER_CHUNK, 1)
     )
     assert service.health()["ready"] is True
     assert service.health()["kv"] == {"sessions": 0, "capacity": 1}
-    service.scheduler.pool.admit("one")  # type: ignore[union-attr]
+    service.engine.scheduler.pool.admit("one")  # type: ignore[union-attr]
     health = service.health()
     assert health["ready"] is False and health["reason"] == "KV pool full"
-    service.scheduler.pool.release("one")  # type: ignore[union-attr]
+    service.engine.scheduler.pool.release("one")  # type: ignore[union-attr]
     assert service.health()["ready"] is True
 
 
@@ -82,7 +82,7 @@ class IdleRunner:
 async def test_not_ready_while_one_more_session_would_miss_the_frame_clock() -> None:
     service = world_service()
     await service.start()
-    scheduler = service.scheduler
+    scheduler = service.engine.scheduler
     assert scheduler is not None
     try:
         scheduler.add(IdleRunner("one"))  # type: ignore[arg-type]

@@ -19,10 +19,10 @@ import pytest
 
 from livegen.client.world import WorldClient
 from livegen.protocol import world as wire
-from livegen.runtime.ray_worker import RayWorker
+from livegen.runtime.world.ray_worker import RayWorker
 from livegen.server import ServerConfig
 from livegen.server.thread import ServerThread
-from livegen.server.worlds import WorldService
+from livegen.server.world import WorldService
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.slow
@@ -65,8 +65,8 @@ def local_server() -> Iterator[ServerThread]:
 
 def ray_workers(server: ServerThread) -> list[RayWorker]:
     [service] = server.app.state.livegen.services
-    assert isinstance(service, WorldService) and service.scheduler is not None
-    workers = service.scheduler.workers.workers
+    assert isinstance(service, WorldService) and service.engine.scheduler is not None
+    workers = service.engine.scheduler.workers.workers
     assert all(isinstance(worker, RayWorker) for worker in workers)
     return workers  # type: ignore[return-value]
 

@@ -6,9 +6,9 @@ import logging
 
 import pytest
 
-from livegen.runtime.voice import FAILED_CLOSE_CODE
+from livegen.runtime.voice.runner import FAILED_CLOSE_CODE
 from livegen.voice.session import Session
-from runtime.test_voice_runner import Harness, append
+from runtime.voice.test_runner import Harness, append
 from voice.scripted import ScriptedVoice
 
 

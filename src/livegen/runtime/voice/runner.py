@@ -41,7 +41,7 @@ from livegen.logs import log_event
 from livegen.models.voice import StreamConfig, VoiceOutput, VoiceStream
 from livegen.protocol import realtime as wire
 from livegen.protocol.errors import INTERNAL_ERROR, MODEL_NOT_FOUND, UNSENT_BYTES_EXCEEDED
-from livegen.runtime.mailbox import Mailbox
+from livegen.runtime.voice.mailbox import Mailbox
 from livegen.voice.chain import (
     Attempt,
     AttemptKind,

@@ -7,7 +7,7 @@ import pytest
 
 from livegen.errors import CapacityExceeded
 from livegen.models.world import KVGeometry, WorldSpec
-from livegen.runtime.kv_pool import Pool, required_bytes
+from livegen.runtime.world.kv_pool import Pool, required_bytes
 
 GEOMETRY = KVGeometry(
     num_layers=2, num_heads=2, head_dim=8, tokens_per_frame=4, window_frames=4, sink_frames=1

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from livegen.errors import CapacityExceeded, ConfigError, LocalProtocolError
 from livegen.models.world import KVGeometry
-from livegen.runtime.kv_pool import Pool, pages_per_session, required_bytes
+from livegen.runtime.world.kv_pool import Pool, pages_per_session, required_bytes
 
 GEOMETRY = KVGeometry(
     num_layers=2, num_heads=2, head_dim=8, tokens_per_frame=4, window_frames=4, sink_frames=2

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from livegen.runtime.mailbox import Mailbox
+from livegen.runtime.voice.mailbox import Mailbox
 
 
 async def test_items_come_out_in_the_order_they_went_in() -> None:

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from livegen.runtime.attachment import Attachment, JournalGap, ResumeCredential
+from livegen.runtime.voice.attachment import Attachment, JournalGap, ResumeCredential
 
 
 class Socket:

@@ -7,7 +7,7 @@ default: the model in this process, one dedicated thread. ``RayWorker``
 (``ray_worker.py``) is the same contract in a Ray actor, for when one machine
 is not enough.
 
-The ``WorkerPool`` owns placement, the scheduler (``world_scheduler.py``)
+The ``WorkerPool`` owns placement, the scheduler (``scheduler.py``)
 owns the loop and the runners own their sessions. A session's state lives in
 the worker that stepped it, so its ticks go there (session affinity). A
 rollout's first chunk (a new session, or after a reset) needs no state, so it
@@ -30,7 +30,7 @@ from typing import Any, Protocol, TypeVar
 
 from livegen.errors import CapacityExceeded, LocalProtocolError
 from livegen.models.world import Chunk, Tick, WorldModel, WorldSpec
-from livegen.runtime.kv_pool import Pool
+from livegen.runtime.world.kv_pool import Pool
 
 T = TypeVar("T")
 

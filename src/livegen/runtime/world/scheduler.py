@@ -42,8 +42,8 @@ from typing import Protocol
 from livegen.errors import CapacityExceeded, LivegenError, StateEvicted
 from livegen.logs import log_event
 from livegen.models.world import Chunk, Tick, WorldModel
-from livegen.runtime.kv_pool import Pool
-from livegen.runtime.workers import LocalWorker, Worker, WorkerPool
+from livegen.runtime.world.kv_pool import Pool
+from livegen.runtime.world.workers import LocalWorker, Worker, WorkerPool
 from livegen.world import Plan
 
 logger = logging.getLogger("livegen.world")

@@ -11,7 +11,7 @@ from livegen.client.world import WorldClient
 from livegen.protocol import world as wire
 from livegen.server.config import ServerConfig
 from livegen.server.thread import ServerThread
-from livegen.server.worlds import WorldService
+from livegen.server.world import WorldService
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +32,7 @@ async def test_evicted_state_fails_the_session_with_a_clear_code(world_server: S
     async with client:
         created = await client.create(pacing="asap", max_chunks_ahead=1)
         assert (await client.next_chunk()).header.chunk_index == 0
-        model = service_of(world_server).model
+        model = service_of(world_server).engine.model
         assert model is not None
         model.release(created["id"])  # the model forgets the session behind its back
         await client.send({"type": "chunk.ack", "chunk_index": 0})
@@ -52,7 +52,7 @@ async def test_other_sessions_go_on_when_one_fails(world_server: ServerThread) -
         await healthy.create(pacing="asap")
         created = await doomed.create(pacing="asap", max_chunks_ahead=1)
         await doomed.next_chunk()
-        service_of(world_server).model.release(created["id"])  # type: ignore[union-attr]
+        service_of(world_server).engine.model.release(created["id"])  # type: ignore[union-attr]
         await doomed.send({"type": "chunk.ack", "chunk_index": 0})
         assert (await doomed.expect(wire.Error)).error.code == "state_evicted"
         first = (await healthy.next_chunk()).header.chunk_index
@@ -67,7 +67,7 @@ async def test_a_failed_step_is_chunk_failed_until_reset(
         await client.create(pacing="asap", max_chunks_ahead=1)
         await client.next_chunk()
         await client.event(1, prompt="ocean")
-        model = service_of(world_server).model
+        model = service_of(world_server).engine.model
         assert model is not None
 
         def broken(ticks: object, kv: object) -> None:
@@ -86,7 +86,7 @@ async def test_a_failed_step_is_chunk_failed_until_reset(
 
 
 async def test_disconnect_releases_the_model_state(world_server: ServerThread) -> None:
-    model = service_of(world_server).model
+    model = service_of(world_server).engine.model
     assert model is not None
     client = await WorldClient.connect(world_server.ws_url)
     created = await client.create(pacing="asap")

@@ -11,7 +11,7 @@ from typing import Any
 
 from livegen.models.voice import StreamConfig
 from livegen.protocol import realtime as wire
-from livegen.runtime.voice import Runner, RunnerLimits
+from livegen.runtime.voice.runner import Runner, RunnerLimits
 from livegen.voice.session import Limits, ModelFacts, Session
 from voice.scripted import ScriptedVoice
 

@@ -15,7 +15,7 @@ import pytest
 import websockets
 
 from livegen.server.thread import ServerThread
-from server.test_realtime_sdk import client, pcm24, until
+from server.test_voice_sdk import client, pcm24, until
 from voice.scripted import registry
 
 

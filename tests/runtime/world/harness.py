@@ -15,8 +15,8 @@ from typing import Any
 import msgspec
 
 from livegen.models.world import ControlTrack, KVGeometry
-from livegen.runtime.world_runner import Options, Runner
-from livegen.runtime.world_scheduler import Scheduler
+from livegen.runtime.world.runner import Options, Runner
+from livegen.runtime.world.scheduler import Scheduler
 from livegen.world import Manager
 
 GEOMETRY = KVGeometry(

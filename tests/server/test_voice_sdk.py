@@ -35,7 +35,7 @@ def voice_server(start_server: Callable[..., ServerThread]) -> ServerThread:
 
 def model_of(server: ServerThread) -> ScriptedVoice:
     service = next(s for s in server.app.state.livegen.services if s.name == "voice")
-    model: ScriptedVoice = service.models["scripted-voice"]
+    model: ScriptedVoice = service.engine.models["scripted-voice"]
     return model
 
 
@@ -186,7 +186,7 @@ async def test_bad_input_gets_openai_errors_and_the_session_goes_on(voice_server
     service = next(s for s in voice_server.app.state.livegen.services if s.name == "voice")
     from livegen.voice.session import Limits
 
-    service.limits = Limits(max_input_bytes=16_000)
+    service.engine.limits = Limits(max_input_bytes=16_000)
     async with client(voice_server).realtime.connect(model="scripted-voice") as connection:
         await until(connection, "session.created")
         await manual_turns(connection)
@@ -347,7 +347,7 @@ async def test_session_update_switches_the_model_until_it_has_heard_anything(
         transcript = (await until(connection, "conversation.item.input_audio_transcription.completed"))[-1]
         assert transcript.transcript == "500 ms"  # heard by the 8 kHz model, resampled for it
         service = next(s for s in voice_server.app.state.livegen.services if s.name == "voice")
-        assert service.models["scripted-8k"].streams[-1].calls[-1] == "commit"
+        assert service.engine.models["scripted-8k"].streams[-1].calls[-1] == "commit"
         await connection.send(
             {"type": "session.update", "event_id": "e2", "session": {"model": "scripted-voice"}}
         )

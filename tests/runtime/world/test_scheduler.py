@@ -18,11 +18,11 @@ from livegen.errors import CapacityExceeded, StateEvicted
 from livegen.models.room import game
 from livegen.models.world import Chunk, Tick
 from livegen.protocol import world as wire
-from livegen.runtime.kv_pool import required_bytes
-from livegen.runtime.world_runner import LEAD_FACTOR, LEAD_MARGIN_S, MAX_QUEUED_EVENTS, Options, Runner
-from livegen.runtime.world_scheduler import Scheduler
+from livegen.runtime.world.kv_pool import required_bytes
+from livegen.runtime.world.runner import LEAD_FACTOR, LEAD_MARGIN_S, MAX_QUEUED_EVENTS, Options, Runner
+from livegen.runtime.world.scheduler import Scheduler
 from livegen.world import Manager, Status
-from runtime.world_harness import GEOMETRY, RunnerHarness, until
+from runtime.world.harness import GEOMETRY, RunnerHarness, until
 
 
 class RecordingKVModel:

@@ -17,11 +17,11 @@ import pytest
 from livegen.errors import CapacityExceeded, LocalProtocolError, StateEvicted
 from livegen.models.room import game
 from livegen.models.world import Chunk, Tick, TickMeta
-from livegen.runtime.kv_pool import required_bytes
-from livegen.runtime.workers import WorkerPool
-from livegen.runtime.world_scheduler import Scheduler
+from livegen.runtime.world.kv_pool import required_bytes
+from livegen.runtime.world.scheduler import Scheduler
+from livegen.runtime.world.workers import WorkerPool
 from livegen.world import Status
-from runtime.world_harness import GEOMETRY, RunnerHarness, until
+from runtime.world.harness import GEOMETRY, RunnerHarness, until
 
 SPEC = game.room_spec(kv=GEOMETRY)
 

@@ -1,7 +1,8 @@
-"""Frame encoding for world chunks: JPEG (libjpeg-turbo via Pillow), PNG, raw RGB.
+"""The world chunk's frame codec: JPEG (libjpeg-turbo via Pillow), PNG, raw RGB.
 
-Runs off the event loop (the runner calls ``encode_chunk`` in a thread): Pillow
-releases the GIL while it compresses, so encoding overlaps the next model step.
+Both ends use it: the world runner encodes (in a thread, off the event loop:
+Pillow releases the GIL while it compresses, so encoding overlaps the next
+model step) and the client decodes, so it lives with the rest of the wire.
 """
 
 from __future__ import annotations
@@ -9,9 +10,11 @@ from __future__ import annotations
 import io
 
 import numpy as np
+import numpy.typing as npt
 from PIL import Image
 
-from livegen.models.world import Frames
+#: RGB uint8 frames shaped (num_frames, height, width, 3), as ``models.world.Frames``.
+Frames = npt.NDArray[np.uint8]
 
 
 def encode_frame(frame: np.ndarray, fmt: str, quality: int = 85) -> bytes:
