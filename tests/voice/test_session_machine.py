@@ -407,7 +407,7 @@ class VoiceCore(RuleBasedStateMachine):
     @rule(text=st.sampled_from(["What", " is", ""]))
     def model_live_caption(self, text: str) -> None:
         """A caption of the turn being spoken: no item id yet, the session gives it one."""
-        expected = self.session._vad_item_id
+        expected = self.session.turns.item_id
         num_sent = len(self.sent)
         self.current(OutputKind.TRANSCRIPT_DELTA, text=text)
         deltas = [e for e in self.sent[num_sent:] if e["type"].endswith("input_audio_transcription.delta")]

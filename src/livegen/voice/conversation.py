@@ -176,6 +176,10 @@ class Conversation:
         except KeyError:
             raise missing.error(item_id=item_id) from None
 
+    def find(self, item_id: str) -> Item | None:
+        """The item, or ``None`` (it may have left the bounded history)."""
+        return self._items.get(item_id)
+
     def delete(self, item_id: str) -> None:
         self.get(item_id, ITEM_DELETE_INVALID_ITEM_ID)
         del self._items[item_id]
