@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from livegen.protocol.beta import BETA_NAMES, to_beta, wants_beta
+from livegen.protocol.realtime.beta import BETA_NAMES, to_beta, wants_beta
 from livegen.voice.config import Config
 
 

@@ -114,7 +114,7 @@ def test_an_unknown_session_type_is_refused() -> None:
 
 
 def test_beta_transcription_session_update_is_a_session_update_of_a_transcription_session() -> None:
-    from livegen.protocol import beta
+    from livegen.protocol.realtime import beta
 
     event = wire.decode(
         '{"type": "transcription_session.update", "session": {"input_audio_transcription": {"model": "x"}}}'

@@ -301,7 +301,7 @@ def test_usage_is_the_models_when_reported_else_counted_words() -> None:
 
 
 def test_beta_clients_get_the_call_events_under_beta_names() -> None:
-    from livegen.protocol.beta import to_beta
+    from livegen.protocol.realtime.beta import to_beta
 
     s = with_tools()
     s.receive(wire.ResponseCreate(), 0.0)

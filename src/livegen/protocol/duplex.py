@@ -4,7 +4,7 @@ vllm-omni's ``DuplexClient`` connects to ``/v1/realtime?duplex=1`` and speaks
 the Realtime API with a few additions that livegen's session semantics
 already have under other names. A connection whose query has ``duplex=1``
 gets this dialect; everything else is translated at the edge, as the beta
-dialect is (``protocol/beta.py``), and the session core speaks GA only:
+dialect is (``protocol/realtime/beta.py``), and the session core speaks GA only:
 
 - The first message opens the session: ``session.update`` (answered by
   ``session.created`` carrying the updated session and the resume token; the

@@ -118,7 +118,7 @@ class Runner:
         dialect: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None,
     ) -> None:
         self.session = session
-        #: Rewrites each outgoing GA event for the client's dialect (``protocol/beta.py``,
+        #: Rewrites each outgoing GA event for the client's dialect (``protocol/realtime/beta.py``,
         #: ``protocol/duplex.py``); None: the event is not sent in that dialect.
         self._dialect = dialect
         self.stream = stream

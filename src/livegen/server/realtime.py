@@ -37,7 +37,7 @@ from livegen.models.voice import StreamConfig, VoiceModel, VoiceStream
 from livegen.protocol import duplex
 from livegen.protocol import errors as wire_errors
 from livegen.protocol import realtime as wire
-from livegen.protocol.beta import to_beta, wants_beta
+from livegen.protocol.realtime.beta import to_beta, wants_beta
 from livegen.runtime.attachment import Attachment, JournalGap, new_token
 from livegen.runtime.voice import FAILED_CLOSE_CODE, Runner, RunnerLimits
 from livegen.server.auth import offered_subprotocols, presented_key, select_subprotocol

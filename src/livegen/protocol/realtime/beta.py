@@ -10,7 +10,7 @@ event through ``to_beta`` at the edge: renamed events get their beta names,
 content parts and items get beta's part types, and the session object carries
 the flat beta fields beside the GA ones; a transcription session's
 ``session.created``/``.updated`` are beta's ``transcription_session.created``/
-``.updated``. Input needs no translation here: ``protocol/realtime.py`` and
+``.updated``. Input needs no translation here: ``protocol/realtime/client.py`` and
 ``voice/config.py`` already accept beta input (``transcription_session.update``
 included).
 
