@@ -31,7 +31,7 @@ def new_session(turn_detection: dict[str, Any] | None) -> Session:
 
 
 def sent(effects: list[Any]) -> list[tuple[str, dict[str, Any]]]:
-    return [(e.type, e.event) for e in effects if isinstance(e, Send)]
+    return [(e.type, e.as_dict()) for e in effects if isinstance(e, Send)]
 
 
 def output(kind: OutputKind, **fields: Any) -> VoiceOutput:
@@ -115,6 +115,8 @@ def test_an_unknown_session_type_is_refused() -> None:
 
 def test_beta_transcription_session_update_is_a_session_update_of_a_transcription_session() -> None:
     from livegen.protocol.realtime import beta
+    from livegen.protocol.realtime.server import SessionUpdated, type_of
+    from livegen.voice.config import Config
 
     event = wire.decode(
         '{"type": "transcription_session.update", "session": {"input_audio_transcription": {"model": "x"}}}'
@@ -122,9 +124,7 @@ def test_beta_transcription_session_update_is_a_session_update_of_a_transcriptio
     assert isinstance(event, wire.SessionUpdate)
     assert event.session == {"input_audio_transcription": {"model": "x"}, "type": "transcription"}
     session = new_session({"type": "server_vad"})
-    [updated] = [e for t, e in sent(session.receive(event, 0.1)) if t == "session.updated"]
-    assert beta.to_beta(updated)["type"] == "transcription_session.updated"
-    assert (
-        beta.to_beta({"type": "session.updated", "session": {"type": "realtime"}})["type"]
-        == "session.updated"
-    )
+    [updated] = [e.event for e in session.receive(event, 0.1) if isinstance(e, Send)]
+    assert type_of(beta.to_beta(updated)) == "transcription_session.updated"
+    realtime = SessionUpdated(session=Config(model="m").to_object("s"))
+    assert type_of(beta.to_beta(realtime)) == "session.updated"

@@ -92,8 +92,8 @@ class VoiceCore(RuleBasedStateMachine):
             if isinstance(effect, Send):
                 assert not self.is_terminal_sent, f"{effect.type} sent after the terminal event"
                 if effect.type == "conversation.item.truncated" and not self.is_client_truncate:
-                    assert effect.event["item_id"] not in self.finished, "a finished answer was cut"
-                self.sent.append(effect.event)
+                    assert effect.as_dict()["item_id"] not in self.finished, "a finished answer was cut"
+                self.sent.append(effect.as_dict())
                 if effect.type == "session.closed":
                     self.is_terminal_sent = True
             elif isinstance(effect, Run):

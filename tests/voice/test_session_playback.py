@@ -30,7 +30,7 @@ def new_session(lead_ms: float = 200) -> Session:
 
 
 def events(effects: list[Any], kind: str) -> list[dict[str, Any]]:
-    return [e.event for e in effects if isinstance(e, Send) and e.type == kind]
+    return [e.as_dict() for e in effects if isinstance(e, Send) and e.type == kind]
 
 
 def speak(session: Session, now: float, words: list[str], audio_ms: int) -> list[Any]:

@@ -10,6 +10,7 @@ import pytest
 from livegen.errors import RemoteProtocolError
 from livegen.models.voice import OutputKind, VoiceOutput
 from livegen.protocol.audio import AudioFormat, OutputEncoder
+from livegen.protocol.realtime.session import format_object
 from livegen.voice.calls import CallLedger
 from livegen.voice.chain import DropOutput, Send
 from livegen.voice.conversation import Conversation
@@ -41,7 +42,7 @@ def new_response(modalities: tuple[str, ...] = ("audio",)) -> Response:
         epoch=0,
         modalities=modalities,
         voice="alloy",
-        output_format=fmt.to_wire(),
+        output_format=format_object(fmt),
         encoder=OutputEncoder(fmt, RATE),
     )
 
@@ -93,7 +94,9 @@ def test_a_cut_answer_is_truncated_to_what_was_heard_and_its_audio_dropped() -> 
     speaker.on_output(response, out(OutputKind.AUDIO_DELTA, audio=bytes(RATE * 2)), 0.0)
     effects = speaker.end(0.5, "cancelled", {"type": "cancelled"})
     assert DropOutput("resp_1") in effects
-    truncated = [e.event for e in effects if isinstance(e, Send) and e.type == "conversation.item.truncated"]
+    truncated = [
+        e.as_dict() for e in effects if isinstance(e, Send) and e.type == "conversation.item.truncated"
+    ]
     assert truncated[0]["audio_end_ms"] == 500
     item = speaker.conversation.items()[0]
     assert item.status == "incomplete" and item.text == "aaaa "
@@ -104,7 +107,7 @@ def test_a_caption_without_an_item_belongs_to_the_turn_being_spoken() -> None:
     caption = VoiceOutput(OutputKind.TRANSCRIPT_DELTA, 0, text="hel")
     assert speaker.on_transcript(caption, None) == []
     effects = speaker.on_transcript(caption, "item_7")
-    assert [e.event["item_id"] for e in effects if isinstance(e, Send)] == ["item_7"]
+    assert [e.as_dict()["item_id"] for e in effects if isinstance(e, Send)] == ["item_7"]
 
 
 def test_an_ack_names_a_known_answer() -> None:

@@ -10,7 +10,7 @@ import pytest
 from livegen.errors import RemoteProtocolError
 from livegen.models.voice import OutputKind, ResponseRequest, Usage, VoiceOutput
 from livegen.protocol import realtime as wire
-from livegen.voice.chain import Run
+from livegen.voice.chain import Run, Send
 from livegen.voice.session import Session
 from voice.test_session_playback import RATE, events, new_session
 
@@ -302,11 +302,12 @@ def test_usage_is_the_models_when_reported_else_counted_words() -> None:
 
 def test_beta_clients_get_the_call_events_under_beta_names() -> None:
     from livegen.protocol.realtime.beta import to_beta
+    from livegen.protocol.realtime.server import as_dict
 
     s = with_tools()
     s.receive(wire.ResponseCreate(), 0.0)
     effects = call(s, "call_1") + done(s)
-    beta = [to_beta(e.event) for e in effects if hasattr(e, "event")]
+    beta = [as_dict(to_beta(e.event)) for e in effects if isinstance(e, Send)]
     kinds = [e["type"] for e in beta]
     assert "conversation.item.created" in kinds and "conversation.item.added" not in kinds
     assert kinds.count("response.function_call_arguments.done") == 1

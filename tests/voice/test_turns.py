@@ -17,10 +17,10 @@ def test_speech_start_names_the_turn_and_barges_in_only_on_a_speaking_answer() -
     policy = new_policy()
     vad = ServerVad(prefix_padding_ms=300)
     step = policy.started(vad, 1000, is_speaking=False)
-    assert step.event.event["audio_start_ms"] == 700 and not step.barge_in
-    assert step.event.event["item_id"] == policy.item_id
+    assert step.event.as_dict()["audio_start_ms"] == 700 and not step.barge_in
+    assert step.event.as_dict()["item_id"] == policy.item_id
     again = policy.started(vad, 1200, is_speaking=True)
-    assert again.barge_in and again.event.event["item_id"] == step.event.event["item_id"]
+    assert again.barge_in and again.event.as_dict()["item_id"] == step.event.as_dict()["item_id"]
     assert not policy.started(ServerVad(interrupt_response=False), 0, is_speaking=True).barge_in
 
 
@@ -29,7 +29,7 @@ def test_speech_stop_commits_what_is_buffered_and_answers_if_it_may() -> None:
     vad = ServerVad()
     started = policy.started(vad, 0, is_speaking=False)
     step = policy.stopped(vad, 900, is_buffered=True, can_respond=True)
-    assert step.commit == started.event.event["item_id"] and step.respond
+    assert step.commit == started.event.as_dict()["item_id"] and step.respond
     assert policy.stopped(vad, 900, is_buffered=False, can_respond=True).commit is None
     assert not policy.stopped(vad, 900, is_buffered=True, can_respond=False).respond
     assert not policy.stopped(ServerVad(create_response=False), 9, is_buffered=True, can_respond=True).respond
@@ -45,7 +45,7 @@ def test_the_idle_clock_runs_from_the_heard_answer_and_fires_once() -> None:
     assert policy.deadline(ServerVad(), can_idle=True) is None
     step = policy.timed_out(input_ms=900.0, is_buffered=False)
     assert step.respond and step.commit is None
-    assert (step.event.event["audio_start_ms"], step.event.event["audio_end_ms"]) == (400, 900)
+    assert (step.event.as_dict()["audio_start_ms"], step.event.as_dict()["audio_end_ms"]) == (400, 900)
     assert policy.deadline(vad, can_idle=True) is None
 
 

@@ -26,6 +26,7 @@ import secrets
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 from starlette.routing import BaseRoute, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
@@ -37,9 +38,10 @@ from livegen.models.voice import StreamConfig, VoiceModel, VoiceStream
 from livegen.protocol import duplex
 from livegen.protocol import errors as wire_errors
 from livegen.protocol import realtime as wire
+from livegen.protocol.realtime import server as ev
 from livegen.protocol.realtime.beta import to_beta, wants_beta
 from livegen.runtime.attachment import Attachment, JournalGap, new_token
-from livegen.runtime.voice import FAILED_CLOSE_CODE, Runner, RunnerLimits
+from livegen.runtime.voice import FAILED_CLOSE_CODE, Dialect, Runner, RunnerLimits
 from livegen.server.auth import offered_subprotocols, presented_key, select_subprotocol
 from livegen.server.budgets import CLOSE_NOT_READING
 from livegen.server.client_secrets import ClientSecrets
@@ -165,7 +167,7 @@ class RealtimeService:
         name: str,
         model: VoiceModel,
         send_text: Callable[[str], Awaitable[None]],
-        dialect: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None,
+        dialect: Dialect | None = None,
         session_type: str = "realtime",
     ) -> Runner:
         """The engine half of a session, shared by every transport (WebSocket, WebRTC): the
@@ -216,11 +218,11 @@ class RealtimeService:
 
         return undo
 
-    def _on_sent(self, event: dict[str, Any]) -> None:
+    def _on_sent(self, event: ev.ServerEvent) -> None:
         metrics = self.state.metrics
         metrics.events.labels(kind="voice", direction="out").inc()
-        if event["type"] == "error":
-            metrics.errors.labels(kind="voice", code=str(event["error"].get("code"))).inc()
+        if isinstance(event, ev.Error):
+            metrics.errors.labels(kind="voice", code=str(event.error.get("code"))).inc()
 
     async def _open_model(
         self, session_id: str, name: str, config: StreamConfig
@@ -352,11 +354,11 @@ class RealtimeService:
         attachment = Attachment(websocket.send_text, stamp_seq=dialect is not None)
         live: Resumable | None = None
 
-        def outgoing(event: dict[str, Any]) -> dict[str, Any] | None:
+        def outgoing(event: ev.ServerEvent) -> ev.ServerEvent | None:
             if dialect is not None and (event := dialect.outbound(event)) is None:  # type: ignore[assignment]
                 return None
-            if event["type"] == "session.created" and live is not None:
-                event = {**event, "resume_token": live.credential.token}
+            if isinstance(event, ev.SessionCreated) and live is not None:
+                event = msgspec.structs.replace(event, resume_token=live.credential.token)
             return to_beta(event) if beta else event
 
         try:

@@ -25,7 +25,9 @@ from enum import StrEnum
 from typing import Any
 
 from livegen.models.voice import ResponseRequest, StreamConfig
+from livegen.protocol.realtime.server import ServerEvent, as_dict, type_of
 from livegen.voice.ledger import Reservation
+from livegen.voice.settings import IdFactory
 
 
 class AttemptKind(StrEnum):
@@ -77,13 +79,23 @@ class Attempt:
 
 @dataclass(frozen=True)
 class Send:
-    """Send this server event to the client."""
+    """Send this server event to the client (``protocol/`` encodes it)."""
 
-    event: dict[str, Any]
+    event: ServerEvent
 
     @property
     def type(self) -> str:
-        return str(self.event["type"])
+        return type_of(self.event)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The event as JSON builtins (tests read events this way)."""
+        return as_dict(self.event)
+
+
+def stamped(event: ServerEvent, ids: IdFactory) -> Send:
+    """``event`` with a fresh ``event_id``, drawn after the event is built (ids keep their order)."""
+    event.event_id = ids("event")
+    return Send(event)
 
 
 @dataclass(frozen=True)

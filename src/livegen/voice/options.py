@@ -19,6 +19,7 @@ from typing import Any
 from livegen.models.voice import HistoryTurn, ResponseRequest
 from livegen.protocol.audio import OutputEncoder
 from livegen.protocol.errors import INVALID_VALUE
+from livegen.protocol.realtime.session import format_object
 from livegen.voice import tools as fn
 from livegen.voice import usage
 from livegen.voice.config import Config
@@ -157,7 +158,7 @@ def plan_response(
         epoch=epoch,
         modalities=options.modalities,
         voice=config.voice,
-        output_format=config.output_format.to_wire(),
+        output_format=format_object(config.output_format),
         encoder=OutputEncoder(config.output_format, output_rate),
         conversation=options.conversation,
         max_output_tokens=options.max_output_tokens,

@@ -26,9 +26,11 @@ from livegen.protocol.errors import (
     OUTPUT_OVERFLOW,
     UNKNOWN_RESPONSE,
 )
+from livegen.protocol.realtime import server as ev
+from livegen.protocol.realtime.items import content_part
 from livegen.voice import usage
 from livegen.voice.calls import CallLedger
-from livegen.voice.chain import DropOutput, Effect, Send
+from livegen.voice.chain import DropOutput, Effect, Send, stamped
 from livegen.voice.conversation import Conversation, Item
 from livegen.voice.ledger import Playback
 from livegen.voice.response import AudioChunk, Response
@@ -67,15 +69,15 @@ class Speaker:
         self.response: Response | None = None
         self.playbacks: dict[str, Playback] = {}
 
-    def _event(self, type_: str, **fields: Any) -> Send:
-        return Send({"type": type_, "event_id": self.ids("event"), **fields})
+    def _send(self, event: ev.ServerEvent) -> Send:
+        return stamped(event, self.ids)
 
     # --- the response lifecycle ------------------------------------------------------
 
     def begin(self, response: Response) -> Send:
         """``response`` is now the live one: its ``response.created``."""
         self.response = response
-        return self._event("response.created", response=response.to_wire("in_progress"))
+        return self._send(ev.ResponseCreated(response=response.to_object("in_progress")))
 
     def live(self, response_id: str | None) -> Response | None:
         """The live response, if ``response_id`` names it (``None`` names any)."""
@@ -99,7 +101,7 @@ class Speaker:
             self.abandon_calls(response.id)
         if response.usage is None:
             response.usage = usage.counted(response.request_words, response.outputs)
-        effects.append(self._event("response.done", response=response.to_wire(status, details)))
+        effects.append(self._send(ev.ResponseDone(response=response.to_object(status, details))))
         self.on_finished(response, now)
         return effects
 
@@ -132,9 +134,7 @@ class Speaker:
         playback.ack(played_ms)
 
     def truncated(self, item_id: str, end_ms: float) -> Send:
-        return self._event(
-            "conversation.item.truncated", item_id=item_id, content_index=0, audio_end_ms=round(end_ms)
-        )
+        return self._send(ev.ItemTruncated(item_id=item_id, content_index=0, audio_end_ms=round(end_ms)))
 
     def truncate_item(self, item: Item, end_ms: float) -> None:
         """Cut ``item`` to ``end_ms`` of audio, and its transcript to the words spoken by then."""
@@ -187,30 +187,25 @@ class Speaker:
         refs = response.item_refs()
         text = item.text or ""
         if response.is_audio:
-            effects.append(self._event("response.output_audio.done", **refs))
-            effects.append(self._event("response.output_audio_transcript.done", transcript=text, **refs))
+            effects.append(self._send(ev.OutputAudioDone(**refs)))
+            effects.append(self._send(ev.OutputAudioTranscriptDone(transcript=text, **refs)))
         else:
-            effects.append(self._event("response.output_text.done", text=text, **refs))
-        part = {
-            "type": "audio" if response.is_audio else "text",
-            "transcript" if response.is_audio else "text": text,
-        }
-        effects.append(self._event("response.content_part.done", part=part, **refs))
+            effects.append(self._send(ev.OutputTextDone(text=text, **refs)))
+        part = content_part("audio" if response.is_audio else "text", text)
+        effects.append(self._send(ev.ContentPartDone(part=part, **refs)))
         index = response.output_index(item)
         effects.append(
-            self._event(
-                "response.output_item.done", response_id=response.id, output_index=index, item=item.to_wire()
-            )
+            self._send(ev.OutputItemDone(response_id=response.id, output_index=index, item=item.to_object()))
         )
         if response.conversation != "none":
-            effects.append(self._event("conversation.item.done", item=item.to_wire(), previous_item_id=None))
+            effects.append(self._send(ev.ItemDone(item=item.to_object(), previous_item_id=None)))
         return effects
 
     # --- model outputs ---------------------------------------------------------------
 
     def model_failed(self, text: str) -> list[Effect]:
         """A model error bound to no live response: an ``error`` event, and the session goes on."""
-        return [self._event("error", error=MODEL_FAILED.event_body(detail=text or "the model failed"))]
+        return [self._send(ev.Error(error=MODEL_FAILED.event_body(detail=text or "the model failed")))]
 
     def on_output(self, response: Response, output: VoiceOutput, now: float) -> list[Effect]:
         """One output of the live ``response`` (text, audio, a call, a listen, an error, its end)."""
@@ -223,7 +218,7 @@ class Speaker:
             return self._on_call(response, output)
         if kind is OutputKind.LISTEN:
             effects = [
-                self._event("response.listen", response_id=response.id, reason=output.text or "model_listens")
+                self._send(ev.ResponseListen(response_id=response.id, reason=output.text or "model_listens"))
             ]
             return effects + self.end(now, "completed", None)
         if kind is OutputKind.ERROR:
@@ -261,21 +256,23 @@ class Speaker:
             return []  # an input transcription belongs to a user's turn, never to an answer
         if output.kind is OutputKind.TRANSCRIPT_DELTA:
             return [
-                self._event(
-                    "conversation.item.input_audio_transcription.delta",
-                    item_id=item_id,
-                    content_index=0,
-                    delta=output.text,
+                self._send(
+                    ev.InputTranscriptionDelta(
+                        item_id=item_id,
+                        content_index=0,
+                        delta=output.text,
+                    )
                 )
             ]
         self.conversation.get(item_id).text = output.text
         return [
-            self._event(
-                "conversation.item.input_audio_transcription.completed",
-                item_id=output.item_id,
-                content_index=0,
-                transcript=output.text,
-                usage={"type": "duration", "seconds": 0},
+            self._send(
+                ev.InputTranscriptionCompleted(
+                    item_id=output.item_id,
+                    content_index=0,
+                    transcript=output.text,
+                    usage={"type": "duration", "seconds": 0},
+                )
             )
         ]
 
@@ -294,23 +291,19 @@ class Speaker:
         self.playbacks[item.id] = playback
         while len(self.playbacks) > MAX_PLAYBACKS:
             del self.playbacks[next(iter(self.playbacks))]
-        part = {
-            "type": "audio" if response.is_audio else "text",
-            "transcript" if response.is_audio else "text": "",
-        }
+        part = content_part("audio" if response.is_audio else "text", "")
         effects: list[Effect] = [
-            self._event(
-                "response.output_item.added",
-                response_id=response.id,
-                output_index=response.output_index(item),
-                item=item.to_wire(),
+            self._send(
+                ev.OutputItemAdded(
+                    response_id=response.id,
+                    output_index=response.output_index(item),
+                    item=item.to_object(),
+                )
             )
         ]
         if response.conversation != "none":
-            effects.append(
-                self._event("conversation.item.added", item=item.to_wire(), previous_item_id=previous)
-            )
-        effects.append(self._event("response.content_part.added", part=part, **response.item_refs()))
+            effects.append(self._send(ev.ItemAdded(item=item.to_object(), previous_item_id=previous)))
+        effects.append(self._send(ev.ContentPartAdded(part=part, **response.item_refs())))
         return effects
 
     def _on_call(self, response: Response, output: VoiceOutput) -> list[Effect]:
@@ -332,32 +325,27 @@ class Speaker:
         index = response.output_index(item)
         is_kept = response.conversation != "none"
         previous = self.conversation.add(item) if is_kept else None
-        refs = {"response_id": response.id, "item_id": item.id, "output_index": index, "call_id": call_id}
+        refs: dict[str, Any] = {
+            "response_id": response.id,
+            "item_id": item.id,
+            "output_index": index,
+            "call_id": call_id,
+        }
         effects: list[Effect] = [
-            self._event(
-                "response.output_item.added", response_id=response.id, output_index=index, item=item.to_wire()
-            )
+            self._send(ev.OutputItemAdded(response_id=response.id, output_index=index, item=item.to_object()))
         ]
         if is_kept:
-            effects.append(
-                self._event("conversation.item.added", item=item.to_wire(), previous_item_id=previous)
-            )
+            effects.append(self._send(ev.ItemAdded(item=item.to_object(), previous_item_id=previous)))
         item.text = output.text
-        effects.append(self._event("response.function_call_arguments.delta", delta=output.text, **refs))
-        effects.append(
-            self._event("response.function_call_arguments.done", name=item.name, arguments=item.text, **refs)
-        )
+        effects.append(self._send(ev.FunctionCallArgumentsDelta(delta=output.text, **refs)))
+        effects.append(self._send(ev.FunctionCallArgumentsDone(name=item.name, arguments=item.text, **refs)))
         item.status = "completed"
         self.calls.open(call_id, response.id)
         effects.append(
-            self._event(
-                "response.output_item.done", response_id=response.id, output_index=index, item=item.to_wire()
-            )
+            self._send(ev.OutputItemDone(response_id=response.id, output_index=index, item=item.to_object()))
         )
         if is_kept:
-            effects.append(
-                self._event("conversation.item.done", item=item.to_wire(), previous_item_id=previous)
-            )
+            effects.append(self._send(ev.ItemDone(item=item.to_object(), previous_item_id=previous)))
         return effects
 
     def _on_text(self, response: Response, text: str) -> list[Effect]:
@@ -366,8 +354,8 @@ class Speaker:
         assert item is not None and playback is not None
         item.text = (item.text or "") + text
         playback.marks.append((playback.generated_ms, len(item.text)))
-        kind = "response.output_audio_transcript.delta" if response.is_audio else "response.output_text.delta"
-        effects.append(self._event(kind, delta=text, **response.item_refs()))
+        kind = ev.OutputAudioTranscriptDelta if response.is_audio else ev.OutputTextDelta
+        effects.append(self._send(kind(delta=text, **response.item_refs())))
         return effects
 
     def _on_audio(self, response: Response, pcm: bytes, now: float) -> list[Effect]:
@@ -404,9 +392,7 @@ class Speaker:
                 playback.started_at = now
             response.pending_audio.popleft()
             playback.sent_ms = chunk.end_ms
-            effects.append(
-                self._event("response.output_audio.delta", delta=chunk.audio, **response.item_refs())
-            )
+            effects.append(self._send(ev.OutputAudioDelta(delta=chunk.audio, **response.item_refs())))
         if response.model_status is not None and not response.pending_audio:
             details: dict[str, Any] | None = None
             if response.model_status != "completed":

@@ -61,6 +61,7 @@ from livegen.protocol.errors import (
     TRUNCATE_BEYOND_AUDIO,
     UNKNOWN_EVENT_TYPE,
 )
+from livegen.protocol.realtime import server as ev
 from livegen.voice.calls import CallLedger
 from livegen.voice.chain import (
     INPUT_KINDS,
@@ -74,6 +75,7 @@ from livegen.voice.chain import (
     Run,
     Send,
     SwitchModel,
+    stamped,
 )
 from livegen.voice.config import Config, apply_update
 from livegen.voice.conversation import Conversation, Item, item_from_wire
@@ -138,8 +140,8 @@ class Session:
 
     # --- helpers ---------------------------------------------------------------------
 
-    def _event(self, type_: str, **fields: Any) -> Send:
-        return Send({"type": type_, "event_id": self.ids("event"), **fields})
+    def _send(self, event: ev.ServerEvent) -> Send:
+        return stamped(event, self.ids)
 
     def _attempt(self, kind: AttemptKind, now: float, **fields: Any) -> Attempt:
         if kind is not AttemptKind.UPDATE:
@@ -187,7 +189,7 @@ class Session:
     # --- lifecycle -------------------------------------------------------------------
 
     def open(self, now: float) -> list[Effect]:
-        return [self._event("session.created", session=self.config.to_wire(self.id))]
+        return [self._send(ev.SessionCreated(session=self.config.to_object(self.id)))]
 
     def close(self, now: float, reason: str = "client_closed") -> list[Effect]:
         """The terminal: end the live response, give back every reservation, send ``session.closed``."""
@@ -200,7 +202,7 @@ class Session:
         self.ledger.clear()
         self.buffer_bytes = 0
         self.phase = Phase.CLOSED
-        effects.append(self._event("session.closed", session_id=self.id, reason=reason))
+        effects.append(self._send(ev.SessionClosed(session_id=self.id, reason=reason)))
         effects.append(Closed(reason))
         return effects
 
@@ -208,7 +210,7 @@ class Session:
         """OpenAI's error event for a client mistake; the session goes on."""
         if self.is_closed:
             return []
-        return [self._event("error", error=error.to_error_body())]
+        return [self._send(ev.Error(error=error.to_error_body()))]
 
     # --- client events ---------------------------------------------------------------
 
@@ -239,7 +241,7 @@ class Session:
         if config.turn_detection != old_vad:
             self._reset_vad()
         effects = self._control(AttemptKind.UPDATE, now, config=config.stream_config())
-        return [*effects, self._event("session.updated", session=config.to_wire(self.id))]
+        return [*effects, self._send(ev.SessionUpdated(session=config.to_object(self.id)))]
 
     def _switch_model(self, config: Config, event_id: str | None) -> list[Effect]:
         """A new model, allowed until the current one has been given input or asked to respond."""
@@ -263,7 +265,7 @@ class Session:
         self.config = config
         self._decoder = InputDecoder(config.input_format, model.input_rate)
         self._reset_vad()
-        return [self._event("session.updated", session=config.to_wire(self.id))]
+        return [self._send(ev.SessionUpdated(session=config.to_object(self.id)))]
 
     def model_switch_failed(self, error: RemoteProtocolError) -> list[Effect]:
         """The new model could not open: the session keeps its model and configuration."""
@@ -317,9 +319,9 @@ class Session:
         return [
             *effects,
             Run(commit),
-            self._event("input_audio_buffer.committed", item_id=item_id, previous_item_id=previous),
-            self._event("conversation.item.added", item=item.to_wire(), previous_item_id=previous),
-            self._event("conversation.item.done", item=item.to_wire(), previous_item_id=previous),
+            self._send(ev.InputAudioBufferCommitted(item_id=item_id, previous_item_id=previous)),
+            self._send(ev.ItemAdded(item=item.to_object(), previous_item_id=previous)),
+            self._send(ev.ItemDone(item=item.to_object(), previous_item_id=previous)),
         ]
 
     def _on_clear(self, event: wire.AudioClear, now: float) -> list[Effect]:
@@ -336,7 +338,7 @@ class Session:
         self.buffer_bytes = 0
         self.turns.dropped()
         effects += self._control(AttemptKind.CLEAR, now)
-        effects.append(self._event("input_audio_buffer.cleared"))
+        effects.append(self._send(ev.InputAudioBufferCleared()))
         return effects
 
     def _on_item_create(self, event: wire.ItemCreate, now: float) -> list[Effect]:
@@ -354,13 +356,13 @@ class Session:
         elif item.type == "function_call":
             self.calls.open(item.call_id, "")
         return [
-            self._event("conversation.item.added", item=item.to_wire(), previous_item_id=previous),
-            self._event("conversation.item.done", item=item.to_wire(), previous_item_id=previous),
+            self._send(ev.ItemAdded(item=item.to_object(), previous_item_id=previous)),
+            self._send(ev.ItemDone(item=item.to_object(), previous_item_id=previous)),
         ]
 
     def _on_item_retrieve(self, event: wire.ItemRetrieve, now: float) -> list[Effect]:
         item = self.conversation.get(event.item_id, ITEM_RETRIEVE_INVALID_ITEM_ID)
-        return [self._event("conversation.item.retrieved", item=item.to_wire())]
+        return [self._send(ev.ItemRetrieved(item=item.to_object()))]
 
     def _on_item_delete(self, event: wire.ItemDelete, now: float) -> list[Effect]:
         self.conversation.get(event.item_id, ITEM_DELETE_INVALID_ITEM_ID)
@@ -372,7 +374,7 @@ class Session:
         ):
             effects += self._advance_epoch(now, "client_cancelled")
         self.conversation.delete(event.item_id)
-        effects.append(self._event("conversation.item.deleted", item_id=event.item_id))
+        effects.append(self._send(ev.ItemDeleted(item_id=event.item_id)))
         return effects
 
     def _on_item_truncate(self, event: wire.ItemTruncate, now: float) -> list[Effect]:
@@ -420,7 +422,7 @@ class Session:
 
     def _on_output_clear(self, event: wire.OutputAudioClear, now: float) -> list[Effect]:
         effects = self._advance_epoch(now, "client_cancelled")
-        effects.append(self._event("output_audio_buffer.cleared", response_id=None))
+        effects.append(self._send(ev.OutputAudioBufferCleared(response_id=None)))
         return effects
 
     def _on_playback_ack(self, event: wire.PlaybackAck, now: float) -> list[Effect]:
@@ -567,7 +569,7 @@ class Session:
         attempt.state = AttemptState.FAILED
         effects = [*self._break_chain(attempt, now)]
         message = f"the model refused a {attempt.kind.value}: {error or 'no reason given'}"
-        effects.append(self._event("error", error=MODEL_APPEND_FAILED.event_body(detail=message)))
+        effects.append(self._send(ev.Error(error=MODEL_APPEND_FAILED.event_body(detail=message))))
         effects.append(ResumeChain())
         return effects
 

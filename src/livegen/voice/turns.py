@@ -14,9 +14,9 @@ policy never reaches into the chain, the conversation or the speaker.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-from livegen.voice.chain import Send
+from livegen.protocol.realtime import server as ev
+from livegen.voice.chain import Send, stamped
 from livegen.voice.config import ServerVad
 from livegen.voice.settings import IdFactory
 from livegen.voice.vad import EnergyVad, Transition
@@ -47,8 +47,8 @@ class TurnPolicy:
         self.idle_input_ms = 0.0
         self._vad: EnergyVad | None = None
 
-    def _event(self, type_: str, **fields: Any) -> Send:
-        return Send({"type": type_, "event_id": self.ids("event"), **fields})
+    def _send(self, event: ev.ServerEvent) -> Send:
+        return stamped(event, self.ids)
 
     # --- the detector ----------------------------------------------------------------
 
@@ -82,7 +82,7 @@ class TurnPolicy:
         self.idle_from = None
         self.item_id = self.item_id or self.ids("item")
         start = max(0, round(audio_ms) - vad.prefix_padding_ms)
-        event = self._event("input_audio_buffer.speech_started", audio_start_ms=start, item_id=self.item_id)
+        event = self._send(ev.SpeechStarted(audio_start_ms=start, item_id=self.item_id))
         return TurnStep(event, barge_in=vad.interrupt_response and is_speaking)
 
     def stopped(self, vad: ServerVad, audio_ms: float, is_buffered: bool, can_respond: bool) -> TurnStep:
@@ -90,7 +90,7 @@ class TurnPolicy:
         self.in_speech = False
         item_id = self.item_id or self.ids("item")
         end = round(audio_ms)
-        event = self._event("input_audio_buffer.speech_stopped", audio_end_ms=end, item_id=item_id)
+        event = self._send(ev.SpeechStopped(audio_end_ms=end, item_id=item_id))
         if not is_buffered:
             return TurnStep(event)
         return TurnStep(event, commit=item_id, respond=vad.create_response and can_respond)
@@ -113,10 +113,11 @@ class TurnPolicy:
         """Nobody spoke for ``idle_timeout_ms`` after the answer: commit what came in, and answer."""
         self.idle_from = None
         item_id = self.item_id or self.ids("item")
-        event = self._event(
-            "input_audio_buffer.timeout_triggered",
-            audio_start_ms=round(self.idle_input_ms),
-            audio_end_ms=round(input_ms),
-            item_id=item_id,
+        event = self._send(
+            ev.TimeoutTriggered(
+                audio_start_ms=round(self.idle_input_ms),
+                audio_end_ms=round(input_ms),
+                item_id=item_id,
+            )
         )
         return TurnStep(event, commit=item_id if is_buffered else None, respond=True)

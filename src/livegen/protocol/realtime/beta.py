@@ -14,28 +14,85 @@ the flat beta fields beside the GA ones; a transcription session's
 ``voice/config.py`` already accept beta input (``transcription_session.update``
 included).
 
-Pure functions over event dicts: no I/O.
+A transform on typed events (``server.py``): a renamed event becomes its
+beta subclass (same fields, beta's tag), so beta is one more set of types, not
+a rewrite of JSON. Pure functions; no I/O.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
+from livegen.protocol.realtime import server as ev
+from livegen.protocol.realtime.items import (
+    AudioPart,
+    ContentPart,
+    ItemObject,
+    MessageItem,
+    OutputAudioPart,
+    OutputTextPart,
+    TextPart,
+)
+from livegen.protocol.realtime.session import BetaSessionObject, SessionObject, TranscriptionSessionObject
+
 BETA_HEADER = "openai-beta"
 BETA_HEADER_VALUE = "realtime=v1"
 BETA_SUBPROTOCOL = "openai-beta.realtime-v1"
 
-#: GA server event type -> the beta name of the same event.
-BETA_NAMES = {
-    "response.output_audio.delta": "response.audio.delta",
-    "response.output_audio.done": "response.audio.done",
-    "response.output_audio_transcript.delta": "response.audio_transcript.delta",
-    "response.output_audio_transcript.done": "response.audio_transcript.done",
-    "response.output_text.delta": "response.text.delta",
-    "response.output_text.done": "response.text.done",
-    "conversation.item.added": "conversation.item.created",
+
+class AudioDelta(ev.OutputAudioDelta, tag="response.audio.delta", kw_only=True):
+    pass
+
+
+class AudioDone(ev.OutputAudioDone, tag="response.audio.done", kw_only=True):
+    pass
+
+
+class AudioTranscriptDelta(
+    ev.OutputAudioTranscriptDelta, tag="response.audio_transcript.delta", kw_only=True
+):
+    pass
+
+
+class AudioTranscriptDone(ev.OutputAudioTranscriptDone, tag="response.audio_transcript.done", kw_only=True):
+    pass
+
+
+class TextDelta(ev.OutputTextDelta, tag="response.text.delta", kw_only=True):
+    pass
+
+
+class TextDone(ev.OutputTextDone, tag="response.text.done", kw_only=True):
+    pass
+
+
+class ItemCreated(ev.ItemAdded, tag="conversation.item.created", kw_only=True):
+    pass
+
+
+class TranscriptionSessionCreated(ev.SessionCreated, tag="transcription_session.created", kw_only=True):
+    pass
+
+
+class TranscriptionSessionUpdated(ev.SessionUpdated, tag="transcription_session.updated", kw_only=True):
+    pass
+
+
+#: GA server event -> the beta event of the same fields under beta's name.
+BETA_EVENTS: dict[type[ev.ServerEvent], type[ev.ServerEvent]] = {
+    ev.OutputAudioDelta: AudioDelta,
+    ev.OutputAudioDone: AudioDone,
+    ev.OutputAudioTranscriptDelta: AudioTranscriptDelta,
+    ev.OutputAudioTranscriptDone: AudioTranscriptDone,
+    ev.OutputTextDelta: TextDelta,
+    ev.OutputTextDone: TextDone,
+    ev.ItemAdded: ItemCreated,
 }
-_PART_TYPES = {"output_audio": "audio", "output_text": "text"}
+#: GA server event type -> the beta name of the same event.
+BETA_NAMES = {ev.type_of_class(ga): ev.type_of_class(beta) for ga, beta in BETA_EVENTS.items()}
+_WITH_ITEM = (ev.ItemAdded, ev.ItemDone, ev.ItemRetrieved, ev.OutputItemAdded, ev.OutputItemDone)
 _BETA_FORMATS = {"audio/pcm": "pcm16", "audio/pcmu": "g711_ulaw", "audio/pcma": "g711_alaw"}
 
 
@@ -44,51 +101,61 @@ def wants_beta(headers: dict[str, str], subprotocols: list[str]) -> bool:
     return BETA_HEADER_VALUE in headers.get(BETA_HEADER, "") or BETA_SUBPROTOCOL in subprotocols
 
 
-def to_beta(event: dict[str, Any]) -> dict[str, Any]:
+def to_beta(event: ev.ServerEvent) -> ev.ServerEvent:
     """The beta form of one GA server event (the event itself when nothing differs)."""
-    kind = event["type"]
-    if kind in ("session.created", "session.updated"):
-        if event["session"].get("type") == "transcription":  # beta's own names for these
-            return {**event, "type": kind.replace("session.", "transcription_session.")}
-        return {**event, "session": _session(event["session"])}
-    renamed = BETA_NAMES.get(kind, kind)
-    out = event if renamed == kind else {**event, "type": renamed}
-    if "item" in out:
-        out = {**out, "item": _item(out["item"])}
-    if "part" in out:
-        out = {**out, "part": _part(out["part"])}
-    if kind == "response.done":
-        response = out["response"]
-        out = {**out, "response": {**response, "output": [_item(i) for i in response.get("output", [])]}}
+    if isinstance(event, ev.SessionCreated | ev.SessionUpdated):
+        return _session_event(event)
+    beta = BETA_EVENTS.get(type(event))
+    out = event if beta is None else _recast(event, beta)
+    if isinstance(out, _WITH_ITEM):
+        out = msgspec.structs.replace(out, item=_item(out.item))
+    elif isinstance(out, ev.ContentPartAdded | ev.ContentPartDone):
+        out = msgspec.structs.replace(out, part=_part(out.part))
+    elif isinstance(out, ev.ResponseDone):
+        output = [_item(item) for item in out.response.output]
+        out = msgspec.structs.replace(out, response=msgspec.structs.replace(out.response, output=output))
     return out
 
 
-def _item(item: dict[str, Any]) -> dict[str, Any]:
-    content = item.get("content")
-    if not content:
+def _recast(event: ev.ServerEvent, cls: type[ev.ServerEvent]) -> ev.ServerEvent:
+    """``event``'s fields under another event type (a beta subclass, or its GA base)."""
+    return cls(**{name: getattr(event, name) for name in event.__struct_fields__})
+
+
+def _session_event(event: ev.SessionCreated | ev.SessionUpdated) -> ev.ServerEvent:
+    session = event.session
+    if isinstance(session, TranscriptionSessionObject):  # beta's own names for these
+        is_created = isinstance(event, ev.SessionCreated)
+        return _recast(event, TranscriptionSessionCreated if is_created else TranscriptionSessionUpdated)
+    if isinstance(session, SessionObject) and not isinstance(session, BetaSessionObject):
+        return msgspec.structs.replace(event, session=_session(session))
+    return event
+
+
+def _item(item: ItemObject) -> ItemObject:
+    if not isinstance(item, MessageItem) or not item.content:
         return item
-    return {**item, "content": [_part(p) for p in content]}
+    return msgspec.structs.replace(item, content=[_part(part) for part in item.content])
 
 
-def _part(part: dict[str, Any]) -> dict[str, Any]:
-    beta = _PART_TYPES.get(part.get("type", ""))
-    return part if beta is None else {**part, "type": beta}
+def _part(part: ContentPart) -> ContentPart:
+    if isinstance(part, OutputAudioPart):
+        return AudioPart(part.transcript)
+    if isinstance(part, OutputTextPart):
+        return TextPart(part.text)
+    return part
 
 
-def _session(session: dict[str, Any]) -> dict[str, Any]:
+def _session(session: SessionObject) -> BetaSessionObject:
     """The GA session object with beta's flat fields added (a beta client reads those)."""
-    audio_in = session.get("audio", {}).get("input", {})
-    audio_out = session.get("audio", {}).get("output", {})
-    flat: dict[str, Any] = {
-        "modalities": ["text", "audio"] if "audio" in session.get("output_modalities", []) else ["text"],
-        "voice": audio_out.get("voice"),
-        "input_audio_format": _format(audio_in.get("format")),
-        "output_audio_format": _format(audio_out.get("format")),
-        "turn_detection": audio_in.get("turn_detection"),
-        "input_audio_transcription": audio_in.get("transcription"),
-    }
-    return {**session, **flat}
-
-
-def _format(value: dict[str, Any] | None) -> str | None:
-    return None if value is None else _BETA_FORMATS.get(value.get("type", ""), "pcm16")
+    audio_in, audio_out = session.audio.input, session.audio.output
+    fields: dict[str, Any] = {name: getattr(session, name) for name in session.__struct_fields__}
+    return BetaSessionObject(
+        **fields,
+        modalities=["text", "audio"] if "audio" in session.output_modalities else ["text"],
+        voice=audio_out.voice,
+        input_audio_format=_BETA_FORMATS.get(audio_in.format.type, "pcm16"),
+        output_audio_format=_BETA_FORMATS.get(audio_out.format.type, "pcm16"),
+        turn_detection=audio_in.turn_detection,
+        input_audio_transcription=audio_in.transcription,
+    )

@@ -227,8 +227,8 @@ def decode(data: str | bytes) -> ClientEvent:
     return event
 
 
-def encode(event: dict[str, Any]) -> bytes:
-    """One server event as JSON bytes (sent as a text message)."""
+def encode(event: msgspec.Struct | dict[str, Any]) -> bytes:
+    """One event (a typed server event, or an endpoint's own dict) as JSON bytes."""
     return _encoder.encode(event)
 
 
