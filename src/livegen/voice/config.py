@@ -245,28 +245,7 @@ def apply_update(config: Config, session: dict[str, Any]) -> Config:
     audio = _expect(session.get("audio", {}), dict, "session.audio")
     audio_in = _expect(audio.get("input", {}), dict, "session.audio.input")
     audio_out = _expect(audio.get("output", {}), dict, "session.audio.output")
-    for param, value in (
-        ("session.audio.input.format", audio_in.get("format")),
-        ("session.input_audio_format", session.get("input_audio_format")),
-    ):
-        if value is not None:
-            updates["input_format"] = parse_format(value, param)
-    for param, value in (
-        ("session.audio.output.format", audio_out.get("format")),
-        ("session.output_audio_format", session.get("output_audio_format")),
-    ):
-        if value is not None:
-            updates["output_format"] = parse_format(value, param)
-    input_rates = (("session.sample_rate_hz", session), ("session.audio.input.sample_rate_hz", audio_in))
-    output_rates = (("session.audio.output.sample_rate_hz", audio_out),)
-    for name, sources, explicit in (
-        ("input_format", input_rates, audio_in.get("format")),
-        ("output_format", output_rates, audio_out.get("format")),
-    ):
-        rate = _sample_rate(sources, explicit)
-        if rate is not None:
-            fmt = updates.get(name, getattr(config, name))
-            updates[name] = _with_rate(fmt, rate, sources[0][0])
+    updates.update(_format_updates(config, session, audio_in, audio_out))
     for param, source in (
         ("session.audio.input.turn_detection", audio_in),
         ("session.turn_detection", session),
@@ -294,6 +273,36 @@ def apply_update(config: Config, session: dict[str, Any]) -> Config:
     if "truncation" in session:
         updates["truncation"] = parse_truncation(session["truncation"], "session.truncation")
     return replace(config, **updates)
+
+
+def _format_updates(
+    config: Config, session: dict[str, Any], audio_in: dict[str, Any], audio_out: dict[str, Any]
+) -> dict[str, Any]:
+    """The audio formats an update names (GA or beta), with any ``sample_rate_hz`` applied."""
+    updates: dict[str, Any] = {}
+    for param, value in (
+        ("session.audio.input.format", audio_in.get("format")),
+        ("session.input_audio_format", session.get("input_audio_format")),
+    ):
+        if value is not None:
+            updates["input_format"] = parse_format(value, param)
+    for param, value in (
+        ("session.audio.output.format", audio_out.get("format")),
+        ("session.output_audio_format", session.get("output_audio_format")),
+    ):
+        if value is not None:
+            updates["output_format"] = parse_format(value, param)
+    input_rates = (("session.sample_rate_hz", session), ("session.audio.input.sample_rate_hz", audio_in))
+    output_rates = (("session.audio.output.sample_rate_hz", audio_out),)
+    for name, sources, explicit in (
+        ("input_format", input_rates, audio_in.get("format")),
+        ("output_format", output_rates, audio_out.get("format")),
+    ):
+        rate = _sample_rate(sources, explicit)
+        if rate is not None:
+            fmt = updates.get(name, getattr(config, name))
+            updates[name] = _with_rate(fmt, rate, sources[0][0])
+    return updates
 
 
 def _tool_updates(config: Config, session: dict[str, Any]) -> dict[str, Any]:

@@ -4,7 +4,8 @@ Everything a voice session decides happens here, in one object that one task
 drives (DESIGN.md voice promise 1): client events (``receive``), the outcomes
 of model calls (``settle``), model outputs (``on_output``) and the clock
 (``tick``). Each call takes ``now`` (seconds, any monotonic origin) and returns
-effects for the runtime: events to send, attempts to put on the append chain
+effects for the runtime: typed server events to send (``protocol/realtime/``,
+which alone encodes them), attempts to put on the append chain
 (``voice/chain.py``), and the end of the session. A client mistake raises a
 ``RemoteProtocolError`` with the session unchanged; ``reject`` turns it into
 OpenAI's ``error`` event.
@@ -26,11 +27,8 @@ rest, each through a narrow interface and testable alone:
   session carries out;
 - ``conversation`` (``conversation.py``): the items, in order, bounded.
 
-Neighbours: ``ledger.py`` owns the byte and playback arithmetic,
-``response.py`` one response's wire form, ``vad.py`` the fallback detector,
-``calls.py`` the tool-call ledger, ``tools.py`` and ``options.py`` the tools
-and ``response.create``'s options, ``usage.py`` the usage rule, ``protocol/``
-the wire codecs.
+Neighbours: ``ledger.py`` (bytes, playback), ``response.py``, ``vad.py``,
+``calls.py`` (tool calls), ``tools.py``, ``options.py``, ``usage.py``.
 """
 
 from __future__ import annotations
@@ -473,10 +471,7 @@ class Session:
         self.attempts = [a for a in self.attempts if a.is_live]
         # The idle clock starts when the user has heard the whole answer.
         playback = response.playback
-        played_until = now
-        if playback is not None and playback.started_at is not None:
-            played_until = max(now, playback.started_at + playback.sent_ms / 1000.0)
-        self.turns.answered(played_until, self.input_ms)
+        self.turns.answered(now if playback is None else playback.played_until(now), self.input_ms)
 
     # --- model outputs and the clock -------------------------------------------------
 
