@@ -21,6 +21,7 @@ from livegen.protocol import realtime as wire
 from livegen.protocol.realtime import beta
 from livegen.voice.chain import Send
 from livegen.voice.session import Limits, ModelFacts, Session
+from voice.drive import drive
 
 GOLDEN = Path(__file__).parent / "data" / "realtime_events.jsonl"
 RATE = 8_000
@@ -50,9 +51,9 @@ def _out(session: Session, kind: OutputKind, **fields: Any) -> VoiceOutput:
 
 
 def _answer(s: Session, now: float, text: str, audio_ms: int) -> list[Any]:
-    effects = s.on_output(_out(s, OutputKind.TEXT_DELTA, text=text), now)
+    effects = drive(s.on_output, _out(s, OutputKind.TEXT_DELTA, text=text), now)
     for _ in range(audio_ms // 100):
-        effects += s.on_output(_out(s, OutputKind.AUDIO_DELTA, audio=bytes(RATE * 2 // 10)), now)
+        effects += drive(s.on_output, _out(s, OutputKind.AUDIO_DELTA, audio=bytes(RATE * 2 // 10)), now)
     return effects
 
 
@@ -71,42 +72,48 @@ def _manual(s: Session) -> list[Any]:
             "output": {"format": {"type": "audio/pcmu"}, "voice": "verse"},
         },
     }
-    e = s.open(0.0) + s.receive(wire.SessionUpdate(session=update), 0.0)
-    e += s.receive(wire.AudioAppend(audio=_pcm(300, True)), 0.1)
-    e += s.receive(wire.AudioCommit(), 0.2)
+    e = drive(s.open, 0.0) + drive(s.receive, wire.SessionUpdate(session=update), 0.0)
+    e += drive(s.receive, wire.AudioAppend(audio=_pcm(300, True)), 0.1)
+    e += drive(s.receive, wire.AudioCommit(), 0.2)
     user = next(x.attempt.item_id for x in e if hasattr(x, "attempt") and x.attempt.item_id)
-    e += s.on_output(VoiceOutput(OutputKind.TRANSCRIPT_DONE, s.epoch, None, item_id=user, text="hi"), 0.3)
-    e += s.receive(wire.AudioAppend(audio=_pcm(100, False)), 0.3)
-    e += s.receive(wire.AudioClear(), 0.3)
+    e += drive(
+        s.on_output, VoiceOutput(OutputKind.TRANSCRIPT_DONE, s.epoch, None, item_id=user, text="hi"), 0.3
+    )
+    e += drive(s.receive, wire.AudioAppend(audio=_pcm(100, False)), 0.3)
+    e += drive(s.receive, wire.AudioClear(), 0.3)
     text = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hello"}]}
-    e += s.receive(wire.ItemCreate(item=text), 0.4)
-    e += s.receive(wire.ItemRetrieve(item_id=user), 0.4)
-    e += s.receive(wire.ResponseCreate(response={"output_modalities": ["text"], "metadata": {"k": "v"}}), 0.5)
-    e += s.on_output(_out(s, OutputKind.TEXT_DELTA, text="Sure."), 0.6)
+    e += drive(s.receive, wire.ItemCreate(item=text), 0.4)
+    e += drive(s.receive, wire.ItemRetrieve(item_id=user), 0.4)
+    e += drive(
+        s.receive, wire.ResponseCreate(response={"output_modalities": ["text"], "metadata": {"k": "v"}}), 0.5
+    )
+    e += drive(s.on_output, _out(s, OutputKind.TEXT_DELTA, text="Sure."), 0.6)
     call = _out(s, OutputKind.FUNCTION_CALL, text='{"city": "Paris"}', call_id="c1", name="get_weather")
-    e += s.on_output(call, 0.6)
-    e += s.on_output(_out(s, OutputKind.RESPONSE_DONE, status="completed", usage=Usage(5, 7, 1)), 0.7)
+    e += drive(s.on_output, call, 0.6)
+    e += drive(s.on_output, _out(s, OutputKind.RESPONSE_DONE, status="completed", usage=Usage(5, 7, 1)), 0.7)
     output = {"type": "function_call_output", "call_id": "c1", "output": "sunny"}
-    e += s.receive(wire.ItemCreate(item=output), 0.8)
-    e += s.receive(wire.ResponseCreate(), 1.0)
+    e += drive(s.receive, wire.ItemCreate(item=output), 0.8)
+    e += drive(s.receive, wire.ResponseCreate(), 1.0)
     e += _answer(s, 1.0, "It is sunny in Paris.", 1000)
-    e += s.on_output(_out(s, OutputKind.RESPONSE_DONE, status="incomplete", code="max_output_tokens"), 1.0)
-    e += s.tick(3.0)
+    e += drive(
+        s.on_output, _out(s, OutputKind.RESPONSE_DONE, status="incomplete", code="max_output_tokens"), 1.0
+    )
+    e += drive(s.tick, 3.0)
     answer = list(s.playbacks)[-1]
-    e += s.receive(wire.ItemTruncate(item_id=answer, audio_end_ms=400), 3.0)
-    e += s.receive(wire.ItemDelete(item_id=answer), 3.0)
-    e += s.receive(wire.ResponseCreate(), 3.1)
+    e += drive(s.receive, wire.ItemTruncate(item_id=answer, audio_end_ms=400), 3.0)
+    e += drive(s.receive, wire.ItemDelete(item_id=answer), 3.0)
+    e += drive(s.receive, wire.ResponseCreate(), 3.1)
     e += _answer(s, 3.1, "And", 300)
-    e += s.receive(wire.OutputAudioClear(), 3.15)
-    e += s.receive(wire.ResponseCreate(), 3.2)
-    e += s.on_output(_out(s, OutputKind.LISTEN, text=""), 3.2)
-    e += s.receive(wire.ResponseCreate(), 3.3)
-    e += s.on_output(_out(s, OutputKind.ERROR, text="boom"), 3.3)
-    e += s.on_output(_out(s, OutputKind.ERROR, text="late", response_id=None), 3.3)
-    e += s.receive(wire.ResponseCreate(), 3.4)
-    e += s.receive(wire.ResponseCancel(), 3.4)
-    e += s.reject(_refusal())
-    return e + s.close(4.0)
+    e += drive(s.receive, wire.OutputAudioClear(), 3.15)
+    e += drive(s.receive, wire.ResponseCreate(), 3.2)
+    e += drive(s.on_output, _out(s, OutputKind.LISTEN, text=""), 3.2)
+    e += drive(s.receive, wire.ResponseCreate(), 3.3)
+    e += drive(s.on_output, _out(s, OutputKind.ERROR, text="boom"), 3.3)
+    e += drive(s.on_output, _out(s, OutputKind.ERROR, text="late", response_id=None), 3.3)
+    e += drive(s.receive, wire.ResponseCreate(), 3.4)
+    e += drive(s.receive, wire.ResponseCancel(), 3.4)
+    e += drive(s.reject, _refusal())
+    return e + drive(s.close, 4.0)
 
 
 def _refusal() -> Any:
@@ -121,23 +128,25 @@ def _server_vad(s: Session) -> list[Any]:
     """The fallback detector: speech edges, a barge-in, captions and the idle timeout."""
     vad = {"type": "server_vad", "idle_timeout_ms": 1000, "silence_duration_ms": 200}
     update = {"audio": {"input": {"format": {"type": "audio/pcm", "rate": RATE}, "turn_detection": vad}}}
-    e = s.open(0.0) + s.receive(wire.SessionUpdate(session=update), 0.0)
-    e += s.receive(wire.AudioAppend(audio=_pcm(400, True)), 0.1)
-    e += s.on_output(VoiceOutput(OutputKind.TRANSCRIPT_DELTA, s.epoch, None, text="What"), 0.2)
-    e += s.receive(wire.AudioAppend(audio=_pcm(400, False)), 0.5)
+    e = drive(s.open, 0.0) + drive(s.receive, wire.SessionUpdate(session=update), 0.0)
+    e += drive(s.receive, wire.AudioAppend(audio=_pcm(400, True)), 0.1)
+    e += drive(s.on_output, VoiceOutput(OutputKind.TRANSCRIPT_DELTA, s.epoch, None, text="What"), 0.2)
+    e += drive(s.receive, wire.AudioAppend(audio=_pcm(400, False)), 0.5)
     e += _answer(s, 0.6, "Hi there.", 600)
-    e += s.receive(wire.AudioAppend(audio=_pcm(400, True)), 0.8)
-    e += s.receive(wire.AudioAppend(audio=_pcm(400, False)), 1.2)
-    e += s.on_output(_out(s, OutputKind.RESPONSE_DONE, status="completed"), 1.3)
-    e += s.tick(5.0)
+    e += drive(s.receive, wire.AudioAppend(audio=_pcm(400, True)), 0.8)
+    e += drive(s.receive, wire.AudioAppend(audio=_pcm(400, False)), 1.2)
+    e += drive(s.on_output, _out(s, OutputKind.RESPONSE_DONE, status="completed"), 1.3)
+    e += drive(s.tick, 5.0)
     semantic = {"audio": {"input": {"turn_detection": {"type": "semantic_vad", "eagerness": "low"}}}}
-    e += s.receive(wire.SessionUpdate(session=semantic), 6.0)
-    return e + s.close(7.0, "server_shutdown")
+    e += drive(s.receive, wire.SessionUpdate(session=semantic), 6.0)
+    return e + drive(s.close, 7.0, "server_shutdown")
 
 
 def _transcription(s: Session) -> list[Any]:
     update = {"type": "transcription", "audio": {"input": {"transcription": {"model": "w", "prompt": "p"}}}}
-    return s.open(0.0) + s.receive(wire.SessionUpdate(session=update), 0.0) + s.close(1.0)
+    return (
+        drive(s.open, 0.0) + drive(s.receive, wire.SessionUpdate(session=update), 0.0) + drive(s.close, 1.0)
+    )
 
 
 def events() -> Iterator[tuple[str, bytes, bytes]]:

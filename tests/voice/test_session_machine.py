@@ -34,6 +34,7 @@ from livegen.voice.chain import (
 )
 from livegen.voice.conversation import MAX_HISTORY_CHARS, MAX_ITEMS
 from livegen.voice.session import Limits, ModelFacts, Session
+from voice.drive import drive
 
 RATE = 8_000
 
@@ -79,11 +80,11 @@ class VoiceCore(RuleBasedStateMachine):
         #: Items of answers that have finished playing (all audio due at real time, response over).
         self.finished: set[str] = set()
         self.is_client_truncate = False
-        self.apply(self.session.open(self.now))
+        self.apply(drive(self.session.open, self.now))
         fmt = {"type": "audio/pcm", "rate": RATE}
         vad = {"type": "server_vad", "silence_duration_ms": 30} if server_vad else None
         update = {"audio": {"input": {"format": fmt, "turn_detection": vad}, "output": {"format": fmt}}}
-        self.apply(self.session.receive(wire.SessionUpdate(session=update), self.now))
+        self.apply(drive(self.session.receive, wire.SessionUpdate(session=update), self.now))
 
     # --- plumbing --------------------------------------------------------------------
 
@@ -123,18 +124,18 @@ class VoiceCore(RuleBasedStateMachine):
     def client(self, event: wire.ClientEvent) -> None:
         before = self.snapshot()
         try:
-            self.apply(self.session.receive(event, self.now))
+            self.apply(drive(self.session.receive, event, self.now))
         except RemoteProtocolError as error:
             assert error.code and error.message
             assert self.snapshot() == before, "a refused event changed the session"
             if event.event_id is not None:
                 assert error.event_id == event.event_id
-            self.apply(self.session.reject(error))
+            self.apply(drive(self.session.reject, error))
 
     def model(self, output: VoiceOutput) -> None:
         is_stale = output.epoch < self.session.epoch
         num_sent = len(self.sent)
-        self.apply(self.session.on_output(output, self.now))
+        self.apply(drive(self.session.on_output, output, self.now))
         if is_stale:
             assert len(self.sent) == num_sent, "stale-epoch output reached the client"
 
@@ -327,18 +328,20 @@ class VoiceCore(RuleBasedStateMachine):
         assert not any(a.kind in INPUT_KINDS for a in self.session.attempts)
         if opens:
             facts = ModelFacts(switch.name, RATE, RATE, self.session.model.has_vad)
-            self.apply(self.session.model_switched(facts, self.now))
+            self.apply(drive(self.session.model_switched, facts, self.now))
             assert self.session.config.model == switch.name
         else:
             before = self.session.config
             self.apply(
-                self.session.model_switch_failed(InvalidRequest("no such model", code="model_not_found"))
+                drive(
+                    self.session.model_switch_failed, InvalidRequest("no such model", code="model_not_found")
+                )
             )
             assert self.session.config == before and self.sent[-1]["error"]["event_id"] == "evt_model"
 
     @rule()
     def close(self) -> None:
-        self.apply(self.session.close(self.now))
+        self.apply(drive(self.session.close, self.now))
 
     # --- runtime and model rules -------------------------------------------------------
 
@@ -351,7 +354,7 @@ class VoiceCore(RuleBasedStateMachine):
         if fails:
             self.is_chain_blocked = True
         outcome = Outcome.FAILED if fails else Outcome.OK
-        self.apply(self.session.settle(attempt, outcome, self.now, error="scripted failure"))
+        self.apply(drive(self.session.settle, attempt, outcome, self.now, error="scripted failure"))
         if self.session.is_closed:
             self.is_chain_blocked = False
         elif fails and attempt.kind in INPUT_KINDS:
@@ -439,14 +442,14 @@ class VoiceCore(RuleBasedStateMachine):
     def advance_clock(self, seconds: float) -> None:
         self.now += seconds
         deadline = self.session.next_deadline()
-        self.apply(self.session.tick(self.now))
+        self.apply(drive(self.session.tick, self.now))
         if deadline is not None and deadline <= self.now:
             next_deadline = self.session.next_deadline()
             assert next_deadline is None or next_deadline > self.now or next_deadline == deadline
 
     @rule()
     def outbox_overflow(self) -> None:
-        self.apply(self.session.on_outbox_overflow(self.now))
+        self.apply(drive(self.session.on_outbox_overflow, self.now))
 
     # --- the promises ----------------------------------------------------------------
 
@@ -515,7 +518,7 @@ class VoiceCore(RuleBasedStateMachine):
     def teardown(self) -> None:
         if not hasattr(self, "session"):
             return
-        self.apply(self.session.close(self.now))
+        self.apply(drive(self.session.close, self.now))
         created = Counter(e["response"]["id"] for e in self.sent if e["type"] == "response.created")
         done = Counter(e["response"]["id"] for e in self.sent if e["type"] == "response.done")
         assert created == done

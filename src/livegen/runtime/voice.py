@@ -178,7 +178,8 @@ class Runner:
         self._pump_task = asyncio.create_task(self._pump(), name="voice-pump")
         try:
             try:
-                self._apply(self.session.open(self._clock()))
+                self.session.open(self._clock())
+                self._apply(self.session.take_effects())
                 await self._run_core()
             except Exception as exc:  # a bug of ours: this session fails, loudly and once
                 self._fail(exc)
@@ -207,7 +208,8 @@ class Runner:
         body = INTERNAL_ERROR.event_body()
         self._enqueue(stamped(ev.Error(error=body), self.session.ids))
         try:
-            effects = self.session.close(self._clock(), "server_error")
+            self.session.close(self._clock(), "server_error")
+            effects = self.session.take_effects()
         except Exception:  # the core itself is broken: the terminal event by hand
             effects = []
         if not any(isinstance(e, Send) and isinstance(e.event, ev.SessionClosed) for e in effects):
@@ -222,36 +224,41 @@ class Runner:
         mailbox = self._mailbox
         while not session.is_closed:
             if self._stop_reason is not None:
-                self._apply(session.close(self._clock(), self._stop_reason))
+                session.close(self._clock(), self._stop_reason)
+                self._apply(session.take_effects())
                 break
             deadline = session.next_deadline()
             now = self._clock()
             if deadline is not None and deadline <= now:
-                self._apply(session.tick(now))
+                session.tick(now)
+                self._apply(session.take_effects())
                 continue
             if mailbox.empty():
                 # wait() takes no item, so waking at the deadline can never lose one.
                 await mailbox.wait(None if deadline is None else deadline - now)
                 continue
-            self._apply(self._handle(mailbox.get_nowait(), self._clock()))
+            self._handle(mailbox.get_nowait(), self._clock())
+            self._apply(session.take_effects())
             if self._switch is not None:
                 await self._switch_model(self._switch)
 
-    def _handle(self, item: _Item, now: float) -> list[Effect]:
+    def _handle(self, item: _Item, now: float) -> None:
         session = self.session
         if isinstance(item, _ClientItem):  # the common case (appends) first
             event = item.event
             if isinstance(event, RemoteProtocolError):
-                return session.reject(event)
+                session.reject(event)
+                return
             try:
-                return session.receive(event, item.received_at)
+                session.receive(event, item.received_at)
             except RemoteProtocolError as error:
-                return session.reject(error)
-        if isinstance(item, _Settled):
-            return session.settle(item.attempt, item.outcome, now, item.error)
-        if isinstance(item, _Output):
-            return session.on_output(item.output, now)
-        return session.close(now, item.reason)
+                session.reject(error)
+        elif isinstance(item, _Settled):
+            session.settle(item.attempt, item.outcome, now, item.error)
+        elif isinstance(item, _Output):
+            session.on_output(item.output, now)
+        else:
+            session.close(now, item.reason)
 
     def _apply(self, effects: list[Effect]) -> None:
         for effect in effects:
@@ -281,7 +288,8 @@ class Runner:
         is_over_bytes = budget is not None and bool(self._outbox) and self.outbox_bytes + len(text) > budget
         if audio is not None and (len(self._outbox) >= self.limits.outbox or is_over_bytes):
             self._drop_audio(audio.response_id)
-            self._apply(self.session.on_outbox_overflow(self._clock()))
+            self.session.on_outbox_overflow(self._clock())
+            self._apply(self.session.take_effects())
             return
         if len(self._outbox) >= self.limits.outbox + CONTROL_RESERVE or is_over_bytes:
             self._not_reading()
@@ -304,7 +312,8 @@ class Runner:
         self._outbox.clear()
         self.outbox_bytes = 0
         self._enqueue(stamped(ev.Error(error=UNSENT_BYTES_EXCEEDED.event_body()), self.session.ids))
-        self._apply(self.session.close(self._clock(), "outbox_overflow"))
+        self.session.close(self._clock(), "outbox_overflow")
+        self._apply(self.session.take_effects())
 
     def take_unsent(self) -> list[str]:
         """The wire text still queued (the sender has stopped), for a last write by the endpoint."""
@@ -353,7 +362,8 @@ class Runner:
                 raise MODEL_NOT_FOUND.error(model=switch.name, param="session.model")
             facts, stream = await self._open_model(switch.name, switch.config)
         except RemoteProtocolError as error:
-            self._apply(self.session.model_switch_failed(error))
+            self.session.model_switch_failed(error)
+            self._apply(self.session.take_effects())
             return
         old, old_pump = self.stream, self._pump_task
         self.stream = stream
@@ -364,7 +374,8 @@ class Runner:
         with contextlib.suppress(Exception):
             await old.aclose()
         self._pump_task = asyncio.create_task(self._pump(), name="voice-pump")
-        self._apply(self.session.model_switched(facts, self._clock()))
+        self.session.model_switched(facts, self._clock())
+        self._apply(self.session.take_effects())
 
     async def _run_chain(self) -> None:
         while True:

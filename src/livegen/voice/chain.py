@@ -20,9 +20,11 @@ the chain starts afresh with the next append.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 from livegen.models.voice import ResponseRequest, StreamConfig
 from livegen.protocol.realtime.server import ServerEvent, as_dict, type_of
@@ -133,3 +135,28 @@ class Closed:
 
 
 Effect = Send | Run | ResumeChain | DropOutput | SwitchModel | Closed
+
+
+class HasEffects(Protocol):
+    _effects: list[Effect]
+
+
+_P = ParamSpec("_P")
+_S = TypeVar("_S", bound=HasEffects)
+
+
+def queued(method: Callable[Concatenate[_S, _P], list[Effect]]) -> Callable[Concatenate[_S, _P], None]:
+    """A core entry point whose effects go on the core's queue, drained by ``take_effects``.
+
+    Both cores (``voice/session.py``, ``world/session.py``) queue their effects rather than
+    return them: an effect produced before an exception or an ``await`` (a chunk committed,
+    state to release) is still there when the runtime drains, and the parts of a core (the
+    voice session's speaker and turn policy) build effects without threading lists through
+    every caller. A call that raises queues nothing (the state is unchanged too).
+    """
+
+    def run(core: _S, /, *args: _P.args, **kwargs: _P.kwargs) -> None:
+        core._effects += method(core, *args, **kwargs)
+
+    functools.update_wrapper(run, method)
+    return run

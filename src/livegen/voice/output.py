@@ -24,6 +24,7 @@ from livegen.protocol.errors import (
     MODEL_FAILED,
     OUTBOX_OVERFLOW,
     OUTPUT_OVERFLOW,
+    TRUNCATE_BEYOND_AUDIO,
     UNKNOWN_RESPONSE,
 )
 from livegen.protocol.realtime import server as ev
@@ -38,6 +39,8 @@ from livegen.voice.settings import IdFactory, Limits
 
 #: Playback ledgers kept for acks and truncation after their responses end.
 MAX_PLAYBACKS = 16
+#: A truncate this far past the audio is clamped (clients' playback clocks overshoot a little).
+TRUNCATE_SLACK_MS = 250
 
 #: Called once when a response ends, with the response and ``now``.
 Finished = Callable[[Response, float], None]
@@ -149,6 +152,27 @@ class Speaker:
         if end_ms < item.audio_ms:
             item.status = "incomplete"
         item.audio_ms = end_ms
+
+    def check_truncate(self, item: Item, content_index: int, audio_end_ms: int) -> None:
+        """Refuse a client's truncation of anything but assistant audio, or past its end."""
+        if item.role != "assistant" or item.content_type != "output_audio":
+            detail = f"item {item.id!r} has no assistant audio to truncate"
+            raise INVALID_VALUE.error(detail=detail, param="item_id")
+        if content_index != 0:
+            raise INVALID_VALUE.error(detail="content_index must be 0", param="content_index")
+        playback = self.playbacks.get(item.id)
+        generated = item.generated_audio_ms if playback is None else playback.generated_ms
+        if not 0 <= audio_end_ms <= generated + TRUNCATE_SLACK_MS:
+            raise TRUNCATE_BEYOND_AUDIO.error(audio_ms=generated, audio_end_ms=audio_end_ms)
+
+    def cut(self, item: Item, audio_end_ms: int, now: float) -> Send:
+        """The client stopped playing ``item`` at ``audio_end_ms``: history keeps what was heard."""
+        end_ms = min(float(audio_end_ms), item.audio_ms)
+        playback = self.playbacks.get(item.id)
+        if playback is not None:
+            playback.stop(now)  # no later barge-in for this audio
+        self.truncate_item(item, end_ms)
+        return self.truncated(item.id, end_ms)
 
     def stop_playing(self, now: float) -> list[Effect]:
         """An interruption: every answer still playing stops where it is heard; history keeps that."""

@@ -3,12 +3,13 @@
 Everything a voice session decides happens here, in one object that one task
 drives (DESIGN.md voice promise 1): client events (``receive``), the outcomes
 of model calls (``settle``), model outputs (``on_output``) and the clock
-(``tick``). Each call takes ``now`` (seconds, any monotonic origin) and returns
-effects for the runtime: typed server events to send (``protocol/realtime/``,
-which alone encodes them), attempts to put on the append chain
-(``voice/chain.py``), and the end of the session. A client mistake raises a
-``RemoteProtocolError`` with the session unchanged; ``reject`` turns it into
-OpenAI's ``error`` event.
+(``tick``). Each call takes ``now`` (seconds, any monotonic origin) and queues
+effects for the runtime, which drains them with ``take_effects``: typed server
+events to send (``protocol/realtime/``, which alone encodes them), attempts to
+put on the append chain (``voice/chain.py``), and the end of the session. Both
+cores queue, as the world core does (``chain.queued`` says why). A client
+mistake raises a ``RemoteProtocolError`` with the session unchanged and nothing
+queued; ``reject`` turns it into OpenAI's ``error`` event.
 
 The epoch fence (promise 2): a client cancel, an input clear, an output clear
 and a barge-in each advance ``epoch``; attempts carry the epoch of their
@@ -20,15 +21,10 @@ The session keeps the state that every part reads (configuration, epoch,
 attempts, input ledger) and dispatches; three plain objects it owns do the
 rest, each through a narrow interface and testable alone:
 
-- ``speaker`` (``output.py``): the live response and the playback ledgers;
-  model outputs become response events, paced audio, one terminal each;
-- ``turns`` (``turns.py``): the turn policy; speech edges and the idle
-  timeout become ``TurnStep`` decisions (barge in, commit, respond) that the
-  session carries out;
+- ``speaker`` (``output.py``): the live response, playback, response events;
+- ``turns`` (``turns.py``): speech edges and the idle timeout become
+  ``TurnStep`` decisions (barge in, commit, respond) the session carries out;
 - ``conversation`` (``conversation.py``): the items, in order, bounded.
-
-Neighbours: ``ledger.py`` (bytes, playback), ``response.py``, ``vad.py``,
-``calls.py`` (tool calls), ``tools.py``, ``options.py``, ``usage.py``.
 """
 
 from __future__ import annotations
@@ -56,7 +52,6 @@ from livegen.protocol.errors import (
     NO_RESPONSES_IN_TRANSCRIPTION,
     RESPONSE_CANCEL_NOT_ACTIVE,
     TOO_MANY_PENDING_COMMITS,
-    TRUNCATE_BEYOND_AUDIO,
     UNKNOWN_EVENT_TYPE,
 )
 from livegen.protocol.realtime import server as ev
@@ -73,6 +68,7 @@ from livegen.voice.chain import (
     Run,
     Send,
     SwitchModel,
+    queued,
     stamped,
 )
 from livegen.voice.config import Config, apply_update
@@ -85,9 +81,6 @@ from livegen.voice.response import Response
 from livegen.voice.settings import IdFactory, Limits, ModelFacts
 from livegen.voice.turns import TurnPolicy, TurnStep
 from livegen.voice.vad import Edge
-
-#: A truncate this far past the audio is clamped (clients' playback clocks overshoot a little).
-TRUNCATE_SLACK_MS = 250
 
 
 class Phase(StrEnum):
@@ -134,6 +127,7 @@ class Session:
         self._is_model_locked = False
         self._pending_config: Config | None = None
         self._pending_event_id: str | None = None
+        self._effects: list[Effect] = []
         self._reset_vad()
 
     # --- helpers ---------------------------------------------------------------------
@@ -186,10 +180,11 @@ class Session:
 
     # --- lifecycle -------------------------------------------------------------------
 
+    @queued
     def open(self, now: float) -> list[Effect]:
         return [self._send(ev.SessionCreated(session=self.config.to_object(self.id)))]
 
-    def close(self, now: float, reason: str = "client_closed") -> list[Effect]:
+    def _close(self, now: float, reason: str = "client_closed") -> list[Effect]:
         """The terminal: end the live response, give back every reservation, send ``session.closed``."""
         if self.is_closed:
             return []
@@ -204,14 +199,23 @@ class Session:
         effects.append(Closed(reason))
         return effects
 
-    def reject(self, error: RemoteProtocolError) -> list[Effect]:
+    def _reject(self, error: RemoteProtocolError) -> list[Effect]:
         """OpenAI's error event for a client mistake; the session goes on."""
         if self.is_closed:
             return []
         return [self._send(ev.Error(error=error.to_error_body()))]
 
+    close = queued(_close)
+    reject = queued(_reject)
+
+    def take_effects(self) -> list[Effect]:
+        """The effects queued since the last call, in order (see ``chain.queued``)."""
+        effects, self._effects = self._effects, []
+        return effects
+
     # --- client events ---------------------------------------------------------------
 
+    @queued
     def receive(self, event: wire.ClientEvent, now: float) -> list[Effect]:
         """Apply one client event. Raises ``RemoteProtocolError`` (state unchanged) on a mistake."""
         if self.is_closed:
@@ -252,6 +256,7 @@ class Session:
         self._pending_event_id = event_id
         return [SwitchModel(config.model, config.stream_config())]
 
+    @queued
     def model_switched(self, model: ModelFacts, now: float) -> list[Effect]:
         """The runtime opened a stream of the new model: adopt its rates and the pending config."""
         config = self._pending_config
@@ -265,11 +270,12 @@ class Session:
         self._reset_vad()
         return [self._send(ev.SessionUpdated(session=config.to_object(self.id)))]
 
+    @queued
     def model_switch_failed(self, error: RemoteProtocolError) -> list[Effect]:
         """The new model could not open: the session keeps its model and configuration."""
         self._pending_config = None
         error.with_event_id(self._pending_event_id)
-        return self.reject(error)
+        return self._reject(error)
 
     def _on_append(self, event: wire.AudioAppend, now: float) -> list[Effect]:
         decoder = self._decoder
@@ -377,23 +383,11 @@ class Session:
 
     def _on_item_truncate(self, event: wire.ItemTruncate, now: float) -> list[Effect]:
         item = self.conversation.get(event.item_id, ITEM_TRUNCATE_INVALID_ITEM_ID)
-        if item.role != "assistant" or item.content_type != "output_audio":
-            detail = f"item {item.id!r} has no assistant audio to truncate"
-            raise INVALID_VALUE.error(detail=detail, param="item_id")
-        if event.content_index != 0:
-            raise INVALID_VALUE.error(detail="content_index must be 0", param="content_index")
-        playback = self.playbacks.get(item.id)
-        generated = item.generated_audio_ms if playback is None else playback.generated_ms
-        if not 0 <= event.audio_end_ms <= generated + TRUNCATE_SLACK_MS:
-            raise TRUNCATE_BEYOND_AUDIO.error(audio_ms=generated, audio_end_ms=event.audio_end_ms)
+        self.speaker.check_truncate(item, event.content_index, event.audio_end_ms)
         effects: list[Effect] = []
         if self.response is not None and self.response.item is item:
             effects += self._advance_epoch(now, "client_cancelled")
-        end_ms = min(float(event.audio_end_ms), item.audio_ms)
-        if playback is not None:
-            playback.stop(now)  # the client stopped playing it: no later barge-in for this audio
-        self.speaker.truncate_item(item, end_ms)
-        effects.append(self.speaker.truncated(item.id, end_ms))
+        effects.append(self.speaker.cut(item, event.audio_end_ms, now))
         return effects
 
     def _on_response_create(self, event: wire.ResponseCreate, now: float) -> list[Effect]:
@@ -428,7 +422,7 @@ class Session:
         return []
 
     def _on_close(self, event: wire.SessionClose, now: float) -> list[Effect]:
-        return self.close(now, "client_closed")
+        return self._close(now, "client_closed")
 
     def _on_resume(self, event: wire.SessionResume, now: float) -> list[Effect]:
         raise INVALID_RESUME.error(
@@ -475,6 +469,7 @@ class Session:
 
     # --- model outputs and the clock -------------------------------------------------
 
+    @queued
     def on_output(self, output: VoiceOutput, now: float) -> list[Effect]:
         """Apply one model output; outputs of an older epoch are dropped (the fence)."""
         if self.is_closed:
@@ -496,6 +491,7 @@ class Session:
             return []
         return self.speaker.on_output(response, output, now)
 
+    @queued
     def tick(self, now: float) -> list[Effect]:
         """Release audio that is due; fire the idle timeout when it is due."""
         if self.is_closed:
@@ -511,6 +507,7 @@ class Session:
         deadlines = [d for d in (self.speaker.next_deadline(), self._idle_deadline()) if d is not None]
         return min(deadlines, default=None)
 
+    @queued
     def on_outbox_overflow(self, now: float) -> list[Effect]:
         """The client reads too slowly: fail the live response, with a clear error."""
         return self.speaker.on_outbox_overflow(now)
@@ -544,13 +541,14 @@ class Session:
             try:
                 effects += self._commit(step.commit, now)
             except CapacityExceeded as error:
-                return [*effects, *self.reject(error)]
+                return [*effects, *self._reject(error)]
         if step.respond:
             effects += self._create_response(now)
         return effects
 
     # --- the chain's reports -----------------------------------------------------------
 
+    @queued
     def settle(self, attempt: Attempt, outcome: Outcome, now: float, error: str = "") -> list[Effect]:
         """The runtime ran ``attempt``; settle what it reserved. A cancelled attempt is ignored."""
         if not attempt.is_live or self.is_closed:
