@@ -128,6 +128,7 @@ class VoiceCore(RuleBasedStateMachine):
         except RemoteProtocolError as error:
             assert error.code and error.message
             assert self.snapshot() == before, "a refused event changed the session"
+            assert self.session.take_effects() == [], "a refused event queued effects"
             if event.event_id is not None:
                 assert error.event_id == event.event_id
             self.apply(drive(self.session.reject, error))
