@@ -34,6 +34,7 @@ from livegen.voice.chain import (
 )
 from livegen.voice.conversation import MAX_HISTORY_CHARS, MAX_ITEMS
 from livegen.voice.session import Limits, ModelFacts, Session
+from voice.drive import drive
 
 RATE = 8_000
 
@@ -79,11 +80,11 @@ class VoiceCore(RuleBasedStateMachine):
         #: Items of answers that have finished playing (all audio due at real time, response over).
         self.finished: set[str] = set()
         self.is_client_truncate = False
-        self.apply(self.session.open(self.now))
+        self.apply(drive(self.session.open, self.now))
         fmt = {"type": "audio/pcm", "rate": RATE}
         vad = {"type": "server_vad", "silence_duration_ms": 30} if server_vad else None
         update = {"audio": {"input": {"format": fmt, "turn_detection": vad}, "output": {"format": fmt}}}
-        self.apply(self.session.receive(wire.SessionUpdate(session=update), self.now))
+        self.apply(drive(self.session.receive, wire.SessionUpdate(session=update), self.now))
 
     # --- plumbing --------------------------------------------------------------------
 
@@ -92,8 +93,8 @@ class VoiceCore(RuleBasedStateMachine):
             if isinstance(effect, Send):
                 assert not self.is_terminal_sent, f"{effect.type} sent after the terminal event"
                 if effect.type == "conversation.item.truncated" and not self.is_client_truncate:
-                    assert effect.event["item_id"] not in self.finished, "a finished answer was cut"
-                self.sent.append(effect.event)
+                    assert effect.as_dict()["item_id"] not in self.finished, "a finished answer was cut"
+                self.sent.append(effect.as_dict())
                 if effect.type == "session.closed":
                     self.is_terminal_sent = True
             elif isinstance(effect, Run):
@@ -123,18 +124,19 @@ class VoiceCore(RuleBasedStateMachine):
     def client(self, event: wire.ClientEvent) -> None:
         before = self.snapshot()
         try:
-            self.apply(self.session.receive(event, self.now))
+            self.apply(drive(self.session.receive, event, self.now))
         except RemoteProtocolError as error:
             assert error.code and error.message
             assert self.snapshot() == before, "a refused event changed the session"
+            assert self.session.take_effects() == [], "a refused event queued effects"
             if event.event_id is not None:
                 assert error.event_id == event.event_id
-            self.apply(self.session.reject(error))
+            self.apply(drive(self.session.reject, error))
 
     def model(self, output: VoiceOutput) -> None:
         is_stale = output.epoch < self.session.epoch
         num_sent = len(self.sent)
-        self.apply(self.session.on_output(output, self.now))
+        self.apply(drive(self.session.on_output, output, self.now))
         if is_stale:
             assert len(self.sent) == num_sent, "stale-epoch output reached the client"
 
@@ -329,18 +331,20 @@ class VoiceCore(RuleBasedStateMachine):
         assert not any(a.kind in INPUT_KINDS for a in self.session.attempts)
         if opens:
             facts = ModelFacts(switch.name, RATE, RATE, self.session.model.has_vad)
-            self.apply(self.session.model_switched(facts, self.now))
+            self.apply(drive(self.session.model_switched, facts, self.now))
             assert self.session.config.model == switch.name
         else:
             before = self.session.config
             self.apply(
-                self.session.model_switch_failed(InvalidRequest("no such model", code="model_not_found"))
+                drive(
+                    self.session.model_switch_failed, InvalidRequest("no such model", code="model_not_found")
+                )
             )
             assert self.session.config == before and self.sent[-1]["error"]["event_id"] == "evt_model"
 
     @rule()
     def close(self) -> None:
-        self.apply(self.session.close(self.now))
+        self.apply(drive(self.session.close, self.now))
 
     # --- runtime and model rules -------------------------------------------------------
 
@@ -353,7 +357,7 @@ class VoiceCore(RuleBasedStateMachine):
         if fails:
             self.is_chain_blocked = True
         outcome = Outcome.FAILED if fails else Outcome.OK
-        self.apply(self.session.settle(attempt, outcome, self.now, error="scripted failure"))
+        self.apply(drive(self.session.settle, attempt, outcome, self.now, error="scripted failure"))
         if self.session.is_closed:
             self.is_chain_blocked = False
         elif fails and attempt.kind in INPUT_KINDS:
@@ -409,7 +413,7 @@ class VoiceCore(RuleBasedStateMachine):
     @rule(text=st.sampled_from(["What", " is", ""]))
     def model_live_caption(self, text: str) -> None:
         """A caption of the turn being spoken: no item id yet, the session gives it one."""
-        expected = self.session._vad_item_id
+        expected = self.session.turns.item_id
         num_sent = len(self.sent)
         self.current(OutputKind.TRANSCRIPT_DELTA, text=text)
         deltas = [e for e in self.sent[num_sent:] if e["type"].endswith("input_audio_transcription.delta")]
@@ -442,14 +446,14 @@ class VoiceCore(RuleBasedStateMachine):
     def advance_clock(self, seconds: float) -> None:
         self.now += seconds
         deadline = self.session.next_deadline()
-        self.apply(self.session.tick(self.now))
+        self.apply(drive(self.session.tick, self.now))
         if deadline is not None and deadline <= self.now:
             next_deadline = self.session.next_deadline()
             assert next_deadline is None or next_deadline > self.now or next_deadline == deadline
 
     @rule()
     def outbox_overflow(self) -> None:
-        self.apply(self.session.on_outbox_overflow(self.now))
+        self.apply(drive(self.session.on_outbox_overflow, self.now))
 
     # --- the promises (invariants named after docs/architecture.md's numbers) -----------
 
@@ -524,7 +528,7 @@ class VoiceCore(RuleBasedStateMachine):
     def teardown(self) -> None:
         if not hasattr(self, "session"):
             return
-        self.apply(self.session.close(self.now))
+        self.apply(drive(self.session.close, self.now))
         created = Counter(e["response"]["id"] for e in self.sent if e["type"] == "response.created")
         done = Counter(e["response"]["id"] for e in self.sent if e["type"] == "response.done")
         assert created == done

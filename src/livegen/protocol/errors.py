@@ -84,7 +84,7 @@ class WireError:
         return {**self.body(**fields), "param": self.param, "event_id": None}
 
 
-# --- decoding (protocol/realtime.py, protocol/audio.py) ----------------------------------
+# --- decoding (protocol/realtime/, protocol/audio.py) ----------------------------------
 INVALID_JSON = WireError(
     "invalid_json", "the message is not valid JSON: {detail}", "livegen", "malformed text"
 )

@@ -27,7 +27,7 @@ from livegen.models.registry import OPENAI_REALTIME_PATTERNS, ServedNames
 from livegen.protocol import duplex
 from livegen.protocol import errors as wire_errors
 from livegen.protocol import realtime as wire
-from livegen.protocol.beta import wants_beta
+from livegen.protocol.realtime.beta import wants_beta
 from livegen.runtime.voice.engine import VoiceEngine, logger
 from livegen.runtime.voice.lifecycle import Handoff, Opening
 from livegen.server.auth import offered_subprotocols, presented_key, select_subprotocol

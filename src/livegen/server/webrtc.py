@@ -54,6 +54,7 @@ from livegen.logs import bind_session, log_event
 from livegen.protocol import errors as wire_errors
 from livegen.protocol import realtime as wire
 from livegen.protocol.errors import WireError
+from livegen.protocol.realtime import server as ev
 from livegen.runtime.voice.runner import Runner
 from livegen.server.auth import presented_key
 from livegen.server.client_secrets import error_response, validated_session
@@ -254,8 +255,9 @@ class Call:
         with contextlib.suppress(asyncio.QueueFull):
             self.inbox.put_nowait(event)
 
-    def outgoing(self, event: dict[str, Any]) -> dict[str, Any] | None:
+    def outgoing(self, typed: ev.ServerEvent) -> dict[str, Any] | None:
         """The runner's events as WebRTC carries them: answer audio to the track, not the channel."""
+        event = ev.as_dict(typed)
         kind = event["type"]
         if kind == "response.output_audio.delta":
             rid = event["response_id"]

@@ -22,13 +22,17 @@ change of ``Attempt.state`` goes through it.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 from livegen.errors import LocalProtocolError
 from livegen.models.voice import ResponseRequest, StreamConfig
+from livegen.protocol.realtime.server import ServerEvent, as_dict, type_of
 from livegen.voice.ledger import Reservation
+from livegen.voice.settings import IdFactory
 
 
 class AttemptKind(StrEnum):
@@ -130,13 +134,23 @@ class Attempt:
 
 @dataclass(frozen=True)
 class Send:
-    """Send this server event to the client."""
+    """Send this server event to the client (``protocol/`` encodes it)."""
 
-    event: dict[str, Any]
+    event: ServerEvent
 
     @property
     def type(self) -> str:
-        return str(self.event["type"])
+        return type_of(self.event)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The event as JSON builtins (tests read events this way)."""
+        return as_dict(self.event)
+
+
+def stamped(event: ServerEvent, ids: IdFactory) -> Send:
+    """``event`` with a fresh ``event_id``, drawn after the event is built (ids keep their order)."""
+    event.event_id = ids("event")
+    return Send(event)
 
 
 @dataclass(frozen=True)
@@ -174,3 +188,28 @@ class Closed:
 
 
 Effect = Send | Run | ResumeChain | DropOutput | SwitchModel | Closed
+
+
+class HasEffects(Protocol):
+    _effects: list[Effect]
+
+
+_P = ParamSpec("_P")
+_S = TypeVar("_S", bound=HasEffects)
+
+
+def queued(method: Callable[Concatenate[_S, _P], list[Effect]]) -> Callable[Concatenate[_S, _P], None]:
+    """A core entry point whose effects go on the core's queue, drained by ``take_effects``.
+
+    Both cores (``voice/session.py``, ``world/session.py``) queue their effects rather than
+    return them: an effect produced before an exception or an ``await`` (a chunk committed,
+    state to release) is still there when the runtime drains, and the parts of a core (the
+    voice session's speaker and turn policy) build effects without threading lists through
+    every caller. A call that raises queues nothing (the state is unchanged too).
+    """
+
+    def run(core: _S, /, *args: _P.args, **kwargs: _P.kwargs) -> None:
+        core._effects += method(core, *args, **kwargs)
+
+    functools.update_wrapper(run, method)
+    return run

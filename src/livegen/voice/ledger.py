@@ -135,6 +135,12 @@ class Playback:
             return 0.0
         return max(0.0, min(self.sent_ms, (now - self.started_at) * 1000.0))
 
+    def played_until(self, now: float) -> float:
+        """When the audio sent so far will have played out (``now`` if none was released)."""
+        if self.started_at is None:
+            return now
+        return max(now, self.started_at + self.sent_ms / 1000.0)
+
     def is_all_due(self, now: float) -> bool:
         """All audio sent so far has been due at real-time playback since the first was released."""
         return self.started_at is not None and now >= self.started_at + self.sent_ms / 1000.0

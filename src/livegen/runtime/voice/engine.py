@@ -35,6 +35,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+import msgspec
+
 from livegen.errors import ConfigError, RemoteProtocolError
 from livegen.logs import bind_session, log_event
 from livegen.models import Kind, Registry
@@ -43,11 +45,12 @@ from livegen.models.voice import RemoteLLM, StreamConfig, VoiceModel, VoiceStrea
 from livegen.protocol import duplex
 from livegen.protocol import errors as wire_errors
 from livegen.protocol import realtime as wire
-from livegen.protocol.beta import to_beta
+from livegen.protocol.realtime import server as ev
+from livegen.protocol.realtime.beta import to_beta
 from livegen.runtime.closes import CLOSE_NOT_READING
 from livegen.runtime.voice.attachment import Attachment, JournalGap, new_token
 from livegen.runtime.voice.lifecycle import Handoff, Link, LiveSession, Opening, resumed_event
-from livegen.runtime.voice.runner import FAILED_CLOSE_CODE, Runner, RunnerLimits
+from livegen.runtime.voice.runner import FAILED_CLOSE_CODE, Dialect, Runner, RunnerLimits
 from livegen.voice.session import Limits, ModelFacts, Session
 
 logger = logging.getLogger("livegen.runtime.voice")
@@ -174,7 +177,7 @@ class VoiceEngine:
         name: str,
         model: VoiceModel,
         send_text: Callable[[str], Awaitable[None]],
-        dialect: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None,
+        dialect: Dialect | None = None,
         session_type: str = "realtime",
     ) -> Runner:
         """The session core, its model stream and its runner, for any transport. Raises
@@ -224,11 +227,11 @@ class VoiceEngine:
 
         return undo
 
-    def _on_sent(self, event: dict[str, Any]) -> None:
+    def _on_sent(self, event: ev.ServerEvent) -> None:
         metrics = self.metrics
         metrics.events.labels(kind="voice", direction="out").inc()
-        if event["type"] == "error":
-            metrics.errors.labels(kind="voice", code=str(event["error"].get("code"))).inc()
+        if isinstance(event, ev.Error):
+            metrics.errors.labels(kind="voice", code=str(event.error.get("code"))).inc()
 
     async def _open_model(
         self, session_id: str, name: str, config: StreamConfig
@@ -306,11 +309,11 @@ class VoiceEngine:
         attachment = Attachment(opening.handoff.link.send_text, stamp_seq=dialect is not None)
         live: LiveSession | None = None
 
-        def outgoing(event: dict[str, Any]) -> dict[str, Any] | None:
+        def outgoing(event: ev.ServerEvent) -> ev.ServerEvent | None:
             if dialect is not None and (event := dialect.outbound(event)) is None:  # type: ignore[assignment]
                 return None
-            if event["type"] == "session.created" and live is not None:
-                event = {**event, "resume_token": live.credential.token}
+            if isinstance(event, ev.SessionCreated) and live is not None:
+                event = msgspec.structs.replace(event, resume_token=live.credential.token)
             return to_beta(event) if opening.beta else event
 
         runner = await self.open_runner(

@@ -41,6 +41,7 @@ from livegen.logs import log_event
 from livegen.models.voice import StreamConfig, VoiceOutput, VoiceStream
 from livegen.protocol import realtime as wire
 from livegen.protocol.errors import INTERNAL_ERROR, MODEL_NOT_FOUND, UNSENT_BYTES_EXCEEDED
+from livegen.protocol.realtime import server as ev
 from livegen.runtime.voice.mailbox import Mailbox
 from livegen.voice.chain import (
     Attempt,
@@ -53,6 +54,7 @@ from livegen.voice.chain import (
     Run,
     Send,
     SwitchModel,
+    stamped,
 )
 from livegen.voice.session import ModelFacts, Session
 
@@ -99,6 +101,8 @@ class _Stop:
 
 _Item = _ClientItem | _Settled | _Output | _Stop
 SendText = Callable[[str], Awaitable[None]]
+#: Rewrites one outgoing server event for the client's dialect (None: hold it back).
+Dialect = Callable[[ev.ServerEvent], ev.ServerEvent | dict[str, Any] | None]
 #: Opens a stream of the named model (``session.update`` with another model); raises
 #: ``RemoteProtocolError`` for a name the server does not serve.
 OpenModel = Callable[[str, StreamConfig], Awaitable[tuple[ModelFacts, VoiceStream]]]
@@ -113,12 +117,12 @@ class Runner:
         *,
         limits: RunnerLimits | None = None,
         clock: Callable[[], float] = time.monotonic,
-        on_sent: Callable[[dict[str, Any]], None] | None = None,
+        on_sent: Callable[[ev.ServerEvent], None] | None = None,
         open_model: OpenModel | None = None,
-        dialect: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None,
+        dialect: Dialect | None = None,
     ) -> None:
         self.session = session
-        #: Rewrites each outgoing GA event for the client's dialect (``protocol/beta.py``,
+        #: Rewrites each outgoing GA event for the client's dialect (``protocol/realtime/beta.py``,
         #: ``protocol/duplex.py``); None: the event is not sent in that dialect.
         self._dialect = dialect
         self.stream = stream
@@ -131,7 +135,7 @@ class Runner:
         self._chain_resumed = asyncio.Event()
         self._chain_resumed.set()
         #: (response id of an audio delta or None, event, its wire text).
-        self._outbox: deque[tuple[str | None, dict[str, Any], str]] = deque()
+        self._outbox: deque[tuple[str | None, ev.ServerEvent, str]] = deque()
         #: Bytes of the wire text queued for the socket and not yet written.
         self.outbox_bytes = 0
         #: The reason the session closed with, once it has.
@@ -174,7 +178,8 @@ class Runner:
         self._pump_task = asyncio.create_task(self._pump(), name="voice-pump")
         try:
             try:
-                self._apply(self.session.open(self._clock()))
+                self.session.open(self._clock())
+                self._apply(self.session.take_effects())
                 await self._run_core()
             except Exception as exc:  # a bug of ours: this session fails, loudly and once
                 self._fail(exc)
@@ -201,14 +206,15 @@ class Runner:
             extra={"fields": {"error": f"{type(exc).__name__}: {exc}", "session": self.session.id}},
         )
         body = INTERNAL_ERROR.event_body()
-        self._enqueue(Send({"type": "error", "event_id": self.session.ids("event"), "error": body}))
+        self._enqueue(stamped(ev.Error(error=body), self.session.ids))
         try:
-            effects = self.session.close(self._clock(), "server_error")
+            self.session.close(self._clock(), "server_error")
+            effects = self.session.take_effects()
         except Exception:  # the core itself is broken: the terminal event by hand
             effects = []
-        if not any(isinstance(e, Send) and e.event["type"] == "session.closed" for e in effects):
-            closed = {"session_id": self.session.id, "reason": "server_error"}
-            effects = [Send({"type": "session.closed", "event_id": self.session.ids("event"), **closed})]
+        if not any(isinstance(e, Send) and isinstance(e.event, ev.SessionClosed) for e in effects):
+            closed = ev.SessionClosed(session_id=self.session.id, reason="server_error")
+            effects = [stamped(closed, self.session.ids)]
         for effect in effects:
             if isinstance(effect, Send):
                 self._enqueue(effect)
@@ -218,36 +224,41 @@ class Runner:
         mailbox = self._mailbox
         while not session.is_closed:
             if self._stop_reason is not None:
-                self._apply(session.close(self._clock(), self._stop_reason))
+                session.close(self._clock(), self._stop_reason)
+                self._apply(session.take_effects())
                 break
             deadline = session.next_deadline()
             now = self._clock()
             if deadline is not None and deadline <= now:
-                self._apply(session.tick(now))
+                session.tick(now)
+                self._apply(session.take_effects())
                 continue
             if mailbox.empty():
                 # wait() takes no item, so waking at the deadline can never lose one.
                 await mailbox.wait(None if deadline is None else deadline - now)
                 continue
-            self._apply(self._handle(mailbox.get_nowait(), self._clock()))
+            self._handle(mailbox.get_nowait(), self._clock())
+            self._apply(session.take_effects())
             if self._switch is not None:
                 await self._switch_model(self._switch)
 
-    def _handle(self, item: _Item, now: float) -> list[Effect]:
+    def _handle(self, item: _Item, now: float) -> None:
         session = self.session
         if isinstance(item, _ClientItem):  # the common case (appends) first
             event = item.event
             if isinstance(event, RemoteProtocolError):
-                return session.reject(event)
+                session.reject(event)
+                return
             try:
-                return session.receive(event, item.received_at)
+                session.receive(event, item.received_at)
             except RemoteProtocolError as error:
-                return session.reject(error)
-        if isinstance(item, _Settled):
-            return session.settle(item.attempt, item.outcome, now, item.error)
-        if isinstance(item, _Output):
-            return session.on_output(item.output, now)
-        return session.close(now, item.reason)
+                session.reject(error)
+        elif isinstance(item, _Settled):
+            session.settle(item.attempt, item.outcome, now, item.error)
+        elif isinstance(item, _Output):
+            session.on_output(item.output, now)
+        else:
+            session.close(now, item.reason)
 
     def _apply(self, effects: list[Effect]) -> None:
         for effect in effects:
@@ -268,21 +279,22 @@ class Runner:
         if self.close_reason is not None:
             return  # session.closed is the last event (a batch cut short by _not_reading)
         event = effect.event
-        is_audio = event["type"] == "response.output_audio.delta"
+        audio = event if isinstance(event, ev.OutputAudioDelta) else None
         wire_event = event if self._dialect is None else self._dialect(event)
         # A dialect may hold an event back (""): it still passes through the outbox, in order, to on_sent.
-        text = "" if wire_event is None else wire.encode(wire_event).decode()
+        text = "" if wire_event is None else ev.encode(wire_event).decode()
         budget = self.limits.outbox_bytes
         # One event passes whatever its size when nothing waits before it: the budget is on backlog.
         is_over_bytes = budget is not None and bool(self._outbox) and self.outbox_bytes + len(text) > budget
-        if is_audio and (len(self._outbox) >= self.limits.outbox or is_over_bytes):
-            self._drop_audio(event["response_id"])
-            self._apply(self.session.on_outbox_overflow(self._clock()))
+        if audio is not None and (len(self._outbox) >= self.limits.outbox or is_over_bytes):
+            self._drop_audio(audio.response_id)
+            self.session.on_outbox_overflow(self._clock())
+            self._apply(self.session.take_effects())
             return
         if len(self._outbox) >= self.limits.outbox + CONTROL_RESERVE or is_over_bytes:
             self._not_reading()
             return
-        self._outbox.append((event["response_id"] if is_audio else None, event, text))
+        self._outbox.append((None if audio is None else audio.response_id, event, text))
         self.outbox_bytes += len(text)
         self._outbox_empty.clear()
         self._outbox_ready.set()
@@ -299,13 +311,9 @@ class Runner:
         )
         self._outbox.clear()
         self.outbox_bytes = 0
-        error = {
-            "type": "error",
-            "event_id": self.session.ids("event"),
-            "error": UNSENT_BYTES_EXCEEDED.event_body(),
-        }
-        self._enqueue(Send(error))
-        self._apply(self.session.close(self._clock(), "outbox_overflow"))
+        self._enqueue(stamped(ev.Error(error=UNSENT_BYTES_EXCEEDED.event_body()), self.session.ids))
+        self.session.close(self._clock(), "outbox_overflow")
+        self._apply(self.session.take_effects())
 
     def take_unsent(self) -> list[str]:
         """The wire text still queued (the sender has stopped), for a last write by the endpoint."""
@@ -354,7 +362,8 @@ class Runner:
                 raise MODEL_NOT_FOUND.error(model=switch.name, param="session.model")
             facts, stream = await self._open_model(switch.name, switch.config)
         except RemoteProtocolError as error:
-            self._apply(self.session.model_switch_failed(error))
+            self.session.model_switch_failed(error)
+            self._apply(self.session.take_effects())
             return
         old, old_pump = self.stream, self._pump_task
         self.stream = stream
@@ -365,7 +374,8 @@ class Runner:
         with contextlib.suppress(Exception):
             await old.aclose()
         self._pump_task = asyncio.create_task(self._pump(), name="voice-pump")
-        self._apply(self.session.model_switched(facts, self._clock()))
+        self.session.model_switched(facts, self._clock())
+        self._apply(self.session.take_effects())
 
     async def _run_chain(self) -> None:
         while True:

@@ -10,7 +10,7 @@ spellings of input events map onto them (``BETA_ALIASES``).
 Nested configuration objects (``session``, ``item``, ``response``) stay plain
 dicts here: their meaning belongs to the session core (``voice/config.py``),
 which validates them against the session's state. Their types and ranges are
-checked here, though (``realtime_fields.py``), so that no wrong type reaches
+checked here, though (``realtime/fields.py``), so that no wrong type reaches
 the core; JSON nested deeper than the parser takes is ``invalid_json``, never
 a ``RecursionError``; and a binary message is ``invalid_event``
 (``decode_message``).
@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 import msgspec
 
 from livegen.protocol import errors as wire_errors
-from livegen.protocol.realtime_fields import Count, check_nested, explain
+from livegen.protocol.realtime.fields import Count, check_nested, explain
 
 
 class ClientEvent(msgspec.Struct, frozen=True, kw_only=True):
@@ -227,8 +227,8 @@ def decode(data: str | bytes) -> ClientEvent:
     return event
 
 
-def encode(event: dict[str, Any]) -> bytes:
-    """One server event as JSON bytes (sent as a text message)."""
+def encode(event: msgspec.Struct | dict[str, Any]) -> bytes:
+    """One event (a typed server event, or an endpoint's own dict) as JSON bytes."""
     return _encoder.encode(event)
 
 

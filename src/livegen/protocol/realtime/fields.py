@@ -1,6 +1,6 @@
 """The typed shape of the objects nested in Realtime client events, and OpenAI's errors for them.
 
-``protocol/realtime.py`` keeps ``session``, ``item`` and ``response`` as plain
+``protocol/realtime/client.py`` keeps ``session``, ``item`` and ``response`` as plain
 dicts, because what they mean depends on the session's state
 (``voice/config.py``, ``voice/conversation.py``). Their *types* do not: a role
 is a string, a timeout an integer in range. Checking them here, at decode time,
