@@ -18,7 +18,7 @@ import click
 TOOLS: dict[str, str] = {
     "talk": "livegen.client.talk_cli:talk",
     "world": "livegen.client.world_cli:world",
-    "train-world": "livegen.models.tinyworld.train:command",
+    "train-world": "livegen.training.tinyworld.train:command",
 }
 
 #: ``livegen bench <name>`` -> "module:click_command", loaded on use.

@@ -208,7 +208,7 @@ class SlowWorld:
     STEP_S = (0.1, 0.33)
 
     def __init__(self) -> None:
-        from livegen.models.procedural import load
+        from livegen.models.room.procedural import load
 
         self.inner = load()
         self.name = "slow-world"

@@ -11,7 +11,7 @@ from websockets.frames import Close
 
 from livegen.client.world import StreamError, WorldClient
 from livegen.protocol import world as wire
-from livegen.runtime.world_frames import encode_frame
+from livegen.protocol.frames import encode_frame
 
 
 class ScriptedConnection:

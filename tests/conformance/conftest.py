@@ -151,9 +151,9 @@ def speech(voice_registry: Registry, plain_server: ServerThread) -> Callable[...
     """``speech("What time is it?")``: the words in a user's voice, 24 kHz PCM16 as the wire carries it.
 
     Spoken by espeak-ng through the served model's own speech worker, in a
-    voice unlike the assistant's (see tests/models/cascade_support.py).
+    voice unlike the assistant's (see tests/models/cascade/support.py).
     """
-    from models.cascade_support import wire_audio
+    from models.cascade.support import wire_audio
 
     cascade = voice_registry.load("cascade")
     made: dict[tuple[str, float], bytes] = {}

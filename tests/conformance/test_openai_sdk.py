@@ -22,7 +22,7 @@ from openai import AsyncOpenAI
 from conformance.conftest import API_KEY
 from conformance.support import INTERRUPTION, LONG_QUESTION, QUESTION, TEXT_QUESTION
 from livegen.server.thread import ServerThread
-from models.cascade_support import RealtimeCall
+from models.cascade.support import RealtimeCall
 
 VERSION = "3.57.0"
 

@@ -11,7 +11,7 @@ from openai import AsyncOpenAI
 from conformance.conftest import API_KEY
 from conformance.test_openai_sdk import VERSION
 from livegen.server.thread import ServerThread
-from models.cascade_support import RealtimeCall
+from models.cascade.support import RealtimeCall
 
 SAID = "Please repeat after me, purple elephants dance slowly across the wide green field."
 

@@ -72,7 +72,7 @@ def server(start_server: Callable[..., ServerThread]) -> ServerThread:
 
 def model_of(server: ServerThread) -> ScriptedVoice:
     service = next(s for s in server.app.state.livegen.services if s.name == "voice")
-    model: ScriptedVoice = service.models["scripted-voice"]
+    model: ScriptedVoice = service.engine.models["scripted-voice"]
     return model
 
 
@@ -228,7 +228,7 @@ async def test_a_cut_connection_is_resumed_by_the_client_with_nothing_lost_or_re
         # Every event once, in order (seq 1, session.created, came before the collector started).
         assert seqs == list(range(2, len(seqs) + 2))
         service = next(s for s in server.app.state.livegen.services if s.name == "voice")
-        attachment = service.live[client.session_id].attachment
+        attachment = service.engine.live[client.session_id].attachment
         # The client's acks let the journal forget (its acks of the last events may still be in flight).
         await until(lambda: attachment.oldest_seq > seqs[-1] - 5, within=10, what="the journal trimmed")
     first_response = collector.response_ids[0]

@@ -9,12 +9,17 @@ import pytest
 
 from livegen.errors import InvalidRequest
 from livegen.protocol import realtime as wire
+from livegen.protocol.audio import AudioFormat
 from livegen.protocol.duplex import DuplexDialect, EventAck, Heartbeat, parse_resume, wants_duplex
+from livegen.protocol.realtime import server as ev
+from livegen.voice.config import Config, ServerVad
 
 
-def session_event(kind: str, turn_detection: object = None, rate: int = 16_000) -> dict[str, Any]:
-    audio_in = {"format": {"type": "audio/pcm", "rate": rate}, "turn_detection": turn_detection}
-    return {"type": kind, "session": {"id": "sess_1", "audio": {"input": audio_in}}}
+def session_event(kind: str, turn_detection: ServerVad | None = None, rate: int = 16_000) -> ev.ServerEvent:
+    fmt = AudioFormat(rate=rate)
+    session = Config(model="m", input_format=fmt, turn_detection=turn_detection).to_object("sess_1")
+    cls = ev.SessionCreated if kind == "session.created" else ev.SessionUpdated
+    return cls(session=session)
 
 
 def opened(update: dict[str, Any]) -> DuplexDialect:
@@ -23,7 +28,7 @@ def opened(update: dict[str, Any]) -> DuplexDialect:
     dialect.inbound(json.dumps({"type": "session.update", "event_id": "u1", "session": update}))
     assert dialect.outbound(session_event("session.created", rate=24_000)) is None  # held back
     created = dialect.outbound(session_event("session.updated"))
-    assert created is not None and created["type"] == "session.created"
+    assert created is not None and ev.type_of(created) == "session.created"
     return dialect
 
 
@@ -55,7 +60,7 @@ def test_a_refused_update_does_not_turn_auto_response_on() -> None:
     update = {"type": "session.update", "event_id": "u2", "session": {"extra_body": {"auto_response": True}}}
     dialect.inbound(json.dumps(update))
     dialect.outbound(session_event("session.updated"))
-    error = {"type": "error", "error": {"code": "invalid_value", "event_id": "u2"}}
+    error = ev.Error(error={"code": "invalid_value", "event_id": "u2"})
     assert dialect.outbound(error) == error
     assert not dialect.auto_response
 

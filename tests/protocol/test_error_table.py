@@ -22,7 +22,7 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "voice-protocol.md"
 #: Modules on the voice wire that must build every error from the table.
 CORE = sorted(
     [
-        *(SRC / "protocol").glob("*.py"),
+        *(SRC / "protocol").rglob("*.py"),
         *(SRC / "voice").glob("*.py"),
         SRC / "runtime" / "voice.py",
     ]
@@ -71,7 +71,7 @@ def test_the_voice_server_sends_only_codes_of_the_table(path: Path) -> None:
 def test_the_core_scan_sees_the_modules_that_raise() -> None:
     # Guard against a scan that checks nothing: the modules that raise most are in it.
     names = {str(p.relative_to(SRC)) for p in CORE}
-    assert {"voice/session.py", "voice/conversation.py", "protocol/realtime.py"} <= names
+    assert {"voice/session.py", "voice/conversation.py", "protocol/realtime/client.py"} <= names
     assert sorted(literal_codes(ast.parse('f(code="x")\nd = {"code": "y"}'))) == [(1, "x"), (2, "y")]
 
 

@@ -22,16 +22,16 @@ import pytest
 import websockets
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from livegen.models import game
+from livegen.models.room import game
 from livegen.models.world import Chunk, Tick
-from livegen.runtime.kv_pool import required_bytes
-from livegen.runtime.world_runner import Options, Runner
-from livegen.runtime.world_scheduler import Scheduler
+from livegen.runtime.world.kv_pool import required_bytes
+from livegen.runtime.world.runner import Options, Runner
+from livegen.runtime.world.scheduler import Scheduler
 from livegen.server import budgets
 from livegen.server.budgets import CLOSE_FIRST_MESSAGE_TIMEOUT, CLOSE_NOT_READING
 from livegen.server.thread import ServerThread
 from livegen.world import Manager
-from runtime.world_harness import GEOMETRY
+from runtime.world.harness import GEOMETRY
 
 StartServer = Callable[..., ServerThread]
 

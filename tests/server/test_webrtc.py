@@ -187,7 +187,7 @@ async def test_the_official_sdk_mints_a_key_calls_and_hangs_up(voice_server: Ser
 
 
 async def test_cancel_stops_the_tracks_audio_at_once(voice_server: ServerThread) -> None:
-    model = voice_service(voice_server).models["scripted-voice"]
+    model = voice_service(voice_server).engine.models["scripted-voice"]
     model.script.reply_ms = 8000  # a long answer, generated at once: it is all queued to play
     caller = Caller(voice_server.http_url, mint(voice_server.http_url, session=MANUAL)["value"])
     try:
@@ -326,6 +326,6 @@ async def test_a_websocket_attaches_to_a_live_call(voice_server: ServerThread) -
 async def until_no_calls(server: ServerThread, within: float = 15.0) -> None:
     service = voice_service(server)
     deadline = time.monotonic() + within
-    while service.calls.calls or service.runners:
+    while service.calls.calls or service.engine.runners:
         assert time.monotonic() < deadline, "the call was not freed"
         await asyncio.sleep(0.1)

@@ -23,7 +23,7 @@ from browser.speech import write_question, write_speech
 from livegen.client.webrtc import Caller, loudness, mint
 from livegen.server import ServerConfig
 from livegen.server.thread import ServerThread
-from models.cascade_support import heard
+from models.cascade.support import heard
 
 pytestmark = pytest.mark.slow  # loads the real voice models
 
@@ -42,7 +42,7 @@ def server() -> Iterator[ServerThread]:
 
 def cascade(server: ServerThread) -> Any:
     service = next(s for s in server.app.state.livegen.services if s.name == "voice")
-    return service.models[service.default_model]
+    return service.engine.models[service.engine.default_model]
 
 
 def wav24(path: Path) -> bytes:

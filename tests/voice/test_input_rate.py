@@ -11,6 +11,7 @@ from livegen.errors import CapacityExceeded
 from livegen.protocol import realtime as wire
 from livegen.voice.input_rate import InputRate
 from livegen.voice.session import Limits, ModelFacts, Session
+from voice.drive import drive
 
 RATE = 24_000
 
@@ -41,17 +42,17 @@ def test_the_bucket_refills_at_the_factor_and_holds_at_most_the_burst() -> None:
 def test_an_append_of_more_than_the_burst_is_refused_and_leaves_the_session_as_it_was() -> None:
     core = session(input_burst_ms=2_000.0, input_rate_factor=1.0)
     with pytest.raises(CapacityExceeded) as caught:
-        core.receive(append(3.0), 0.0)
+        drive(core.receive, append(3.0), 0.0)
     assert caught.value.code == "rate_limit_exceeded"
     assert core.buffer_bytes == 0 and core.ledger.pending_bytes == 0 and core.attempts == []
-    core.receive(append(2.0), 0.0)  # the refusal spent nothing
+    drive(core.receive, append(2.0), 0.0)  # the refusal spent nothing
     with pytest.raises(CapacityExceeded):
-        core.receive(append(0.5), 0.1)  # 100 ms came back, not 500
-    core.receive(append(0.5), 0.6)
+        drive(core.receive, append(0.5), 0.1)  # 100 ms came back, not 500
+    drive(core.receive, append(0.5), 0.6)
 
 
 def test_real_time_streaming_is_never_refused_by_default() -> None:
     core = session()
     for index in range(3_000):  # 60 s in 20 ms appends, each as it is spoken
-        core.receive(append(0.02), index * 0.02)
+        drive(core.receive, append(0.02), index * 0.02)
         core.ledger.clear()  # the model took it

@@ -15,15 +15,18 @@ import pytest
 from livegen.errors import RemoteProtocolError
 from livegen.models.voice import OutputKind, VoiceOutput
 from livegen.protocol import realtime as wire
+from voice.drive import drive
 from voice.test_session_playback import events, new_session
 
 
 def created_and_done(overrides: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     session = new_session()
-    created = events(session.receive(wire.ResponseCreate(response=overrides), 0.0), "response.created")
+    created = events(drive(session.receive, wire.ResponseCreate(response=overrides), 0.0), "response.created")
     response = session.response
     assert response is not None
-    done = session.on_output(VoiceOutput(OutputKind.RESPONSE_DONE, 0, response.id, status="completed"), 0.1)
+    done = drive(
+        session.on_output, VoiceOutput(OutputKind.RESPONSE_DONE, 0, response.id, status="completed"), 0.1
+    )
     return created[0]["response"], events(done, "response.done")[0]["response"]
 
 
@@ -50,7 +53,7 @@ def test_no_metadata_is_null() -> None:
 def test_metadata_out_of_openais_bounds_is_refused(metadata: Any) -> None:
     session = new_session()
     with pytest.raises(RemoteProtocolError) as refused:
-        session.receive(wire.ResponseCreate(response={"metadata": metadata}), 0.0)
+        drive(session.receive, wire.ResponseCreate(response={"metadata": metadata}), 0.0)
     assert refused.value.code == "invalid_value" and refused.value.param == "response.metadata"
     assert session.response is None
 
@@ -58,5 +61,5 @@ def test_metadata_out_of_openais_bounds_is_refused(metadata: Any) -> None:
 def test_instructions_of_the_wrong_type_are_still_refused() -> None:
     session = new_session()
     with pytest.raises(RemoteProtocolError) as refused:
-        session.receive(wire.ResponseCreate(response={"instructions": 3}), 0.0)
+        drive(session.receive, wire.ResponseCreate(response={"instructions": 3}), 0.0)
     assert refused.value.param == "response.instructions"

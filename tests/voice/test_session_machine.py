@@ -1,4 +1,4 @@
-"""The voice core against DESIGN.md section 1's voice promises, as a Hypothesis state machine.
+"""The voice core against the voice promises of docs/architecture.md, as a Hypothesis state machine.
 
 Rules are client events, model outputs (of the current and of stale epochs),
 append-chain outcomes (success, failure) and the clock; the test plays the
@@ -34,6 +34,7 @@ from livegen.voice.chain import (
 )
 from livegen.voice.conversation import MAX_HISTORY_CHARS, MAX_ITEMS
 from livegen.voice.session import Limits, ModelFacts, Session
+from voice.drive import drive
 
 RATE = 8_000
 
@@ -79,11 +80,11 @@ class VoiceCore(RuleBasedStateMachine):
         #: Items of answers that have finished playing (all audio due at real time, response over).
         self.finished: set[str] = set()
         self.is_client_truncate = False
-        self.apply(self.session.open(self.now))
+        self.apply(drive(self.session.open, self.now))
         fmt = {"type": "audio/pcm", "rate": RATE}
         vad = {"type": "server_vad", "silence_duration_ms": 30} if server_vad else None
         update = {"audio": {"input": {"format": fmt, "turn_detection": vad}, "output": {"format": fmt}}}
-        self.apply(self.session.receive(wire.SessionUpdate(session=update), self.now))
+        self.apply(drive(self.session.receive, wire.SessionUpdate(session=update), self.now))
 
     # --- plumbing --------------------------------------------------------------------
 
@@ -92,8 +93,8 @@ class VoiceCore(RuleBasedStateMachine):
             if isinstance(effect, Send):
                 assert not self.is_terminal_sent, f"{effect.type} sent after the terminal event"
                 if effect.type == "conversation.item.truncated" and not self.is_client_truncate:
-                    assert effect.event["item_id"] not in self.finished, "a finished answer was cut"
-                self.sent.append(effect.event)
+                    assert effect.as_dict()["item_id"] not in self.finished, "a finished answer was cut"
+                self.sent.append(effect.as_dict())
                 if effect.type == "session.closed":
                     self.is_terminal_sent = True
             elif isinstance(effect, Run):
@@ -123,18 +124,19 @@ class VoiceCore(RuleBasedStateMachine):
     def client(self, event: wire.ClientEvent) -> None:
         before = self.snapshot()
         try:
-            self.apply(self.session.receive(event, self.now))
+            self.apply(drive(self.session.receive, event, self.now))
         except RemoteProtocolError as error:
             assert error.code and error.message
             assert self.snapshot() == before, "a refused event changed the session"
+            assert self.session.take_effects() == [], "a refused event queued effects"
             if event.event_id is not None:
                 assert error.event_id == event.event_id
-            self.apply(self.session.reject(error))
+            self.apply(drive(self.session.reject, error))
 
     def model(self, output: VoiceOutput) -> None:
         is_stale = output.epoch < self.session.epoch
         num_sent = len(self.sent)
-        self.apply(self.session.on_output(output, self.now))
+        self.apply(drive(self.session.on_output, output, self.now))
         if is_stale:
             assert len(self.sent) == num_sent, "stale-epoch output reached the client"
 
@@ -281,7 +283,8 @@ class VoiceCore(RuleBasedStateMachine):
             self.client_call_output(pick=-1 - pick, output="late")
 
     @invariant()
-    def one_output_per_call_and_only_for_calls_that_stood(self) -> None:
+    def v9_one_output_per_call_that_stood(self) -> None:
+        """V9: one output per call in history, only for calls that stood; each call_id made once."""
         if not hasattr(self, "session"):
             return
         s = self.session
@@ -296,7 +299,8 @@ class VoiceCore(RuleBasedStateMachine):
         assert all(count == 1 for count in made.values()), "a call_id was made twice"
 
     @invariant()
-    def history_is_bounded(self) -> None:
+    def v5_history_is_bounded(self) -> None:
+        """V5: history stays within its item and character bounds."""
         if hasattr(self, "session"):
             # Assistant transcripts grow after their item is added: a few words in this machine.
             assert self.session.conversation.chars() <= MAX_HISTORY_CHARS + 1_000
@@ -327,18 +331,20 @@ class VoiceCore(RuleBasedStateMachine):
         assert not any(a.kind in INPUT_KINDS for a in self.session.attempts)
         if opens:
             facts = ModelFacts(switch.name, RATE, RATE, self.session.model.has_vad)
-            self.apply(self.session.model_switched(facts, self.now))
+            self.apply(drive(self.session.model_switched, facts, self.now))
             assert self.session.config.model == switch.name
         else:
             before = self.session.config
             self.apply(
-                self.session.model_switch_failed(InvalidRequest("no such model", code="model_not_found"))
+                drive(
+                    self.session.model_switch_failed, InvalidRequest("no such model", code="model_not_found")
+                )
             )
             assert self.session.config == before and self.sent[-1]["error"]["event_id"] == "evt_model"
 
     @rule()
     def close(self) -> None:
-        self.apply(self.session.close(self.now))
+        self.apply(drive(self.session.close, self.now))
 
     # --- runtime and model rules -------------------------------------------------------
 
@@ -351,7 +357,7 @@ class VoiceCore(RuleBasedStateMachine):
         if fails:
             self.is_chain_blocked = True
         outcome = Outcome.FAILED if fails else Outcome.OK
-        self.apply(self.session.settle(attempt, outcome, self.now, error="scripted failure"))
+        self.apply(drive(self.session.settle, attempt, outcome, self.now, error="scripted failure"))
         if self.session.is_closed:
             self.is_chain_blocked = False
         elif fails and attempt.kind in INPUT_KINDS:
@@ -407,7 +413,7 @@ class VoiceCore(RuleBasedStateMachine):
     @rule(text=st.sampled_from(["What", " is", ""]))
     def model_live_caption(self, text: str) -> None:
         """A caption of the turn being spoken: no item id yet, the session gives it one."""
-        expected = self.session._vad_item_id
+        expected = self.session.turns.item_id
         num_sent = len(self.sent)
         self.current(OutputKind.TRANSCRIPT_DELTA, text=text)
         deltas = [e for e in self.sent[num_sent:] if e["type"].endswith("input_audio_transcription.delta")]
@@ -421,15 +427,16 @@ class VoiceCore(RuleBasedStateMachine):
         self.client(wire.SessionUpdate(session={"type": "transcription"}))
 
     @invariant()
-    def transcription_sessions_never_answer(self) -> None:
+    def v10_transcription_sessions_never_answer(self) -> None:
+        """V10: a transcription session never starts a response."""
         kinds = [(e["type"], e.get("session", {}).get("type")) for e in self.sent]
         since = next((i for i, k in enumerate(kinds) if k == ("session.updated", "transcription")), None)
         if since is not None:
             assert ("response.created", None) not in kinds[since:], "a transcription session answered"
 
     @invariant()
-    def transcription_deltas_name_a_turn(self) -> None:
-        """Every transcription delta names an item that speech_started announced or a commit made."""
+    def v10_transcription_deltas_name_a_turn(self) -> None:
+        """V10: every transcription delta names an item that speech_started announced or a commit made."""
         known = {e["item_id"] for e in self.sent if e["type"] in TURN_ITEM_EVENTS}
         for e in self.sent:
             if e["type"] == "conversation.item.input_audio_transcription.delta":
@@ -439,19 +446,20 @@ class VoiceCore(RuleBasedStateMachine):
     def advance_clock(self, seconds: float) -> None:
         self.now += seconds
         deadline = self.session.next_deadline()
-        self.apply(self.session.tick(self.now))
+        self.apply(drive(self.session.tick, self.now))
         if deadline is not None and deadline <= self.now:
             next_deadline = self.session.next_deadline()
             assert next_deadline is None or next_deadline > self.now or next_deadline == deadline
 
     @rule()
     def outbox_overflow(self) -> None:
-        self.apply(self.session.on_outbox_overflow(self.now))
+        self.apply(drive(self.session.on_outbox_overflow, self.now))
 
-    # --- the promises ----------------------------------------------------------------
+    # --- the promises (invariants named after docs/architecture.md's numbers) -----------
 
     @invariant()
-    def one_done_per_created(self) -> None:
+    def v4_one_done_per_created(self) -> None:
+        """V4: every response.created has exactly one response.done; none is stuck."""
         created = [e["response"]["id"] for e in self.sent if e["type"] == "response.created"]
         done = Counter(e["response"]["id"] for e in self.sent if e["type"] == "response.done")
         assert all(count == 1 for count in done.values()), done
@@ -460,7 +468,8 @@ class VoiceCore(RuleBasedStateMachine):
         assert set(created) - set(done) == (set() if live is None else {live.id}), "a response is stuck"
 
     @invariant()
-    def budgets_exact(self) -> None:
+    def v3_v5_reservations_exact(self) -> None:
+        """V3 and V5: the ledger holds exactly what live attempts reserved, within its bounds."""
         s = self.session
         reserved = sum(a.reservation.num_bytes for a in s.attempts if a.reservation is not None)
         assert s.ledger.pending_bytes == reserved >= 0
@@ -473,7 +482,8 @@ class VoiceCore(RuleBasedStateMachine):
         assert all(count == 1 for count in controls.values()), "control attempts must stay bounded"
 
     @invariant()
-    def idle_timeouts_follow_finished_answers(self) -> None:
+    def v11_idle_timeouts_follow_finished_answers(self) -> None:
+        """V11: the idle timeout fires once per finished answer, and what it starts ends."""
         kinds = [e["type"] for e in self.sent]
         # each finished response arms the idle timer once; firing starts a response of its own
         assert kinds.count("input_audio_buffer.timeout_triggered") <= kinds.count("response.done")
@@ -483,20 +493,22 @@ class VoiceCore(RuleBasedStateMachine):
                 assert "response.created" in rest or "session.closed" in rest or "error" in rest
 
     @invariant()
-    def epoch_only_advances(self) -> None:
+    def v2_epoch_only_advances(self) -> None:
+        """V2: the epoch fence only moves forward (stale output is checked in ``model``)."""
         assert self.session.epoch >= self.last_epoch
         self.last_epoch = self.session.epoch
 
     @invariant()
-    def closed_means_idle(self) -> None:
+    def v4_closed_means_idle(self) -> None:
+        """V4 and V3: after the terminal event nothing is reserved and no response is live."""
         if self.session.is_closed:
             assert self.is_terminal_sent
             assert self.session.ledger.pending_bytes == 0 and not self.session.attempts
             assert self.session.response is None
 
     @invariant()
-    def finished_answers_stay_whole(self) -> None:
-        """An answer whose audio has all been due at real time has finished, whatever the acks
+    def v6_finished_answers_stay_whole(self) -> None:
+        """V6: an answer whose audio has all been due at real time has finished, whatever the acks
         said: no later barge-in, clear or cancel cuts it (``apply`` checks each truncation)."""
         live = self.session.response
         for item_id, playback in self.session.playbacks.items():
@@ -506,7 +518,8 @@ class VoiceCore(RuleBasedStateMachine):
                 assert not playback.is_playing(self.now)
 
     @invariant()
-    def history_holds_what_was_heard(self) -> None:
+    def v6_history_holds_what_was_heard(self) -> None:
+        """V6: played <= sent <= generated, and a cut answer commits no more than was sent."""
         for playback in self.session.playbacks.values():
             assert 0 <= playback.played_ms <= playback.sent_ms <= playback.generated_ms + 1e-6
             if playback.is_stopped:
@@ -515,7 +528,7 @@ class VoiceCore(RuleBasedStateMachine):
     def teardown(self) -> None:
         if not hasattr(self, "session"):
             return
-        self.apply(self.session.close(self.now))
+        self.apply(drive(self.session.close, self.now))
         created = Counter(e["response"]["id"] for e in self.sent if e["type"] == "response.created")
         done = Counter(e["response"]["id"] for e in self.sent if e["type"] == "response.done")
         assert created == done

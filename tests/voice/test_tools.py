@@ -10,8 +10,9 @@ import pytest
 from livegen.errors import RemoteProtocolError
 from livegen.models.voice import OutputKind, ResponseRequest, Usage, VoiceOutput
 from livegen.protocol import realtime as wire
-from livegen.voice.chain import Run
+from livegen.voice.chain import Run, Send
 from livegen.voice.session import Session
+from voice.drive import drive
 from voice.test_session_playback import RATE, events, new_session
 
 WEATHER = {
@@ -24,7 +25,7 @@ WEATHER = {
 
 def refused(session: Session, event: wire.ClientEvent) -> RemoteProtocolError:
     with pytest.raises(RemoteProtocolError) as caught:
-        session.receive(event, 0.0)
+        drive(session.receive, event, 0.0)
     return caught.value
 
 
@@ -37,7 +38,7 @@ def request_of(effects: list[Any]) -> ResponseRequest:
 
 def with_tools(**session: Any) -> Session:
     s = new_session()
-    s.receive(wire.SessionUpdate(session={"tools": [WEATHER], **session}), 0.0)
+    drive(s.receive, wire.SessionUpdate(session={"tools": [WEATHER], **session}), 0.0)
     return s
 
 
@@ -53,13 +54,15 @@ def call(session: Session, call_id: str = "call_1", now: float = 0.0, **fields: 
         name="get_weather",
         **fields,
     )
-    return session.on_output(output, now)
+    return drive(session.on_output, output, now)
 
 
 def done(session: Session, now: float = 0.0, **fields: Any) -> list[Any]:
     response = session.response
     assert response is not None
-    return session.on_output(VoiceOutput(OutputKind.RESPONSE_DONE, session.epoch, response.id, **fields), now)
+    return drive(
+        session.on_output, VoiceOutput(OutputKind.RESPONSE_DONE, session.epoch, response.id, **fields), now
+    )
 
 
 def output_item(call_id: str, output: str = '{"sky": "clear"}') -> wire.ItemCreate:
@@ -74,10 +77,10 @@ def output_item(call_id: str, output: str = '{"sky": "clear"}') -> wire.ItemCrea
 def test_tools_and_tool_choice_are_kept_and_shown() -> None:
     s = new_session()
     choice = {"type": "function", "name": "get_weather"}
-    effects = s.receive(wire.SessionUpdate(session={"tools": [WEATHER], "tool_choice": choice}), 0.0)
+    effects = drive(s.receive, wire.SessionUpdate(session={"tools": [WEATHER], "tool_choice": choice}), 0.0)
     shown = events(effects, "session.updated")[0]["session"]
     assert shown["tools"] == [WEATHER] and shown["tool_choice"] == choice
-    request = request_of(s.receive(wire.ResponseCreate(), 0.0))
+    request = request_of(drive(s.receive, wire.ResponseCreate(), 0.0))
     assert request.tools == (
         {"type": "function", "function": {k: WEATHER[k] for k in ("name", "description", "parameters")}},
     )
@@ -118,11 +121,11 @@ def test_a_bad_tool_choice_is_refused(choice: Any, param: str) -> None:
 
 def test_per_response_tools_and_none_choice() -> None:
     s = with_tools()
-    request = request_of(s.receive(wire.ResponseCreate(response={"tool_choice": "none"}), 0.0))
+    request = request_of(drive(s.receive, wire.ResponseCreate(response={"tool_choice": "none"}), 0.0))
     assert request.tools == ()
     done(s)
     other = {**WEATHER, "name": "get_time"}
-    request = request_of(s.receive(wire.ResponseCreate(response={"tools": [other]}), 0.0))
+    request = request_of(drive(s.receive, wire.ResponseCreate(response={"tools": [other]}), 0.0))
     assert [t["function"]["name"] for t in request.tools] == ["get_time"]
     done(s)
     error = refused(s, wire.ResponseCreate(response={"tools": [{"type": "function"}]}))
@@ -134,9 +137,9 @@ def test_per_response_tools_and_none_choice() -> None:
 
 def test_parallel_calls_and_text_in_one_response() -> None:
     s = with_tools()
-    s.receive(wire.ResponseCreate(response={"output_modalities": ["text"]}), 0.0)
+    drive(s.receive, wire.ResponseCreate(response={"output_modalities": ["text"]}), 0.0)
     rid = s.response.id if s.response else ""
-    effects = s.on_output(VoiceOutput(OutputKind.TEXT_DELTA, 0, rid, text="Let me look."), 0.0)
+    effects = drive(s.on_output, VoiceOutput(OutputKind.TEXT_DELTA, 0, rid, text="Let me look."), 0.0)
     effects += call(s, "call_a") + call(s, "call_b")
     effects += done(s)
     kinds = [e.type for e in effects if hasattr(e, "type")]
@@ -160,19 +163,21 @@ def test_parallel_calls_and_text_in_one_response() -> None:
 
 def test_outputs_answer_calls_in_any_order_and_reach_the_history() -> None:
     s = with_tools()
-    s.receive(wire.ResponseCreate(), 0.0)
+    drive(s.receive, wire.ResponseCreate(), 0.0)
     call(s, "call_a")
     call(s, "call_b")
     done(s)
-    s.receive(output_item("call_b", "b"), 0.0)
-    history = request_of(s.receive(wire.ResponseCreate(), 0.0)).history  # call_a still pending: left out
+    drive(s.receive, output_item("call_b", "b"), 0.0)
+    history = request_of(
+        drive(s.receive, wire.ResponseCreate(), 0.0)
+    ).history  # call_a still pending: left out
     assert [(t.kind, t.call_id) for t in history] == [
         ("function_call", "call_b"),
         ("function_call_output", "call_b"),
     ]
     done(s)
-    s.receive(output_item("call_a", "a"), 0.0)
-    history = request_of(s.receive(wire.ResponseCreate(), 0.0)).history
+    drive(s.receive, output_item("call_a", "a"), 0.0)
+    history = request_of(drive(s.receive, wire.ResponseCreate(), 0.0)).history
     assert [(t.kind, t.call_id, t.text) for t in history] == [
         ("function_call", "call_a", '{"city": "Paris"}'),
         ("function_call", "call_b", '{"city": "Paris"}'),
@@ -184,10 +189,10 @@ def test_outputs_answer_calls_in_any_order_and_reach_the_history() -> None:
 @pytest.mark.parametrize("call_id", ["call_unknown", "call_1"])
 def test_unknown_and_duplicate_outputs_are_refused_and_change_nothing(call_id: str) -> None:
     s = with_tools()
-    s.receive(wire.ResponseCreate(), 0.0)
+    drive(s.receive, wire.ResponseCreate(), 0.0)
     call(s, "call_1")
     done(s)
-    s.receive(output_item("call_1"), 0.0)
+    drive(s.receive, output_item("call_1"), 0.0)
     items = len(s.conversation)
     error = refused(s, output_item(call_id, "again"))
     expected = "unknown_call_id" if call_id == "call_unknown" else "duplicate_function_call_output"
@@ -199,25 +204,25 @@ def test_unknown_and_duplicate_outputs_are_refused_and_change_nothing(call_id: s
 
 def test_a_barge_in_abandons_the_call_and_its_late_output_is_refused() -> None:
     s = with_tools()
-    s.receive(wire.ResponseCreate(), 0.0)
+    drive(s.receive, wire.ResponseCreate(), 0.0)
     rid = s.response.id if s.response else ""
-    s.on_output(VoiceOutput(OutputKind.TEXT_DELTA, 0, rid, text="Checking the weather."), 0.0)
-    s.on_output(VoiceOutput(OutputKind.AUDIO_DELTA, 0, rid, audio=bytes(RATE * 2)), 0.0)  # 1 s
+    drive(s.on_output, VoiceOutput(OutputKind.TEXT_DELTA, 0, rid, text="Checking the weather."), 0.0)
+    drive(s.on_output, VoiceOutput(OutputKind.AUDIO_DELTA, 0, rid, audio=bytes(RATE * 2)), 0.0)  # 1 s
     call(s, "call_1")
-    s.tick(0.1)
-    s.receive(wire.OutputAudioClear(), 0.3)  # the user talks over the answer
+    drive(s.tick, 0.1)
+    drive(s.receive, wire.OutputAudioClear(), 0.3)  # the user talks over the answer
     error = refused(s, output_item("call_1"))
     assert error.code == "function_call_abandoned"
-    assert request_of(s.receive(wire.ResponseCreate(), 0.4)).history[-1].kind == "message"
+    assert request_of(drive(s.receive, wire.ResponseCreate(), 0.4)).history[-1].kind == "message"
 
 
 def test_a_client_created_call_and_its_output() -> None:
     s = with_tools()
     item = {"type": "function_call", "call_id": "c9", "name": "get_weather", "arguments": "{}"}
-    s.receive(wire.ItemCreate(item=item), 0.0)
+    drive(s.receive, wire.ItemCreate(item=item), 0.0)
     assert refused(s, wire.ItemCreate(item=item)).param == "item.call_id"
-    s.receive(output_item("c9"), 0.0)
-    assert [t.kind for t in request_of(s.receive(wire.ResponseCreate(), 0.0)).history] == [
+    drive(s.receive, output_item("c9"), 0.0)
+    assert [t.kind for t in request_of(drive(s.receive, wire.ResponseCreate(), 0.0)).history] == [
         "function_call",
         "function_call_output",
     ]
@@ -228,7 +233,8 @@ def test_a_client_created_call_and_its_output() -> None:
 
 def test_an_out_of_band_response_leaves_the_conversation_unchanged() -> None:
     s = with_tools()
-    s.receive(
+    drive(
+        s.receive,
         wire.ItemCreate(
             item={"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}
         ),
@@ -245,12 +251,12 @@ def test_an_out_of_band_response_leaves_the_conversation_unchanged() -> None:
             {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "I love it"}]},
         ],
     }
-    effects = s.receive(wire.ResponseCreate(response=body), 0.0)
+    effects = drive(s.receive, wire.ResponseCreate(response=body), 0.0)
     request = request_of(effects)
     assert [t.text for t in request.history] == ["hi", "I love it"]
     assert request.instructions == "Classify the sentiment." and request.modalities == ("text",)
     rid = s.response.id if s.response else ""
-    effects = s.on_output(VoiceOutput(OutputKind.TEXT_DELTA, 0, rid, text="positive"), 0.0) + done(s)
+    effects = drive(s.on_output, VoiceOutput(OutputKind.TEXT_DELTA, 0, rid, text="positive"), 0.0) + done(s)
     assert not events(effects, "conversation.item.added") and not events(effects, "conversation.item.done")
     [final] = events(effects, "response.done")
     assert final["response"]["conversation_id"] is None
@@ -275,7 +281,7 @@ def test_bad_response_options_are_refused(body: dict[str, Any], param: str) -> N
 
 def test_max_output_tokens_ends_incomplete_with_its_reason() -> None:
     s = new_session()
-    request = request_of(s.receive(wire.ResponseCreate(response={"max_output_tokens": 5}), 0.0))
+    request = request_of(drive(s.receive, wire.ResponseCreate(response={"max_output_tokens": 5}), 0.0))
     assert request.max_output_tokens == 5
     [final] = events(done(s, status="incomplete", code="max_output_tokens"), "response.done")
     assert final["response"]["status"] == "incomplete"
@@ -285,28 +291,31 @@ def test_max_output_tokens_ends_incomplete_with_its_reason() -> None:
 
 def test_usage_is_the_models_when_reported_else_counted_words() -> None:
     s = new_session()
-    s.receive(wire.ResponseCreate(), 0.0)
+    drive(s.receive, wire.ResponseCreate(), 0.0)
     [final] = events(done(s, usage=Usage(120, 30, 64)), "response.done")
     usage = final["response"]["usage"]
     assert (usage["input_tokens"], usage["output_tokens"], usage["total_tokens"]) == (120, 30, 150)
     assert usage["input_token_details"]["cached_tokens"] == 64
     assert usage["input_token_details"]["audio_tokens"] == usage["output_token_details"]["audio_tokens"] == 0
-    s.receive(
-        wire.ResponseCreate(response={"instructions": "one two three", "output_modalities": ["text"]}), 0.0
+    drive(
+        s.receive,
+        wire.ResponseCreate(response={"instructions": "one two three", "output_modalities": ["text"]}),
+        0.0,
     )
     rid = s.response.id if s.response else ""
-    effects = s.on_output(VoiceOutput(OutputKind.TEXT_DELTA, 0, rid, text="four five"), 0.0) + done(s)
+    effects = drive(s.on_output, VoiceOutput(OutputKind.TEXT_DELTA, 0, rid, text="four five"), 0.0) + done(s)
     usage = events(effects, "response.done")[0]["response"]["usage"]
     assert (usage["input_tokens"], usage["output_tokens"]) == (3, 2)
 
 
 def test_beta_clients_get_the_call_events_under_beta_names() -> None:
-    from livegen.protocol.beta import to_beta
+    from livegen.protocol.realtime.beta import to_beta
+    from livegen.protocol.realtime.server import as_dict
 
     s = with_tools()
-    s.receive(wire.ResponseCreate(), 0.0)
+    drive(s.receive, wire.ResponseCreate(), 0.0)
     effects = call(s, "call_1") + done(s)
-    beta = [to_beta(e.event) for e in effects if hasattr(e, "event")]
+    beta = [as_dict(to_beta(e.event)) for e in effects if isinstance(e, Send)]
     kinds = [e["type"] for e in beta]
     assert "conversation.item.created" in kinds and "conversation.item.added" not in kinds
     assert kinds.count("response.function_call_arguments.done") == 1

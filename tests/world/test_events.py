@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from livegen.errors import InvalidRequest
-from livegen.models.game import ACTION_TRACK
+from livegen.models.room.game import ACTION_TRACK
 from livegen.world import ControlInput, Event, FrozenDict, freeze, thaw
 from livegen.world.schema import compile_schema, problem
 

@@ -1,4 +1,4 @@
-"""The world core against DESIGN.md section 1's world promises, as a Hypothesis state machine.
+"""The world core against the world promises of docs/architecture.md, as a Hypothesis state machine.
 
 Rules are client events (new, duplicate and stale ids, overflow, poison controls
 a reducer refuses, keys pressed and released and mouse motion, whose chunks
@@ -463,27 +463,33 @@ class WorldMachine(RuleBasedStateMachine):
         self.seen_ids, self.next_id, self.all_applied = [], 0, []
         self.inputs, self.prompt_events, self.transition = {}, {}, None
 
-    # -- the promises ----------------------------------------------------------------------
+    # -- the promises (invariants named after docs/architecture.md's numbers) ---------------
     @invariant()
-    def identities(self) -> None:
+    def w1_identities(self) -> None:
+        """W1 and W3: chunk indices contiguous since reset; each event applied once, in id
+        order; request ids unique."""
         assert self.session.chunk_index == self.chunks_since_reset
         assert len(self.all_applied) == len(set(self.all_applied)), "an event applied twice"
         assert self.all_applied == sorted(self.all_applied), "event ids not monotonic across chunks"
         assert len(self.committed) == len(set(self.committed)), "request ids must be unique"
 
     @invariant()
-    def bounded_queue_above_floor(self) -> None:
+    def w2_bounded_queue_above_floor(self) -> None:
+        """W2: the pending queue is bounded, above the floor, and holds nothing already applied."""
         assert self.session.pending_event_count <= MAX_PENDING
         assert all(event_id > self.session.committed_floor for event_id in self.session.pending_ids)
         assert not set(self.session.pending_ids) & set(self.all_applied)
 
     @invariant()
-    def no_committed_output_is_lost(self) -> None:
+    def w5_no_committed_output_is_lost(self) -> None:
+        """W5: every committed chunk's output is delivered or queued, even when the caller was
+        cancelled during commit."""
         queued = [e.meta.request_id for e in self.session._effects if isinstance(e, Output)]
         assert sorted(self.delivered + queued) == sorted(self.committed)
 
     @invariant()
-    def failed_means_released(self) -> None:
+    def w4_failed_means_released(self) -> None:
+        """W4: a failed session holds no chunk in flight (its state was released at once)."""
         if self.session.status is Status.FAILED:
             assert self.session.in_flight is None
 
@@ -562,11 +568,13 @@ class FlowMachine(RuleBasedStateMachine):
             self.flow.ack(0, self.next_index, "middle")
 
     @invariant()
-    def acks_count_only_written_chunks(self) -> None:
+    def w7_acks_count_only_written_chunks(self) -> None:
+        """W7: an ack counts only for chunks already written."""
         assert self.flow.acked_through <= self.written_through
 
     @invariant()
-    def nothing_beyond_credit(self) -> None:
+    def w7_nothing_beyond_credit(self) -> None:
+        """W7: nothing is generated beyond max_chunks_ahead past the last ack."""
         # Generated past the last ack: at most the most max_chunks_ahead ever was (it may shrink).
         assert self.next_index - 1 - self.flow.acked_through <= 3
         assert self.flow.unsent == len(self.unsent)

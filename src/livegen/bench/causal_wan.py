@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from livegen.models.world import Tick, TickMeta
-from livegen.runtime.kv_pool import Pool
+from livegen.runtime.world.kv_pool import Pool
 
 GIB = 1024**3
 

@@ -1,7 +1,7 @@
 """The message families that once broke sessions, as generators shared by the fuzz tests and bench.
 
 Wrong types are derived from the event structs and the shapes of their nested
-objects (``protocol/realtime_fields.py``), so a field added there is fuzzed
+objects (``protocol/realtime/fields.py``), so a field added there is fuzzed
 without anyone listing it. Deterministic for a given ``random.Random``.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 
 from livegen.protocol import realtime as wire
-from livegen.protocol.realtime_fields import NESTED
+from livegen.protocol.realtime.fields import NESTED
 
 #: The smallest valid body of each voice event, to which a case adds one bad field.
 MINIMAL: dict[str, dict[str, Any]] = {

@@ -149,7 +149,7 @@ async def _run(turns: int, silence_ms: int, barge_ins: int) -> dict[str, Any]:
     try:
         await asyncio.to_thread(server.wait_ready)
         service = next(s for s in server.app.state.livegen.services if s.name == "voice")
-        model = service.models[service.default_model]
+        model = service.engine.models[service.engine.default_model]
         utterances = [await asyncio.to_thread(synthesise, model, text) for text in PROMPTS]
         long_question = await asyncio.to_thread(synthesise, model, "what can you do")
         results: dict[str, dict[str, list[float]]] = {

@@ -33,9 +33,9 @@ import click
 import numpy as np
 import numpy.typing as npt
 
-from livegen.models import game
-from livegen.models.tinyworld.data import agent_errors, find_agent, sticky_actions
+from livegen.models.room import game
 from livegen.models.world import Tick, TickMeta
+from livegen.training.tinyworld.data import agent_errors, find_agent, sticky_actions
 
 
 def _ticks(prefix: str, chunk: int, seeds: list[int], action: str, prompt: str) -> list[Tick]:

@@ -43,7 +43,7 @@ from typing import Any
 import click
 from tqdm import tqdm
 
-from livegen.models import game
+from livegen.models.room import game
 from livegen.models.world import Chunk, Tick
 from livegen.protocol import world as wire
 from livegen.world import ControlInput, Event, Session

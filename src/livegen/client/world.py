@@ -24,7 +24,7 @@ import numpy as np
 import websockets
 
 from livegen.protocol import world as wire
-from livegen.runtime.world_frames import decode_frame
+from livegen.protocol.frames import decode_frame
 
 
 @dataclass

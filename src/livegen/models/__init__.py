@@ -2,7 +2,10 @@
 
 ``models/`` knows nothing of WebSockets or sessions: ``voice.py`` and
 ``world.py`` state what the runtime needs of a model, ``registry.py`` how models
-are found and loaded, ``catalog.py`` which models ship.
+are found and loaded, ``catalog.py`` which models ship. Each served model is a
+subpackage: ``room/`` (the room game and ``procedural-world``), ``tinyworld/``
+(``tiny-world`` and its shipped weights; its training is ``livegen.training``),
+``cascade/`` (the voice cascade) and ``causalwan/``.
 """
 
 from livegen.models.catalog import CATALOG, default_registry

@@ -32,7 +32,7 @@ CATALOG: list[ModelInfo] = [
     ModelInfo(
         name="procedural-world",
         kind=Kind.WORLD,
-        loader="livegen.models.procedural:load",
+        loader="livegen.models.room.procedural:load",
         description="deterministic top-down room game, rendered directly (action track, theme prompt)",
         # The default where torch is missing (a plain install), and the ground truth tiny-world learns.
         priority=50,

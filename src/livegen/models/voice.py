@@ -4,8 +4,8 @@ A voice model opens one ``VoiceStream`` per session. The runtime feeds it input
 audio in wire order, end-of-turn commits, response requests and cancels, each
 tagged with the session epoch in force when the client asked; the stream yields
 ``VoiceOutput`` items, each tagged with the epoch of the request it answers.
-The session core drops outputs of an older epoch (the epoch fence, DESIGN.md
-section 1, voice promise 2), so a model never has to be perfectly prompt at
+The session core drops outputs of an older epoch (the epoch fence, promise V2
+in docs/architecture.md), so a model never has to be perfectly prompt at
 cancelling: it only has to tag honestly.
 
 Both shapes of speech model fit:
@@ -206,3 +206,17 @@ class VoiceModel(Protocol):
     def health(self) -> ModelHealth:
         """Whether the model can serve now; cheap, called on every ``/health``, from the event loop."""
         ...
+
+
+@runtime_checkable
+class RemoteLLM(Protocol):
+    """A voice model that can answer through an OpenAI-compatible chat endpoint
+    (``--llm-base-url``, ``--llm-model``); the engine configures it once, after loading."""
+
+    def use_llm(
+        self,
+        base_url: str | None,
+        model: str | None,
+        api_key: str | None = None,
+        context_tokens: int | None = None,
+    ) -> None: ...

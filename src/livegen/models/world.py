@@ -4,8 +4,8 @@ A world model knows nothing of sessions, queues or sockets. The runtime hands it
 a batch of ticks, one per due session, each naming the chunk to generate and the
 control state to generate it under; the model returns one chunk of frames per
 tick and echoes the tick's metadata unchanged, so that the session core can
-check the chunk belongs to the transaction it opened (DESIGN.md section 1,
-world promise 3).
+check the chunk belongs to the transaction it opened (promise W3,
+docs/architecture.md).
 
 KV state: a model that declares a ``KVGeometry`` gets its attention cache from
 the runtime's paged pool (``runtime/``), nano-vllm style: the pool is plain

@@ -4,7 +4,7 @@ vllm-omni's ``DuplexClient`` connects to ``/v1/realtime?duplex=1`` and speaks
 the Realtime API with a few additions that livegen's session semantics
 already have under other names. A connection whose query has ``duplex=1``
 gets this dialect; everything else is translated at the edge, as the beta
-dialect is (``protocol/beta.py``), and the session core speaks GA only:
+dialect is (``protocol/realtime/beta.py``), and the session core speaks GA only:
 
 - The first message opens the session: ``session.update`` (answered by
   ``session.created`` carrying the updated session and the resume token; the
@@ -12,7 +12,7 @@ dialect is (``protocol/beta.py``), and the session core speaks GA only:
 - ``session.resume {session_id, resume_token, last_received_server_event_seq}``
   as the first message of a new connection (no ``?session_id=``); every
   server event carries ``server_event_seq`` (its seq in the session's stream,
-  stamped by ``runtime.attachment``), which the client acknowledges with
+  stamped by ``runtime.voice.attachment``), which the client acknowledges with
   ``session.event_ack`` (the journal then forgets it) and uses to drop
   replayed duplicates. Refusals use vllm-omni's codes; a gap in the journal is
   ``session.resync_required``.
@@ -40,6 +40,8 @@ import msgspec
 
 from livegen.protocol import errors as wire_errors
 from livegen.protocol import realtime as wire
+from livegen.protocol.realtime import server as ev
+from livegen.protocol.realtime.session import AnySessionObject
 
 DUPLEX_QUERY = "duplex"
 _TRUE = frozenset({"1", "true", "yes", "on"})
@@ -162,32 +164,31 @@ class DuplexDialect:
                 _refuse("committed_ms", "only committed_ms equal to played_ms is supported", event_id)
         return [event]
 
-    def outbound(self, event: dict[str, Any]) -> dict[str, Any] | None:
+    def outbound(self, event: ev.ServerEvent) -> ev.ServerEvent | None:
         """The duplex form of one GA server event (None: not sent)."""
-        kind = event["type"]
-        if kind in ("session.created", "session.updated"):
-            self._learn(event["session"])
-            if kind == "session.updated" and self._updates:
+        if isinstance(event, ev.SessionCreated | ev.SessionUpdated):
+            self._learn(event.session)
+            if isinstance(event, ev.SessionUpdated) and self._updates:
                 auto = self._updates.popleft()[1]
                 self.auto_response = self.auto_response if auto is None else auto
             if self.hold_created:
-                if kind == "session.created":
+                if isinstance(event, ev.SessionCreated):
                     return None
                 self.hold_created = False
-                return {**event, "type": "session.created"}
-        elif kind == "error" and self._updates:
-            if event["error"].get("event_id") == self._updates[0][0]:
+                return ev.SessionCreated(event_id=event.event_id, session=event.session)
+        elif isinstance(event, ev.Error) and self._updates:
+            if event.error.get("event_id") == self._updates[0][0]:
                 self._updates.popleft()  # that update was refused: its auto_response too
-        elif kind == "response.created":
-            self.active.add(event["response"]["id"])
-        elif kind == "response.done":
-            self.active.discard(event["response"]["id"])
+        elif isinstance(event, ev.ResponseCreated):
+            self.active.add(event.response.id)
+        elif isinstance(event, ev.ResponseDone):
+            self.active.discard(event.response.id)
         return event
 
-    def _learn(self, session: dict[str, Any]) -> None:
-        audio_in = session.get("audio", {}).get("input", {})
-        self.input_format = audio_in.get("format") or self.input_format
-        self.manual_turns = audio_in.get("turn_detection") is None
+    def _learn(self, session: AnySessionObject) -> None:
+        audio_in = session.audio.input
+        self.input_format = ev.as_dict(audio_in.format)
+        self.manual_turns = audio_in.turn_detection is None
 
     def _check_append(self, raw: dict[str, Any], event_id: str | None) -> None:
         fmt, rate = raw.get("format"), raw.get("sample_rate_hz")

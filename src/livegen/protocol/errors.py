@@ -84,7 +84,7 @@ class WireError:
         return {**self.body(**fields), "param": self.param, "event_id": None}
 
 
-# --- decoding (protocol/realtime.py, protocol/audio.py) ----------------------------------
+# --- decoding (protocol/realtime/, protocol/audio.py) ----------------------------------
 INVALID_JSON = WireError(
     "invalid_json", "the message is not valid JSON: {detail}", "livegen", "malformed text"
 )
@@ -329,7 +329,7 @@ INTERNAL_ERROR = WireError(
     kind=None,
 )
 
-# --- connecting and resuming (server/realtime.py, server/resume.py, server/auth.py) ------
+# --- connecting and resuming (server/voice.py, server/resume.py, server/auth.py) ------
 INVALID_API_KEY = WireError(
     "invalid_api_key",
     "{detail}",
@@ -380,7 +380,7 @@ RESUME_GAP = WireError(
     "last_event_seq",
 )
 
-# --- vllm-omni's duplex dialect (protocol/duplex.py, server/realtime.py) -----------------
+# --- vllm-omni's duplex dialect (protocol/duplex.py, server/voice.py) -----------------
 UNSUPPORTED_PARAMETER = WireError(
     "unsupported_parameter",
     "unsupported parameter {name!r}: {detail}",

@@ -1,4 +1,4 @@
-"""The world wire protocol (``/v1/worlds``, DESIGN.md section 4): typed events and their codec.
+"""The world wire protocol (``/v1/worlds``, docs/world-protocol.md): typed events and their codec.
 
 JSON text messages both ways, plus one binary message per frame after each
 ``world.chunk``. Events are msgspec structs tagged by ``type``, so one decode

@@ -1,7 +1,9 @@
-"""The ASGI server: routes, auth, metrics, and the WebSocket endpoints of each service.
+"""The ASGI server: routes, auth, metrics, and the transports of each kind of session.
 
-``server/`` knows nothing of models beyond the registry: each service asks the
-registry for its model by name and hands it to its runtime.
+``server/`` knows nothing of models beyond the registry: each service builds
+its kind's engine (``runtime/voice/``, ``runtime/world/``), which asks the
+registry for the model by name; the service's routes only carry events between
+the client and the engine.
 """
 
 from livegen.server.app import create_app

@@ -107,13 +107,13 @@ def _services(state: State) -> list[Service]:
     """One service per kind of session whose model is configured."""
     services: list[Service] = []
     if state.world_model is not None:
-        from livegen.server.worlds import WorldService
+        from livegen.server.world import WorldService
 
         services.append(WorldService(state))
     if state.voice_model is not None:
-        from livegen.server.realtime import RealtimeService
+        from livegen.server.voice import VoiceService
 
-        services.append(RealtimeService(state))
+        services.append(VoiceService(state))
     return services
 
 

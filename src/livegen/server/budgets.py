@@ -41,6 +41,8 @@ from typing import TYPE_CHECKING
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from livegen.logs import log_event
+from livegen.runtime.closes import CLOSE_NOT_READING as CLOSE_NOT_READING
+from livegen.runtime.closes import NOT_READING_REASON as NOT_READING_REASON
 from livegen.server.origins import send_denial
 
 if TYPE_CHECKING:
@@ -49,11 +51,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("livegen.server")
 
-#: Close code of a connection whose unsent bytes passed ``--max-unsent-bytes`` (a client not reading).
-CLOSE_NOT_READING = 4002
 #: Close code of a socket that sent nothing within ``--first-message-timeout`` of its handshake.
 CLOSE_FIRST_MESSAGE_TIMEOUT = 4003
-NOT_READING_REASON = "unsent bytes over budget: the client is not reading"
 #: Connections that must have ended since the peak before memory is handed back to the system.
 TRIM_AFTER = 64
 #: Under steady churn (the count never falls), trim after this many connections ended.

@@ -1,6 +1,6 @@
 """``/v1/realtime/calls``: voice sessions over WebRTC (aiortc), as OpenAI's browser clients connect.
 
-One engine, two transports: a call is a session of ``RealtimeService`` (its
+One engine, two transports: a call is a session of the ``VoiceEngine`` (its
 ``admit``, ``open_runner`` and ``enlist``), driven by the same core and runner
 as the WebSocket; this module only moves media and text:
 
@@ -54,14 +54,15 @@ from livegen.logs import bind_session, log_event
 from livegen.protocol import errors as wire_errors
 from livegen.protocol import realtime as wire
 from livegen.protocol.errors import WireError
-from livegen.runtime.voice import Runner
+from livegen.protocol.realtime import server as ev
+from livegen.runtime.voice.runner import Runner
 from livegen.server.auth import presented_key
 from livegen.server.client_secrets import error_response, validated_session
 
 if TYPE_CHECKING:
     from aiortc import RTCPeerConnection
 
-    from livegen.server.realtime import RealtimeService
+    from livegen.server.voice import VoiceService
 
 logger = logging.getLogger("livegen.server.webrtc")
 
@@ -254,8 +255,9 @@ class Call:
         with contextlib.suppress(asyncio.QueueFull):
             self.inbox.put_nowait(event)
 
-    def outgoing(self, event: dict[str, Any]) -> dict[str, Any] | None:
+    def outgoing(self, typed: ev.ServerEvent) -> dict[str, Any] | None:
         """The runner's events as WebRTC carries them: answer audio to the track, not the channel."""
+        event = ev.as_dict(typed)
         kind = event["type"]
         if kind == "response.output_audio.delta":
             rid = event["response_id"]
@@ -279,10 +281,11 @@ class Call:
 
 
 class CallService:
-    """The WebRTC transport of ``RealtimeService``: call setup, the calls, hangup, attaching."""
+    """The WebRTC transport of ``VoiceService``: call setup, the calls, hangup, attaching."""
 
-    def __init__(self, voice: RealtimeService) -> None:
+    def __init__(self, voice: VoiceService) -> None:
         self.voice = voice
+        self.engine = voice.engine
         self.calls: dict[str, Call] = {}
         #: Calls being set up (between the offer and the answer), counted against the limit too.
         self.num_answering = 0
@@ -316,9 +319,9 @@ class CallService:
                 raise TOO_MANY_CALLS.error(limit=config.webrtc_max_calls)
             secret = self.voice.client_secrets.lookup(presented_key(request.scope))
             bound = {**(secret.session if secret is not None else {}), **(session or {})}
-            requested = bound.get("model") or request.query_params.get("model") or self.voice.default_model
+            requested = bound.get("model") or request.query_params.get("model") or self.engine.default_model
             validated_session(bound, requested)
-            name, model = await self.voice.admit(requested)
+            name, model = await self.engine.admit(requested)
         except RemoteProtocolError as error:
             self._count_error(error)
             log_event(logger, "webrtc.call_refused", logging.WARNING, code=error.code)
@@ -336,7 +339,7 @@ class CallService:
             pc.addTrack(call.answer.track)  # on the offer's audio transceiver: one track both ways
             answer = await pc.createAnswer()
             await pc.setLocalDescription(answer)
-            runner = await self.voice.open_runner(
+            runner = await self.engine.open_runner(
                 "sess_" + secrets.token_hex(8), name, model, call.send_text, call.outgoing
             )
         except RemoteProtocolError as refused:
@@ -428,7 +431,7 @@ class CallService:
     async def _serve(self, call: Call, runner: Runner, name: str) -> None:
         """Own the call from answer to end: run its session, feed it, then free everything."""
         with bind_session(runner.session.id):
-            undo = self.voice.enlist(runner)
+            undo = self.engine.enlist(runner)
             log_event(logger, "webrtc.call_opened", call=call.id, model=name)
             run = asyncio.create_task(runner.run())
             feed = asyncio.create_task(self._feed(call, runner))

@@ -19,6 +19,21 @@ from typing import Any
 from livegen.models.voice import StreamConfig, TurnDetection
 from livegen.protocol.audio import MAX_RATE, MIN_RATE, AudioFormat, Encoding, parse_format
 from livegen.protocol.errors import INVALID_TYPE, INVALID_VALUE, UNSUPPORTED_TURN_DETECTION
+from livegen.protocol.realtime.server import as_dict
+from livegen.protocol.realtime.session import (
+    AnySessionObject,
+    AudioInputObject,
+    AudioOutputObject,
+    SemanticVadObject,
+    ServerVadObject,
+    SessionAudio,
+    SessionObject,
+    TranscriptionAudio,
+    TranscriptionObject,
+    TranscriptionSessionObject,
+    TurnDetectionObject,
+    format_object,
+)
 from livegen.voice import tools as fn
 
 #: ``semantic_vad`` has no end-of-turn model here: its eagerness picks how long a silence ends
@@ -39,23 +54,20 @@ class ServerVad:
     #: Set when the client asked for ``semantic_vad``: the same detector, timed by eagerness.
     eagerness: str | None = None
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_object(self) -> TurnDetectionObject:
         if self.eagerness is not None:
-            return {
-                "type": "semantic_vad",
-                "eagerness": self.eagerness,
-                "create_response": self.create_response,
-                "interrupt_response": self.interrupt_response,
-            }
-        return {
-            "type": "server_vad",
-            "threshold": self.threshold,
-            "prefix_padding_ms": self.prefix_padding_ms,
-            "silence_duration_ms": self.silence_duration_ms,
-            "create_response": self.create_response,
-            "interrupt_response": self.interrupt_response,
-            "idle_timeout_ms": self.idle_timeout_ms,
-        }
+            return SemanticVadObject(self.eagerness, self.create_response, self.interrupt_response)
+        return ServerVadObject(
+            self.threshold,
+            self.prefix_padding_ms,
+            self.silence_duration_ms,
+            self.create_response,
+            self.interrupt_response,
+            self.idle_timeout_ms,
+        )
+
+    def to_wire(self) -> dict[str, Any]:
+        return as_dict(self.to_object())
 
 
 @dataclass(frozen=True)
@@ -98,54 +110,42 @@ class Config:
             tool_choice=fn.chat_tool_choice(self.tool_choice),
         )
 
-    def _transcription_to_wire(self) -> dict[str, str] | None:
+    def _transcription_object(self) -> TranscriptionObject | None:
         if not self.transcription_model:
             return None
-        fields = {"language": self.transcription_language, "prompt": self.transcription_prompt}
-        return {"model": self.transcription_model, **{k: v for k, v in fields.items() if v}}
+        transcription = TranscriptionObject(self.transcription_model)
+        if self.transcription_language:
+            transcription.language = self.transcription_language
+        if self.transcription_prompt:
+            transcription.prompt = self.transcription_prompt
+        return transcription
+
+    def _input_object(self) -> AudioInputObject:
+        vad = self.turn_detection
+        return AudioInputObject(
+            format_object(self.input_format),
+            None if vad is None else vad.to_object(),
+            self._transcription_object(),
+        )
+
+    def to_object(self, session_id: str) -> AnySessionObject:
+        """The session object (``session.created``, ``session.updated``)."""
+        if self.is_transcription:  # GA's transcription session: input audio settings only
+            return TranscriptionSessionObject(id=session_id, audio=TranscriptionAudio(self._input_object()))
+        output = AudioOutputObject(format_object(self.output_format), self.voice)
+        return SessionObject(
+            id=session_id,
+            model=self.model,
+            instructions=self.instructions,
+            output_modalities=list(self.output_modalities),
+            audio=SessionAudio(self._input_object(), output),
+            tools=[t.to_wire() for t in self.tools],
+            tool_choice=fn.choice_to_wire(self.tool_choice),
+            truncation=_truncation_to_wire(self.truncation),
+        )
 
     def to_wire(self, session_id: str) -> dict[str, Any]:
-        if self.is_transcription:
-            return self._transcription_session_to_wire(session_id)
-        return {
-            "id": session_id,
-            "object": "realtime.session",
-            "type": "realtime",
-            "model": self.model,
-            "instructions": self.instructions,
-            "output_modalities": list(self.output_modalities),
-            "audio": {
-                "input": {
-                    "format": self.input_format.to_wire(),
-                    "turn_detection": None if self.turn_detection is None else self.turn_detection.to_wire(),
-                    "transcription": self._transcription_to_wire(),
-                    "noise_reduction": None,
-                },
-                "output": {"format": self.output_format.to_wire(), "voice": self.voice, "speed": 1.0},
-            },
-            "tools": [t.to_wire() for t in self.tools],
-            "tool_choice": fn.choice_to_wire(self.tool_choice),
-            "max_output_tokens": "inf",
-            "truncation": _truncation_to_wire(self.truncation),
-        }
-
-    def _transcription_session_to_wire(self, session_id: str) -> dict[str, Any]:
-        """GA's transcription session: input audio settings only."""
-        vad = self.turn_detection
-        return {
-            "id": session_id,
-            "object": "realtime.transcription_session",
-            "type": "transcription",
-            "audio": {
-                "input": {
-                    "format": self.input_format.to_wire(),
-                    "turn_detection": None if vad is None else vad.to_wire(),
-                    "transcription": self._transcription_to_wire(),
-                    "noise_reduction": None,
-                }
-            },
-            "include": [],
-        }
+        return as_dict(self.to_object(session_id))
 
 
 def _expect(value: Any, kind: type | tuple[type, ...], param: str) -> Any:
@@ -245,28 +245,7 @@ def apply_update(config: Config, session: dict[str, Any]) -> Config:
     audio = _expect(session.get("audio", {}), dict, "session.audio")
     audio_in = _expect(audio.get("input", {}), dict, "session.audio.input")
     audio_out = _expect(audio.get("output", {}), dict, "session.audio.output")
-    for param, value in (
-        ("session.audio.input.format", audio_in.get("format")),
-        ("session.input_audio_format", session.get("input_audio_format")),
-    ):
-        if value is not None:
-            updates["input_format"] = parse_format(value, param)
-    for param, value in (
-        ("session.audio.output.format", audio_out.get("format")),
-        ("session.output_audio_format", session.get("output_audio_format")),
-    ):
-        if value is not None:
-            updates["output_format"] = parse_format(value, param)
-    input_rates = (("session.sample_rate_hz", session), ("session.audio.input.sample_rate_hz", audio_in))
-    output_rates = (("session.audio.output.sample_rate_hz", audio_out),)
-    for name, sources, explicit in (
-        ("input_format", input_rates, audio_in.get("format")),
-        ("output_format", output_rates, audio_out.get("format")),
-    ):
-        rate = _sample_rate(sources, explicit)
-        if rate is not None:
-            fmt = updates.get(name, getattr(config, name))
-            updates[name] = _with_rate(fmt, rate, sources[0][0])
+    updates.update(_format_updates(config, session, audio_in, audio_out))
     for param, source in (
         ("session.audio.input.turn_detection", audio_in),
         ("session.turn_detection", session),
@@ -294,6 +273,36 @@ def apply_update(config: Config, session: dict[str, Any]) -> Config:
     if "truncation" in session:
         updates["truncation"] = parse_truncation(session["truncation"], "session.truncation")
     return replace(config, **updates)
+
+
+def _format_updates(
+    config: Config, session: dict[str, Any], audio_in: dict[str, Any], audio_out: dict[str, Any]
+) -> dict[str, Any]:
+    """The audio formats an update names (GA or beta), with any ``sample_rate_hz`` applied."""
+    updates: dict[str, Any] = {}
+    for param, value in (
+        ("session.audio.input.format", audio_in.get("format")),
+        ("session.input_audio_format", session.get("input_audio_format")),
+    ):
+        if value is not None:
+            updates["input_format"] = parse_format(value, param)
+    for param, value in (
+        ("session.audio.output.format", audio_out.get("format")),
+        ("session.output_audio_format", session.get("output_audio_format")),
+    ):
+        if value is not None:
+            updates["output_format"] = parse_format(value, param)
+    input_rates = (("session.sample_rate_hz", session), ("session.audio.input.sample_rate_hz", audio_in))
+    output_rates = (("session.audio.output.sample_rate_hz", audio_out),)
+    for name, sources, explicit in (
+        ("input_format", input_rates, audio_in.get("format")),
+        ("output_format", output_rates, audio_out.get("format")),
+    ):
+        rate = _sample_rate(sources, explicit)
+        if rate is not None:
+            fmt = updates.get(name, getattr(config, name))
+            updates[name] = _with_rate(fmt, rate, sources[0][0])
+    return updates
 
 
 def _tool_updates(config: Config, session: dict[str, Any]) -> dict[str, Any]:

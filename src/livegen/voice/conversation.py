@@ -24,6 +24,14 @@ from livegen.protocol.errors import (
     PREVIOUS_ITEM_NOT_FOUND,
     WireError,
 )
+from livegen.protocol.realtime.items import (
+    FunctionCallItem,
+    FunctionCallOutputItem,
+    ItemObject,
+    MessageItem,
+    content_part,
+)
+from livegen.protocol.realtime.server import as_dict
 
 MAX_ITEMS = 512
 #: Characters of text (transcripts and text parts) a session's history holds at most.
@@ -47,21 +55,22 @@ class Item:
     call_id: str = ""
     name: str = ""
 
-    def to_wire(self) -> dict[str, Any]:
-        base = {"id": self.id, "object": "realtime.item", "type": self.type, "status": self.status}
+    def to_object(self) -> ItemObject:
+        """The item as the wire carries it."""
         if self.type == "function_call":
-            return {**base, "call_id": self.call_id, "name": self.name, "arguments": self.text or ""}
+            arguments = self.text or ""
+            return FunctionCallItem(
+                id=self.id, status=self.status, call_id=self.call_id, name=self.name, arguments=arguments
+            )
         if self.type == "function_call_output":
-            return {**base, "call_id": self.call_id, "output": self.text or ""}
-        key = "text" if self.content_type.endswith("text") else "transcript"
-        return {
-            "id": self.id,
-            "object": "realtime.item",
-            "type": "message",
-            "role": self.role,
-            "status": self.status,
-            "content": [{"type": self.content_type, key: self.text}],
-        }
+            return FunctionCallOutputItem(
+                id=self.id, status=self.status, call_id=self.call_id, output=self.text or ""
+            )
+        part = content_part(self.content_type, self.text)
+        return MessageItem(id=self.id, role=self.role, status=self.status, content=[part])
+
+    def to_wire(self) -> dict[str, Any]:
+        return as_dict(self.to_object())
 
 
 _CONTENT_TYPES = {
@@ -175,6 +184,10 @@ class Conversation:
             return self._items[item_id]
         except KeyError:
             raise missing.error(item_id=item_id) from None
+
+    def find(self, item_id: str) -> Item | None:
+        """The item, or ``None`` (it may have left the bounded history)."""
+        return self._items.get(item_id)
 
     def delete(self, item_id: str) -> None:
         self.get(item_id, ITEM_DELETE_INVALID_ITEM_ID)

@@ -1,7 +1,7 @@
 """The two ledgers of a voice session: input bytes reserved, and audio played.
 
-``InputLedger`` is the exact reservation ledger of DESIGN.md voice promises 3
-and 5. Every accepted append reserves its decoded bytes against the session's
+``InputLedger`` is the exact reservation ledger of promises V3 and V5
+(docs/architecture.md). Every accepted append reserves its decoded bytes against the session's
 budget before it joins the append chain; the reservation is committed when the
 model took the audio and rolled back when it never will (a failed chain, a
 clear, a close). Commits are head-only because the chain runs in wire order;
@@ -10,7 +10,7 @@ must not reach the model out of order. Both are idempotent, so whichever of
 the chain or a canceller gets there first settles a reservation and the other
 is a no-op. The pending total is never negative and is zero when idle.
 
-``Playback`` is one response's playback ledger (promise 6): how much audio the
+``Playback`` is one response's playback ledger (promise V6): how much audio the
 model generated, how much the session released to the client, how much the
 client says it played (``playback.ack``), and how much is committed to history.
 Text marks map audio time to transcript length, so history can keep exactly
@@ -134,6 +134,12 @@ class Playback:
         if self.started_at is None:
             return 0.0
         return max(0.0, min(self.sent_ms, (now - self.started_at) * 1000.0))
+
+    def played_until(self, now: float) -> float:
+        """When the audio sent so far will have played out (``now`` if none was released)."""
+        if self.started_at is None:
+            return now
+        return max(now, self.started_at + self.sent_ms / 1000.0)
 
     def is_all_due(self, now: float) -> bool:
         """All audio sent so far has been due at real-time playback since the first was released."""

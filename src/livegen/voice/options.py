@@ -16,11 +16,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from livegen.models.voice import HistoryTurn
+from livegen.models.voice import HistoryTurn, ResponseRequest
+from livegen.protocol.audio import OutputEncoder
 from livegen.protocol.errors import INVALID_VALUE
+from livegen.protocol.realtime.session import format_object
 from livegen.voice import tools as fn
+from livegen.voice import usage
 from livegen.voice.config import Config
 from livegen.voice.conversation import Conversation, Item, history_of, item_from_wire
+from livegen.voice.response import Response
 
 #: OpenAI's bound on ``max_output_tokens`` for Realtime responses.
 MAX_OUTPUT_TOKENS = 4096
@@ -129,3 +133,47 @@ def _metadata(value: object) -> dict[str, str] | None:
         raise _refuse(detail, "response.metadata")
     assert isinstance(value, dict)
     return dict(value)
+
+
+def session_options(config: Config) -> ResponseOptions:
+    """What a response the session starts itself (server VAD, the idle timeout) is made with."""
+    return ResponseOptions(
+        config.instructions, config.output_modalities, None, config.tools, config.tool_choice
+    )
+
+
+def plan_response(
+    options: ResponseOptions,
+    config: Config,
+    conversation: Conversation,
+    response_id: str,
+    epoch: int,
+    output_rate: int,
+) -> tuple[Response, ResponseRequest]:
+    """The response to pre-create, and the request its model is given."""
+    history = tuple(conversation.history() if options.input is None else options.input)
+    response = Response(
+        metadata=options.metadata,
+        id=response_id,
+        epoch=epoch,
+        modalities=options.modalities,
+        voice=config.voice,
+        output_format=format_object(config.output_format),
+        encoder=OutputEncoder(config.output_format, output_rate),
+        conversation=options.conversation,
+        max_output_tokens=options.max_output_tokens,
+        request_words=usage.words(options.instructions, *(turn.text for turn in history)),
+    )
+    choice = options.tool_choice
+    request = ResponseRequest(
+        response_id=response.id,
+        history=history,
+        instructions=options.instructions,
+        modalities=options.modalities,
+        voice=config.voice,
+        tools=tuple(t.to_chat() for t in options.tools) if choice != "none" else (),
+        tool_choice=fn.chat_tool_choice(choice),
+        max_output_tokens=response.max_output_tokens,
+        truncation=config.truncation,
+    )
+    return response, request

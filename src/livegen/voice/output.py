@@ -1,72 +1,146 @@
 """What a voice session says: model outputs become wire events, paced audio, one terminal each.
 
-This half of the session core (``voice/session.py`` holds the other: client
-events, turn policy, the fence and the chain's reports) turns the model's
-outputs of the current epoch into OpenAI's response events, holds audio back
-to real time plus a lead (``tick``), and ends each response exactly once
-(``_end_response``), cutting its item to what the listener heard. It is a
-mixin so that both halves stay one object with one writer.
+The ``Speaker`` is the session's output half, a plain object that the session
+(``voice/session.py``) owns and calls. It holds the live response and the
+playback ledgers, turns the model's outputs into OpenAI's response events,
+holds audio back to real time plus a lead (``tick``), and ends each response
+exactly once (``end``), cutting its item to what the listener heard. The fence
+(which outputs are current) is the session's: the speaker is only given
+outputs that passed it. When a response ends the speaker tells its owner
+through ``on_finished`` (the session cancels the attempts bound to it and
+starts the idle clock), so every way a response ends settles the same state.
 """
 
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
 from typing import Any
 
 from livegen.models.voice import OutputKind, VoiceOutput
 from livegen.protocol.audio import pcm_ms
-from livegen.protocol.errors import MODEL_FAILED, OUTBOX_OVERFLOW, OUTPUT_OVERFLOW
+from livegen.protocol.errors import (
+    INVALID_VALUE,
+    MODEL_FAILED,
+    OUTBOX_OVERFLOW,
+    OUTPUT_OVERFLOW,
+    TRUNCATE_BEYOND_AUDIO,
+    UNKNOWN_RESPONSE,
+)
+from livegen.protocol.realtime import server as ev
+from livegen.protocol.realtime.items import content_part
 from livegen.voice import usage
 from livegen.voice.calls import CallLedger
-from livegen.voice.chain import Attempt, AttemptState, DropOutput, Effect, Send
+from livegen.voice.chain import DropOutput, Effect, Send, stamped
 from livegen.voice.conversation import Conversation, Item
 from livegen.voice.ledger import Playback
 from livegen.voice.response import AudioChunk, Response
-from livegen.voice.settings import IdFactory, Limits, ModelFacts
+from livegen.voice.settings import IdFactory, Limits
 
 #: Playback ledgers kept for acks and truncation after their responses end.
 MAX_PLAYBACKS = 16
+#: A truncate this far past the audio is clamped (clients' playback clocks overshoot a little).
+TRUNCATE_SLACK_MS = 250
+
+#: Called once when a response ends, with the response and ``now``.
+Finished = Callable[[Response, float], None]
+
+
+def _no_hook(response: Response, now: float) -> None:
+    return None
 
 
 class Speaker:
-    """Output handling of ``voice.Session``; the state it reads is owned and set up there."""
+    """The live response, the playback ledgers, and every event of the response lifecycle."""
 
-    # Set by Session.__init__.
-    model: ModelFacts
-    limits: Limits
-    ids: IdFactory
-    epoch: int
-    response: Response | None
-    playbacks: dict[str, Playback]
-    conversation: Conversation
-    attempts: list[Attempt]
-    num_stale_outputs: int
-    calls: CallLedger
-    #: The item the turn being spoken will become (server VAD), announced by ``speech_started``.
-    _vad_item_id: str | None
+    def __init__(
+        self,
+        ids: IdFactory,
+        limits: Limits,
+        output_rate: int,
+        conversation: Conversation,
+        calls: CallLedger,
+        on_finished: Finished = _no_hook,
+    ) -> None:
+        self.ids = ids
+        self.limits = limits
+        #: The model's output rate (PCM16 Hz); the session updates it when the model changes.
+        self.output_rate = output_rate
+        self.conversation = conversation
+        self.calls = calls
+        self.on_finished = on_finished
+        self.response: Response | None = None
+        self.playbacks: dict[str, Playback] = {}
 
-    @property
-    def is_closed(self) -> bool:
-        raise NotImplementedError
+    def _send(self, event: ev.ServerEvent) -> Send:
+        return stamped(event, self.ids)
 
-    def _event(self, type_: str, **fields: Any) -> Send:
-        raise NotImplementedError
+    # --- the response lifecycle ------------------------------------------------------
 
-    def _speech_started(self, audio_ms: float, now: float) -> list[Effect]:
-        raise NotImplementedError
+    def begin(self, response: Response) -> Send:
+        """``response`` is now the live one: its ``response.created``."""
+        self.response = response
+        return self._send(ev.ResponseCreated(response=response.to_object("in_progress")))
 
-    def _speech_stopped(self, audio_ms: float, now: float) -> list[Effect]:
-        raise NotImplementedError
+    def live(self, response_id: str | None) -> Response | None:
+        """The live response, if ``response_id`` names it (``None`` names any)."""
+        response = self.response
+        return response if response is not None and response_id in (None, response.id) else None
 
-    def _truncated(self, item_id: str, end_ms: float) -> Send:
-        return self._event(
-            "conversation.item.truncated", item_id=item_id, content_index=0, audio_end_ms=round(end_ms)
-        )
+    def end(self, now: float, status: str, details: dict[str, Any] | None) -> list[Effect]:
+        """The one ``response.done`` of the live response (nothing when none is live)."""
+        response = self.response
+        if response is None:
+            return []
+        self.response = None
+        response.is_finished = True
+        effects: list[Effect] = []
+        if status != "completed":
+            effects.append(DropOutput(response.id))
+        response.pending_audio.clear()
+        if response.item is not None:
+            effects += self._close_item(response, status, now)
+        if status != "completed":
+            self.abandon_calls(response.id)
+        if response.usage is None:
+            response.usage = usage.counted(response.request_words, response.outputs)
+        effects.append(self._send(ev.ResponseDone(response=response.to_object(status, details))))
+        self.on_finished(response, now)
+        return effects
 
-    def _find_item(self, item_id: str) -> Item | None:
-        return self.conversation.get(item_id) if item_id in self.conversation else None
+    def on_outbox_overflow(self, now: float) -> list[Effect]:
+        """The client reads too slowly: fail the live response, with a clear error."""
+        return self.end(now, "failed", {"type": "failed", "error": OUTBOX_OVERFLOW.body()})
 
-    def _truncate_item(self, item: Item, end_ms: float) -> None:
+    def is_speaking(self, now: float) -> bool:
+        """A response is running, or audio already sent is still playing at the client."""
+        return self.response is not None or any(p.is_playing(now) for p in self.playbacks.values())
+
+    # --- what was heard --------------------------------------------------------------
+
+    def ack(self, response_id: str | None, item_id: str | None, played_ms: float) -> None:
+        """The client's playback position of an answer, named by its response or item id."""
+        playback = None
+        if response_id or item_id:
+            playback = next(
+                (
+                    p
+                    for p in self.playbacks.values()
+                    if response_id in (None, p.response_id) and item_id in (None, p.item_id)
+                ),
+                None,
+            )
+        if playback is None:
+            raise UNKNOWN_RESPONSE.error()
+        if played_ms < 0:
+            raise INVALID_VALUE.error(detail="played_ms must be >= 0", param="played_ms")
+        playback.ack(played_ms)
+
+    def truncated(self, item_id: str, end_ms: float) -> Send:
+        return self._send(ev.ItemTruncated(item_id=item_id, content_index=0, audio_end_ms=round(end_ms)))
+
+    def truncate_item(self, item: Item, end_ms: float) -> None:
+        """Cut ``item`` to ``end_ms`` of audio, and its transcript to the words spoken by then."""
         playback = self.playbacks.get(item.id)
         end_ms = min(end_ms, item.audio_ms)
         if playback is not None:
@@ -79,31 +153,41 @@ class Speaker:
             item.status = "incomplete"
         item.audio_ms = end_ms
 
-    def _end_response(self, now: float, status: str, details: dict[str, Any] | None) -> list[Effect]:
-        """The one ``response.done`` of the live response (nothing when none is live)."""
-        response = self.response
-        if response is None:
-            return []
-        self.response = None
-        response.is_finished = True
+    def check_truncate(self, item: Item, content_index: int, audio_end_ms: int) -> None:
+        """Refuse a client's truncation of anything but assistant audio, or past its end."""
+        if item.role != "assistant" or item.content_type != "output_audio":
+            detail = f"item {item.id!r} has no assistant audio to truncate"
+            raise INVALID_VALUE.error(detail=detail, param="item_id")
+        if content_index != 0:
+            raise INVALID_VALUE.error(detail="content_index must be 0", param="content_index")
+        playback = self.playbacks.get(item.id)
+        generated = item.generated_audio_ms if playback is None else playback.generated_ms
+        if not 0 <= audio_end_ms <= generated + TRUNCATE_SLACK_MS:
+            raise TRUNCATE_BEYOND_AUDIO.error(audio_ms=generated, audio_end_ms=audio_end_ms)
+
+    def cut(self, item: Item, audio_end_ms: int, now: float) -> Send:
+        """The client stopped playing ``item`` at ``audio_end_ms``: history keeps what was heard."""
+        end_ms = min(float(audio_end_ms), item.audio_ms)
+        playback = self.playbacks.get(item.id)
+        if playback is not None:
+            playback.stop(now)  # no later barge-in for this audio
+        self.truncate_item(item, end_ms)
+        return self.truncated(item.id, end_ms)
+
+    def stop_playing(self, now: float) -> list[Effect]:
+        """An interruption: every answer still playing stops where it is heard; history keeps that."""
         effects: list[Effect] = []
-        for attempt in self.attempts:
-            if attempt.response_id == response.id:
-                attempt.state = AttemptState.CANCELLED  # we own its terminal: this is it
-        self.attempts = [a for a in self.attempts if a.is_live]
-        if status != "completed":
-            effects.append(DropOutput(response.id))
-        response.pending_audio.clear()
-        if response.item is not None:
-            effects += self._close_item(response, status, now)
-        if status != "completed":
-            self._abandon_calls(response.id)
-        if response.usage is None:
-            response.usage = usage.counted(response.request_words, response.outputs)
-        effects.append(self._event("response.done", response=response.to_wire(status, details)))
+        for playback in self.playbacks.values():
+            if playback.is_playing(now):
+                item = self.conversation.find(playback.item_id)
+                heard = playback.stop(now)
+                self.abandon_calls(playback.response_id)  # the answer that asked was cut
+                if item is not None:
+                    self.truncate_item(item, heard)
+                    effects.append(self.truncated(item.id, heard))
         return effects
 
-    def _abandon_calls(self, response_id: str) -> None:
+    def abandon_calls(self, response_id: str) -> None:
         """The user did not let the answer that made these calls stand: their outputs are refused."""
         abandoned = set(self.calls.abandon_response(response_id))
         for item in self.conversation.items():
@@ -120,57 +204,36 @@ class Speaker:
                 playback.committed_ms = playback.generated_ms
             else:  # history keeps what was heard; audio never sent is gone
                 heard = playback.stop(now)
-                self._truncate_item(item, heard)
+                self.truncate_item(item, heard)
                 if response.is_audio:
-                    effects.append(self._truncated(item.id, heard))
+                    effects.append(self.truncated(item.id, heard))
         item.status = "completed" if status == "completed" else "incomplete"
         refs = response.item_refs()
         text = item.text or ""
         if response.is_audio:
-            effects.append(self._event("response.output_audio.done", **refs))
-            effects.append(self._event("response.output_audio_transcript.done", transcript=text, **refs))
+            effects.append(self._send(ev.OutputAudioDone(**refs)))
+            effects.append(self._send(ev.OutputAudioTranscriptDone(transcript=text, **refs)))
         else:
-            effects.append(self._event("response.output_text.done", text=text, **refs))
-        part = {
-            "type": "audio" if response.is_audio else "text",
-            "transcript" if response.is_audio else "text": text,
-        }
-        effects.append(self._event("response.content_part.done", part=part, **refs))
+            effects.append(self._send(ev.OutputTextDone(text=text, **refs)))
+        part = content_part("audio" if response.is_audio else "text", text)
+        effects.append(self._send(ev.ContentPartDone(part=part, **refs)))
         index = response.output_index(item)
         effects.append(
-            self._event(
-                "response.output_item.done", response_id=response.id, output_index=index, item=item.to_wire()
-            )
+            self._send(ev.OutputItemDone(response_id=response.id, output_index=index, item=item.to_object()))
         )
         if response.conversation != "none":
-            effects.append(self._event("conversation.item.done", item=item.to_wire(), previous_item_id=None))
+            effects.append(self._send(ev.ItemDone(item=item.to_object(), previous_item_id=None)))
         return effects
 
     # --- model outputs ---------------------------------------------------------------
 
-    def on_output(self, output: VoiceOutput, now: float) -> list[Effect]:
-        """Apply one model output; outputs of an older epoch are dropped (the fence)."""
-        if self.is_closed:
-            return []
-        if output.epoch != self.epoch:
-            self.num_stale_outputs += 1
-            return []
+    def model_failed(self, text: str) -> list[Effect]:
+        """A model error bound to no live response: an ``error`` event, and the session goes on."""
+        return [self._send(ev.Error(error=MODEL_FAILED.event_body(detail=text or "the model failed")))]
+
+    def on_output(self, response: Response, output: VoiceOutput, now: float) -> list[Effect]:
+        """One output of the live ``response`` (text, audio, a call, a listen, an error, its end)."""
         kind = output.kind
-        if kind is OutputKind.SPEECH_STARTED:
-            return self._speech_started(output.audio_ms, now) if self.model.has_vad else []
-        if kind is OutputKind.SPEECH_STOPPED:
-            return self._speech_stopped(output.audio_ms, now) if self.model.has_vad else []
-        if kind in (OutputKind.TRANSCRIPT_DELTA, OutputKind.TRANSCRIPT_DONE):
-            return self._on_transcript(output)
-        if kind is OutputKind.ERROR and (
-            output.response_id is None or self._live(output.response_id) is None
-        ):
-            return [
-                self._event("error", error=MODEL_FAILED.event_body(detail=output.text or "the model failed"))
-            ]
-        response = self._live(output.response_id)
-        if response is None:
-            return []
         if kind is OutputKind.TEXT_DELTA:
             return self._on_text(response, output.text)
         if kind is OutputKind.AUDIO_DELTA:
@@ -179,12 +242,16 @@ class Speaker:
             return self._on_call(response, output)
         if kind is OutputKind.LISTEN:
             effects = [
-                self._event("response.listen", response_id=response.id, reason=output.text or "model_listens")
+                self._send(ev.ResponseListen(response_id=response.id, reason=output.text or "model_listens"))
             ]
-            return effects + self._end_response(now, "completed", None)
+            return effects + self.end(now, "completed", None)
         if kind is OutputKind.ERROR:
             details = {"type": "failed", "error": MODEL_FAILED.body(detail=output.text or "the model failed")}
-            return self._end_response(now, "failed", details)
+            return self.end(now, "failed", details)
+        return self._on_done(response, output, now)
+
+    def _on_done(self, response: Response, output: VoiceOutput, now: float) -> list[Effect]:
+        """The model finished: the response ends once its held audio is out (``tick``)."""
         status = output.status if output.status in ("completed", "incomplete", "failed") else "completed"
         response.model_status = status
         response.model_reason = output.code
@@ -196,16 +263,13 @@ class Speaker:
             response.pending_audio.append(AudioChunk(end, end, base64.b64encode(tail).decode("ascii")))
         return self.tick(now)
 
-    def _live(self, response_id: str | None) -> Response | None:
-        response = self.response
-        return response if response is not None and response_id in (None, response.id) else None
-
-    def _on_transcript(self, output: VoiceOutput) -> list[Effect]:
+    def on_transcript(self, output: VoiceOutput, turn_item_id: str | None) -> list[Effect]:
+        """An input transcription; a live caption without an item belongs to ``turn_item_id``."""
         item_id = output.item_id
         if item_id is None and output.kind is OutputKind.TRANSCRIPT_DELTA:
             # A live caption of the turn being spoken: it belongs to the item that turn will become,
             # the id ``speech_started`` announced (none without server VAD: the caption is dropped).
-            item_id = self._vad_item_id
+            item_id = turn_item_id
             if item_id is None or not output.text:
                 return []
         elif (
@@ -216,21 +280,23 @@ class Speaker:
             return []  # an input transcription belongs to a user's turn, never to an answer
         if output.kind is OutputKind.TRANSCRIPT_DELTA:
             return [
-                self._event(
-                    "conversation.item.input_audio_transcription.delta",
-                    item_id=item_id,
-                    content_index=0,
-                    delta=output.text,
+                self._send(
+                    ev.InputTranscriptionDelta(
+                        item_id=item_id,
+                        content_index=0,
+                        delta=output.text,
+                    )
                 )
             ]
         self.conversation.get(item_id).text = output.text
         return [
-            self._event(
-                "conversation.item.input_audio_transcription.completed",
-                item_id=output.item_id,
-                content_index=0,
-                transcript=output.text,
-                usage={"type": "duration", "seconds": 0},
+            self._send(
+                ev.InputTranscriptionCompleted(
+                    item_id=output.item_id,
+                    content_index=0,
+                    transcript=output.text,
+                    usage={"type": "duration", "seconds": 0},
+                )
             )
         ]
 
@@ -249,23 +315,19 @@ class Speaker:
         self.playbacks[item.id] = playback
         while len(self.playbacks) > MAX_PLAYBACKS:
             del self.playbacks[next(iter(self.playbacks))]
-        part = {
-            "type": "audio" if response.is_audio else "text",
-            "transcript" if response.is_audio else "text": "",
-        }
+        part = content_part("audio" if response.is_audio else "text", "")
         effects: list[Effect] = [
-            self._event(
-                "response.output_item.added",
-                response_id=response.id,
-                output_index=response.output_index(item),
-                item=item.to_wire(),
+            self._send(
+                ev.OutputItemAdded(
+                    response_id=response.id,
+                    output_index=response.output_index(item),
+                    item=item.to_object(),
+                )
             )
         ]
         if response.conversation != "none":
-            effects.append(
-                self._event("conversation.item.added", item=item.to_wire(), previous_item_id=previous)
-            )
-        effects.append(self._event("response.content_part.added", part=part, **response.item_refs()))
+            effects.append(self._send(ev.ItemAdded(item=item.to_object(), previous_item_id=previous)))
+        effects.append(self._send(ev.ContentPartAdded(part=part, **response.item_refs())))
         return effects
 
     def _on_call(self, response: Response, output: VoiceOutput) -> list[Effect]:
@@ -287,32 +349,27 @@ class Speaker:
         index = response.output_index(item)
         is_kept = response.conversation != "none"
         previous = self.conversation.add(item) if is_kept else None
-        refs = {"response_id": response.id, "item_id": item.id, "output_index": index, "call_id": call_id}
+        refs: dict[str, Any] = {
+            "response_id": response.id,
+            "item_id": item.id,
+            "output_index": index,
+            "call_id": call_id,
+        }
         effects: list[Effect] = [
-            self._event(
-                "response.output_item.added", response_id=response.id, output_index=index, item=item.to_wire()
-            )
+            self._send(ev.OutputItemAdded(response_id=response.id, output_index=index, item=item.to_object()))
         ]
         if is_kept:
-            effects.append(
-                self._event("conversation.item.added", item=item.to_wire(), previous_item_id=previous)
-            )
+            effects.append(self._send(ev.ItemAdded(item=item.to_object(), previous_item_id=previous)))
         item.text = output.text
-        effects.append(self._event("response.function_call_arguments.delta", delta=output.text, **refs))
-        effects.append(
-            self._event("response.function_call_arguments.done", name=item.name, arguments=item.text, **refs)
-        )
+        effects.append(self._send(ev.FunctionCallArgumentsDelta(delta=output.text, **refs)))
+        effects.append(self._send(ev.FunctionCallArgumentsDone(name=item.name, arguments=item.text, **refs)))
         item.status = "completed"
         self.calls.open(call_id, response.id)
         effects.append(
-            self._event(
-                "response.output_item.done", response_id=response.id, output_index=index, item=item.to_wire()
-            )
+            self._send(ev.OutputItemDone(response_id=response.id, output_index=index, item=item.to_object()))
         )
         if is_kept:
-            effects.append(
-                self._event("conversation.item.done", item=item.to_wire(), previous_item_id=previous)
-            )
+            effects.append(self._send(ev.ItemDone(item=item.to_object(), previous_item_id=previous)))
         return effects
 
     def _on_text(self, response: Response, text: str) -> list[Effect]:
@@ -321,8 +378,8 @@ class Speaker:
         assert item is not None and playback is not None
         item.text = (item.text or "") + text
         playback.marks.append((playback.generated_ms, len(item.text)))
-        kind = "response.output_audio_transcript.delta" if response.is_audio else "response.output_text.delta"
-        effects.append(self._event(kind, delta=text, **response.item_refs()))
+        kind = ev.OutputAudioTranscriptDelta if response.is_audio else ev.OutputTextDelta
+        effects.append(self._send(kind(delta=text, **response.item_refs())))
         return effects
 
     def _on_audio(self, response: Response, pcm: bytes, now: float) -> list[Effect]:
@@ -331,10 +388,10 @@ class Speaker:
         effects = self._ensure_item(response)
         item, playback = response.item, response.playback
         assert item is not None and playback is not None
-        duration = pcm_ms(len(pcm), self.model.output_rate)
+        duration = pcm_ms(len(pcm), self.output_rate)
         if response.num_pending_ms + duration > self.limits.max_buffered_output_ms:
             details = {"type": "failed", "error": OUTPUT_OVERFLOW.body()}
-            return effects + self._end_response(now, "failed", details)
+            return effects + self.end(now, "failed", details)
         encoded = base64.b64encode(response.encoder.encode(pcm)).decode("ascii")
         start = playback.generated_ms
         playback.generated_ms += duration
@@ -347,7 +404,7 @@ class Speaker:
     def tick(self, now: float) -> list[Effect]:
         """Release audio that is due (real time plus the lead); finish a response whose audio is out."""
         response = self.response
-        if response is None or self.is_closed:
+        if response is None:
             return []
         effects: list[Effect] = []
         playback = response.playback
@@ -359,16 +416,14 @@ class Speaker:
                 playback.started_at = now
             response.pending_audio.popleft()
             playback.sent_ms = chunk.end_ms
-            effects.append(
-                self._event("response.output_audio.delta", delta=chunk.audio, **response.item_refs())
-            )
+            effects.append(self._send(ev.OutputAudioDelta(delta=chunk.audio, **response.item_refs())))
         if response.model_status is not None and not response.pending_audio:
             details: dict[str, Any] | None = None
             if response.model_status != "completed":
                 details = {"type": response.model_status}
                 if response.model_reason:
                     details["reason"] = response.model_reason
-            effects += self._end_response(now, response.model_status, details)
+            effects += self.end(now, response.model_status, details)
         return effects
 
     def _due(self, started_at: float, chunk: AudioChunk) -> float:
@@ -382,8 +437,3 @@ class Speaker:
         if response.playback.started_at is None:
             return 0.0
         return self._due(response.playback.started_at, response.pending_audio[0])
-
-    def on_outbox_overflow(self, now: float) -> list[Effect]:
-        """The client reads too slowly: fail the live response, with a clear error."""
-        details = {"type": "failed", "error": OUTBOX_OVERFLOW.body()}
-        return self._end_response(now, "failed", details)

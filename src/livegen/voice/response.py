@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from livegen.protocol.audio import OutputEncoder
+from livegen.protocol.realtime.response import ResponseAudio, ResponseAudioOutput, ResponseObject
+from livegen.protocol.realtime.server import as_dict
+from livegen.protocol.realtime.session import AudioFormatObject
 from livegen.voice.conversation import Item
 from livegen.voice.ledger import Playback
 
@@ -32,7 +35,7 @@ class Response:
     epoch: int
     modalities: tuple[str, ...]
     voice: str
-    output_format: dict[str, Any]
+    output_format: AudioFormatObject
     #: Each response resamples on its own, so its tail can be flushed at its end.
     encoder: OutputEncoder
     item: Item | None = None
@@ -65,20 +68,23 @@ class Response:
             return 0.0
         return self.pending_audio[-1].end_ms - self.pending_audio[0].start_ms
 
+    def to_object(self, status: str, details: dict[str, Any] | None = None) -> ResponseObject:
+        """The response as the wire carries it, in ``status``."""
+        return ResponseObject(
+            id=self.id,
+            status=status,
+            status_details=details,
+            output=[item.to_object() for item in self.outputs],
+            output_modalities=list(self.modalities),
+            conversation_id=None if self.conversation == "none" else "conv_default",
+            audio=ResponseAudio(ResponseAudioOutput(self.output_format, self.voice)),
+            max_output_tokens="inf" if self.max_output_tokens is None else self.max_output_tokens,
+            metadata=self.metadata,
+            usage=self.usage,
+        )
+
     def to_wire(self, status: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "object": "realtime.response",
-            "status": status,
-            "status_details": details,
-            "output": [item.to_wire() for item in self.outputs],
-            "output_modalities": list(self.modalities),
-            "conversation_id": None if self.conversation == "none" else "conv_default",
-            "audio": {"output": {"format": self.output_format, "voice": self.voice}},
-            "max_output_tokens": "inf" if self.max_output_tokens is None else self.max_output_tokens,
-            "metadata": self.metadata,
-            "usage": self.usage,
-        }
+        return as_dict(self.to_object(status, details))
 
     def output_index(self, item: Item) -> int:
         return next(i for i, output in enumerate(self.outputs) if output is item)

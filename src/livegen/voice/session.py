@@ -1,27 +1,30 @@
 """The voice session core: one state machine per session, sans-IO.
 
 Everything a voice session decides happens here, in one object that one task
-drives (DESIGN.md voice promise 1): client events (``receive``), the outcomes
+drives (promise V1, docs/architecture.md): client events (``receive``), the outcomes
 of model calls (``settle``), model outputs (``on_output``) and the clock
-(``tick``). Each call takes ``now`` (seconds, any monotonic origin) and returns
-effects for the runtime: events to send, attempts to put on the append chain
-(``voice/chain.py``), and the end of the session. A client mistake raises a
-``RemoteProtocolError`` with the session unchanged; ``reject`` turns it into
-OpenAI's ``error`` event.
+(``tick``). Each call takes ``now`` (seconds, any monotonic origin) and queues
+effects for the runtime, which drains them with ``take_effects``: typed server
+events to send (``protocol/realtime/``, which alone encodes them), attempts to
+put on the append chain (``voice/chain.py``), and the end of the session. Both
+cores queue, as the world core does (``chain.queued`` says why). A client
+mistake raises a ``RemoteProtocolError`` with the session unchanged and nothing
+queued; ``reject`` turns it into OpenAI's ``error`` event.
 
-The epoch fence (promise 2): a client cancel, an input clear, an output clear
+The epoch fence (promise V2): a client cancel, an input clear, an output clear
 and a barge-in each advance ``epoch``; attempts carry the epoch of their
 moment, and model outputs of an older epoch are dropped here, before any
 event is built. The response of an older epoch has already been finished by
 whoever advanced the epoch, so nothing is left waiting for them.
 
-Neighbours: ``ledger.py`` owns the byte and playback arithmetic,
-``response.py`` one response's wire form, ``conversation.py`` the items,
-``vad.py`` the fallback detector, ``output.py`` and ``turns.py`` the other
-parts of this object (model outputs, pacing, terminals; turn policy and the
-idle timeout), ``calls.py`` the tool-call ledger, ``tools.py`` and
-``options.py`` the tools and ``response.create``'s options, ``usage.py`` the
-usage rule, ``protocol/`` the wire codecs.
+The session keeps the state that every part reads (configuration, epoch,
+attempts, input ledger) and dispatches; three plain objects it owns do the
+rest, each through a narrow interface and testable alone:
+
+- ``speaker`` (``output.py``): the live response, playback, response events;
+- ``turns`` (``turns.py``): speech edges and the idle timeout become
+  ``TurnStep`` decisions (barge in, commit, respond) the session carries out;
+- ``conversation`` (``conversation.py``): the items, in order, bounded.
 """
 
 from __future__ import annotations
@@ -31,10 +34,10 @@ from dataclasses import replace
 from enum import StrEnum
 from typing import Any, ClassVar
 
-from livegen.errors import RemoteProtocolError
-from livegen.models.voice import ResponseRequest
+from livegen.errors import CapacityExceeded, RemoteProtocolError
+from livegen.models.voice import OutputKind, VoiceOutput
 from livegen.protocol import realtime as wire
-from livegen.protocol.audio import InputDecoder, OutputEncoder, pcm_ms
+from livegen.protocol.audio import InputDecoder, pcm_ms
 from livegen.protocol.errors import (
     CANNOT_UPDATE_VOICE,
     CONVERSATION_ALREADY_HAS_ACTIVE_RESPONSE,
@@ -49,12 +52,9 @@ from livegen.protocol.errors import (
     NO_RESPONSES_IN_TRANSCRIPTION,
     RESPONSE_CANCEL_NOT_ACTIVE,
     TOO_MANY_PENDING_COMMITS,
-    TRUNCATE_BEYOND_AUDIO,
     UNKNOWN_EVENT_TYPE,
-    UNKNOWN_RESPONSE,
 )
-from livegen.voice import tools as fn
-from livegen.voice import usage
+from livegen.protocol.realtime import server as ev
 from livegen.voice.calls import CallLedger
 from livegen.voice.chain import (
     INPUT_KINDS,
@@ -68,19 +68,19 @@ from livegen.voice.chain import (
     Run,
     Send,
     SwitchModel,
+    queued,
+    stamped,
 )
 from livegen.voice.config import Config, apply_update
 from livegen.voice.conversation import Conversation, Item, item_from_wire
 from livegen.voice.input_rate import InputRate
 from livegen.voice.ledger import InputLedger, Playback
-from livegen.voice.options import ResponseOptions, response_options
+from livegen.voice.options import ResponseOptions, plan_response, response_options, session_options
+from livegen.voice.output import Speaker
 from livegen.voice.response import Response
 from livegen.voice.settings import IdFactory, Limits, ModelFacts
-from livegen.voice.turns import TurnTaker
-from livegen.voice.vad import Edge, EnergyVad
-
-#: A truncate this far past the audio is clamped (clients' playback clocks overshoot a little).
-TRUNCATE_SLACK_MS = 250
+from livegen.voice.turns import TurnPolicy, TurnStep
+from livegen.voice.vad import Edge
 
 
 class Phase(StrEnum):
@@ -88,7 +88,7 @@ class Phase(StrEnum):
     CLOSED = "closed"
 
 
-class Session(TurnTaker):
+class Session:
     def __init__(
         self,
         session_id: str,
@@ -112,13 +112,13 @@ class Session(TurnTaker):
         self._input_rate = InputRate(self.limits.input_rate_factor, self.limits.input_burst_ms)
         self.conversation = Conversation()
         self.calls = CallLedger()
-        self.response: Response | None = None
-        self.playbacks: dict[str, Playback] = {}
+        self.speaker = Speaker(
+            ids, self.limits, model.output_rate, self.conversation, self.calls, self._response_finished
+        )
+        self.turns = TurnPolicy(ids)
         self.attempts: list[Attempt] = []  # live attempts, in wire order
         self._next_seq = 0
         self._decoder = InputDecoder(self.config.input_format, model.input_rate)
-        self._vad: EnergyVad | None = None
-        self._vad_item_id: str | None = None
         #: Input ms accepted since the session began (the VAD clock) and since the last commit.
         self.input_ms = 0.0
         self.buffer_bytes = 0
@@ -127,17 +127,13 @@ class Session(TurnTaker):
         self._is_model_locked = False
         self._pending_config: Config | None = None
         self._pending_event_id: str | None = None
-        #: Idle timeout (server VAD's ``idle_timeout_ms``): the user is mid-speech, and since when
-        #: (and from which input ms) nobody has spoken since the last response finished playing.
-        self._in_speech = False
-        self._idle_from: float | None = None
-        self._idle_input_ms = 0.0
+        self._effects: list[Effect] = []
         self._reset_vad()
 
     # --- helpers ---------------------------------------------------------------------
 
-    def _event(self, type_: str, **fields: Any) -> Send:
-        return Send({"type": type_, "event_id": self.ids("event"), **fields})
+    def _send(self, event: ev.ServerEvent) -> Send:
+        return stamped(event, self.ids)
 
     def _attempt(self, kind: AttemptKind, now: float, **fields: Any) -> Attempt:
         if kind is not AttemptKind.UPDATE:
@@ -162,12 +158,17 @@ class Session(TurnTaker):
         return [Run(self._attempt(kind, now, **fields))]
 
     def _reset_vad(self) -> None:
-        self._in_speech = False
-        vad = self.config.turn_detection
-        if vad is None or self.model.has_vad:
-            self._vad = None
-        else:
-            self._vad = EnergyVad(self.model.input_rate, vad.threshold, vad.silence_duration_ms)
+        self.turns.configure(self.config.turn_detection, self.model.has_vad, self.model.input_rate)
+
+    @property
+    def response(self) -> Response | None:
+        """The live response (the speaker's)."""
+        return self.speaker.response
+
+    @property
+    def playbacks(self) -> dict[str, Playback]:
+        """Playback ledgers of recent answers (the speaker's), by item id."""
+        return self.speaker.playbacks
 
     @property
     def is_closed(self) -> bool:
@@ -179,32 +180,42 @@ class Session(TurnTaker):
 
     # --- lifecycle -------------------------------------------------------------------
 
+    @queued
     def open(self, now: float) -> list[Effect]:
-        return [self._event("session.created", session=self.config.to_wire(self.id))]
+        return [self._send(ev.SessionCreated(session=self.config.to_object(self.id)))]
 
-    def close(self, now: float, reason: str = "client_closed") -> list[Effect]:
+    def _close(self, now: float, reason: str = "client_closed") -> list[Effect]:
         """The terminal: end the live response, give back every reservation, send ``session.closed``."""
         if self.is_closed:
             return []
-        effects = self._end_response(now, "cancelled", {"type": "cancelled", "reason": "session_closed"})
+        effects = self.speaker.end(now, "cancelled", {"type": "cancelled", "reason": "session_closed"})
         for attempt in self.attempts:
             attempt.state = AttemptState.CANCELLED
         self.attempts.clear()
         self.ledger.clear()
         self.buffer_bytes = 0
         self.phase = Phase.CLOSED
-        effects.append(self._event("session.closed", session_id=self.id, reason=reason))
+        effects.append(self._send(ev.SessionClosed(session_id=self.id, reason=reason)))
         effects.append(Closed(reason))
         return effects
 
-    def reject(self, error: RemoteProtocolError) -> list[Effect]:
+    def _reject(self, error: RemoteProtocolError) -> list[Effect]:
         """OpenAI's error event for a client mistake; the session goes on."""
         if self.is_closed:
             return []
-        return [self._event("error", error=error.to_error_body())]
+        return [self._send(ev.Error(error=error.to_error_body()))]
+
+    close = queued(_close)
+    reject = queued(_reject)
+
+    def take_effects(self) -> list[Effect]:
+        """The effects queued since the last call, in order (see ``chain.queued``)."""
+        effects, self._effects = self._effects, []
+        return effects
 
     # --- client events ---------------------------------------------------------------
 
+    @queued
     def receive(self, event: wire.ClientEvent, now: float) -> list[Effect]:
         """Apply one client event. Raises ``RemoteProtocolError`` (state unchanged) on a mistake."""
         if self.is_closed:
@@ -232,7 +243,7 @@ class Session(TurnTaker):
         if config.turn_detection != old_vad:
             self._reset_vad()
         effects = self._control(AttemptKind.UPDATE, now, config=config.stream_config())
-        return [*effects, self._event("session.updated", session=config.to_wire(self.id))]
+        return [*effects, self._send(ev.SessionUpdated(session=config.to_object(self.id)))]
 
     def _switch_model(self, config: Config, event_id: str | None) -> list[Effect]:
         """A new model, allowed until the current one has been given input or asked to respond."""
@@ -245,6 +256,7 @@ class Session(TurnTaker):
         self._pending_event_id = event_id
         return [SwitchModel(config.model, config.stream_config())]
 
+    @queued
     def model_switched(self, model: ModelFacts, now: float) -> list[Effect]:
         """The runtime opened a stream of the new model: adopt its rates and the pending config."""
         config = self._pending_config
@@ -252,16 +264,18 @@ class Session(TurnTaker):
             return []
         self._pending_config = None
         self.model = model
+        self.speaker.output_rate = model.output_rate
         self.config = config
         self._decoder = InputDecoder(config.input_format, model.input_rate)
         self._reset_vad()
-        return [self._event("session.updated", session=config.to_wire(self.id))]
+        return [self._send(ev.SessionUpdated(session=config.to_object(self.id)))]
 
+    @queued
     def model_switch_failed(self, error: RemoteProtocolError) -> list[Effect]:
         """The new model could not open: the session keeps its model and configuration."""
         self._pending_config = None
         error.with_event_id(self._pending_event_id)
-        return self.reject(error)
+        return self._reject(error)
 
     def _on_append(self, event: wire.AudioAppend, now: float) -> list[Effect]:
         decoder = self._decoder
@@ -281,12 +295,11 @@ class Session(TurnTaker):
         self.input_ms += pcm_ms(len(pcm), self.model.input_rate)
         append = self._attempt(AttemptKind.APPEND, now, pcm=pcm, reservation=reservation)
         effects: list[Effect] = [Run(append)]
-        if self._vad is not None:
-            for transition in self._vad.feed(pcm):
-                if transition.edge is Edge.STARTED:
-                    effects += self._speech_started(transition.audio_ms, now)
-                else:
-                    effects += self._speech_stopped(transition.audio_ms, now)
+        for transition in self.turns.feed(pcm):
+            if transition.edge is Edge.STARTED:
+                effects += self._speech_started(transition.audio_ms, now)
+            else:
+                effects += self._speech_stopped(transition.audio_ms, now)
         return effects
 
     def _on_commit(self, event: wire.AudioCommit, now: float) -> list[Effect]:
@@ -303,16 +316,16 @@ class Session(TurnTaker):
             reservation = self.ledger.reserve(len(tail), is_forced=True)
             effects.append(Run(self._attempt(AttemptKind.APPEND, now, pcm=tail, reservation=reservation)))
         self.buffer_bytes = 0
-        self._vad_item_id = None
+        self.turns.committed()
         item = Item(id=item_id, role="user", content_type="input_audio")
         previous = self.conversation.add(item)
         commit = self._attempt(AttemptKind.COMMIT, now, item_id=item_id)
         return [
             *effects,
             Run(commit),
-            self._event("input_audio_buffer.committed", item_id=item_id, previous_item_id=previous),
-            self._event("conversation.item.added", item=item.to_wire(), previous_item_id=previous),
-            self._event("conversation.item.done", item=item.to_wire(), previous_item_id=previous),
+            self._send(ev.InputAudioBufferCommitted(item_id=item_id, previous_item_id=previous)),
+            self._send(ev.ItemAdded(item=item.to_object(), previous_item_id=previous)),
+            self._send(ev.ItemDone(item=item.to_object(), previous_item_id=previous)),
         ]
 
     def _on_clear(self, event: wire.AudioClear, now: float) -> list[Effect]:
@@ -327,11 +340,9 @@ class Session(TurnTaker):
         self.attempts = [a for a in self.attempts if a.is_live]
         self._decoder.flush()  # what the resampler held is uncommitted audio too: dropped
         self.buffer_bytes = 0
-        self._vad_item_id = None
-        if self._vad is not None:
-            self._vad.reset()
+        self.turns.dropped()
         effects += self._control(AttemptKind.CLEAR, now)
-        effects.append(self._event("input_audio_buffer.cleared"))
+        effects.append(self._send(ev.InputAudioBufferCleared()))
         return effects
 
     def _on_item_create(self, event: wire.ItemCreate, now: float) -> list[Effect]:
@@ -349,13 +360,13 @@ class Session(TurnTaker):
         elif item.type == "function_call":
             self.calls.open(item.call_id, "")
         return [
-            self._event("conversation.item.added", item=item.to_wire(), previous_item_id=previous),
-            self._event("conversation.item.done", item=item.to_wire(), previous_item_id=previous),
+            self._send(ev.ItemAdded(item=item.to_object(), previous_item_id=previous)),
+            self._send(ev.ItemDone(item=item.to_object(), previous_item_id=previous)),
         ]
 
     def _on_item_retrieve(self, event: wire.ItemRetrieve, now: float) -> list[Effect]:
         item = self.conversation.get(event.item_id, ITEM_RETRIEVE_INVALID_ITEM_ID)
-        return [self._event("conversation.item.retrieved", item=item.to_wire())]
+        return [self._send(ev.ItemRetrieved(item=item.to_object()))]
 
     def _on_item_delete(self, event: wire.ItemDelete, now: float) -> list[Effect]:
         self.conversation.get(event.item_id, ITEM_DELETE_INVALID_ITEM_ID)
@@ -365,34 +376,18 @@ class Session(TurnTaker):
             and self.response.item is not None
             and self.response.item.id == event.item_id
         ):
-            effects += self._interrupt(now, "client_cancelled")
+            effects += self._advance_epoch(now, "client_cancelled")
         self.conversation.delete(event.item_id)
-        effects.append(self._event("conversation.item.deleted", item_id=event.item_id))
+        effects.append(self._send(ev.ItemDeleted(item_id=event.item_id)))
         return effects
 
     def _on_item_truncate(self, event: wire.ItemTruncate, now: float) -> list[Effect]:
         item = self.conversation.get(event.item_id, ITEM_TRUNCATE_INVALID_ITEM_ID)
-        if item.role != "assistant" or item.content_type != "output_audio":
-            detail = f"item {item.id!r} has no assistant audio to truncate"
-            raise INVALID_VALUE.error(detail=detail, param="item_id")
-        if event.content_index != 0:
-            raise INVALID_VALUE.error(detail="content_index must be 0", param="content_index")
-        playback = self.playbacks.get(item.id)
-        generated = item.generated_audio_ms if playback is None else playback.generated_ms
-        if not 0 <= event.audio_end_ms <= generated + TRUNCATE_SLACK_MS:
-            raise TRUNCATE_BEYOND_AUDIO.error(audio_ms=generated, audio_end_ms=event.audio_end_ms)
+        self.speaker.check_truncate(item, event.content_index, event.audio_end_ms)
         effects: list[Effect] = []
         if self.response is not None and self.response.item is item:
-            effects += self._interrupt(now, "client_cancelled")
-        end_ms = min(float(event.audio_end_ms), item.audio_ms)
-        if playback is not None:
-            playback.stop(now)  # the client stopped playing it: no later barge-in for this audio
-        self._truncate_item(item, end_ms)
-        effects.append(
-            self._event(
-                "conversation.item.truncated", item_id=item.id, content_index=0, audio_end_ms=round(end_ms)
-            )
-        )
+            effects += self._advance_epoch(now, "client_cancelled")
+        effects.append(self.speaker.cut(item, event.audio_end_ms, now))
         return effects
 
     def _on_response_create(self, event: wire.ResponseCreate, now: float) -> list[Effect]:
@@ -401,82 +396,33 @@ class Session(TurnTaker):
         if self.response is not None:
             raise CONVERSATION_ALREADY_HAS_ACTIVE_RESPONSE.error(response_id=self.response.id)
         options = response_options(event.response or {}, self.config, self.conversation, self.ids)
-        return self._create_response(
-            now, options.instructions, options.modalities, options.metadata, options=options
-        )
+        return self._create_response(now, options)
 
-    def _create_response(
-        self,
-        now: float,
-        instructions: str,
-        modalities: tuple[str, ...],
-        metadata: dict[str, str] | None = None,
-        options: ResponseOptions | None = None,
-    ) -> list[Effect]:
-        tools = self.config.tools if options is None else options.tools
-        choice = self.config.tool_choice if options is None else options.tool_choice
-        history = tuple(
-            self.conversation.history() if options is None or options.input is None else options.input
-        )
-        response = Response(
-            metadata=metadata,
-            id=self.ids("resp"),
-            epoch=self.epoch,
-            modalities=modalities,
-            voice=self.config.voice,
-            output_format=self.config.output_format.to_wire(),
-            encoder=OutputEncoder(self.config.output_format, self.model.output_rate),
-            conversation="auto" if options is None else options.conversation,
-            max_output_tokens=None if options is None else options.max_output_tokens,
-            request_words=usage.words(instructions, *(turn.text for turn in history)),
-        )
-        self.response = response
-        request = ResponseRequest(
-            response_id=response.id,
-            history=history,
-            instructions=instructions,
-            modalities=modalities,
-            voice=self.config.voice,
-            tools=tuple(t.to_chat() for t in tools) if choice != "none" else (),
-            tool_choice=fn.chat_tool_choice(choice),
-            max_output_tokens=response.max_output_tokens,
-            truncation=self.config.truncation,
+    def _create_response(self, now: float, options: ResponseOptions | None = None) -> list[Effect]:
+        """Pre-create a response (``response.created``) and put its request on the chain."""
+        plan = options or session_options(self.config)
+        response, request = plan_response(
+            plan, self.config, self.conversation, self.ids("resp"), self.epoch, self.model.output_rate
         )
         respond = self._attempt(AttemptKind.RESPOND, now, request=request, response_id=response.id)
-        return [self._event("response.created", response=response.to_wire("in_progress")), Run(respond)]
+        return [self.speaker.begin(response), Run(respond)]
 
     def _on_response_cancel(self, event: wire.ResponseCancel, now: float) -> list[Effect]:
         if self.response is None or event.response_id not in (None, self.response.id):
             raise RESPONSE_CANCEL_NOT_ACTIVE.error()
-        return self._interrupt(now, "client_cancelled")
+        return self._advance_epoch(now, "client_cancelled")
 
     def _on_output_clear(self, event: wire.OutputAudioClear, now: float) -> list[Effect]:
-        effects = self._interrupt(now, "client_cancelled")
-        effects.append(self._event("output_audio_buffer.cleared", response_id=None))
+        effects = self._advance_epoch(now, "client_cancelled")
+        effects.append(self._send(ev.OutputAudioBufferCleared(response_id=None)))
         return effects
 
     def _on_playback_ack(self, event: wire.PlaybackAck, now: float) -> list[Effect]:
-        playback = (
-            next(
-                (
-                    p
-                    for p in self.playbacks.values()
-                    if event.response_id in (None, p.response_id) and event.item_id in (None, p.item_id)
-                ),
-                None,
-            )
-            if (event.response_id or event.item_id)
-            else None
-        )
-        if playback is None:
-            raise UNKNOWN_RESPONSE.error()
-        if event.played_ms < 0:
-            raise INVALID_VALUE.error(detail="played_ms must be >= 0", param="played_ms")
-        playback.ack(event.played_ms)
+        self.speaker.ack(event.response_id, event.item_id, event.played_ms)
         return []
 
     def _on_close(self, event: wire.SessionClose, now: float) -> list[Effect]:
-        return self.close(now, "client_closed")
+        return self._close(now, "client_closed")
 
     def _on_resume(self, event: wire.SessionResume, now: float) -> list[Effect]:
         raise INVALID_RESUME.error(
@@ -505,24 +451,104 @@ class Session(TurnTaker):
 
     def _advance_epoch(self, now: float, reason: str) -> list[Effect]:
         """Advance the fence; end the live response (cancelled), truncating history to what was heard."""
-        effects = self._end_response(now, "cancelled", {"type": "cancelled", "reason": reason})
+        effects = self.speaker.end(now, "cancelled", {"type": "cancelled", "reason": reason})
         self.epoch += 1
-        for playback in self.playbacks.values():
-            if playback.is_playing(now):
-                item = self._find_item(playback.item_id)
-                heard = playback.stop(now)
-                self._abandon_calls(playback.response_id)  # the answer that asked was cut
-                if item is not None:
-                    self._truncate_item(item, heard)
-                    effects.append(self._truncated(item.id, heard))
+        effects += self.speaker.stop_playing(now)
         effects += self._control(AttemptKind.CANCEL, now)
         return effects
 
-    def _interrupt(self, now: float, reason: str) -> list[Effect]:
-        return self._advance_epoch(now, reason)
+    def _response_finished(self, response: Response, now: float) -> None:
+        """The speaker ended ``response``: its attempts are owed nothing; the idle clock starts."""
+        for attempt in self.attempts:
+            if attempt.response_id == response.id:
+                attempt.state = AttemptState.CANCELLED  # the speaker sent its terminal: this is it
+        self.attempts = [a for a in self.attempts if a.is_live]
+        # The idle clock starts when the user has heard the whole answer.
+        playback = response.playback
+        self.turns.answered(now if playback is None else playback.played_until(now), self.input_ms)
+
+    # --- model outputs and the clock -------------------------------------------------
+
+    @queued
+    def on_output(self, output: VoiceOutput, now: float) -> list[Effect]:
+        """Apply one model output; outputs of an older epoch are dropped (the fence)."""
+        if self.is_closed:
+            return []
+        if output.epoch != self.epoch:
+            self.num_stale_outputs += 1
+            return []
+        kind = output.kind
+        if kind is OutputKind.SPEECH_STARTED:
+            return self._speech_started(output.audio_ms, now) if self.model.has_vad else []
+        if kind is OutputKind.SPEECH_STOPPED:
+            return self._speech_stopped(output.audio_ms, now) if self.model.has_vad else []
+        if kind in (OutputKind.TRANSCRIPT_DELTA, OutputKind.TRANSCRIPT_DONE):
+            return self.speaker.on_transcript(output, self.turns.item_id)
+        response = self.speaker.live(output.response_id)
+        if kind is OutputKind.ERROR and (output.response_id is None or response is None):
+            return self.speaker.model_failed(output.text)
+        if response is None:
+            return []
+        return self.speaker.on_output(response, output, now)
+
+    @queued
+    def tick(self, now: float) -> list[Effect]:
+        """Release audio that is due; fire the idle timeout when it is due."""
+        if self.is_closed:
+            return []
+        effects = self.speaker.tick(now)
+        deadline = self._idle_deadline()
+        if deadline is not None and now >= deadline:
+            effects += self._take_turn(self.turns.timed_out(self.input_ms, self.buffer_bytes > 0), now)
+        return effects
+
+    def next_deadline(self) -> float | None:
+        """When ``tick`` next has something to do, if anything."""
+        deadlines = [d for d in (self.speaker.next_deadline(), self._idle_deadline()) if d is not None]
+        return min(deadlines, default=None)
+
+    @queued
+    def on_outbox_overflow(self, now: float) -> list[Effect]:
+        """The client reads too slowly: fail the live response, with a clear error."""
+        return self.speaker.on_outbox_overflow(now)
+
+    def _idle_deadline(self) -> float | None:
+        # The idle timeout answers, and a transcription session never does.
+        can_idle = self.response is None and not self.config.is_transcription and not self.is_closed
+        return self.turns.deadline(self.config.turn_detection, can_idle)
+
+    # --- turns -------------------------------------------------------------------------
+
+    def _speech_started(self, audio_ms: float, now: float) -> list[Effect]:
+        vad = self.config.turn_detection
+        if vad is None:
+            return []
+        return self._take_turn(self.turns.started(vad, audio_ms, self.speaker.is_speaking(now)), now)
+
+    def _speech_stopped(self, audio_ms: float, now: float) -> list[Effect]:
+        vad = self.config.turn_detection
+        if vad is None:
+            return []
+        can_respond = self.response is None and not self.config.is_transcription
+        return self._take_turn(self.turns.stopped(vad, audio_ms, self.buffer_bytes > 0, can_respond), now)
+
+    def _take_turn(self, step: TurnStep, now: float) -> list[Effect]:
+        """Carry out the turn policy's decision: its event, then barge in, commit, respond."""
+        effects: list[Effect] = [step.event]
+        if step.barge_in:
+            effects += self._advance_epoch(now, "turn_detected")
+        if step.commit is not None:
+            try:
+                effects += self._commit(step.commit, now)
+            except CapacityExceeded as error:
+                return [*effects, *self._reject(error)]
+        if step.respond:
+            effects += self._create_response(now)
+        return effects
 
     # --- the chain's reports -----------------------------------------------------------
 
+    @queued
     def settle(self, attempt: Attempt, outcome: Outcome, now: float, error: str = "") -> list[Effect]:
         """The runtime ran ``attempt``; settle what it reserved. A cancelled attempt is ignored."""
         if not attempt.is_live or self.is_closed:
@@ -536,7 +562,7 @@ class Session(TurnTaker):
         attempt.state = AttemptState.FAILED
         effects = [*self._break_chain(attempt, now)]
         message = f"the model refused a {attempt.kind.value}: {error or 'no reason given'}"
-        effects.append(self._event("error", error=MODEL_APPEND_FAILED.event_body(detail=message)))
+        effects.append(self._send(ev.Error(error=MODEL_APPEND_FAILED.event_body(detail=message))))
         effects.append(ResumeChain())
         return effects
 
@@ -545,10 +571,8 @@ class Session(TurnTaker):
         what they hold of it too, so the next append starts afresh (a model that refused input
         for being full would otherwise refuse every append after)."""
         self.buffer_bytes = 0
-        self._vad_item_id = None
+        self.turns.dropped()
         self._decoder.flush()
-        if self._vad is not None:
-            self._vad.reset()
         return self._control(AttemptKind.CLEAR, now)
 
     def _break_chain(self, failed: Attempt, now: float) -> list[Effect]:
@@ -568,7 +592,7 @@ class Session(TurnTaker):
         if self.response is not None and self.response.id in bound:
             error = MODEL_APPEND_FAILED.body(detail="the model failed to take input for this response")
             details = {"type": "failed", "error": error}
-            effects += self._end_response(now, "failed", details)
+            effects += self.speaker.end(now, "failed", details)
         return effects
 
 

@@ -1,140 +1,123 @@
 """Turn policy of a voice session: speech edges commit turns and barge in; the idle timeout.
 
-A mixin of ``voice.Session`` (like ``output.py``), so that the session core
-stays one object with one writer while its parts stay readable apart. Server
-VAD (the model's own detector, or ``vad.py``) reports speech edges: speech
-starting interrupts a response that is still speaking (barge-in, through the
-fence); speech stopping commits the turn and, with ``create_response``, asks
-for an answer. ``idle_timeout_ms`` answers a silent user: it is timed from
-when the last answer finished playing, and fires once per answer.
+A plain object that the session (``voice/session.py``) owns and asks. Server
+VAD (the model's own detector, or ``vad.py``'s, which the policy keeps) reports
+speech edges: speech starting interrupts a response that is still speaking
+(barge-in, through the session's fence); speech stopping commits the turn and,
+with ``create_response``, asks for an answer. ``idle_timeout_ms`` answers a
+silent user: it is timed from when the last answer finished playing, and fires
+once per answer. The policy decides and the session acts: each edge returns a
+``TurnStep`` (the event, then whether to barge in, commit, respond), so the
+policy never reaches into the chain, the conversation or the speaker.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
 
-from livegen.errors import CapacityExceeded, RemoteProtocolError
-from livegen.voice.chain import Effect
-from livegen.voice.config import Config
-from livegen.voice.output import Speaker
+from livegen.protocol.realtime import server as ev
+from livegen.voice.chain import Send, stamped
+from livegen.voice.config import ServerVad
+from livegen.voice.settings import IdFactory
+from livegen.voice.vad import EnergyVad, Transition
 
 
-class TurnTaker(Speaker):
-    """Turn handling of ``voice.Session``; the state it reads is owned and set up there."""
+@dataclass(frozen=True)
+class TurnStep:
+    """What a turn edge asks of the session, in this order: send, barge in, commit, respond."""
 
-    # Set by Session.__init__.
-    config: Config
-    buffer_bytes: int
-    input_ms: float
-    _vad_item_id: str | None
-    _in_speech: bool
-    _idle_from: float | None
-    _idle_input_ms: float
+    event: Send
+    barge_in: bool = False
+    #: The item id to commit the buffered input as; ``None``: nothing to commit.
+    commit: str | None = None
+    respond: bool = False
 
-    def _commit(self, item_id: str, now: float) -> list[Effect]:
-        raise NotImplementedError
 
-    def _create_response(
-        self,
-        now: float,
-        instructions: str,
-        modalities: tuple[str, ...],
-        metadata: dict[str, str] | None = None,
-    ) -> list[Effect]:
-        raise NotImplementedError
+class TurnPolicy:
+    """The turn being spoken, the fallback detector, and the idle clock."""
 
-    def _interrupt(self, now: float, reason: str) -> list[Effect]:
-        raise NotImplementedError
+    def __init__(self, ids: IdFactory) -> None:
+        self.ids = ids
+        #: The item the turn being spoken will become, announced by ``speech_started``.
+        self.item_id: str | None = None
+        #: The user is mid-speech, and since when (and from which input ms) nobody has spoken
+        #: since the last response finished playing.
+        self.in_speech = False
+        self.idle_from: float | None = None
+        self.idle_input_ms = 0.0
+        self._vad: EnergyVad | None = None
 
-    def reject(self, error: RemoteProtocolError) -> list[Effect]:
-        raise NotImplementedError
+    def _send(self, event: ev.ServerEvent) -> Send:
+        return stamped(event, self.ids)
 
-    def _speech_started(self, audio_ms: float, now: float) -> list[Effect]:
-        vad = self.config.turn_detection
-        if vad is None:
-            return []
-        self._in_speech = True
-        self._idle_from = None
-        self._vad_item_id = self._vad_item_id or self.ids("item")
+    # --- the detector ----------------------------------------------------------------
+
+    def configure(self, vad: ServerVad | None, model_has_vad: bool, input_rate: int) -> None:
+        """A new turn detection (or model): the fallback detector runs when the model has none."""
+        self.in_speech = False
+        if vad is None or model_has_vad:
+            self._vad = None
+        else:
+            self._vad = EnergyVad(input_rate, vad.threshold, vad.silence_duration_ms)
+
+    def feed(self, pcm: bytes) -> list[Transition]:
+        """Input audio through the fallback detector: its speech edges (none without one)."""
+        return [] if self._vad is None else self._vad.feed(pcm)
+
+    def committed(self) -> None:
+        """The buffered turn became an item: the next one gets a new id."""
+        self.item_id = None
+
+    def dropped(self) -> None:
+        """The buffered turn was thrown away: so is what the detector heard of it."""
+        self.item_id = None
+        if self._vad is not None:
+            self._vad.reset()
+
+    # --- speech edges ----------------------------------------------------------------
+
+    def started(self, vad: ServerVad, audio_ms: float, is_speaking: bool) -> TurnStep:
+        """The user began speaking; ``is_speaking``: an answer is still running or playing."""
+        self.in_speech = True
+        self.idle_from = None
+        self.item_id = self.item_id or self.ids("item")
         start = max(0, round(audio_ms) - vad.prefix_padding_ms)
-        effects: list[Effect] = [
-            self._event("input_audio_buffer.speech_started", audio_start_ms=start, item_id=self._vad_item_id)
-        ]
-        if vad.interrupt_response and self._is_speaking(now):
-            effects += self._interrupt(now, "turn_detected")
-        return effects
+        event = self._send(ev.SpeechStarted(audio_start_ms=start, item_id=self.item_id))
+        return TurnStep(event, barge_in=vad.interrupt_response and is_speaking)
 
-    def _speech_stopped(self, audio_ms: float, now: float) -> list[Effect]:
-        vad = self.config.turn_detection
-        if vad is None:
-            return []
-        self._in_speech = False
-        item_id = self._vad_item_id or self.ids("item")
-        effects: list[Effect] = [
-            self._event("input_audio_buffer.speech_stopped", audio_end_ms=round(audio_ms), item_id=item_id)
-        ]
-        if self.buffer_bytes == 0:
-            return effects
-        try:
-            effects += self._commit(item_id, now)
-        except CapacityExceeded as error:
-            return [*effects, *self.reject(error)]
-        if vad.create_response and self.response is None and not self.config.is_transcription:
-            effects += self._create_response(now, self.config.instructions, self.config.output_modalities)
-        return effects
+    def stopped(self, vad: ServerVad, audio_ms: float, is_buffered: bool, can_respond: bool) -> TurnStep:
+        """The user stopped: commit what is buffered, and answer if asked to and able."""
+        self.in_speech = False
+        item_id = self.item_id or self.ids("item")
+        end = round(audio_ms)
+        event = self._send(ev.SpeechStopped(audio_end_ms=end, item_id=item_id))
+        if not is_buffered:
+            return TurnStep(event)
+        return TurnStep(event, commit=item_id, respond=vad.create_response and can_respond)
 
-    def _end_response(self, now: float, status: str, details: dict[str, Any] | None) -> list[Effect]:
-        response = self.response
-        effects = super()._end_response(now, status, details)
-        if response is not None:
-            # The idle clock starts when the user has heard the whole answer.
-            playback = response.playback
-            played_until = now
-            if playback is not None and playback.started_at is not None:
-                played_until = max(now, playback.started_at + playback.sent_ms / 1000.0)
-            self._idle_from, self._idle_input_ms = played_until, self.input_ms
-        return effects
+    # --- the idle timeout ------------------------------------------------------------
 
-    def _idle_deadline(self) -> float | None:
-        vad = self.config.turn_detection
-        if vad is None or vad.idle_timeout_ms is None or self._idle_from is None:
+    def answered(self, played_until: float, input_ms: float) -> None:
+        """An answer ended, heard in full at ``played_until``: the idle clock starts there."""
+        self.idle_from, self.idle_input_ms = played_until, input_ms
+
+    def deadline(self, vad: ServerVad | None, can_idle: bool) -> float | None:
+        """When the idle timeout fires; ``can_idle``: no response is live and one may be made."""
+        if vad is None or vad.idle_timeout_ms is None or self.idle_from is None:
             return None
-        if self.config.is_transcription:  # the idle timeout answers, and a transcription session never does
+        if not can_idle or self.in_speech:
             return None
-        if self.response is not None or self._in_speech or self.is_closed:
-            return None
-        return self._idle_from + vad.idle_timeout_ms / 1000.0
+        return self.idle_from + vad.idle_timeout_ms / 1000.0
 
-    def next_deadline(self) -> float | None:
-        deadlines = [d for d in (super().next_deadline(), self._idle_deadline()) if d is not None]
-        return min(deadlines, default=None)
-
-    def tick(self, now: float) -> list[Effect]:
-        effects = super().tick(now)
-        deadline = self._idle_deadline()
-        if deadline is not None and now >= deadline:
-            effects += self._idle_timeout(now)
-        return effects
-
-    def _idle_timeout(self, now: float) -> list[Effect]:
+    def timed_out(self, input_ms: float, is_buffered: bool) -> TurnStep:
         """Nobody spoke for ``idle_timeout_ms`` after the answer: commit what came in, and answer."""
-        self._idle_from = None
-        item_id = self._vad_item_id or self.ids("item")
-        effects: list[Effect] = [
-            self._event(
-                "input_audio_buffer.timeout_triggered",
-                audio_start_ms=round(self._idle_input_ms),
-                audio_end_ms=round(self.input_ms),
+        self.idle_from = None
+        item_id = self.item_id or self.ids("item")
+        event = self._send(
+            ev.TimeoutTriggered(
+                audio_start_ms=round(self.idle_input_ms),
+                audio_end_ms=round(input_ms),
                 item_id=item_id,
             )
-        ]
-        if self.buffer_bytes:
-            try:
-                effects += self._commit(item_id, now)
-            except CapacityExceeded as error:
-                return [*effects, *self.reject(error)]
-        return effects + self._create_response(now, self.config.instructions, self.config.output_modalities)
-
-    def _is_speaking(self, now: float) -> bool:
-        """A response is running, or audio already sent is still playing at the client."""
-        return self.response is not None or any(p.is_playing(now) for p in self.playbacks.values())
+        )
+        return TurnStep(event, commit=item_id if is_buffered else None, respond=True)

@@ -1,6 +1,6 @@
 """Flow control of one world stream: how far generation may run ahead of what the client plays.
 
-The promise (DESIGN.md section 1, docs/world-protocol.md): nothing is
+The promise (W7, docs/architecture.md and docs/world-protocol.md): nothing is
 generated beyond the client's credit. Credit is ``max_chunks_ahead`` chunks
 past the last chunk the client acknowledged, and an acknowledgement counts
 only for chunks already written to its socket, so a client cannot open credit

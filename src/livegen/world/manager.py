@@ -1,8 +1,8 @@
 """The sessions of one service, by id, with tombstones for failed cleanups.
 
 A closed session leaves the manager only once its model-side state was
-released; until then its id is a tombstone that refuses reuse (DESIGN.md world
-promise 4), and it still counts against ``max_sessions`` because its state may
+released; until then its id is a tombstone that refuses reuse (promise W4,
+docs/architecture.md), and it still counts against ``max_sessions`` because its state may
 still hold memory.
 """
 

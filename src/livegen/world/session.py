@@ -1,6 +1,6 @@
 """One world session's transactional state: events in, chunk transactions out.
 
-The core of DESIGN.md section 1 (world promises). It owns the four identities
+The core of the world promises (W1-W5, docs/architecture.md). It owns the four identities
 (``session_id``; client ``event_id``s, monotonic across reset; ``chunk_index``,
 contiguous and back to 0 on reset; one ``request_id`` per chunk execution),
 the bounded queue of accepted events with its window of recent ids and its
@@ -20,7 +20,10 @@ Sans-IO: no clock, no ids of its own (``new_id`` is injected), no I/O. What
 the runtime must do comes out as effects (``take_effects``): a committed
 chunk's output, events a reducer refused, state to release, a failure to
 report. Effects stay queued until taken, so a caller cancelled right after
-``commit_tick`` cannot lose the chunk it committed (upstream gap 2).
+``commit_tick`` cannot lose the chunk it committed (upstream gap 2), and the
+effects of a call that then raises (a wrong echo fails the tick, then raises)
+are not lost either. The voice core (``voice/session.py``) follows the same
+convention: one way for both cores to hand the runtime what to do.
 """
 
 from __future__ import annotations

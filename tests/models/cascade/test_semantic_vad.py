@@ -26,7 +26,7 @@ from livegen.errors import ConfigError
 from livegen.models.cascade import endpoint, vad
 from livegen.models.voice import TurnDetection
 from livegen.server.thread import ServerThread
-from models.cascade_support import USER_VOICE, RealtimeCall
+from models.cascade.support import USER_VOICE, RealtimeCall
 
 SEMANTIC = TurnDetection(silence_duration_ms=700, eagerness="auto")
 FRAME = vad.FRAME_SAMPLES

@@ -18,7 +18,7 @@ import torch
 
 from livegen.errors import StateEvicted
 from livegen.models.world import Tick, TickMeta
-from livegen.runtime.kv_pool import Pool
+from livegen.runtime.world.kv_pool import Pool
 
 from .reference import Reference
 

@@ -30,10 +30,10 @@ import torch
 from torch import Tensor
 
 from livegen.errors import ModelContractError, StateEvicted
-from livegen.models import game
-from livegen.models.tinyworld.data import ACTION_INDEX, THEME_INDEX
+from livegen.models.room import game
 from livegen.models.tinyworld.net import TOKENS_PER_FRAME, Context, Net, to_uint8, to_unit
 from livegen.models.tinyworld.sampling import palette_table, sample_frame
+from livegen.models.tinyworld.vocab import ACTION_INDEX, THEME_INDEX
 from livegen.models.world import Chunk, KVGeometry, Tick, TickMeta, WorldSpec
 
 NAME = "tiny-world"

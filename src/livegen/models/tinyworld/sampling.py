@@ -19,9 +19,9 @@ import numpy.typing as npt
 import torch
 from torch import Tensor
 
-from livegen.models import game
-from livegen.models.tinyworld.data import ACTION_INDEX, THEME_INDEX
+from livegen.models.room import game
 from livegen.models.tinyworld.net import Context, Net, to_uint8, to_unit
+from livegen.models.tinyworld.vocab import ACTION_INDEX, THEME_INDEX
 
 KV = list[tuple[Tensor, Tensor]]
 

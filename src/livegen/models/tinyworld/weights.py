@@ -1,12 +1,12 @@
-"""The shipped tiny-world checkpoint: export from a training run, and verified offline loading.
+"""The shipped tiny-world checkpoint, loaded offline and verified.
 
-The package carries ``models/weights/tiny_world.pt`` (the EMA weights in fp16,
-a plain tensor dict loaded with ``weights_only=True``) and
+The package carries ``models/tinyworld/shipped/tiny_world.pt`` (the EMA
+weights in fp16, a plain tensor dict loaded with ``weights_only=True``) and
 ``tiny_world.json`` (its sha256, the network config, the training facts the
 closing figures quote, and each theme's colour codebook read from the
 training frames, which generated pixels snap to). Loading refuses a file whose digest does not
 match, so a truncated or swapped checkpoint fails loudly instead of
-generating noise.
+generating noise. Writing them is training's job (``livegen.training.tinyworld.export``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from typing import Any
 import torch
 
 from livegen.errors import ModelError
-from livegen.models.tinyworld.data import theme_palettes
 from livegen.models.tinyworld.net import Config, Net
 
 WEIGHTS_FILE = "tiny_world.pt"
@@ -31,39 +30,8 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def fp16_tensors(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """A state dict as the package ships it: fp16 CPU tensors (half the size; serving upcasts)."""
-    return {name: value.detach().to("cpu", torch.float16).contiguous() for name, value in state.items()}
-
-
-def export_weights(checkpoint: Path, dest: Path, which: str = "ema", deadband: float | None = None) -> str:
-    """Write the EMA (or raw, ``which="model"``) weights of a training checkpoint as fp16 to ``dest``,
-    with its manifest beside it; ``deadband``, if given, is the still-pixel deadband these weights
-    serve with (tuned on held-out rooms; ``model.load`` reads it)."""
-    state = torch.load(checkpoint, weights_only=False, map_location="cpu")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(fp16_tensors(state[which]), dest)
-    digest = sha256(dest)
-    metrics = state["metrics"]
-    manifest = {
-        "sha256": digest,
-        "config": state["config"],
-        "step": state["step"],
-        "train_seconds": round(metrics.get("train_seconds", 0.0), 1),
-        "seed": state["seed"],
-        "weights": which,
-        "last_probe": metrics["probes"][-1] if metrics.get("probes") else None,
-        "sessions": metrics.get("sessions", []),
-        "palettes": theme_palettes(),
-    }
-    if deadband is not None:
-        manifest["deadband"] = deadband
-    dest.with_name(MANIFEST_FILE).write_text(json.dumps(manifest, indent=1) + "\n")
-    return digest
-
-
 def shipped_dir() -> Path:
-    return Path(str(resources.files("livegen.models") / "weights"))
+    return Path(str(resources.files("livegen.models.tinyworld") / "shipped"))
 
 
 def load_net(directory: Path | None = None) -> tuple[Net, dict[str, Any]]:

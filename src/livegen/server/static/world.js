@@ -1,4 +1,4 @@
-// The world panel: play a world model over /v1/worlds (DESIGN.md section 4).
+// The world panel: play a world model over /v1/worlds (docs/world-protocol.md).
 //
 // The server streams chunks (a `world.chunk` header, then one binary message
 // per frame); the page decodes them in order, shows them at the model's fps

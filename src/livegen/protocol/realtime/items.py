@@ -1,0 +1,88 @@
+"""Conversation items and content parts as the Realtime wire carries them (server to client).
+
+An item is a message (one content part), a function call or a function
+call's output. Field order follows OpenAI's objects, so the encoded JSON is
+the same bytes livegen sent when these were dicts. Content parts are tagged by
+``type``: the GA part types name the direction (``output_audio``), beta's the
+medium (``audio``); ``beta.py`` maps one onto the other.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class InputTextPart(msgspec.Struct, tag="input_text", tag_field="type"):
+    text: str | None
+
+
+class InputAudioPart(msgspec.Struct, tag="input_audio", tag_field="type"):
+    transcript: str | None
+
+
+class OutputTextPart(msgspec.Struct, tag="output_text", tag_field="type"):
+    text: str | None
+
+
+class OutputAudioPart(msgspec.Struct, tag="output_audio", tag_field="type"):
+    transcript: str | None
+
+
+class TextPart(msgspec.Struct, tag="text", tag_field="type"):
+    """A text part of a response (``response.content_part.*``), and beta's ``output_text``."""
+
+    text: str | None
+
+
+class AudioPart(msgspec.Struct, tag="audio", tag_field="type"):
+    """An audio part of a response (``response.content_part.*``), and beta's ``output_audio``."""
+
+    transcript: str | None
+
+
+ContentPart = InputTextPart | InputAudioPart | OutputTextPart | OutputAudioPart | TextPart | AudioPart
+
+_PARTS: dict[str, type[ContentPart]] = {
+    "input_text": InputTextPart,
+    "input_audio": InputAudioPart,
+    "output_text": OutputTextPart,
+    "output_audio": OutputAudioPart,
+    "text": TextPart,
+    "audio": AudioPart,
+}
+
+
+def content_part(kind: str, text: str | None) -> ContentPart:
+    """The part of type ``kind`` holding ``text`` (as ``text`` or ``transcript``, as the type has it)."""
+    return _PARTS[kind](text)
+
+
+class MessageItem(msgspec.Struct, kw_only=True):
+    id: str
+    object: str = "realtime.item"
+    type: str = "message"
+    role: str
+    status: str
+    content: list[ContentPart]
+
+
+class FunctionCallItem(msgspec.Struct, kw_only=True):
+    id: str
+    object: str = "realtime.item"
+    type: str = "function_call"
+    status: str
+    call_id: str
+    name: str
+    arguments: str
+
+
+class FunctionCallOutputItem(msgspec.Struct, kw_only=True):
+    id: str
+    object: str = "realtime.item"
+    type: str = "function_call_output"
+    status: str
+    call_id: str
+    output: str
+
+
+ItemObject = MessageItem | FunctionCallItem | FunctionCallOutputItem

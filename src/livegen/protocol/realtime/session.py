@@ -1,0 +1,113 @@
+"""The session object (``session.created``, ``session.updated``) as the Realtime wire carries it.
+
+Two shapes, as GA has them: a realtime session (audio in and out, tools) and
+a transcription session (input audio only). Fields that OpenAI leaves out when
+unset (an audio format's ``rate`` for G.711, a transcription's empty
+``language`` and ``prompt``) are ``UNSET`` and omitted; fields it sends as
+``null`` are ``None``. Beta's flat fields are ``BetaSessionObject``'s
+(``beta.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+from livegen.protocol.audio import AudioFormat, Encoding
+
+
+class AudioFormatObject(msgspec.Struct):
+    type: str
+    rate: int | UnsetType = UNSET
+
+
+def format_object(fmt: AudioFormat) -> AudioFormatObject:
+    """The wire form of an audio format: PCM names its rate, G.711 (always 8 kHz) does not."""
+    if fmt.encoding is Encoding.PCM:
+        return AudioFormatObject(fmt.encoding.value, fmt.rate)
+    return AudioFormatObject(fmt.encoding.value)
+
+
+class ServerVadObject(msgspec.Struct, tag="server_vad", tag_field="type"):
+    threshold: float
+    prefix_padding_ms: int
+    silence_duration_ms: int
+    create_response: bool
+    interrupt_response: bool
+    idle_timeout_ms: int | None
+
+
+class SemanticVadObject(msgspec.Struct, tag="semantic_vad", tag_field="type"):
+    eagerness: str
+    create_response: bool
+    interrupt_response: bool
+
+
+TurnDetectionObject = ServerVadObject | SemanticVadObject
+
+
+class TranscriptionObject(msgspec.Struct):
+    model: str
+    language: str | UnsetType = UNSET
+    prompt: str | UnsetType = UNSET
+
+
+class AudioInputObject(msgspec.Struct):
+    format: AudioFormatObject
+    turn_detection: TurnDetectionObject | None
+    transcription: TranscriptionObject | None
+    noise_reduction: None = None
+
+
+class AudioOutputObject(msgspec.Struct):
+    format: AudioFormatObject
+    voice: str
+    speed: float = 1.0
+
+
+class SessionAudio(msgspec.Struct):
+    input: AudioInputObject
+    output: AudioOutputObject
+
+
+class TranscriptionAudio(msgspec.Struct):
+    input: AudioInputObject
+
+
+class SessionObject(msgspec.Struct, kw_only=True):
+    id: str
+    object: str = "realtime.session"
+    type: str = "realtime"
+    model: str
+    instructions: str
+    output_modalities: list[str]
+    audio: SessionAudio
+    #: Tools and the tool choice keep their JSON shape: JSON Schema parameters are the client's.
+    tools: list[dict[str, Any]]
+    tool_choice: str | dict[str, Any]
+    max_output_tokens: int | Literal["inf"] = "inf"
+    truncation: Any = "auto"
+
+
+class TranscriptionSessionObject(msgspec.Struct, kw_only=True):
+    id: str
+    object: str = "realtime.transcription_session"
+    type: str = "transcription"
+    audio: TranscriptionAudio
+    include: list[str] = msgspec.field(default_factory=list)
+
+
+class BetaSessionObject(SessionObject, kw_only=True):
+    """The GA session with beta's flat fields after it (a beta client reads those)."""
+
+    modalities: list[str]
+    voice: str
+    input_audio_format: str | None
+    output_audio_format: str | None
+    turn_detection: TurnDetectionObject | None
+    input_audio_transcription: TranscriptionObject | None
+
+
+AnySessionObject = SessionObject | TranscriptionSessionObject

@@ -1,0 +1,112 @@
+"""What the voice engine knows of a session's lifecycle: its links, handoffs and live state.
+
+A voice session is *attached* to one client link, *parked* when that link is
+lost (for ``--resume-grace``, waiting for ``session.resume``), and attached
+again to the resuming link, or *ended*. ``VoiceEngine`` runs those steps; this
+module holds the values they pass around, with no transport in them:
+
+- ``Link``: one client connection as the engine sees it (a WebSocket today):
+  send a text event, close with a code, receive the next text message;
+- ``Handoff``: a link posted to the session's owner (the opening one, or a
+  resuming one), with the event its transport handler waits on until the
+  owner is done with it (an ASGI handler that returns closes its socket);
+- ``LiveSession``: what a live session exposes to resuming links: its runner,
+  attachment (journal), single-use resume token, handoff queue and dialect.
+
+Tokens are random, compared in constant time, single-use (a resume claims the
+token before it posts its handoff: of two concurrent resumes with one token,
+one wins) and rotated on every resume, so a token that leaked from an old
+connection cannot take the session again (``attachment.ResumeCredential``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from livegen.errors import RemoteProtocolError
+from livegen.models.voice import VoiceModel
+from livegen.protocol import realtime as wire
+from livegen.protocol.duplex import DuplexDialect
+from livegen.runtime.voice.attachment import Attachment, ResumeCredential
+from livegen.runtime.voice.runner import Runner
+
+
+class Link(Protocol):
+    """One client connection as the engine sees it; the transport decodes its frames."""
+
+    async def send_text(self, text: str) -> None: ...
+
+    async def close(self, code: int) -> None: ...
+
+    async def receive(self) -> str | RemoteProtocolError | int:
+        """The next text message, the error for one that is not text, or the close code."""
+        ...
+
+
+@dataclass
+class Handoff:
+    """A client link posted to the session's owner: the opening one, or a resuming one."""
+
+    link: Link
+    last_seq: int = 0
+    event_id: str | None = None
+    #: A duplex client (``protocol/duplex.py``): its greeting and refusals are vllm-omni's.
+    duplex: bool = False
+    #: Set by the owner when it is done with the link (the transport's handler may then return).
+    released: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+@dataclass
+class LiveSession:
+    """What a live voice session exposes to resuming links."""
+
+    runner: Runner
+    attachment: Attachment
+    credential: ResumeCredential = field(default_factory=ResumeCredential)
+    handoffs: asyncio.Queue[Handoff] = field(default_factory=asyncio.Queue)
+    #: The duplex dialect's state when the session was opened by a duplex client (a resume keeps it).
+    duplex: DuplexDialect | None = None
+    #: Set to end a parked session early (the parked budget needs its room).
+    evicted: asyncio.Event = field(default_factory=asyncio.Event)
+    #: The link the session is attached to; None while it is parked (or has ended).
+    attached: Handoff | None = None
+
+    def held_bytes(self) -> int:
+        """What the session holds while parked: its journal and its history (text)."""
+        return self.attachment.journal_bytes + self.runner.session.conversation.chars()
+
+
+@dataclass(frozen=True)
+class Opening:
+    """A new session, admitted: the link that opened it and how it talks."""
+
+    handoff: Handoff
+    session_id: str
+    model_name: str
+    model: VoiceModel
+    #: ``transcription`` for ``?intent=transcription``, else ``realtime``.
+    session_type: str = "realtime"
+    #: The beta dialect's names (``OpenAI-Beta: realtime=v1``).
+    beta: bool = False
+    #: A duplex client's first message (``session.update``), delivered once the session runs.
+    first: str | None = None
+    #: The configuration the client's ephemeral key was made with, applied first.
+    bound: wire.ClientEvent | None = None
+
+
+def resumed_event(session_id: str, token: str, last_seq: int, seq: int) -> str:
+    """The greeting on the new link, before the replay (not itself numbered in the stream)."""
+    return wire.encode(
+        {
+            "type": "session.resumed",
+            "event_id": "event_resumed_" + secrets.token_hex(4),
+            "session_id": session_id,
+            "resume_token": token,
+            "last_event_seq": last_seq,
+            "replay_from_seq": last_seq + 1,
+            "latest_seq": seq,
+        }
+    ).decode()

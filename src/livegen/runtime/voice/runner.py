@@ -1,0 +1,427 @@
+"""The voice runner: one per session, the single writer of its session core.
+
+The runner owns four tasks around one ``voice.Session``:
+
+- the *runner* itself, the only task that calls into the core; it takes one
+  item at a time from a bounded mailbox (client events, chain reports, model
+  outputs, disconnects) or wakes for the core's pacing deadline, and carries
+  out the effects the core returns (promise V1, docs/architecture.md);
+- the *chain*, which runs model calls one after another in wire order; it
+  skips attempts a canceller already settled, and after a failure it waits
+  until the core has rolled back the rest of the chain (``ResumeChain``), so
+  nothing behind a hole reaches the model (promise V3);
+- the *pump*, which forwards the model's outputs into the mailbox; the core
+  drops those of an older epoch (promise V2);
+- the *sender*, which writes events to the socket from a bounded outbox;
+  audio that would overflow it fails that one response with a clear error,
+  while control events (terminals above all) always have room (promise V5).
+  The outbox is bounded in events and in bytes (``outbox_bytes``: events are
+  encoded as they are queued, so the count is exact); a client that reads
+  nothing past either bound gets ``unsent_bytes_exceeded`` and the session
+  ends (``close_reason`` ``outbox_overflow``).
+
+Whoever feeds the runner (the WebSocket endpoint) decodes JSON before
+``put_client``; the mailbox bound pushes back on a client that sends faster
+than its session runs, and on that client only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from livegen.errors import RemoteProtocolError
+from livegen.logs import log_event
+from livegen.models.voice import StreamConfig, VoiceOutput, VoiceStream
+from livegen.protocol import realtime as wire
+from livegen.protocol.errors import INTERNAL_ERROR, MODEL_NOT_FOUND, UNSENT_BYTES_EXCEEDED
+from livegen.protocol.realtime import server as ev
+from livegen.runtime.voice.mailbox import Mailbox
+from livegen.voice.chain import (
+    Attempt,
+    AttemptKind,
+    Closed,
+    DropOutput,
+    Effect,
+    Outcome,
+    ResumeChain,
+    Run,
+    Send,
+    SwitchModel,
+    stamped,
+)
+from livegen.voice.session import ModelFacts, Session
+
+logger = logging.getLogger("livegen.runtime.voice")
+
+#: Control events (terminals, errors) the outbox takes beyond its bound.
+CONTROL_RESERVE = 64
+#: How long a closing session waits for its last events to be written.
+DRAIN_SECONDS = 5.0
+#: The WebSocket close code of a session that failed on an internal error (RFC 6455: 1011).
+FAILED_CLOSE_CODE = 1011
+
+
+@dataclass(frozen=True)
+class RunnerLimits:
+    mailbox: int = 256
+    outbox: int = 512
+    #: Bytes of queued events (beyond the one being written); None: bounded in events only.
+    outbox_bytes: int | None = None
+
+
+@dataclass(slots=True)
+class _ClientItem:
+    event: wire.ClientEvent | RemoteProtocolError
+    received_at: float
+
+
+@dataclass(slots=True)
+class _Settled:
+    attempt: Attempt
+    outcome: Outcome
+    error: str
+
+
+@dataclass(slots=True)
+class _Output:
+    output: VoiceOutput
+
+
+@dataclass(slots=True)
+class _Stop:
+    reason: str
+
+
+_Item = _ClientItem | _Settled | _Output | _Stop
+SendText = Callable[[str], Awaitable[None]]
+#: Rewrites one outgoing server event for the client's dialect (None: hold it back).
+Dialect = Callable[[ev.ServerEvent], ev.ServerEvent | dict[str, Any] | None]
+#: Opens a stream of the named model (``session.update`` with another model); raises
+#: ``RemoteProtocolError`` for a name the server does not serve.
+OpenModel = Callable[[str, StreamConfig], Awaitable[tuple[ModelFacts, VoiceStream]]]
+
+
+class Runner:
+    def __init__(
+        self,
+        session: Session,
+        stream: VoiceStream,
+        send_text: SendText,
+        *,
+        limits: RunnerLimits | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        on_sent: Callable[[ev.ServerEvent], None] | None = None,
+        open_model: OpenModel | None = None,
+        dialect: Dialect | None = None,
+    ) -> None:
+        self.session = session
+        #: Rewrites each outgoing GA event for the client's dialect (``protocol/realtime/beta.py``,
+        #: ``protocol/duplex.py``); None: the event is not sent in that dialect.
+        self._dialect = dialect
+        self.stream = stream
+        self.limits = limits or RunnerLimits()
+        self._send_text = send_text
+        self._clock = clock
+        self._on_sent = on_sent
+        self._mailbox: Mailbox[_Item] = Mailbox(self.limits.mailbox)
+        self._chain: Mailbox[Attempt] = Mailbox()
+        self._chain_resumed = asyncio.Event()
+        self._chain_resumed.set()
+        #: (response id of an audio delta or None, event, its wire text).
+        self._outbox: deque[tuple[str | None, ev.ServerEvent, str]] = deque()
+        #: Bytes of the wire text queued for the socket and not yet written.
+        self.outbox_bytes = 0
+        #: The reason the session closed with, once it has.
+        self.close_reason: str | None = None
+        self._outbox_ready = asyncio.Event()
+        self._outbox_empty = asyncio.Event()
+        self._outbox_empty.set()
+        self._stop_reason: str | None = None
+        self._open_model = open_model
+        self._switch: SwitchModel | None = None
+        self._pump_task: asyncio.Task[None] | None = None
+        #: The runner ended on an unexpected exception (``_fail``), not by a close.
+        self.failed = False
+        self.done = asyncio.Event()
+
+    # --- feeding ---------------------------------------------------------------------
+
+    async def put_client(self, event: wire.ClientEvent | RemoteProtocolError) -> None:
+        """A decoded client event (or its decoding error); waits while the mailbox is full."""
+        await self._mailbox.put(_ClientItem(event, self._clock()))
+
+    async def stop(self, reason: str) -> None:
+        """End the session (disconnect, shutdown); its terminal event is sent if the socket lives.
+
+        Never waits on a full mailbox: the runner also checks the request between items.
+        """
+        if self.done.is_set():
+            return
+        self._stop_reason = self._stop_reason or reason
+        with contextlib.suppress(asyncio.QueueFull):
+            self._mailbox.put_nowait(_Stop(reason))
+
+    # --- the tasks -------------------------------------------------------------------
+
+    async def run(self) -> None:
+        tasks = [
+            asyncio.create_task(self._run_chain(), name="voice-chain"),
+            asyncio.create_task(self._run_sender(), name="voice-sender"),
+        ]
+        self._pump_task = asyncio.create_task(self._pump(), name="voice-pump")
+        try:
+            try:
+                self.session.open(self._clock())
+                self._apply(self.session.take_effects())
+                await self._run_core()
+            except Exception as exc:  # a bug of ours: this session fails, loudly and once
+                self._fail(exc)
+            await self._drain_outbox()
+        finally:
+            tasks.append(self._pump_task)
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            with contextlib.suppress(Exception):
+                await self.stream.aclose()
+            self.done.set()
+
+    def _fail(self, exc: Exception) -> None:
+        """End the session after an unexpected exception: one log line with the traceback, then
+        an ``error`` (``server_error``) and ``session.closed`` for the client (the endpoint then
+        closes the socket with ``FAILED_CLOSE_CODE``). Never silent, never the server's end."""
+        self.failed = True
+        logger.error(
+            "voice.runner_failed",
+            exc_info=exc,
+            extra={"fields": {"error": f"{type(exc).__name__}: {exc}", "session": self.session.id}},
+        )
+        body = INTERNAL_ERROR.event_body()
+        self._enqueue(stamped(ev.Error(error=body), self.session.ids))
+        try:
+            self.session.close(self._clock(), "server_error")
+            effects = self.session.take_effects()
+        except Exception:  # the core itself is broken: the terminal event by hand
+            effects = []
+        if not any(isinstance(e, Send) and isinstance(e.event, ev.SessionClosed) for e in effects):
+            closed = ev.SessionClosed(session_id=self.session.id, reason="server_error")
+            effects = [stamped(closed, self.session.ids)]
+        for effect in effects:
+            if isinstance(effect, Send):
+                self._enqueue(effect)
+
+    async def _run_core(self) -> None:
+        session = self.session
+        mailbox = self._mailbox
+        while not session.is_closed:
+            if self._stop_reason is not None:
+                session.close(self._clock(), self._stop_reason)
+                self._apply(session.take_effects())
+                break
+            deadline = session.next_deadline()
+            now = self._clock()
+            if deadline is not None and deadline <= now:
+                session.tick(now)
+                self._apply(session.take_effects())
+                continue
+            if mailbox.empty():
+                # wait() takes no item, so waking at the deadline can never lose one.
+                await mailbox.wait(None if deadline is None else deadline - now)
+                continue
+            self._handle(mailbox.get_nowait(), self._clock())
+            self._apply(session.take_effects())
+            if self._switch is not None:
+                await self._switch_model(self._switch)
+
+    def _handle(self, item: _Item, now: float) -> None:
+        session = self.session
+        if isinstance(item, _ClientItem):  # the common case (appends) first
+            event = item.event
+            if isinstance(event, RemoteProtocolError):
+                session.reject(event)
+                return
+            try:
+                session.receive(event, item.received_at)
+            except RemoteProtocolError as error:
+                session.reject(error)
+        elif isinstance(item, _Settled):
+            session.settle(item.attempt, item.outcome, now, item.error)
+        elif isinstance(item, _Output):
+            session.on_output(item.output, now)
+        else:
+            session.close(now, item.reason)
+
+    def _apply(self, effects: list[Effect]) -> None:
+        for effect in effects:
+            if isinstance(effect, Send):
+                self._enqueue(effect)
+            elif isinstance(effect, Run):
+                self._chain.put_nowait(effect.attempt)
+            elif isinstance(effect, ResumeChain):
+                self._chain_resumed.set()
+            elif isinstance(effect, DropOutput):
+                self._drop_audio(effect.response_id)
+            elif isinstance(effect, SwitchModel):
+                self._switch = effect
+            elif isinstance(effect, Closed):
+                self.close_reason = effect.reason  # the terminal is in the outbox; the loop ends
+
+    def _enqueue(self, effect: Send) -> None:
+        if self.close_reason is not None:
+            return  # session.closed is the last event (a batch cut short by _not_reading)
+        event = effect.event
+        audio = event if isinstance(event, ev.OutputAudioDelta) else None
+        wire_event = event if self._dialect is None else self._dialect(event)
+        # A dialect may hold an event back (""): it still passes through the outbox, in order, to on_sent.
+        text = "" if wire_event is None else ev.encode(wire_event).decode()
+        budget = self.limits.outbox_bytes
+        # One event passes whatever its size when nothing waits before it: the budget is on backlog.
+        is_over_bytes = budget is not None and bool(self._outbox) and self.outbox_bytes + len(text) > budget
+        if audio is not None and (len(self._outbox) >= self.limits.outbox or is_over_bytes):
+            self._drop_audio(audio.response_id)
+            self.session.on_outbox_overflow(self._clock())
+            self._apply(self.session.take_effects())
+            return
+        if len(self._outbox) >= self.limits.outbox + CONTROL_RESERVE or is_over_bytes:
+            self._not_reading()
+            return
+        self._outbox.append((None if audio is None else audio.response_id, event, text))
+        self.outbox_bytes += len(text)
+        self._outbox_empty.clear()
+        self._outbox_ready.set()
+
+    def _not_reading(self) -> None:
+        """A client that reads nothing: end the session rather than grow without bound."""
+        log_event(
+            logger,
+            "voice.outbox_full",
+            logging.WARNING,
+            session=self.session.id,
+            events=len(self._outbox),
+            unsent_bytes=self.outbox_bytes,
+        )
+        self._outbox.clear()
+        self.outbox_bytes = 0
+        self._enqueue(stamped(ev.Error(error=UNSENT_BYTES_EXCEEDED.event_body()), self.session.ids))
+        self.session.close(self._clock(), "outbox_overflow")
+        self._apply(self.session.take_effects())
+
+    def take_unsent(self) -> list[str]:
+        """The wire text still queued (the sender has stopped), for a last write by the endpoint."""
+        texts = [text for _, _, text in self._outbox if text]
+        self._outbox.clear()
+        self.outbox_bytes = 0
+        return texts
+
+    def _drop_audio(self, response_id: str) -> None:
+        if any(rid == response_id for rid, _, _ in self._outbox):
+            self._outbox = deque(item for item in self._outbox if item[0] != response_id)
+            self.outbox_bytes = sum(len(text) for _, _, text in self._outbox)
+
+    async def _run_sender(self) -> None:
+        while True:
+            await self._outbox_ready.wait()
+            while self._outbox:
+                entry = self._outbox[0]
+                _, event, text = entry
+                try:
+                    if text:
+                        await self._send_text(text)
+                except Exception:  # the socket is gone: the runner learns it from the reader
+                    self._outbox.clear()
+                    self.outbox_bytes = 0
+                    break
+                if self._outbox and self._outbox[0] is entry:
+                    self._outbox.popleft()  # written: no longer unsent (unless a clear took it)
+                    self.outbox_bytes -= len(text)
+                if self._on_sent is not None:
+                    self._on_sent(event)
+            self._outbox_ready.clear()
+            self._outbox_empty.set()
+
+    async def _drain_outbox(self) -> None:
+        """Let the sender write the terminal event before the socket closes."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(DRAIN_SECONDS):
+                await self._outbox_empty.wait()
+
+    async def _switch_model(self, switch: SwitchModel) -> None:
+        """Replace the stream; the session waits (nothing has reached the old model yet)."""
+        self._switch = None
+        try:
+            if self._open_model is None:
+                raise MODEL_NOT_FOUND.error(model=switch.name, param="session.model")
+            facts, stream = await self._open_model(switch.name, switch.config)
+        except RemoteProtocolError as error:
+            self.session.model_switch_failed(error)
+            self._apply(self.session.take_effects())
+            return
+        old, old_pump = self.stream, self._pump_task
+        self.stream = stream
+        if old_pump is not None:
+            old_pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await old_pump
+        with contextlib.suppress(Exception):
+            await old.aclose()
+        self._pump_task = asyncio.create_task(self._pump(), name="voice-pump")
+        self.session.model_switched(facts, self._clock())
+        self._apply(self.session.take_effects())
+
+    async def _run_chain(self) -> None:
+        while True:
+            attempt = await self._chain.get()
+            if not attempt.is_live:
+                continue  # settled by a canceller, which owns its terminal event
+            await self._chain_resumed.wait()
+            if not attempt.is_live:
+                continue
+            try:
+                await _call(self.stream, attempt)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self._chain_resumed.clear()
+                await self._mailbox.put(_Settled(attempt, Outcome.FAILED, f"{type(exc).__name__}: {exc}"))
+            else:
+                await self._mailbox.put(_Settled(attempt, Outcome.OK, ""))
+
+    async def _pump(self) -> None:
+        try:
+            async for output in self.stream.outputs():
+                await self._mailbox.put(_Output(output))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log_event(logger, "voice.model_outputs_failed", logging.ERROR, error=str(exc))
+            await self.stop("model_failed")
+        else:  # the model ended the stream on its own: nothing more will answer this session
+            await self.stop("model_stream_ended")
+
+
+async def _call(stream: VoiceStream, attempt: Attempt) -> None:
+    kind = attempt.kind
+    if kind is AttemptKind.APPEND:
+        await stream.append(attempt.epoch, attempt.pcm)
+    elif kind is AttemptKind.COMMIT:
+        assert attempt.item_id is not None
+        await stream.commit(attempt.epoch, attempt.item_id)
+    elif kind is AttemptKind.CLEAR:
+        await stream.clear(attempt.epoch)
+    elif kind is AttemptKind.RESPOND:
+        assert attempt.request is not None
+        await stream.respond(attempt.epoch, attempt.request)
+    elif kind is AttemptKind.CANCEL:
+        await stream.cancel(attempt.epoch)
+    elif kind is AttemptKind.UPDATE:
+        assert attempt.config is not None
+        await stream.update(attempt.config)

@@ -1,0 +1,270 @@
+"""``WorldEngine``: the world model and every world session of a server.
+
+As nano-vllm's ``LLMEngine`` owns its scheduler, the engine owns the model
+(loaded in ``start``: in this process, or in ``--world-workers`` Ray actors
+with their KV pools), the scheduler that batches due sessions into one model
+step, and the session manager (ids, ``--max-sessions``, tombstones). It opens a
+session's runner from its first ``session.update``, reconfigures it from later
+ones, describes it for ``session.created``/``session.updated``, and reports
+readiness: not ready until the model is loaded, nor while the KV pool or the
+realtime capacity is full. A transport (``server/world.py``) only decodes
+client messages and hands them here or to the session's runner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import importlib.util
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from livegen.errors import ConfigError, InvalidRequest, InvalidState, RemoteProtocolError
+from livegen.logs import log_event
+from livegen.models import ModelInfo, Registry
+from livegen.models.world import WorldModel
+from livegen.protocol import world as wire
+from livegen.runtime.world.runner import Options, Runner
+from livegen.runtime.world.scheduler import Scheduler
+from livegen.runtime.world.workers import Worker
+from livegen.world import ControlInput, Event, Manager, thaw
+from livegen.world.images import decode_seed_image
+
+if TYPE_CHECKING:
+    from livegen.runtime.world.ray_worker import Cluster
+
+logger = logging.getLogger("livegen.world")
+DEFAULT_MAX_PENDING_EVENTS = 64
+
+
+@dataclasses.dataclass(frozen=True)
+class WorldSettings:
+    """The server options the engine reads (``server.config.ServerConfig`` gives them)."""
+
+    max_sessions: int = 64
+    max_unsent_bytes: int = 16 * 1024 * 1024
+    #: Ray actors running the model (``--world-workers``); 0: the model runs in this process.
+    world_workers: int = 0
+    ray_address: str | None = None
+    realtime_headroom: float = 0.85
+    #: Keyword options for the model's loader (a weights path, a device).
+    model_options: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+class WorldEngine:
+    def __init__(self, registry: Registry, entry: ModelInfo, settings: WorldSettings) -> None:
+        self.registry = registry
+        self.entry = entry
+        self.settings = settings
+        self.model: WorldModel | None = None
+        self.scheduler: Scheduler | None = None
+        self.manager: Manager | None = None
+        #: The Ray connection when the model runs in Ray actors (``--world-workers``).
+        self.cluster: Cluster | None = None
+        if settings.world_workers > 0 and importlib.util.find_spec("ray") is None:
+            raise ConfigError("--world-workers needs Ray: pip install 'livegen[ray]'")
+
+    # -- the engine ------------------------------------------------------------------------
+    async def start(self) -> None:
+        settings = self.settings
+        headroom = settings.realtime_headroom
+        model: WorldModel | None = None
+        if settings.world_workers > 0:
+            workers = await self._start_ray_workers(settings.world_workers)
+            scheduler = Scheduler(workers=workers, realtime_headroom=headroom)
+        else:
+            options = dict(settings.model_options)
+            model = await asyncio.to_thread(self.registry.load, self.entry.name, options)
+            scheduler = Scheduler(model, realtime_headroom=headroom)
+        await scheduler.start()
+        self.manager = Manager(
+            tracks=scheduler.spec.controls,
+            new_id=lambda: uuid.uuid4().hex[:12],
+            max_sessions=settings.max_sessions,
+        )
+        self.model, self.scheduler = model, scheduler
+
+    async def stop(self) -> None:
+        if self.scheduler is not None:
+            await self.scheduler.stop()
+        if self.cluster is not None:
+            await self.cluster.close()
+
+    async def _start_ray_workers(self, num_workers: int) -> list[Worker]:
+        from livegen.runtime.world.ray_worker import Cluster
+
+        self.cluster = await Cluster.connect(self.settings.ray_address, num_workers)
+        options = dict(self.settings.model_options)
+        workers = await self.cluster.start_workers(self.entry.name, num_workers, options)
+        log_event(logger, "world.workers_started", model=self.entry.name, num_workers=num_workers)
+        return list(workers)
+
+    def health(self) -> dict[str, Any]:
+        report: dict[str, Any] = {"ready": False, "model": self.entry.name}
+        if self.scheduler is None or self.manager is None:
+            report["reason"] = "model loading"
+            return report
+        report.update(ready=True, sessions=len(self.manager), tombstones=len(self.manager.tombstones))
+        workers = self.scheduler.workers
+        if len(workers.workers) > 1:
+            report["workers"] = [worker.name for worker in workers.workers]
+        if lost := workers.lost_workers:
+            report["workers_lost"] = lost
+        pools = workers.kv_pools
+        if pools:
+            sessions = sum(pool.num_sessions for pool in pools)
+            report["kv"] = {"sessions": sessions, "capacity": workers.kv_capacity}
+        scheduler = self.scheduler
+        if scheduler.tick_cost_s is not None:
+            report["realtime"] = {
+                "tick_ms": round(scheduler.tick_cost_s * 1000, 2),
+                "load": round(scheduler.realtime_load(scheduler.num_sessions), 3),
+            }
+        if workers.is_full:
+            is_running = len(lost) < len(workers.workers)
+            report.update(ready=False, reason="KV pool full" if is_running else "no world worker is running")
+        elif scheduler.is_realtime_full:
+            report.update(ready=False, reason="realtime capacity full")
+        return report
+
+    def model_names(self) -> set[str]:
+        return {self.entry.name, *self.entry.aliases}
+
+    def wake(self) -> None:
+        """Something changed that the scheduler should see now (an event, new options)."""
+        if self.scheduler is not None:
+            self.scheduler.wake()
+
+    # -- sessions --------------------------------------------------------------------------
+    def check_model(self, update: wire.SessionConfig) -> None:
+        """Refuse a ``session.update`` naming another model than the one served here."""
+        if update.model is not None and update.model not in self.model_names():
+            raise InvalidRequest(
+                f"model {update.model!r} is not served here; /v1/worlds serves {self.entry.name!r}",
+                code="model_not_found",
+                param="session.model",
+            )
+
+    def open(
+        self,
+        update: wire.SessionConfig,
+        send_text: Callable[[str], Awaitable[None]],
+        send_bytes: Callable[[bytes], Awaitable[None]],
+        on_error: Callable[[str], None],
+    ) -> Runner:
+        """A new session from its first ``session.update``: created, announced, started.
+        A refusal (not ready, a bad seed image, no room) leaves no trace."""
+        manager, scheduler = self.manager, self.scheduler
+        if manager is None or scheduler is None:
+            raise InvalidState("the world model is still loading; retry shortly", code="not_ready")
+        seed_image = None
+        if update.seed_image is not None:  # checked before anything is created: a refusal leaves no trace
+            seed_image = decode_seed_image(update.seed_image, scheduler.spec, self.entry.name)
+        session = manager.create(
+            max_pending_events=update.max_pending_events or DEFAULT_MAX_PENDING_EVENTS,
+            prompt=update.prompt or "",
+            seed=update.seed or 0,
+            seed_image=seed_image,
+        )
+        output = update.output or wire.OutputConfig()
+        options = Options(
+            pacing=update.pacing or "realtime",
+            format=output.format,
+            quality=output.quality,
+            max_chunks_ahead=update.max_chunks_ahead or 4,
+        )
+        runner = Runner(
+            session,
+            manager,
+            scheduler,
+            send_text,
+            send_bytes,
+            options,
+            on_error=on_error,
+            max_unsent_bytes=self.settings.max_unsent_bytes,
+        )
+        runner.send(wire.SessionCreated(self.describe(runner)))
+        try:
+            runner.start()
+        except RemoteProtocolError:
+            session.begin_close()
+            manager.finish_close(session.session_id, True)
+            runner.abort_sending()
+            raise
+        log_event(logger, "world.session_created", session=session.session_id, seed=session.seed)
+        return runner
+
+    def reconfigure(self, runner: Runner, update: wire.SessionConfig) -> None:
+        """A later ``session.update``: output and pacing change; what made the world is fixed."""
+        _check_fixed(runner, update)
+        options, output = runner.options, update.output
+        runner.options = dataclasses.replace(  # a new object: a chunk mid-encode keeps its snapshot
+            options,
+            pacing=update.pacing or options.pacing,
+            format=options.format if output is None else output.format,
+            quality=options.quality if output is None else output.quality,
+            max_chunks_ahead=update.max_chunks_ahead or options.max_chunks_ahead,
+        )
+        self.wake()
+
+    def accept(self, runner: Runner, event: wire.WorldEvent) -> None:
+        """A ``world.event`` for the session's next chunks."""
+        controls = [ControlInput.of(c.track, c.schema, c.data) for c in event.controls or ()]
+        runner.accept(Event.of(event.event_id, event.prompt, controls, event.transition_chunks or 0))
+        self.wake()
+
+    def describe(self, runner: Runner) -> dict[str, Any]:
+        """The session object of ``session.created`` and ``session.updated``."""
+        spec, session, options = self.scheduler.spec, runner.session, runner.options  # type: ignore[union-attr]
+        return {
+            "id": session.session_id,
+            "model": self.entry.name,
+            "prompt": session.initial_prompt,
+            "seed": session.seed,
+            "seed_image": session.seed_image is not None,
+            "pacing": options.pacing,
+            "output": {"format": options.format, "quality": options.quality},
+            "max_pending_events": session.max_pending_events,
+            "max_chunks_ahead": options.max_chunks_ahead,
+            "width": spec.width,
+            "height": spec.height,
+            "fps": spec.fps,
+            "frames_per_chunk": spec.frames_per_chunk,
+            "first_chunk_frames": spec.frames_in_chunk(0),
+            "controls": [
+                {
+                    "track": track.name,
+                    "schema": track.schema,
+                    "json_schema": dict(track.json_schema),
+                    "default": thaw(track.default),
+                    "is_sticky": track.is_sticky,
+                    "description": track.description,
+                }
+                for track in spec.controls
+            ],
+        }
+
+
+def _check_fixed(runner: Runner, update: wire.SessionConfig) -> None:
+    """Refuse a later ``session.update`` that would change what the world was made from."""
+    session = runner.session
+    fixed = {
+        "seed": (update.seed, session.seed),
+        "prompt": (update.prompt, session.initial_prompt),
+        "max_pending_events": (update.max_pending_events, session.max_pending_events),
+    }
+    if update.seed_image is not None:
+        raise InvalidRequest(
+            "session.seed_image is fixed once the session exists (give it in the first session.update)",
+            code="invalid_request",
+            param="session.seed_image",
+        )
+    for name, (asked, current) in fixed.items():
+        if asked is not None and asked != current:
+            raise InvalidRequest(
+                f"session.{name} is fixed once the session exists (send a world.event for a new prompt)",
+                code="invalid_request",
+                param=f"session.{name}",
+            )

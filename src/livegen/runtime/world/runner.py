@@ -1,0 +1,391 @@
+"""The runner of one world session: pacing, flow control, output, reset and close.
+
+It owns the session's core (``world.Session``) and the one ordered path of
+messages to its client; the scheduler (``scheduler.py``) owns the model
+and calls back into the runner to begin, finish or fail its ticks. All core
+calls are synchronous and run on the event loop, so they never interleave;
+the only awaits are the worker's release calls and the socket.
+
+Pacing: ``realtime`` paces chunks to the media clock (chunk k may start once
+chunk k-1 is due on screen), ``asap`` steps as fast as the model goes. Either
+way at most ``max_chunks_ahead`` chunks go beyond the last ``chunk.ack``
+(credit: ``world/flow.py``). A client that acks at a chunk's start gets the next
+chunk generated while that one plays, started its measured step time (with a
+margin) before the client needs it, so it takes in the latest input.
+Frames are encoded in a thread by Pillow (libjpeg-turbo for JPEG), off the
+event loop. A committed chunk's output sits in the core's effects until this
+runner moves it to the send queue, in the same synchronous call as the commit,
+so no cancellation can come between them (upstream gap 2).
+
+Output is bounded in bytes, not only in events: ``unsent_bytes`` counts what
+is queued for the socket and not yet written (a queued chunk counts its raw
+frames until it is encoded, then its encoded bytes). Past ``max_unsent_bytes``
+the runner stops stepping and sets ``overflowed``; the endpoint closes the
+socket (``server/budgets.py``). Acks count only chunks already written to the
+socket, so a client that acks indexes it never read cannot open credit for
+chunks that would only pile up here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from livegen.errors import LivegenError, ModelError, ProtocolError
+from livegen.logs import log_event
+from livegen.models.world import Chunk
+from livegen.protocol import world as wire
+from livegen.protocol.frames import encode_chunk
+from livegen.runtime.world.scheduler import Scheduler
+from livegen.world import (
+    Acceptance,
+    Event,
+    Failure,
+    Manager,
+    Output,
+    Plan,
+    Rejection,
+    Release,
+    Session,
+    Status,
+)
+from livegen.world.flow import FlowControl
+
+logger = logging.getLogger("livegen.world")
+SendText = Callable[[str], Awaitable[None]]
+#: Events (not chunks: flow control bounds those) queued for a client that does not read.
+MAX_QUEUED_EVENTS = 1024
+SendBytes = Callable[[bytes], Awaitable[None]]
+#: How much sooner than its measured step time a chunk paced by a start ack begins: a margin
+#: for the step taking longer than the last ones and for the socket, so it is ready in time.
+LEAD_FACTOR = 1.25
+LEAD_MARGIN_S = 0.015
+
+
+@dataclass(frozen=True)
+class Options:
+    """A session's output settings; a ``session.update`` replaces them whole, never edits them.
+
+    Frozen so that a chunk's one snapshot (``_send_chunk``) cannot change under
+    it while it encodes: its header and its frames always agree on the format.
+    """
+
+    pacing: str = "realtime"
+    format: str = "jpeg"
+    quality: int = 85
+    max_chunks_ahead: int = 4
+
+
+@dataclass
+class _ChunkJob:
+    output: Output
+    queue_ms: float
+    model_ms: float
+
+
+class Runner:
+    def __init__(
+        self,
+        session: Session,
+        manager: Manager,
+        scheduler: Scheduler,
+        send_text: SendText,
+        send_bytes: SendBytes,
+        options: Options,
+        on_error: Callable[[str], None] = lambda code: None,
+        max_unsent_bytes: int | None = None,
+    ) -> None:
+        self.session = session
+        self.session_id = session.session_id
+        self.options = options
+        self._manager = manager
+        self._scheduler = scheduler
+        self._send_text = send_text
+        self._send_bytes = send_bytes
+        self._on_error = on_error
+        spec = scheduler.spec
+        self._chunk_s = spec.frames_per_chunk / spec.fps
+        self._clock = scheduler.clock
+        self._anchor = self._clock()
+        self.flow = FlowControl()
+        #: This session's recent step times (seconds): how long before it is due a chunk must start.
+        self._step_s: collections.deque[float] = collections.deque(maxlen=8)
+        self._ticking: Plan | None = None
+        self._queue_ms = 0.0
+        self._ready_since = self._anchor
+        #: Set while a reset or close waits for the tick in flight: no new tick may start.
+        self._is_holding = False
+        self._timings: dict[str, tuple[float, float]] = {}
+        self._settled = asyncio.Event()
+        self._settled.set()
+        self._outbox: asyncio.Queue[bytes | _ChunkJob | None] = asyncio.Queue()
+        self._sender: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[bool]] = set()
+        self.num_chunks_sent = 0
+        self.is_overflowing = False
+        #: Set once the client is over a budget (events or bytes); the endpoint closes it.
+        self.overflowed = asyncio.Event()
+        self.unsent_bytes = 0
+        self._max_unsent_bytes = max_unsent_bytes
+
+    def start(self) -> None:
+        self._scheduler.add(self)  # first: a full KV pool refuses before anything starts
+        self._sender = asyncio.create_task(self._send_loop(), name=f"livegen-world-send-{self.session_id}")
+
+    # -- scheduler side --------------------------------------------------------------------
+    def _has_credit(self) -> bool:
+        return self.flow.has_credit(self.session.chunk_index, self.options.max_chunks_ahead)
+
+    def _deadline(self) -> float:
+        """When the next chunk may start: once its predecessor is due on the media clock, and, when
+        the client acks at start, no sooner than its step time before the client will need it."""
+        if self.options.pacing == "asap":
+            return float("-inf")
+        index, spec = self.session.chunk_index, self._scheduler.spec
+        if index == 0:
+            return self._anchor - self._chunk_s
+        deadline = self._anchor + spec.media_time_ms(index - 1) / 1000
+        started = self.flow.last_start
+        if started is not None and started[0] < index and self._step_s:
+            started_index, started_at = started
+            needed_at = started_at + (spec.media_time_ms(index) - spec.media_time_ms(started_index)) / 1000
+            lead = LEAD_FACTOR * max(self._step_s) + LEAD_MARGIN_S
+            deadline = max(deadline, needed_at - lead)
+        return deadline
+
+    def _is_ready(self) -> bool:
+        if self._is_holding or self._ticking is not None or self.is_overflowing:
+            return False
+        return self.session.status is Status.ACTIVE and self._has_credit()
+
+    def is_due(self, now: float, early_s: float = 0.0) -> bool:
+        """Ready, and due now or within ``early_s`` (the scheduler's window to join a batch)."""
+        return self._is_ready() and now + early_s >= self._deadline()
+
+    def next_deadline(self) -> float | None:
+        return self._deadline() if self._is_ready() and self.options.pacing == "realtime" else None
+
+    def begin_tick(self, now: float, early_s: float = 0.0) -> Plan | None:
+        if not self.is_due(now, early_s):
+            return None
+        plan = self.session.begin_tick()
+        self._ticking = plan
+        self._settled.clear()
+        self._queue_ms = max(0.0, now - max(self._deadline(), self._ready_since)) * 1000
+        self._drain()
+        return plan
+
+    def tick_done(self, plan: Plan, chunk: Chunk, model_ms: float) -> None:
+        spec = self._scheduler.spec
+        expected = (spec.frames_in_chunk(plan.meta.chunk_index), spec.height, spec.width, 3)
+        if tuple(chunk.frames.shape) != expected:
+            got = tuple(chunk.frames.shape)
+            self.tick_failed(plan, "model_contract_error", f"frames shaped {got}, expected {expected}")
+            return
+        self._timings[plan.meta.request_id] = (self._queue_ms, model_ms)
+        # With the wait for a busy worker: a session that waits starts earlier next time, and
+        # sessions that start earlier meet in the same batch.
+        self._step_s.append((self._queue_ms + model_ms) / 1000)
+        with contextlib.suppress(ModelError):  # the failure is in the effects, reported below
+            self.session.commit_tick(plan, chunk.meta, chunk)
+        self._settle()
+
+    def tick_failed(self, plan: Plan, code: str, message: str) -> None:
+        self.session.fail_tick(plan, code, message)
+        log_event(logger, "world.chunk_failed", logging.WARNING, session=self.session_id, code=code)
+        self._settle()
+
+    def crashed(self, message: str) -> None:
+        """The scheduler dropped this session after a bug; tell the client, which may close."""
+        self._queue_error("internal_error", message, None, "server_error")
+
+    def _settle(self) -> None:
+        self._ticking = None
+        self._ready_since = self._clock()
+        self._settled.set()
+        self._drain()
+
+    def _drain(self) -> None:
+        """Turn the core's effects into messages and releases, in order, without awaiting."""
+        for effect in self.session.take_effects():
+            if isinstance(effect, Output):
+                queue_ms, model_ms = self._timings.pop(effect.meta.request_id, (0.0, 0.0))
+                self.flow.committed()
+                self._charge(_raw_bytes(effect))
+                self._outbox.put_nowait(_ChunkJob(effect, queue_ms, model_ms))
+            elif isinstance(effect, Rejection):
+                self.send_error(effect.error)
+            elif isinstance(effect, Failure):
+                code = effect.code if effect.code == "state_evicted" else "chunk_failed"
+                message = f"{effect.message}; the session is failed until world.reset"
+                self._queue_error(code, message, None, "server_error")
+            elif isinstance(effect, Release) and effect.reason == "failed":
+                task = asyncio.get_running_loop().create_task(self._release())
+                self._background.add(task)
+                task.add_done_callback(self._background.discard)
+
+    # -- client side -----------------------------------------------------------------------
+    def accept(self, event: Event) -> Acceptance:
+        acceptance = self.session.accept(event)
+        self.send(wire.EventAccepted(event.event_id, acceptance.status.value, acceptance.pending_event_count))
+        return acceptance
+
+    def ack(self, chunk_index: int, at: str = "end") -> None:
+        """A ``chunk.ack``: credit for chunks written to the socket (``world/flow.py``)."""
+        now = self._clock()
+        if self.flow.ack(chunk_index, self.session.chunk_index, at, now):
+            self._ready_since = max(self._ready_since, now)
+            self._scheduler.wake()
+
+    async def _hold(self) -> None:
+        """Stop new ticks and wait for the one in flight to settle."""
+        self._is_holding = True
+        while self._ticking is not None:
+            await self._settled.wait()
+
+    async def reset(self) -> None:
+        await self._hold()
+        try:
+            self.session.begin_reset()
+            self.session.finish_reset(await self._release())
+        finally:
+            self._is_holding = False
+        self._drain()
+        if self.session.status is not Status.ACTIVE:
+            self._queue_error("reset_failed", "releasing the model state failed; retry", None, "server_error")
+            return
+        self.flow.reset()
+        self._anchor = self._ready_since = self._clock()
+        self.send(wire.ResetDone())
+        self._scheduler.wake()
+
+    async def close(self, *, is_sending: bool = True) -> None:
+        """Close the session (``session.close`` or disconnect); a failed cleanup leaves a tombstone."""
+        await self._hold()
+        if self.session.begin_close():
+            is_released = await self._release()
+            self._manager.finish_close(self.session_id, is_released)
+            log_event(logger, "world.session_closed", session=self.session_id, is_released=is_released)
+            if is_released:
+                self._scheduler.remove(self.session_id)
+            elif is_sending:
+                self._queue_error("cleanup_failed", "closing failed; send session.close again", None)
+        if is_sending and self.session.status is Status.CLOSED:
+            self.send(wire.SessionClosed())
+
+    async def _release(self) -> bool:
+        try:
+            await self._scheduler.release_state(self.session_id)
+        except Exception as exc:
+            log_event(logger, "world.release_failed", logging.ERROR, session=self.session_id, error=repr(exc))
+            return False
+        return True
+
+    # -- output ----------------------------------------------------------------------------
+    def send(self, event: wire.ServerEvent) -> None:
+        """Queue an event for the client; past ``MAX_QUEUED_EVENTS`` the client is not reading."""
+        if self._outbox.qsize() >= MAX_QUEUED_EVENTS:
+            self._overflow()
+            return
+        data = wire.encode(event)
+        self._charge(len(data))
+        self._outbox.put_nowait(data)
+
+    def _charge(self, num_bytes: int) -> None:
+        self.unsent_bytes += num_bytes
+        if self._max_unsent_bytes is not None and self.unsent_bytes > self._max_unsent_bytes:
+            self._overflow()
+
+    def _overflow(self) -> None:
+        """The client is not reading: stop stepping; the endpoint closes the socket."""
+        self.is_overflowing = True  # other sessions go on
+        self.overflowed.set()
+
+    def send_error(self, error: LivegenError) -> None:
+        if isinstance(error, ProtocolError):
+            body = error.to_error_body()
+            self._queue_error(body["code"], body["message"], body["event_id"], body["type"], body["param"])
+        else:
+            self._queue_error("internal_error", str(error), None, "server_error")
+
+    def _queue_error(
+        self,
+        code: str,
+        message: str,
+        event_id: int | str | None,
+        error_type: str = "invalid_request_error",
+        param: str | None = None,
+    ) -> None:
+        self._on_error(code)
+        self.send(wire.Error(wire.ErrorBody(error_type, code, message, param, event_id)))
+
+    async def _send_loop(self) -> None:
+        try:
+            while (item := await self._outbox.get()) is not None:
+                if isinstance(item, bytes):
+                    await self._send_text(item.decode())
+                    self.unsent_bytes -= len(item)
+                else:
+                    await self._send_chunk(item)
+        except Exception as exc:  # the socket is gone; the endpoint sees the disconnect
+            log_event(logger, "world.send_failed", logging.INFO, session=self.session_id, error=repr(exc))
+
+    async def _send_chunk(self, job: _ChunkJob) -> None:
+        chunk = job.output.output
+        assert isinstance(chunk, Chunk)
+        started = time.perf_counter()
+        options = self.options  # this chunk's settings, though a session.update lands while it encodes
+        frames = await asyncio.to_thread(encode_chunk, chunk.frames, options.format, options.quality)
+        encode_ms = (time.perf_counter() - started) * 1000
+        self.unsent_bytes += sum(len(frame) for frame in frames) - _raw_bytes(job.output)
+        meta, spec = job.output.meta, self._scheduler.spec
+        header = wire.ChunkHeader(
+            chunk_index=meta.chunk_index,
+            request_id=meta.request_id,
+            applied_event_ids=list(meta.applied_event_ids),
+            num_frames=len(frames),
+            width=spec.width,
+            height=spec.height,
+            format=options.format,  # type: ignore[arg-type]
+            media_time_ms=spec.media_time_ms(meta.chunk_index),
+            timings=wire.Timings(round(job.queue_ms, 3), round(job.model_ms, 3), round(encode_ms, 3)),
+            prompt_transition=job.output.prompt_transition(),
+        )
+        await self._send_text(wire.encode(header).decode())
+        for frame in frames:
+            await self._send_bytes(frame)
+            self.unsent_bytes -= len(frame)
+        self.flow.written()
+        self.num_chunks_sent += 1
+
+    async def flush_and_stop(self, grace_s: float = 5.0) -> None:
+        """Send what is queued (for up to ``grace_s``), then stop the sender."""
+        self._outbox.put_nowait(None)
+        if self._sender is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(self._sender), grace_s)
+            except (TimeoutError, Exception):
+                self._sender.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await self._sender
+
+    def abort_sending(self) -> None:
+        """Stop writing and drop what is queued (its memory goes now, not when the socket does)."""
+        if self._sender is not None:
+            self._sender.cancel()
+        while not self._outbox.empty():
+            self._outbox.get_nowait()
+        self.unsent_bytes = 0
+
+
+def _raw_bytes(output: Output) -> int:
+    chunk = output.output
+    return int(chunk.frames.nbytes) if isinstance(chunk, Chunk) else 0
+
+
+__all__ = ["MAX_QUEUED_EVENTS", "Options", "Runner"]

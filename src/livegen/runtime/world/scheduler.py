@@ -1,0 +1,285 @@
+"""The world scheduler: one loop that steps every due session together, in one batch.
+
+It owns the loop and the worker pool (``workers.py``: which worker holds
+which session's state, and each worker's KV pages); runners
+(``world_runner.py``) own their sessions and say when they are due (pacing
+deadline, flow-control credit). Each round the scheduler asks every due runner
+for its plan, fills in KV pages for models that declare geometry, runs
+``model.step`` once per worker for that worker's share of the batch, and
+hands each chunk (or failure) back to its runner. Workers step independently:
+a worker's sessions wait while it is busy (to join its next batch, not queue
+behind it one by one), while a free worker takes its due sessions at once, so
+a slow worker never holds up the others. A
+``StateEvicted`` from a batch is isolated by stepping its ticks one by one, so
+only the session whose state is gone fails, with code ``state_evicted``
+(upstream gap 3), never a silent restart.
+
+Admission knows the frame clock: each step's time per tick is measured
+(a batch costs about its size times one tick on a CPU; the least over the last
+``TICK_COST_STEPS`` steps, so a neighbour's burst does not halve the capacity),
+and a new session is
+refused (``CapacityExceeded``, code ``realtime_capacity``) when the sessions
+already admitted, plus it, would need more than ``realtime_headroom`` of the
+workers' time to make every session's chunks in real time. Until a step has
+been measured every session is admitted.
+
+By default there is one worker, in this process (``LocalWorker``); each worker
+runs its model calls in submission order, so a release always lands between
+steps, never during one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from livegen.errors import CapacityExceeded, LivegenError, StateEvicted
+from livegen.logs import log_event
+from livegen.models.world import Chunk, Tick, WorldModel
+from livegen.runtime.world.kv_pool import Pool
+from livegen.runtime.world.workers import LocalWorker, Worker, WorkerPool
+from livegen.world import Plan
+
+logger = logging.getLogger("livegen.world")
+
+#: Default KV budget for models with KV geometry: enough for a laptop.
+DEFAULT_KV_BUDGET_BYTES = 512 * 1024 * 1024
+#: The share of the workers' time realtime sessions may need: the rest absorbs uneven steps,
+#: encoding and the sockets, so that every admitted session still gets its frames on time.
+REALTIME_HEADROOM = 0.85
+#: Steps whose time per tick the admission estimate takes the least of: the model's own cost,
+#: not a moment when something else on the machine held the CPU.
+TICK_COST_STEPS = 32
+
+
+class Steppable(Protocol):
+    """What the scheduler needs of a runner."""
+
+    session_id: str
+
+    def is_due(self, now: float, early_s: float = 0.0) -> bool: ...
+    def next_deadline(self) -> float | None: ...
+    def begin_tick(self, now: float, early_s: float = 0.0) -> Plan | None: ...
+    def tick_done(self, plan: Plan, chunk: Chunk, model_ms: float) -> None: ...
+    def tick_failed(self, plan: Plan, code: str, message: str) -> None: ...
+    def crashed(self, message: str) -> None: ...
+
+
+@dataclass
+class _Entry:
+    runner: Steppable
+    plan: Plan
+    tick: Tick
+    worker_index: int = 0
+
+
+class Scheduler:
+    def __init__(
+        self,
+        model: WorldModel | None = None,
+        *,
+        workers: Sequence[Worker] = (),
+        kv_budget_bytes: int = DEFAULT_KV_BUDGET_BYTES,
+        clock: Callable[[], float] = time.monotonic,
+        realtime_headroom: float = REALTIME_HEADROOM,
+    ) -> None:
+        """Step ``model`` in this process, or step on ``workers`` (each with its own KV budget)."""
+        if model is not None:
+            workers = [LocalWorker(model), *workers]
+        self.workers = WorkerPool(workers, kv_budget_bytes)
+        self.spec = self.workers.spec
+        self.clock = clock
+        self._runners: dict[str, Steppable] = {}
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        #: Worker index -> steps in flight there; tasks of the steps in flight.
+        self._busy: collections.Counter[int] = collections.Counter()
+        self._steps: set[asyncio.Task[None]] = set()
+        self.num_steps = 0
+        self.num_ticks = 0
+        #: The last step's seconds: a session due within it joins this round's batch rather than
+        #: waiting behind it for the next (one batched step costs less than two in a row).
+        self.batch_window_s = 0.0
+        #: One tick's seconds in a batched step: the least over recent steps (None until measured).
+        self.tick_cost_s: float | None = None
+        self._tick_costs: collections.deque[float] = collections.deque(maxlen=TICK_COST_STEPS)
+        #: The share of the workers' time admitted sessions may need (0: no such limit).
+        self.realtime_headroom = realtime_headroom
+
+    @property
+    def num_sessions(self) -> int:
+        return len(self._runners)
+
+    @property
+    def pool(self) -> Pool | None:
+        """The first worker's KV pool (the only one in process), or None without KV geometry."""
+        pools = self.workers.kv_pools
+        return pools[0] if pools else None
+
+    async def start(self) -> None:
+        await self.workers.start()
+        self._task = asyncio.create_task(self._loop(), name="livegen-world-scheduler")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        for step in list(self._steps):
+            step.cancel()
+        await asyncio.gather(*self._steps, return_exceptions=True)
+        await self.workers.close()
+
+    # -- sessions --------------------------------------------------------------------------
+    def add(self, runner: Steppable) -> None:
+        """Admit a session (raises ``CapacityExceeded`` when the KV pool or the frame clock is full)."""
+        if self.is_realtime_full:
+            load = self.realtime_load(len(self._runners))
+            raise CapacityExceeded(
+                f"the world model cannot make one more session's frames in real time ({len(self._runners)} "
+                f"sessions already need {load:.0%} of its time); retry later",
+                code="realtime_capacity",
+            )
+        self.workers.admit(runner.session_id)
+        self._runners[runner.session_id] = runner
+        self.wake()
+
+    def remove(self, session_id: str) -> None:
+        self._runners.pop(session_id, None)
+        self.workers.remove(session_id)
+
+    async def release_state(self, session_id: str) -> None:
+        """Free a session's pages and model-side state on every worker that holds it."""
+        await self.workers.release(session_id)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def realtime_load(self, num_sessions: int) -> float:
+        """The share of the workers' time ``num_sessions`` realtime sessions need (0 unmeasured)."""
+        if self.tick_cost_s is None:
+            return 0.0
+        chunks_per_s = self.spec.fps / self.spec.frames_per_chunk
+        num_workers = max(1, sum(worker.is_alive for worker in self.workers.workers))
+        return num_sessions * chunks_per_s * self.tick_cost_s / num_workers
+
+    @property
+    def is_realtime_full(self) -> bool:
+        """True when one more session would push the batch past real time for everyone."""
+        if not self._runners or self.realtime_headroom <= 0:
+            return False
+        return self.realtime_load(len(self._runners) + 1) > self.realtime_headroom
+
+    # -- the loop --------------------------------------------------------------------------
+    async def _loop(self) -> None:
+        while True:
+            now = self.clock()
+            waiting = [r for r in list(self._runners.values()) if not self._is_worker_busy(r)]
+            if not any(runner.is_due(now) for runner in waiting):
+                await self._sleep(now, waiting)
+                continue
+            window = self.batch_window_s
+            due = [runner for runner in waiting if runner.is_due(now, window)]
+            entries = [entry for runner in due if (entry := self._plan(runner, now, window)) is not None]
+            for group in _by_worker(entries):
+                self._launch(group)
+            await asyncio.sleep(0)  # let the steps start before planning again
+
+    def _is_worker_busy(self, runner: Steppable) -> bool:
+        return self._busy[self.workers.worker_index(runner.session_id)] > 0
+
+    def _launch(self, entries: list[_Entry]) -> None:
+        index = entries[0].worker_index
+        self._busy[index] += 1
+        task = asyncio.create_task(self._run_step(index, entries), name=f"livegen-world-step-{index}")
+        self._steps.add(task)
+        task.add_done_callback(self._steps.discard)
+
+    async def _run_step(self, index: int, entries: list[_Entry]) -> None:
+        try:
+            await self._step(entries)
+        except Exception as exc:  # a bug here must fail the batch, not the server
+            log_event(logger, "scheduler.error", logging.ERROR, error=repr(exc))
+            for entry in entries:
+                with contextlib.suppress(LivegenError):  # entries settled before the bug
+                    self._fail(entry, "chunk_failed", f"internal error: {exc}")
+        finally:
+            self._busy[index] -= 1
+            self.wake()
+
+    async def _sleep(self, now: float, runners: list[Steppable]) -> None:
+        deadlines = [d for r in runners if (d := r.next_deadline()) is not None]
+        timeout = max(0.0, min(deadlines) - now) if deadlines else None
+        self._wake.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout)
+
+    def _plan(self, runner: Steppable, now: float, early_s: float) -> _Entry | None:
+        try:
+            plan = runner.begin_tick(now, early_s)
+        except Exception as exc:  # a bug in one session: stop scheduling it, keep the others going
+            log_event(
+                logger, "scheduler.session_crashed", logging.ERROR, session=runner.session_id, error=repr(exc)
+            )
+            self._runners.pop(runner.session_id, None)
+            runner.crashed(f"internal error, the session stopped: {exc}")
+            return None
+        if plan is None:
+            return None
+        try:
+            index, context, write = self.workers.plan(runner.session_id, plan.meta.chunk_index)
+        except LivegenError as exc:
+            runner.tick_failed(plan, "chunk_failed", f"no KV pages: {exc}")
+            return None
+        meta = plan.meta
+        data = plan.control_data()
+        tick = Tick(meta, plan.seed, plan.prompt, data, context, write, plan.prompt_blend(), plan.seed_image)
+        return _Entry(runner, plan, tick, index)
+
+    async def _step(self, entries: list[_Entry]) -> None:
+        started = self.clock()
+        try:
+            chunks = await self.workers.step(entries[0].worker_index, [entry.tick for entry in entries])
+        except StateEvicted as exc:
+            if len(entries) == 1:
+                self._fail(entries[0], "state_evicted", str(exc))
+                return
+            for entry in entries:  # find whose state is gone; the others go on
+                await self._step([entry])
+            return
+        except Exception as exc:
+            for entry in entries:
+                self._fail(entry, "chunk_failed", f"model step failed: {type(exc).__name__}: {exc}")
+            return
+        model_ms = (self.clock() - started) * 1000
+        self.batch_window_s = model_ms / 1000
+        self._tick_costs.append(model_ms / 1000 / len(entries))
+        self.tick_cost_s = min(self._tick_costs)
+        self.num_steps += 1
+        self.num_ticks += len(entries)
+        by_request = {chunk.meta.request_id: chunk for chunk in chunks}
+        for entry in entries:
+            chunk = by_request.get(entry.plan.meta.request_id)
+            if chunk is None:
+                self._fail(entry, "model_contract_error", "the model returned no chunk for this tick")
+                continue
+            self.workers.commit(entry.runner.session_id)
+            entry.runner.tick_done(entry.plan, chunk, model_ms)
+
+    def _fail(self, entry: _Entry, code: str, message: str) -> None:
+        self.workers.clear(entry.runner.session_id)
+        entry.runner.tick_failed(entry.plan, code, message)
+
+
+def _by_worker(entries: list[_Entry]) -> list[list[_Entry]]:
+    """The batch split into one step per worker, each in due order."""
+    groups: dict[int, list[_Entry]] = {}
+    for entry in entries:
+        groups.setdefault(entry.worker_index, []).append(entry)
+    return list(groups.values())

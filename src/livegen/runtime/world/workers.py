@@ -1,0 +1,253 @@
+"""World workers: where model calls run, and which worker holds which session's state.
+
+A ``Worker`` owns one copy of the model and that copy's KV storage, and runs
+its calls (steps and releases) one at a time, in submission order, so a
+release always lands between steps, never during one. ``LocalWorker`` is the
+default: the model in this process, one dedicated thread. ``RayWorker``
+(``ray_worker.py``) is the same contract in a Ray actor, for when one machine
+is not enough.
+
+The ``WorkerPool`` owns placement, the scheduler (``scheduler.py``)
+owns the loop and the runners own their sessions. A session's state lives in
+the worker that stepped it, so its ticks go there (session affinity). A
+rollout's first chunk (a new session, or after a reset) needs no state, so it
+goes to the least loaded worker, which may move the session. Each worker has
+its own paged KV pool (``kv_pool.py``), sized by the per-worker budget,
+because its pages index its own tensors. Releases (reset, close, failure,
+disconnect) fan out to every worker that ever held the session: releasing is
+idempotent, and a worker whose earlier release failed gets another chance.
+A worker that is lost (its process died) takes no new rollouts: its sessions
+fail, and move to a live worker on their ``world.reset``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+from livegen.errors import CapacityExceeded, LocalProtocolError
+from livegen.models.world import Chunk, Tick, WorldModel, WorldSpec
+from livegen.runtime.world.kv_pool import Pool
+
+T = TypeVar("T")
+
+
+class Worker(Protocol):
+    """One copy of a world model and its KV storage, stepping batches in order."""
+
+    #: Shown in logs and health, e.g. ``local`` or ``ray-1``.
+    name: str
+    spec: WorldSpec
+    #: False once the worker is lost for good (e.g. its process died); it gets no new sessions.
+    is_alive: bool
+
+    async def start(self, num_kv_pages: int | None) -> None:
+        """Allocate the KV storage (``None``: the model declares no KV geometry)."""
+        ...
+
+    async def step(self, ticks: Sequence[Tick]) -> list[Chunk]: ...
+
+    async def release(self, session_id: str) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class LocalWorker:
+    """The model in this process; its calls run in one dedicated thread, in order."""
+
+    def __init__(self, model: WorldModel, name: str = "local") -> None:
+        self.model = model
+        self.name = name
+        self.spec = model.spec
+        self.is_alive = True
+        self.kv_storage: Any = None
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="livegen-world")
+
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    async def start(self, num_kv_pages: int | None) -> None:
+        if num_kv_pages is not None:
+            self.kv_storage = await self.call(self.model.new_kv_storage, num_kv_pages)
+
+    async def step(self, ticks: Sequence[Tick]) -> list[Chunk]:
+        return await self.call(self.model.step, list(ticks), self.kv_storage)
+
+    async def release(self, session_id: str) -> None:
+        await self.call(self.model.release, session_id)
+
+    async def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+@dataclass
+class _Slot:
+    """One worker, its KV bookkeeping and the sessions placed on it."""
+
+    worker: Worker
+    kv: Pool | None
+    sessions: set[str] = field(default_factory=set)
+
+
+class WorkerPool:
+    """Places sessions on workers, plans their KV pages, and fans releases out."""
+
+    def __init__(self, workers: Sequence[Worker], kv_budget_bytes: int) -> None:
+        if not workers:
+            raise ValueError("a worker pool needs at least one worker")
+        self.spec = workers[0].spec
+        kv = self.spec.kv
+        self._slots = [
+            _Slot(worker, Pool.for_spec(self.spec, kv_budget_bytes) if kv else None) for worker in workers
+        ]
+        #: Session id -> index of the slot it is placed on (admitted to that slot's KV pool).
+        self._placed: dict[str, int] = {}
+        #: Session id -> slots that ever held its model state (were sent one of its ticks).
+        self._holders: dict[str, set[int]] = {}
+
+    @property
+    def workers(self) -> list[Worker]:
+        return [slot.worker for slot in self._slots]
+
+    @property
+    def kv_pools(self) -> list[Pool]:
+        return [slot.kv for slot in self._slots if slot.kv is not None]
+
+    @property
+    def num_sessions(self) -> int:
+        return len(self._placed)
+
+    @property
+    def kv_capacity(self) -> int | None:
+        """Sessions the KV pools admit in all, or None for models without KV geometry."""
+        pools = self.kv_pools
+        return sum(pool.capacity for pool in pools) if pools else None
+
+    @property
+    def is_full(self) -> bool:
+        """No live worker can take another session."""
+        return not any(self._can_take(slot) for slot in self._slots)
+
+    @property
+    def lost_workers(self) -> list[str]:
+        return [slot.worker.name for slot in self._slots if not slot.worker.is_alive]
+
+    @staticmethod
+    def _can_take(slot: _Slot) -> bool:
+        return slot.worker.is_alive and (slot.kv is None or not slot.kv.is_full)
+
+    async def start(self) -> None:
+        await asyncio.gather(
+            *(slot.worker.start(slot.kv.num_pages if slot.kv else None) for slot in self._slots)
+        )
+
+    async def close(self) -> None:
+        await asyncio.gather(*(slot.worker.close() for slot in self._slots), return_exceptions=True)
+
+    # -- placement -------------------------------------------------------------------------
+    def admit(self, session_id: str) -> None:
+        """Place a new session on the least loaded worker (``CapacityExceeded`` when all are full)."""
+        if session_id not in self._placed:
+            self._place(session_id, self._least_loaded(exclude=None))
+
+    def remove(self, session_id: str) -> None:
+        """The session left (close, disconnect) after its release: forget it."""
+        self._holders.pop(session_id, None)
+        self._unplace(session_id)
+
+    def _unplace(self, session_id: str) -> None:
+        index = self._placed.pop(session_id, None)
+        if index is not None:
+            slot = self._slots[index]
+            slot.sessions.discard(session_id)
+            if slot.kv is not None:
+                slot.kv.release(session_id)
+
+    def worker_index(self, session_id: str) -> int:
+        try:
+            return self._placed[session_id]
+        except KeyError:
+            raise LocalProtocolError(f"session {session_id!r} is not placed on a worker") from None
+
+    def holders(self, session_id: str) -> set[int]:
+        """Indices of the workers that ever held this session's model state."""
+        return set(self._holders.get(session_id, ()))
+
+    def _least_loaded(self, exclude: int | None) -> int:
+        candidates = [
+            index
+            for index, slot in enumerate(self._slots)
+            if self._can_take(slot) or (index == exclude and slot.worker.is_alive)
+        ]
+        if not any(slot.worker.is_alive for slot in self._slots):
+            raise CapacityExceeded("no world worker is running; see the server's log", code="no_workers")
+        if not candidates:
+            pools = self.kv_pools
+            raise CapacityExceeded(
+                f"KV pools full: {len(pools)} workers of {pools[0].capacity} sessions each",
+                code="kv_pool_full",
+            )
+        # A session moving off ``exclude`` frees its place there: count it as gone; on a tie it stays.
+        return min(candidates, key=lambda i: (len(self._slots[i].sessions) - (i == exclude), i != exclude, i))
+
+    def _place(self, session_id: str, index: int) -> None:
+        slot = self._slots[index]
+        if slot.kv is not None:
+            slot.kv.admit(session_id)
+        slot.sessions.add(session_id)
+        self._placed[session_id] = index
+
+    def _rebalance(self, session_id: str) -> int:
+        """A session starting a rollout holds no state anywhere: it may move to a less loaded worker."""
+        current = self.worker_index(session_id)
+        target = self._least_loaded(exclude=current)
+        if target != current:
+            self._unplace(session_id)
+            self._place(session_id, target)
+        return target
+
+    # -- ticks -----------------------------------------------------------------------------
+    def plan(self, session_id: str, chunk_index: int) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
+        """(worker index, context pages, pages to write) for the session's next tick."""
+        index = self._rebalance(session_id) if chunk_index == 0 else self.worker_index(session_id)
+        self._holders.setdefault(session_id, set()).add(index)
+        kv = self._slots[index].kv
+        context, write = kv.plan(session_id, chunk_index) if kv is not None else ((), ())
+        return index, context, write
+
+    def commit(self, session_id: str) -> None:
+        kv = self._slots[self.worker_index(session_id)].kv
+        if kv is not None:
+            kv.commit(session_id)
+
+    def clear(self, session_id: str) -> None:
+        """Free the session's KV pages (failure, reset); it stays placed."""
+        index = self._placed.get(session_id)
+        kv = self._slots[index].kv if index is not None else None
+        if kv is not None:
+            kv.clear(session_id)
+
+    async def step(self, index: int, ticks: Sequence[Tick]) -> list[Chunk]:
+        return await self._slots[index].worker.step(ticks)
+
+    async def release(self, session_id: str) -> None:
+        """Free the session's KV pages and forget its state on every worker that ever held it.
+
+        Raises the first failure once every worker has been asked.
+        """
+        self.clear(session_id)
+        holders = sorted(self._holders.get(session_id, ()))
+        if not holders and session_id in self._placed:
+            holders = [self._placed[session_id]]  # a release with no step yet: tell its worker anyway
+        results = await asyncio.gather(
+            *(self._slots[i].worker.release(session_id) for i in holders), return_exceptions=True
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+
+
+__all__ = ["LocalWorker", "Worker", "WorkerPool"]

@@ -1,0 +1,31 @@
+"""Fixtures for the cascade's tests: the real model, loaded once, and a local chat server.
+
+The model is session-scoped: loading Whisper and starting the speech worker
+takes seconds on two shared cores, and the model is shared by sessions by
+design, so tests share it too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from models.cascade.support import ChatServer, serve_chat
+
+
+@pytest.fixture(scope="session")
+def cascade() -> Iterator[Any]:
+    from livegen.models.cascade import model
+
+    loaded = model.load()
+    loaded.use_llm(None, None)  # the environment must not change what the tests see
+    yield loaded
+    loaded.close()
+
+
+@pytest.fixture
+def chat_server() -> Iterator[ChatServer]:
+    with serve_chat() as chat:
+        yield chat

@@ -1,0 +1,89 @@
+"""The choice of speech recognisers: each one hears, a session picks its own, the server's is checked.
+
+Real recognisers on real synthesised speech (espeak-ng, a voice unlike the
+assistant's); accuracy and speed are measured by ``livegen bench voice-model``,
+not asserted here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from livegen.errors import ConfigError
+from livegen.models.cascade import asr, assets
+from livegen.models.cascade import model as cascade_model
+from livegen.models.voice import OutputKind, StreamConfig
+from models.cascade.support import Driver, speak_as_user
+
+pytestmark = pytest.mark.slow
+
+
+def _samples(pcm16: bytes) -> np.ndarray:
+    return np.frombuffer(pcm16, "<i2").astype(np.float32) / 32768.0
+
+
+@pytest.mark.parametrize("name", sorted(asr.CHOICES))
+def test_each_recogniser_hears_a_spoken_question(cascade: Any, name: str) -> None:
+    audio = _samples(speak_as_user(cascade, "What time is it?", trail_s=0.3))
+    text = cascade.recognizer_for(name).transcribe(audio).text
+    assert cascade.recognizer_for(name).name == name
+    assert "time" in text.lower(), text
+
+
+def test_a_prompt_is_context_not_part_of_the_transcript(cascade: Any) -> None:
+    audio = _samples(speak_as_user(cascade, "What time is it?", trail_s=0.3))
+    text = cascade.recognizer.transcribe(audio, prompt="Zanzibar quokka").text
+    assert "time" in text.lower() and "quokka" not in text.lower(), text
+
+
+async def test_a_session_picks_its_recogniser_by_transcription_model(cascade: Any) -> None:
+    other = next(name for name in asr.CHOICES if name != cascade.recognizer.name)
+    before = cascade.stats.asr_by_model[other]
+    stream = await cascade.open("s1", StreamConfig(transcription_model=other))
+    driver = Driver(stream)
+    await driver.say(1, speak_as_user(cascade, "What is the date today?"))
+    await driver.wait_for(OutputKind.SPEECH_STOPPED)
+    await stream.commit(1, "item_1")
+    done = await driver.wait_for(OutputKind.TRANSCRIPT_DONE, item_id="item_1")
+    await driver.close()
+    assert "date" in done.text.lower(), done.text
+    assert cascade.stats.asr_by_model[other] > before
+
+
+def test_openai_model_names_mean_the_servers_recogniser(cascade: Any) -> None:
+    for name in ("whisper-1", "gpt-4o-transcribe", "gpt-4o-mini-transcribe", ""):
+        assert cascade.recognizer_for(name) is cascade.recognizer
+
+
+def test_the_server_default_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LIVEGEN_ASR_MODEL", "whisper-huge")
+    with pytest.raises(ConfigError, match=r"whisper-tiny\.en"):
+        cascade_model.default_asr_model()
+    monkeypatch.setenv("LIVEGEN_ASR_MODEL", "whisper-base")
+    assert cascade_model.default_asr_model() == "whisper-base"
+    monkeypatch.delenv("LIVEGEN_ASR_MODEL")
+    assert cascade_model.default_asr_model() == asr.DEFAULT
+
+
+def test_a_split_model_part_that_is_not_the_pinned_one_is_refused(tmp_path: Path) -> None:
+    part = tmp_path / "model.bin.part1"
+    part.write_bytes(b"not whisper")
+    with pytest.raises(ConfigError, match="sha256"):
+        assets.verify(assets.WHISPER_BASE[0], part)
+
+
+def test_serve_offers_every_recogniser() -> None:
+    from livegen.cli import serve
+
+    [option] = [p for p in serve.params if p.name == "asr_model"]
+    assert list(option.type.choices) == list(asr.CHOICES)  # type: ignore[attr-defined]
+
+
+def test_a_forced_prefix_starts_the_transcript_and_whisper_goes_on_from_it(cascade: Any) -> None:
+    audio = _samples(speak_as_user(cascade, "What is the date today?", trail_s=0.3))
+    text = cascade.recognizer.transcribe(audio, prefix="What is the plate").text
+    assert text.startswith("What is the plate") and "today" in text.lower(), text

@@ -1,0 +1,89 @@
+"""The world engine without a transport: it opens, reconfigures and describes sessions.
+
+The real procedural world model, scheduler, manager and runner; the sinks
+record what a socket would be sent. The same over real sockets is in
+``tests/server/test_world.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import msgspec
+import pytest
+
+from livegen.errors import InvalidRequest, InvalidState
+from livegen.models import default_registry
+from livegen.protocol import world as wire
+from livegen.runtime.world.engine import WorldEngine, WorldSettings
+
+
+def new_engine() -> WorldEngine:
+    registry = default_registry()
+    return WorldEngine(registry, registry.get("procedural-world"), WorldSettings(max_sessions=2))
+
+
+@pytest.fixture
+async def engine() -> AsyncIterator[WorldEngine]:
+    engine = new_engine()
+    await engine.start()
+    yield engine
+    await engine.stop()
+
+
+class Sinks:
+    def __init__(self) -> None:
+        self.texts: list[dict[str, object]] = []
+        self.frames: list[bytes] = []
+        self.errors: list[str] = []
+
+    async def text(self, text: str) -> None:
+        self.texts.append(msgspec.json.decode(text))
+
+    async def data(self, data: bytes) -> None:
+        self.frames.append(data)
+
+
+def config(**fields: object) -> wire.SessionConfig:
+    return msgspec.convert(fields, wire.SessionConfig)
+
+
+async def test_sessions_wait_for_the_model() -> None:
+    engine = new_engine()
+    assert engine.health() == {"ready": False, "model": "procedural-world", "reason": "model loading"}
+    with pytest.raises(InvalidState) as refused:
+        engine.open(config(), Sinks().text, Sinks().data, print)
+    assert refused.value.code == "not_ready"
+
+
+async def test_open_announces_the_session_and_reconfigure_keeps_what_made_the_world(
+    engine: WorldEngine,
+) -> None:
+    sinks = Sinks()
+    runner = engine.open(config(seed=7, pacing="asap"), sinks.text, sinks.data, sinks.errors.append)
+    try:
+        async with asyncio.timeout(10):
+            while not sinks.texts:  # noqa: ASYNC110 - the runner's sender task writes it
+                await asyncio.sleep(0.01)
+        created = sinks.texts[0]
+        assert created["type"] == "session.created"
+        session = engine.describe(runner)
+        assert created["session"] == session
+        assert session["seed"] == 7 and session["model"] == "procedural-world"
+        assert engine.health()["sessions"] == 1
+        with pytest.raises(InvalidRequest) as fixed:
+            engine.reconfigure(runner, config(seed=8))
+        assert fixed.value.param == "session.seed"
+        engine.reconfigure(runner, config(output={"format": "png"}))
+        assert engine.describe(runner)["output"] == {"format": "png", "quality": 85}
+    finally:
+        await runner.close(is_sending=False)
+        runner.abort_sending()
+
+
+async def test_a_session_update_naming_another_model_is_refused(engine: WorldEngine) -> None:
+    with pytest.raises(InvalidRequest) as refused:
+        engine.check_model(config(model="some-other-world"))
+    assert refused.value.code == "model_not_found"
+    engine.check_model(config(model="procedural-world"))
