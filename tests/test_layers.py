@@ -329,14 +329,8 @@ def test_an_allowed_import_passes(tmp_path: Path, path: str, source: str) -> Non
 # --- function length -------------------------------------------------------------------
 
 MAX_FUNCTION_LINES = 60
-#: Functions over the bound today, each being split under issue #12 (qualified names).
-#: The lead deletes an entry when merging its split (a stale entry fails the test).
-LONG_FUNCTIONS: frozenset[str] = frozenset(
-    {
-        # #12 (voice-core): the session object is typed in protocol/realtime/.
-        "livegen.voice.config.apply_update",
-    }
-)
+#: Functions allowed over the bound (qualified names); none today, and a stale entry fails.
+LONG_FUNCTIONS: frozenset[str] = frozenset()
 
 
 def long_functions(src: Path) -> dict[str, tuple[str, int]]:

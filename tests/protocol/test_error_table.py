@@ -24,12 +24,18 @@ CORE = sorted(
     [
         *(SRC / "protocol").rglob("*.py"),
         *(SRC / "voice").glob("*.py"),
-        SRC / "runtime" / "voice.py",
+        SRC / "runtime" / "voice" / "runner.py",
     ]
 )
 CORE = [p for p in CORE if p.name not in ("errors.py", "world.py")]  # the table itself; worlds differ
 #: Modules that refuse voice connections: every code they write must be the table's.
-EDGE = [SRC / "server" / "realtime.py", SRC / "server" / "resume.py", SRC / "server" / "auth.py"]
+EDGE = [
+    SRC / "server" / "voice.py",
+    SRC / "server" / "resume.py",
+    SRC / "server" / "auth.py",
+    SRC / "runtime" / "voice" / "engine.py",
+    SRC / "runtime" / "voice" / "lifecycle.py",
+]
 ERROR_CLASSES = {"InvalidRequest", "InvalidState", "CapacityExceeded", "Unauthorized"}
 
 
