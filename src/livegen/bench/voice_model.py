@@ -14,7 +14,10 @@ Speech for the benchmark is synthesised by espeak-ng in a formant voice
   the old answer;
 - every recogniser side by side on a held-out set in several voices, clean
   and in noise: word error rate by voice and noise level, and real-time
-  factor (``recognisers``; ``--part recognisers`` runs only this).
+  factor (``recognisers``; ``--part recognisers`` runs only this);
+- turn cut-offs: the share of mid-sentence pauses that end the turn under
+  ``server_vad`` and ``semantic_vad``, the delay at real ends, and the
+  end-of-turn model's time per call (``turn_cutoffs``; ``--part cutoffs``).
 
 By default the turns go through a real server on a loopback port, as a
 client under server VAD sees them (``--transport server``); ``--transport
@@ -39,7 +42,7 @@ from typing import Any
 import click
 import numpy as np
 
-from livegen.bench import recognisers
+from livegen.bench import recognisers, turn_cutoffs
 from livegen.bench.voice_turns import (
     USER_VOICE,
     ContractTurns,
@@ -80,6 +83,7 @@ class Report:
     speculation: dict[str, Any] = field(default_factory=dict)
     turns: list[dict[str, Any]] = field(default_factory=list)
     recognisers: dict[str, Any] = field(default_factory=dict)
+    turn_cutoffs: dict[str, Any] = field(default_factory=dict)
 
 
 # -- word error rate ----------------------------------------------------------------------------
@@ -252,6 +256,8 @@ def render(report: Report) -> str:
     lines = [f"voice-model benchmark ({report.transport}; load average {report.machine['load_average']})"]
     if report.recognisers:
         lines += recognisers.render(report.recognisers)
+    if report.turn_cutoffs:
+        lines += turn_cutoffs.render(report.turn_cutoffs)
     if not report.rtf:
         return "\n".join(lines)
     lines.append("real-time factor (compute seconds per second of audio):")
@@ -309,10 +315,11 @@ def render(report: Report) -> str:
 )
 @click.option(
     "--part",
-    type=click.Choice(["all", "turns", "recognisers"]),
+    type=click.Choice(["all", "turns", "recognisers", "cutoffs"]),
     default="all",
     show_default=True,
-    help="Turns (latency, barge-in, stage speed), the recognisers' WER and RTF table, or both.",
+    help="Turns (latency, barge-in, stage speed), the recognisers' WER and RTF table, "
+    "turn cut-offs (server_vad vs semantic_vad), or all.",
 )
 @click.option(
     "--asr-models",
@@ -360,6 +367,11 @@ def _run_parts(
     if unknown:
         raise click.UsageError(f"unknown recognisers {unknown}; choose from {list(asr.CHOICES)}")
     rounds, barge_ins, silence_ms = sizes
+    if part == "cutoffs":
+        report = Report("none", {"cpus": os.cpu_count(), "load_average": list(os.getloadavg())}, {})
+        report.turn_cutoffs = turn_cutoffs.measure(model)
+        report.machine["load_average_after"] = list(os.getloadavg())
+        return report
     if part == "recognisers":
         report = Report("none", {"cpus": os.cpu_count(), "load_average": list(os.getloadavg())}, {})
     else:
@@ -371,5 +383,7 @@ def _run_parts(
     if part != "turns":
         clips = recognisers.build_set(model)
         report.recognisers = recognisers.measure(model, clips, names)
+    if part == "all":
+        report.turn_cutoffs = turn_cutoffs.measure(model)
         report.machine["load_average_after"] = list(os.getloadavg())
     return report

@@ -88,6 +88,9 @@ class TurnDetection:
     threshold: float = 0.5
     prefix_padding_ms: int = 300
     silence_duration_ms: int = 500
+    #: ``semantic_vad``'s eagerness ("low", "medium", "high", "auto"); None for ``server_vad``.
+    #: A model with an end-of-turn model uses it; others time the turn by the silence above.
+    eagerness: str | None = None
 
 
 @dataclass(frozen=True)

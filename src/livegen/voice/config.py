@@ -36,8 +36,8 @@ from livegen.protocol.realtime.session import (
 )
 from livegen.voice import tools as fn
 
-#: ``semantic_vad`` has no end-of-turn model here: its eagerness picks how long a silence ends
-#: the turn (OpenAI: "low" waits longer for the user to go on, "high" answers sooner).
+#: ``semantic_vad`` where the model has no end-of-turn model (the cascade has one): its eagerness
+#: picks how long a silence ends the turn ("low" waits longer for the user to go on).
 SEMANTIC_SILENCE_MS = {"low": 1200, "medium": 700, "auto": 700, "high": 350}
 #: The ``idle_timeout_ms`` livegen takes (the wire decoder checks the same range first).
 IDLE_TIMEOUT_MS = (100, 3_600_000)
@@ -101,7 +101,7 @@ class Config:
             voice=self.voice,
             turn_detection=None
             if vad is None
-            else TurnDetection(vad.threshold, vad.prefix_padding_ms, vad.silence_duration_ms),
+            else TurnDetection(vad.threshold, vad.prefix_padding_ms, vad.silence_duration_ms, vad.eagerness),
             # A transcription session always transcribes: unnamed, the server's recogniser does.
             transcription_model=self.transcription_model or ("default" if self.is_transcription else ""),
             transcription_language=self.transcription_language,

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from livegen.errors import ConfigError
-from livegen.models.cascade import asr, assets, llm, tts, vad
+from livegen.models.cascade import asr, assets, endpoint, llm, tts, vad
 from livegen.models.cascade.stream import Stream
 from livegen.models.voice import ModelHealth, StreamConfig
 
@@ -60,7 +60,11 @@ class CascadeModel:
     has_vad = True
 
     def __init__(
-        self, recognizer: asr.Recognizer, worker: tts.Pool, llm_settings: llm.Settings | None = None
+        self,
+        recognizer: asr.Recognizer,
+        worker: tts.Pool,
+        llm_settings: llm.Settings | None = None,
+        endpointer: endpoint.Endpointer | None = None,
     ) -> None:
         #: The server's default recogniser.
         self.recognizer = recognizer
@@ -68,6 +72,8 @@ class CascadeModel:
         self._asr_threads = _env_int("LIVEGEN_ASR_THREADS", 2)
         self.worker = worker
         self.vad_path = str(assets.silero_model())
+        #: semantic_vad's end-of-turn model; None without pipecat-ai (semantic_vad is then timed by silence).
+        self.endpointer = endpointer
         self.llm = llm_settings
         self.stats = Stats()
         #: Whether streams start recognising and answering at a pause (off: the benchmark's baseline).
@@ -142,6 +148,8 @@ class CascadeModel:
         self.is_closed = True
         self.worker.close()
         self._asr_thread.shutdown(wait=False, cancel_futures=True)
+        if self.endpointer is not None:
+            self.endpointer.close()
 
 
 _loaded: CascadeModel | None = None
@@ -166,7 +174,7 @@ def _load() -> CascadeModel:
     recognizer = asr.Recognizer.named(default_asr_model(), threads=_env_int("LIVEGEN_ASR_THREADS", 2))
     # One ONNX thread: on two busy cores, Piper with two is slower (measured: 364 vs 524 ms a sentence).
     worker = tts.Pool(threads=_env_int("LIVEGEN_TTS_THREADS", 1), size=tts.default_workers())
-    model = CascadeModel(recognizer, worker)
+    model = CascadeModel(recognizer, worker, endpointer=endpoint.load())
     model.use_llm(
         os.environ.get("LIVEGEN_LLM_BASE_URL"),
         os.environ.get("LIVEGEN_LLM_MODEL"),
@@ -180,6 +188,8 @@ def _load() -> CascadeModel:
 def warm_up(model: CascadeModel) -> None:
     """One tiny transcription and one sentence, so the first session runs at full speed."""
     model.recognizer.transcribe(np.zeros(vad.SAMPLE_RATE // 2, np.float32))
+    if model.endpointer is not None:
+        model.endpointer.probability_now(np.zeros(vad.SAMPLE_RATE // 2, np.float32))
     for future in [model.worker.speak("Ready.") for _ in model.worker.slots]:
         future.result(timeout=120)
 

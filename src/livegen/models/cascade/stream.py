@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from livegen.errors import CapacityExceeded, InvalidRequest, InvalidState, ModelError
-from livegen.models.cascade import asr, captions, llm, replies, tts, vad
+from livegen.models.cascade import asr, captions, endpoint, llm, replies, tts, vad
 from livegen.models.cascade.tts import Speech, SynthesisError
 from livegen.models.voice import (
     HistoryTurn,
@@ -114,7 +114,13 @@ class Stream:
         self.session_id = session_id
         self._config = config
         self._outputs: asyncio.Queue[VoiceOutput | None] = asyncio.Queue()
-        self._detector = vad.Detector(model.vad_path, config.turn_detection or TurnDetection())
+        has_endpoint = model.endpointer is not None
+        self._detector = vad.Detector(model.vad_path, config.turn_detection or TurnDetection(), has_endpoint)
+        #: semantic_vad: whether the detector is being fed on a thread, a "complete" verdict that
+        #: came meanwhile (its pause's last speech sample), and the epoch of the latest append.
+        self._is_feeding = False
+        self._verdict: int | None = None
+        self._epoch = 0
         self._llm = llm.Client(model.llm) if model.llm else None
         #: Speech for this session: the workers are shared fairly between sessions.
         self._say: replies.Speak = functools.partial(model.speak, owner=session_id)
@@ -157,7 +163,14 @@ class Stream:
         # loop (every other session) never waits for it; the chain awaits appends one at a time,
         # so nothing else touches the detector meanwhile.
         feed = self._detector.feed
-        turns = feed(pcm) if len(pcm) <= _INLINE_FEED_BYTES else await asyncio.to_thread(feed, pcm)
+        self._epoch, self._is_feeding = epoch, True
+        try:
+            turns = feed(pcm) if len(pcm) <= _INLINE_FEED_BYTES else await asyncio.to_thread(feed, pcm)
+        finally:
+            self._is_feeding = False
+        if self._verdict is not None:
+            turns += self._detector.turns.complete(self._verdict)
+            self._verdict = None
         for turn in turns:
             self._on_turn(epoch, turn)
         self._drop_leading_silence()
@@ -228,6 +241,8 @@ class Stream:
             self._speculate()
         elif turn.event is vad.Event.RESUMED:
             self._drop_speculation(keep_transcript=True)
+        elif turn.event is vad.Event.CHECK:
+            self._spawn(self._check_end(turn.start, turn.sample))
         else:
             # A caption decoded after the stop would reach the session after it committed the turn,
             # with no item to name; the final transcript brings those words instead.
@@ -235,6 +250,26 @@ class Stream:
                 self._caption_task.cancel()
             if is_server_vad:
                 self._emit(OutputKind.SPEECH_STOPPED, epoch, audio_ms=_ms(turn.sample))
+
+    async def _check_end(self, start: int, sample: int) -> None:
+        """semantic_vad at a pause: end the turn if the model hears it complete and the user is
+        still silent; else the turns wait on, at most the eagerness's maximum wait."""
+        endpointer = self._model.endpointer
+        if endpointer is None:
+            return
+        audio = self._audio(max(start, sample - endpoint.WINDOW_S * SAMPLE_RATE), sample)
+        try:
+            probability = await endpointer.probability(audio)
+        except Exception:
+            logger.exception("the end-of-turn model failed; the turn ends at the maximum wait")
+            return
+        if probability < vad.COMPLETE_AT.get(self._detector.turns.settings.eagerness or "", 0.5):
+            return
+        if self._is_feeding:  # the detector is on a thread: the append applies the verdict after it
+            self._verdict = sample
+            return
+        for turn in self._detector.turns.complete(sample):
+            self._on_turn(self._epoch, turn)
 
     def _on_speech_started(self, sample: int) -> None:
         start = max(sample, self._buffer_start)
