@@ -113,3 +113,24 @@ async def test_admission_counts_sixteen_one_frame_chunks_a_second() -> None:
     await until(lambda: len(harness.chunks(first.session_id)) >= 2)
     assert all(len(tick.write_pages) == 1 for tick in model.ticks)  # one KV page a chunk
     await harness.scheduler.stop()
+
+
+async def test_a_chunk_shown_late_makes_the_next_ones_start_that_much_sooner() -> None:
+    """A one-frame chunk leaves little room: when a start ack says a chunk was shown 30 ms after
+    the client needed it, the next chunks start 30 ms sooner than the step time alone says."""
+    now = [100.0]
+    model = OneFrameModel(now)
+    runner, _ = runner_for(model, now, ahead=1)
+    runner.start()
+    for index, shown_at in enumerate([100.5, 100.5 + FRAME_S + 0.030]):
+        now[0] = max(now[0], runner.next_deadline() or now[0])
+        plan = runner.begin_tick(now[0])
+        assert plan is not None and plan.meta.chunk_index == index
+        [chunk] = model.step([Tick(plan.meta, 0, "", {})], None)
+        runner.tick_done(plan, chunk, 10.0)
+        await until(lambda: runner.num_chunks_sent == index + 1)  # noqa: B023 - awaited here
+        now[0] = shown_at
+        runner.ack(index, at="start")
+    lead = LEAD_FACTOR * 0.010 + LEAD_MARGIN_S + 0.030
+    assert runner.next_deadline() == pytest.approx(now[0] + FRAME_S - lead)
+    runner.abort_sending()
