@@ -103,3 +103,22 @@ def test_the_server_option_reaches_tiny_worlds_loader_and_no_other_model() -> No
     assert default_registry().load("tiny-world", options).spec.frames_per_chunk == 2
     with pytest.raises(ConfigError, match="frames_per_chunk"):  # it makes whole chunks: refused
         default_registry().load("procedural-world", options)
+
+
+def test_one_frame_chunks_in_a_batch_are_what_each_session_gets_alone() -> None:
+    """W6 when short chunks put sessions of different context lengths in one batch: one session
+    joins two chunks after the other, so their contexts (1 to 3 frames) differ in most steps."""
+    net = random_net()
+    alone = [play(TinyWorld(net, frames_per_chunk=1), 6, seed=s) for s in (1, 2)]
+    model = TinyWorld(net, frames_per_chunk=1)
+    together: dict[str, list[np.ndarray]] = {"p": [], "q": []}
+    for step in range(8):
+        ticks = []
+        for name, seed, chunk in (("p", 1, step), ("q", 2, step - 2)):
+            if 0 <= chunk < 6:
+                controls = {"action": {"action": ACTIONS[chunk % len(ACTIONS)]}}
+                ticks.append(Tick(TickMeta(name, f"{name}{chunk}", chunk, ()), seed, "a lava room", controls))
+        for out in model.step(ticks, None):
+            together[out.meta.session_id].append(out.frames)
+    for frames, expected in zip(together.values(), alone, strict=True):
+        assert all(np.array_equal(a, b) for a, b in zip(frames, expected, strict=True))
