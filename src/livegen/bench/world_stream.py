@@ -321,6 +321,24 @@ def _realtime_row(
     return row
 
 
+def _start_length(model_name: str, fpc: int | None, server_args: list[str]) -> tuple[Any, str]:
+    """A server for one chunk length, and its world URL."""
+    port = _free_port()
+    extra = [] if fpc is None else ["--world-frames-per-chunk", str(fpc)]
+    return start_server(model_name, port, [*server_args, *extra]), f"ws://127.0.0.1:{port}/v1/worlds"
+
+
+def _run_summary(model: Any, model_ms: list[float], served: dict[str, Any]) -> dict[str, Any]:
+    bench_ms = statistics.median(model_ms)
+    return {
+        "frames_per_chunk": model.spec.frames_per_chunk,
+        "bench_ms_per_frame": round(bench_ms, 2),
+        "bench_ms_per_frame_runs": [round(ms, 2) for ms in model_ms],
+        "served": {k: round(v, 2) if isinstance(v, float) else v for k, v in served.items()},
+        "served_over_bench": round(served["ms_per_frame"] / bench_ms, 3),
+    }
+
+
 def measure(
     model_name: str,
     levels: list[int],
@@ -341,12 +359,7 @@ def measure(
     servers: dict[int | None, tuple[Any, str]] = {}
     try:
         for fpc in lengths:
-            port = _free_port()
-            extra = [] if fpc is None else ["--world-frames-per-chunk", str(fpc)]
-            servers[fpc] = (
-                start_server(model_name, port, [*server_args, *extra]),
-                f"ws://127.0.0.1:{port}/v1/worlds",
-            )
+            servers[fpc] = _start_length(model_name, fpc, server_args)
         served = {}
         for fpc, (_, url) in servers.items():
             served[fpc] = asyncio.run(
@@ -366,18 +379,7 @@ def measure(
             server.terminate()
         for server, _ in servers.values():
             server.wait(timeout=30)
-    runs = []
-    for fpc in lengths:
-        bench_ms = statistics.median(model_ms[fpc])
-        runs.append(
-            {
-                "frames_per_chunk": models[fpc].spec.frames_per_chunk,
-                "bench_ms_per_frame": round(bench_ms, 2),
-                "bench_ms_per_frame_runs": [round(ms, 2) for ms in model_ms[fpc]],
-                "served": {k: round(v, 2) if isinstance(v, float) else v for k, v in served[fpc].items()},
-                "served_over_bench": round(served[fpc]["ms_per_frame"] / bench_ms, 3),
-            }
-        )
+    runs = [_run_summary(models[fpc], model_ms[fpc], served[fpc]) for fpc in lengths]
     for row in rows:
         row["frames_per_chunk"] = models[row["frames_per_chunk"]].spec.frames_per_chunk
     return {
