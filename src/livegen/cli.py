@@ -192,6 +192,13 @@ def main() -> None:
     help="Device of the world model: auto, cpu, cuda, cuda:1.",
 )
 @click.option(
+    "--world-frames-per-chunk",
+    default=None,
+    type=click.IntRange(1, 16),
+    help="Frames per chunk of a world model that generates frame by frame (tiny-world): 1 or 2 answer "
+    "input sooner, at more per-chunk work; see docs/world-models.md [default: the model's own, 4].",
+)
+@click.option(
     "--tts-workers",
     envvar="LIVEGEN_TTS_WORKERS",
     default=None,

@@ -18,9 +18,12 @@ def test_world_stream_bench_reports_model_and_served_figures(tmp_path: Path) -> 
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     report = json.loads(out.read_text())
-    assert report["bench_ms_per_frame"] > 0 and report["served"]["ms_per_frame"] > 0
-    assert report["served"]["chunks"] >= 2
-    assert [(row["sessions"], row["ack_at"]) for row in report["realtime"]] == [(1, "start"), (2, "start")]
+    [run] = report["runs"]  # no --frames-per-chunk: one server, the model's own chunks
+    assert run["frames_per_chunk"] == 4
+    assert run["bench_ms_per_frame"] > 0 and run["served"]["ms_per_frame"] > 0
+    assert run["served"]["chunks"] >= 2
+    rows = [(row["sessions"], row["ack_at"], row["frames_per_chunk"]) for row in report["realtime"]]
+    assert rows == [(1, "start", 4), (2, "start", 4)]
     for row in report["realtime"]:
         assert row["fps_median"] > 0, row  # frames were played, at the model's pace
         assert row["errors"] == []

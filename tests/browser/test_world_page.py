@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 import httpx
 import numpy as np
@@ -105,8 +106,9 @@ def open_world(
     open_browser: Callable[..., Browser],
     world_model: str = "procedural-world",
     expect: str = "procedural-world",
+    **config: Any,
 ) -> tuple[Browser, ServerThread]:
-    server = start_server(api_key=KEY, voice_model="none", world_model=world_model)
+    server = start_server(api_key=KEY, voice_model="none", world_model=world_model, **config)
     server.wait_ready()
     browser = open_browser()
     browser.open(server.http_url + "/")
@@ -151,6 +153,22 @@ def test_the_default_world_is_generated_and_the_keys_steer_it(
     save_canvas(browser, "tiny-world-moved")
     assert stats(browser)["latenciesMs"], "no applied event came back in a chunk"
     assert stats(browser)["errors"] == []
+
+
+def test_one_frame_chunks_play_and_the_keys_steer_them(
+    start_server: Callable[..., ServerThread], open_browser: Callable[..., Browser]
+) -> None:
+    """tiny-world served at one frame a chunk (``--world-frames-per-chunk 1``): the page plays
+    chunks of whatever length the server sends, acks each, and the keys still steer."""
+    browser, _ = open_world(
+        start_server, open_browser, world_model="tiny-world", expect="tiny-world", world_frames_per_chunk=1
+    )
+    move(browser, key_press(browser), ARROWS)
+    current = stats(browser)
+    assert current["latenciesMs"], "no applied event came back in a chunk"
+    assert current["chunksReceived"] >= current["framesDrawn"] > 16  # one frame a chunk
+    assert current["acksSent"] >= current["chunksReceived"] - 5
+    assert current["errors"] == []
 
 
 def test_prompt_restyles_and_reset_starts_again(

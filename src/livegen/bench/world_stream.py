@@ -26,6 +26,11 @@ round trips. This bench runs both in one run, so the gap stays visible:
   those the server's frame-clock admission turned away; pass
   ``--server-arg=--world-realtime-headroom=0`` to play them all).
 
+``--frames-per-chunk N`` (repeatable) serves the model with
+``--world-frames-per-chunk N``: one server per length, all up at once, and
+each level runs on each in turn, so 4 (the baseline) and 1 or 2 meet the same
+load on a shared machine; each length gets its own model and served ms/frame.
+
 Everything runs on the same machine as the server, so the figures include the
 client's share of the CPU, as a browser's would.
 """
@@ -297,6 +302,43 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _load_model(model_name: str, fpc: int | None) -> Any:
+    """The model as the server loads it, in a registry of its own (one per chunk length)."""
+    from livegen.models import default_registry
+
+    return default_registry().load(model_name, {} if fpc is None else {"frames_per_chunk": fpc})
+
+
+def _realtime_row(
+    server: Any, url: str, sessions: int, mode: str, fpc: int | None, args: Any
+) -> dict[str, Any]:
+    seconds, warm_up, ahead = args
+    cpu_before, wall_before = _cpu_seconds(server.pid), time.perf_counter()
+    level = asyncio.run(realtime_level(url, sessions, seconds, warm_up, ahead, mode))
+    row: dict[str, Any] = {"frames_per_chunk": fpc, "ack_at": mode, **level}
+    elapsed = time.perf_counter() - wall_before
+    row["server_cpu_cores"] = round((_cpu_seconds(server.pid) - cpu_before) / elapsed, 2)
+    return row
+
+
+def _start_length(model_name: str, fpc: int | None, server_args: list[str]) -> tuple[Any, str]:
+    """A server for one chunk length, and its world URL."""
+    port = _free_port()
+    extra = [] if fpc is None else ["--world-frames-per-chunk", str(fpc)]
+    return start_server(model_name, port, [*server_args, *extra]), f"ws://127.0.0.1:{port}/v1/worlds"
+
+
+def _run_summary(model: Any, model_ms: list[float], served: dict[str, Any]) -> dict[str, Any]:
+    bench_ms = statistics.median(model_ms)
+    return {
+        "frames_per_chunk": model.spec.frames_per_chunk,
+        "bench_ms_per_frame": round(bench_ms, 2),
+        "bench_ms_per_frame_runs": [round(ms, 2) for ms in model_ms],
+        "served": {k: round(v, 2) if isinstance(v, float) else v for k, v in served.items()},
+        "served_over_bench": round(served["ms_per_frame"] / bench_ms, 3),
+    }
+
+
 def measure(
     model_name: str,
     levels: list[int],
@@ -307,32 +349,39 @@ def measure(
     served_seconds: float,
     model_chunks: int,
     server_args: list[str],
+    chunk_lengths: list[int | None] | None = None,
 ) -> dict[str, Any]:
-    from livegen.models import default_registry
-
-    model = default_registry().load(model_name)
-    fpc = model.spec.frames_per_chunk
-    model_ms = [model_ms_per_frame(model, model_chunks)]
-    port = _free_port()
-    server = start_server(model_name, port, server_args)
-    url = f"ws://127.0.0.1:{port}/v1/worlds"
+    """One server per chunk length (``None``: the model's own), all up at once; each level runs on
+    each in turn, so that the lengths meet the same load on a shared machine."""
+    lengths = chunk_lengths or [None]
+    models = {fpc: _load_model(model_name, fpc) for fpc in lengths}
+    model_ms = {fpc: [model_ms_per_frame(model, model_chunks)] for fpc, model in models.items()}
+    servers: dict[int | None, tuple[Any, str]] = {}
     try:
-        served = asyncio.run(served_ms_per_frame(url, served_seconds, fpc))
-        model_ms.append(model_ms_per_frame(model, model_chunks))
-        rows = []
-        for sessions, mode in [(n, mode) for n in levels for mode in ack_at]:
-            cpu_before, wall_before = _cpu_seconds(server.pid), time.perf_counter()
-            level = asyncio.run(realtime_level(url, sessions, seconds, warm_up, ahead, mode))
-            row: dict[str, Any] = {"ack_at": mode, **level}
-            row["server_cpu_cores"] = round(
-                (_cpu_seconds(server.pid) - cpu_before) / (time.perf_counter() - wall_before), 2
+        for fpc in lengths:
+            servers[fpc] = _start_length(model_name, fpc, server_args)
+        served = {}
+        for fpc, (_, url) in servers.items():
+            served[fpc] = asyncio.run(
+                served_ms_per_frame(url, served_seconds, models[fpc].spec.frames_per_chunk)
             )
-            rows.append(row)
-        model_ms.append(model_ms_per_frame(model, model_chunks))
+            model_ms[fpc].append(model_ms_per_frame(models[fpc], model_chunks))
+        rows = [
+            _realtime_row(*servers[fpc], n, mode, fpc, (seconds, warm_up, ahead))
+            for n in levels
+            for mode in ack_at
+            for fpc in lengths
+        ]
+        for fpc, model in models.items():
+            model_ms[fpc].append(model_ms_per_frame(model, model_chunks))
     finally:
-        server.terminate()
-        server.wait(timeout=30)
-    bench_ms = statistics.median(model_ms)
+        for server, _ in servers.values():
+            server.terminate()
+        for server, _ in servers.values():
+            server.wait(timeout=30)
+    runs = [_run_summary(models[fpc], model_ms[fpc], served[fpc]) for fpc in lengths]
+    for row in rows:
+        row["frames_per_chunk"] = models[row["frames_per_chunk"]].spec.frames_per_chunk
     return {
         "benchmark": "world-stream",
         "model": model_name,
@@ -345,12 +394,7 @@ def measure(
             "load_average": os.getloadavg()[0],
             "cpus": os.cpu_count(),
         },
-        "bench_ms_per_frame": round(bench_ms, 2),
-        "bench_ms_per_frame_runs": [round(ms, 2) for ms in model_ms],
-        "served": {
-            key: round(value, 2) if isinstance(value, float) else value for key, value in served.items()
-        },
-        "served_over_bench": round(served["ms_per_frame"] / bench_ms, 3),
+        "runs": runs,
         "realtime": rows,
     }
 
@@ -370,6 +414,14 @@ def measure(
     help="Ack a chunk when its last frame shows (the old page) or its first (pipelined); "
     "repeat for both: each level runs with each, in one run.",
 )
+@click.option(
+    "--frames-per-chunk",
+    "chunk_lengths",
+    type=click.IntRange(1, 16),
+    multiple=True,
+    help="Serve with `--world-frames-per-chunk N` (repeatable: one server each, every level run on "
+    "each in turn, e.g. 4 as the baseline and 1) [default: the model's own].",
+)
 @click.option("--served-seconds", default=6.0, show_default=True, type=click.FloatRange(2))
 @click.option("--model-chunks", default=40, show_default=True, type=click.IntRange(2))
 @click.option(
@@ -385,6 +437,7 @@ def command(
     warm_up: float,
     ahead: int,
     ack_at: tuple[str, ...],
+    chunk_lengths: tuple[int, ...],
     served_seconds: float,
     model_chunks: int,
     server_args: tuple[str, ...],
@@ -404,28 +457,35 @@ def command(
         served_seconds,
         model_chunks,
         list(server_args),
+        list(chunk_lengths) or None,
     )
-    served = result["served"]
-    click.echo(
-        f"ms/frame: served {served['ms_per_frame']:.2f} vs bench {result['bench_ms_per_frame']:.2f} "
-        f"(x{result['served_over_bench']:.2f}); served chunks say model "
-        f"{served['header_model_ms_per_frame']:.2f}"
-        f" ms/frame, encode {served['header_encode_ms_per_chunk']:.2f} ms/chunk"
-    )
-    click.echo(f"realtime, {ahead} ahead:")
-    click.echo(
-        f"{'ack at':>7}{'sessions':>9}{'fps min':>9}{'fps med':>9}{'stalls/min':>11}"
-        f"{'p50 ms':>8}{'p95 ms':>8}{'cpu':>6}"
-    )
-    for row in result["realtime"]:
-        click.echo(
-            f"{row['ack_at']:>7}{row['sessions']:>9}{row['fps_min']:>9.2f}{row['fps_median']:>9.2f}"
-            f"{row['stalls_per_min_median']:>11.1f}{_fmt(row['input_to_shown_p50_ms']):>8}"
-            f"{_fmt(row['input_to_shown_p95_ms']):>8}{row['server_cpu_cores']:>6.2f}"
-        )
+    _echo(result, ahead)
     if json_path is not None:
         json_path.write_text(json.dumps(result, indent=2))
 
 
 def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f}"
+
+
+def _echo(result: dict[str, Any], ahead: int) -> None:
+    for run in result["runs"]:
+        served = run["served"]
+        click.echo(
+            f"{run['frames_per_chunk']} frames/chunk, ms/frame: served {served['ms_per_frame']:.2f} vs bench "
+            f"{run['bench_ms_per_frame']:.2f} (x{run['served_over_bench']:.2f}); served chunks say model "
+            f"{served['header_model_ms_per_frame']:.2f} ms/frame, encode "
+            f"{served['header_encode_ms_per_chunk']:.2f} ms/chunk"
+        )
+    click.echo(f"realtime, {ahead} ahead:")
+    click.echo(
+        f"{'f/chunk':>8}{'ack at':>7}{'sessions':>9}{'refused':>8}{'fps min':>9}{'fps med':>9}"
+        f"{'stalls/min':>11}{'p50 ms':>8}{'p95 ms':>8}{'cpu':>6}"
+    )
+    for row in result["realtime"]:
+        click.echo(
+            f"{row['frames_per_chunk']:>8}{row['ack_at']:>7}{row['sessions']:>9}{row['refused']:>8}"
+            f"{row['fps_min']:>9.2f}{row['fps_median']:>9.2f}{row['stalls_per_min_median']:>11.1f}"
+            f"{_fmt(row['input_to_shown_p50_ms']):>8}{_fmt(row['input_to_shown_p95_ms']):>8}"
+            f"{row['server_cpu_cores']:>6.2f}"
+        )

@@ -63,15 +63,22 @@ class ServerConfig:
     world_model_path: str | None = None
     world_dtype: str = "auto"
     world_device: str = "auto"
+    #: Frames per chunk of a world model that generates frame by frame (tiny-world); None: its own.
+    world_frames_per_chunk: int | None = None
     #: Speech-synthesis worker processes of the cascade voice model; None: LIVEGEN_TTS_WORKERS, else
     #: the cores (2 to 8). The model is loaded once per process, so the first server's value holds.
     tts_workers: int | None = None
 
-    def world_options(self) -> dict[str, str]:
+    def world_options(self) -> dict[str, str | int]:
         """Keyword options for the world model's loader: only those set, so models without any load."""
         options = {"path": self.world_model_path, "dtype": self.world_dtype, "device": self.world_device}
         defaults = {"path": None, "dtype": "auto", "device": "auto"}
-        return {key: value for key, value in options.items() if value != defaults[key] and value is not None}
+        chosen: dict[str, str | int] = {
+            key: value for key, value in options.items() if value != defaults[key] and value is not None
+        }
+        if self.world_frames_per_chunk is not None:
+            chosen["frames_per_chunk"] = self.world_frames_per_chunk
+        return chosen
 
     #: STUN/TURN URLs for WebRTC calls behind NAT; empty: host candidates only (loopback, LAN).
     webrtc_ice_servers: tuple[str, ...] = ()

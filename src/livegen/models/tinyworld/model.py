@@ -17,10 +17,19 @@ frame; or from the client's 32x32 seed image (``Tick.seed_image``), which is
 then chunk 0's first frame exactly (the theme still comes from the prompt).
 Noise comes from a generator seeded by (seed, chunk index), never from
 global state, so a seed, prompt and actions always give the same frames.
+
+The network generates one frame at a time, so a chunk's length is a serving
+choice (``frames_per_chunk``, ``livegen serve --world-frames-per-chunk``):
+shorter chunks answer input sooner (an input waits for the next chunk
+boundary), at more per-chunk work (a tick, an encode, a header, an ack) per
+frame. The same seed, prompt, actions and chunk length give the same frames;
+another chunk length draws other noise (it is seeded per chunk).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,7 +38,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from livegen.errors import ModelContractError, StateEvicted
+from livegen.errors import ConfigError, ModelContractError, StateEvicted
 from livegen.models.room import game
 from livegen.models.tinyworld.net import TOKENS_PER_FRAME, Context, Net, to_uint8, to_unit
 from livegen.models.tinyworld.sampling import palette_table, sample_frame
@@ -80,7 +89,10 @@ class TinyWorld:
         num_steps: int = 2,
         deadband: float = DEADBAND,
         palettes: dict[str, list[list[int]]] | None = None,
+        frames_per_chunk: int = game.FRAMES_PER_CHUNK,
     ) -> None:
+        if frames_per_chunk < 1:
+            raise ConfigError(f"tiny-world needs at least 1 frame per chunk, not {frames_per_chunk}")
         self.net = net
         self.num_steps = num_steps
         self.deadband = deadband
@@ -95,12 +107,13 @@ class TinyWorld:
             window_frames=WINDOW_FRAMES,
             sink_frames=SINK_FRAMES,
         )
-        self.spec: WorldSpec = game.room_spec(
+        room = game.room_spec(
             kv=self.kv_geometry,
             description="A 0.7 M-parameter autoregressive diffusion model trained on the room game; "
             "steer the agent with the arrow keys, name a theme in the prompt.",
             accepts_seed_image=True,
         )
+        self.spec: WorldSpec = dataclasses.replace(room, frames_per_chunk=frames_per_chunk)
         self._sessions: dict[str, _Session] = {}
 
     # -- contract ---------------------------------------------------------
@@ -126,7 +139,10 @@ class TinyWorld:
     def warm_up(self) -> None:
         """Run a throwaway session through the context lengths a session meets, so that the first
         real session does not pay for the CPU kernels' first-call setup."""
-        for chunk in range(2):
+        # Chunk 0 starts with no context; the context is full (sinks and window) once this many
+        # more frames are in, however short the chunks.
+        to_full = math.ceil((SINK_FRAMES + WINDOW_FRAMES) / self.spec.frames_per_chunk)
+        for chunk in range(1 + to_full):
             meta = TickMeta("warm-up", "warm-up", chunk, ())
             self.step([Tick(meta=meta, seed=0, prompt="", controls={})], None)
         self.release("warm-up")
@@ -274,14 +290,16 @@ def _noise_seed(seed: int, chunk_index: int) -> int:
     )
 
 
-def load() -> TinyWorld:
-    """The registry's loader: the shipped checkpoint, sha256-checked, on one CPU thread."""
+def load(frames_per_chunk: int | None = None) -> TinyWorld:
+    """The registry's loader: the shipped checkpoint, sha256-checked, on one CPU thread;
+    ``frames_per_chunk`` (``--world-frames-per-chunk``) when set, else the room game's 4."""
     from livegen.models.tinyworld.weights import load_net
 
     torch.set_num_threads(1)
     net, manifest = load_net()
     palettes = manifest.get("palettes")
     deadband = manifest.get("deadband", 0.0 if palettes else DEADBAND)
-    model = TinyWorld(net, palettes=palettes, deadband=deadband)
+    fpc = game.FRAMES_PER_CHUNK if frames_per_chunk is None else frames_per_chunk
+    model = TinyWorld(net, palettes=palettes, deadband=deadband, frames_per_chunk=fpc)
     model.warm_up()
     return model

@@ -29,7 +29,6 @@ chunks that would only pile up here.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import logging
 import time
@@ -55,16 +54,13 @@ from livegen.world import (
     Status,
 )
 from livegen.world.flow import FlowControl
+from livegen.world.lead import LEAD_FACTOR, LEAD_MARGIN_S, Lead
 
 logger = logging.getLogger("livegen.world")
 SendText = Callable[[str], Awaitable[None]]
 #: Events (not chunks: flow control bounds those) queued for a client that does not read.
 MAX_QUEUED_EVENTS = 1024
 SendBytes = Callable[[bytes], Awaitable[None]]
-#: How much sooner than its measured step time a chunk paced by a start ack begins: a margin
-#: for the step taking longer than the last ones and for the socket, so it is ready in time.
-LEAD_FACTOR = 1.25
-LEAD_MARGIN_S = 0.015
 
 
 @dataclass(frozen=True)
@@ -113,8 +109,8 @@ class Runner:
         self._clock = scheduler.clock
         self._anchor = self._clock()
         self.flow = FlowControl()
-        #: This session's recent step times (seconds): how long before it is due a chunk must start.
-        self._step_s: collections.deque[float] = collections.deque(maxlen=8)
+        #: How long before the client needs a chunk it must start (``world/lead.py``).
+        self._lead = Lead()
         self._ticking: Plan | None = None
         self._queue_ms = 0.0
         self._ready_since = self._anchor
@@ -151,11 +147,10 @@ class Runner:
             return self._anchor - self._chunk_s
         deadline = self._anchor + spec.media_time_ms(index - 1) / 1000
         started = self.flow.last_start
-        if started is not None and started[0] < index and self._step_s:
+        if started is not None and started[0] < index and self._lead.is_measured:
             started_index, started_at = started
             needed_at = started_at + (spec.media_time_ms(index) - spec.media_time_ms(started_index)) / 1000
-            lead = LEAD_FACTOR * max(self._step_s) + LEAD_MARGIN_S
-            deadline = max(deadline, needed_at - lead)
+            deadline = max(deadline, needed_at - self._lead.seconds())
         return deadline
 
     def _is_ready(self) -> bool:
@@ -190,7 +185,7 @@ class Runner:
         self._timings[plan.meta.request_id] = (self._queue_ms, model_ms)
         # With the wait for a busy worker: a session that waits starts earlier next time, and
         # sessions that start earlier meet in the same batch.
-        self._step_s.append((self._queue_ms + model_ms) / 1000)
+        self._lead.stepped((self._queue_ms + model_ms) / 1000)
         with contextlib.suppress(ModelError):  # the failure is in the effects, reported below
             self.session.commit_tick(plan, chunk.meta, chunk)
         self._settle()
@@ -239,6 +234,8 @@ class Runner:
         """A ``chunk.ack``: credit for chunks written to the socket (``world/flow.py``)."""
         now = self._clock()
         if self.flow.ack(chunk_index, self.session.chunk_index, at, now):
+            if at == "start":  # when the client began showing it: was that chunk late?
+                self._lead.started(self._scheduler.spec.media_time_ms(self.flow.acked_through) / 1000, now)
             self._ready_since = max(self._ready_since, now)
             self._scheduler.wake()
 
@@ -260,6 +257,7 @@ class Runner:
             self._queue_error("reset_failed", "releasing the model state failed; retry", None, "server_error")
             return
         self.flow.reset()
+        self._lead.reset()
         self._anchor = self._ready_since = self._clock()
         self.send(wire.ResetDone())
         self._scheduler.wake()
@@ -388,4 +386,4 @@ def _raw_bytes(output: Output) -> int:
     return int(chunk.frames.nbytes) if isinstance(chunk, Chunk) else 0
 
 
-__all__ = ["MAX_QUEUED_EVENTS", "Options", "Runner"]
+__all__ = ["LEAD_FACTOR", "LEAD_MARGIN_S", "MAX_QUEUED_EVENTS", "Options", "Runner"]
