@@ -21,7 +21,7 @@ from livegen.runtime.world.kv_pool import required_bytes
 from livegen.runtime.world.runner import LEAD_FACTOR, LEAD_MARGIN_S, Options, Runner
 from livegen.runtime.world.scheduler import Scheduler
 from livegen.world import Manager
-from runtime.world_harness import GEOMETRY, RunnerHarness, until
+from runtime.world.harness import GEOMETRY, RunnerHarness, until
 
 FRAME_S = 1 / game.FPS
 
