@@ -50,7 +50,7 @@ class WorldSettings:
     ray_address: str | None = None
     realtime_headroom: float = 0.85
     #: Keyword options for the model's loader (a weights path, a device).
-    model_options: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    model_options: Mapping[str, str | int] = dataclasses.field(default_factory=dict)
 
 
 class WorldEngine:
