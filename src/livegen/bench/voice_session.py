@@ -127,7 +127,7 @@ def load_tone() -> ToneModel:
     return ToneModel()
 
 
-def _serve(port: int, cpu: int | None, niceness: int) -> None:
+def _serve(port: int, cpu: int | None, niceness: int, ws: str) -> None:
     """The server process: pinned, quiet, serving only the tone model."""
     import uvicorn
 
@@ -152,7 +152,7 @@ def _serve(port: int, cpu: int | None, niceness: int) -> None:
         max_connections=100_000,
     )
     app = create_app(config, registry)
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", log_config=None)
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", log_config=None, ws=ws)
 
 
 # --- the clients ------------------------------------------------------------------------
@@ -359,6 +359,13 @@ def _free_port() -> int:
     help="Also measure every level with a CPU-busy process on the server's core, busy this share "
     "of the time (0: no neighbour run).",
 )
+@click.option(
+    "--ws",
+    default="auto",
+    show_default=True,
+    type=click.Choice(["auto", "websockets", "websockets-sansio", "wsproto"]),
+    help="The server's WebSocket implementation (uvicorn's ws option), to compare their cost.",
+)
 @click.option("--serve", "serve_port", type=int, default=None, hidden=True)
 @click.option("--cpu", type=int, default=None, hidden=True)
 def voice_session(
@@ -370,12 +377,13 @@ def voice_session(
     aligned: bool,
     runs: int,
     neighbour: float,
+    ws: str,
     serve_port: int | None,
     cpu: int | None,
 ) -> None:
     """N concurrent voice sessions streaming 20 ms appends in real time to one pinned server core."""
     if serve_port is not None:
-        _serve(serve_port, cpu, niceness)
+        _serve(serve_port, cpu, niceness, ws)
         return
     from tqdm import tqdm
 
@@ -396,6 +404,8 @@ def voice_session(
             str(server_cpu),
             "--nice",
             str(niceness),
+            "--ws",
+            ws,
         ]
         server = subprocess.Popen(command, env=env)
         priority = os.getpriority(os.PRIO_PROCESS, 0)
@@ -424,6 +434,7 @@ def voice_session(
                 server.wait(10)
     report["server_cpu"] = server_cpu
     report["server_niceness_change"] = niceness
+    report["ws"] = ws
     report["client_cpus"] = sorted(client_cpus)
     text = json.dumps(report, indent=2)
     click.echo(text)
