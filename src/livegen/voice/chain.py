@@ -88,8 +88,14 @@ TRANSITIONS: dict[tuple[AttemptState, AttemptEvent], AttemptState] = {
 }
 
 
-def _moves_from(state: AttemptState) -> set[AttemptState]:
-    return {after for (before, _), after in TRANSITIONS.items() if before is state and after is not state}
+def _moves_from(state: AttemptState) -> frozenset[AttemptState]:
+    return frozenset(
+        after for (before, _), after in TRANSITIONS.items() if before is state and after is not state
+    )
+
+
+#: Each state's moves, computed once: every settle checks its write against them (the hot path).
+_MOVES: dict[AttemptState, frozenset[AttemptState]] = {state: _moves_from(state) for state in AttemptState}
 
 
 @dataclass(eq=False)
@@ -125,7 +131,7 @@ class Attempt:
     def __setattr__(self, name: str, value: Any) -> None:
         # The core also writes ``attempt.state = AttemptState.CANCELLED``: such a write must be
         # a move of the table too, so settling an attempt twice is refused either way.
-        if name == "state" and "state" in self.__dict__ and value not in _moves_from(self.state):
+        if name == "state" and "state" in self.__dict__ and value not in _MOVES[self.state]:
             raise LocalProtocolError(
                 f"attempt {self.seq} ({self.kind}) is {self.state}: cannot become {value}"
             )
