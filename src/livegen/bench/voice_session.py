@@ -24,6 +24,10 @@ append of a period and every turn end arrive in one burst.
 The baseline is the same measurement with one session, in the same run; the
 report gives each level's p99 as a ratio to it.
 
+``--ws`` picks uvicorn's WebSocket implementation for the server (``auto``,
+which is ``websockets-sansio`` when ``websockets`` is installed, or ``websockets`` or
+``wsproto``), to compare what each costs per event.
+
 ``--neighbour SHARE`` measures every level a second time, in the same run,
 with a CPU-busy neighbour process pinned to the server's core, busy for SHARE
 of each 10 ms (1.0: always runnable), as when another program on the machine
