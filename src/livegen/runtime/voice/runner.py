@@ -390,18 +390,23 @@ class Runner:
             attempt = await self._chain.get()
             if not attempt.is_live:
                 continue  # settled by a canceller, which owns its terminal event
-            await self._chain_resumed.wait()
-            if not attempt.is_live:
-                continue
+            if not self._chain_resumed.is_set():  # no coroutine for the common case, per append
+                await self._chain_resumed.wait()
+                if not attempt.is_live:
+                    continue
             try:
                 await _call(self.stream, attempt)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 self._chain_resumed.clear()
-                await self._mailbox.put(_Settled(attempt, Outcome.FAILED, f"{type(exc).__name__}: {exc}"))
+                settled = _Settled(attempt, Outcome.FAILED, f"{type(exc).__name__}: {exc}")
             else:
-                await self._mailbox.put(_Settled(attempt, Outcome.OK, ""))
+                settled = _Settled(attempt, Outcome.OK, "")
+            if self._mailbox.full():
+                await self._mailbox.put(settled)
+            else:  # the common case, inline: no coroutine per settled append
+                self._mailbox.put_nowait(settled)
 
     async def _pump(self) -> None:
         try:
