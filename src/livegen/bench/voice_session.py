@@ -24,6 +24,10 @@ append of a period and every turn end arrive in one burst.
 The baseline is the same measurement with one session, in the same run; the
 report gives each level's p99 as a ratio to it.
 
+``--ws`` picks uvicorn's WebSocket implementation for the server (``auto``,
+which is ``websockets-sansio`` when ``websockets`` is installed, or ``websockets`` or
+``wsproto``), to compare what each costs per event.
+
 ``--neighbour SHARE`` measures every level a second time, in the same run,
 with a CPU-busy neighbour process pinned to the server's core, busy for SHARE
 of each 10 ms (1.0: always runnable), as when another program on the machine
@@ -127,7 +131,7 @@ def load_tone() -> ToneModel:
     return ToneModel()
 
 
-def _serve(port: int, cpu: int | None, niceness: int) -> None:
+def _serve(port: int, cpu: int | None, niceness: int, ws: str) -> None:
     """The server process: pinned, quiet, serving only the tone model."""
     import uvicorn
 
@@ -152,7 +156,7 @@ def _serve(port: int, cpu: int | None, niceness: int) -> None:
         max_connections=100_000,
     )
     app = create_app(config, registry)
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", log_config=None)
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", log_config=None, ws=ws)
 
 
 # --- the clients ------------------------------------------------------------------------
@@ -359,6 +363,13 @@ def _free_port() -> int:
     help="Also measure every level with a CPU-busy process on the server's core, busy this share "
     "of the time (0: no neighbour run).",
 )
+@click.option(
+    "--ws",
+    default="auto",
+    show_default=True,
+    type=click.Choice(["auto", "websockets", "websockets-sansio", "wsproto"]),
+    help="The server's WebSocket implementation (uvicorn's ws option), to compare their cost.",
+)
 @click.option("--serve", "serve_port", type=int, default=None, hidden=True)
 @click.option("--cpu", type=int, default=None, hidden=True)
 def voice_session(
@@ -370,12 +381,13 @@ def voice_session(
     aligned: bool,
     runs: int,
     neighbour: float,
+    ws: str,
     serve_port: int | None,
     cpu: int | None,
 ) -> None:
     """N concurrent voice sessions streaming 20 ms appends in real time to one pinned server core."""
     if serve_port is not None:
-        _serve(serve_port, cpu, niceness)
+        _serve(serve_port, cpu, niceness, ws)
         return
     from tqdm import tqdm
 
@@ -396,6 +408,8 @@ def voice_session(
             str(server_cpu),
             "--nice",
             str(niceness),
+            "--ws",
+            ws,
         ]
         server = subprocess.Popen(command, env=env)
         priority = os.getpriority(os.PRIO_PROCESS, 0)
@@ -424,6 +438,7 @@ def voice_session(
                 server.wait(10)
     report["server_cpu"] = server_cpu
     report["server_niceness_change"] = niceness
+    report["ws"] = ws
     report["client_cpus"] = sorted(client_cpus)
     text = json.dumps(report, indent=2)
     click.echo(text)

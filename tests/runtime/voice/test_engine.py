@@ -127,3 +127,18 @@ async def test_a_clean_goodbye_ends_the_session_without_parking(engine: VoiceEng
     link.inbox.put_nowait(1000)
     await asyncio.wait_for(opened.released.wait(), 10)
     assert link.closed == 1000 and not engine.live and not engine.parked and not engine.runners
+
+
+def test_sent_events_and_errors_are_counted_by_their_own_labels() -> None:
+    """The engine keeps its labelled counters (a lookup per event was on the hot path): each
+    error code still counts under its own label, and every sent event counts as out."""
+    from livegen.protocol.realtime import server as ev
+
+    engine = engine_with()
+    for code in ("invalid_json", "invalid_json", "unknown_event_type"):
+        engine._on_sent(ev.Error(error={"type": "invalid_request_error", "code": code, "message": "m"}))
+    engine._on_sent(ev.InputAudioBufferCleared())
+    metrics = engine.metrics.render().decode()
+    assert 'livegen_errors_total{code="invalid_json",kind="voice"} 2.0' in metrics
+    assert 'livegen_errors_total{code="unknown_event_type",kind="voice"} 1.0' in metrics
+    assert 'livegen_events_total{direction="out",kind="voice"} 4.0' in metrics

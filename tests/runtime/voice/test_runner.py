@@ -140,3 +140,24 @@ async def test_a_model_whose_outputs_end_closes_the_session_with_its_terminal() 
     assert kinds[-2:] == ["response.done", "session.closed"]
     assert h.sent[-1]["reason"] == "model_stream_ended"
     assert h.of("response.done")[0]["response"]["status"] == "cancelled"
+
+
+class _WireRateVoice(ScriptedVoice):
+    """Takes audio at the wire's rate: no resampler, so each append's size reaches it exactly."""
+
+    input_rate = 24_000
+
+
+async def test_a_burst_of_appends_is_applied_in_order_and_an_over_budget_one_is_refused_alone() -> None:
+    """Appends that arrive together (queued before the runner wakes, as after a stall) reach the
+    model in wire order, each reserved and settled once; the one over the input budget is
+    refused with its own error and the rest go on (V3, V5)."""
+    h = await Harness(_WireRateVoice(), limits=Limits(input_burst_ms=150)).start()
+    sizes_ms = [10, 20, 200, 30, 40]  # 200 ms is more than one burst may carry
+    for index, ms in enumerate(sizes_ms):  # no await yields between these: one burst
+        await h.client({**append(ms), "event_id": f"evt_{index}"})
+    await h.wait_for(lambda sent: len(h.stream.received) == 4 and h.session.ledger.num_pending == 0)
+    assert [num_bytes // 48 for _, num_bytes in h.stream.received] == [10, 20, 30, 40]
+    assert [e["error"].get("event_id") for e in h.of("error")] == ["evt_2"]
+    assert h.session.ledger.pending_bytes == 0  # each reservation settled, none twice
+    await h.close()

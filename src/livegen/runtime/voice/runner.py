@@ -155,7 +155,12 @@ class Runner:
 
     async def put_client(self, event: wire.ClientEvent | RemoteProtocolError) -> None:
         """A decoded client event (or its decoding error); waits while the mailbox is full."""
-        await self._mailbox.put(_ClientItem(event, self._clock()))
+        item = _ClientItem(event, self._clock())
+        mailbox = self._mailbox
+        if mailbox.full():
+            await mailbox.put(item)
+        else:  # the common case: no coroutine for a hand-off that cannot wait
+            mailbox.put_nowait(item)
 
     async def stop(self, reason: str) -> None:
         """End the session (disconnect, shutdown); its terminal event is sent if the socket lives.
@@ -237,7 +242,10 @@ class Runner:
                 # wait() takes no item, so waking at the deadline can never lose one.
                 await mailbox.wait(None if deadline is None else deadline - now)
                 continue
-            self._handle(mailbox.get_nowait(), self._clock())
+            # Everything already received is handled before the next wait, one item at a time (a
+            # due deadline, a stop or a model switch still comes between two items); the clock
+            # read for the deadline check is the item's time.
+            self._handle(mailbox.get_nowait(), now)
             self._apply(session.take_effects())
             if self._switch is not None:
                 await self._switch_model(self._switch)
@@ -382,18 +390,23 @@ class Runner:
             attempt = await self._chain.get()
             if not attempt.is_live:
                 continue  # settled by a canceller, which owns its terminal event
-            await self._chain_resumed.wait()
-            if not attempt.is_live:
-                continue
+            if not self._chain_resumed.is_set():  # no coroutine for the common case, per append
+                await self._chain_resumed.wait()
+                if not attempt.is_live:
+                    continue
             try:
                 await _call(self.stream, attempt)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 self._chain_resumed.clear()
-                await self._mailbox.put(_Settled(attempt, Outcome.FAILED, f"{type(exc).__name__}: {exc}"))
+                settled = _Settled(attempt, Outcome.FAILED, f"{type(exc).__name__}: {exc}")
             else:
-                await self._mailbox.put(_Settled(attempt, Outcome.OK, ""))
+                settled = _Settled(attempt, Outcome.OK, "")
+            if self._mailbox.full():
+                await self._mailbox.put(settled)
+            else:  # the common case, inline: no coroutine per settled append
+                self._mailbox.put_nowait(settled)
 
     async def _pump(self) -> None:
         try:
