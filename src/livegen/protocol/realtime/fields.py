@@ -40,24 +40,6 @@ Count = Annotated[int, msgspec.Meta(ge=0, le=2**53 - 1)]
 IdleTimeoutMs = Annotated[int, msgspec.Meta(ge=100, le=3_600_000)]
 
 
-def parse_truncation(value: Any, param: str) -> str | float:
-    """OpenAI's ``truncation``: "auto", "disabled", or a ``retention_ratio`` object."""
-    if value in ("auto", "disabled"):
-        return str(value)
-    if isinstance(value, dict) and value.get("type") == "retention_ratio":
-        ratio = value.get("retention_ratio")
-        if isinstance(ratio, (int, float)) and not isinstance(ratio, bool) and 0.0 < ratio <= 1.0:
-            return float(ratio)
-        detail = f"{param}.retention_ratio must be a number in (0, 1], got {ratio!r}"
-        raise errors.INVALID_VALUE.error(detail=detail, param=f"{param}.retention_ratio")
-    detail = f"{param} must be 'auto', 'disabled' or a retention_ratio object, got {value!r}"
-    raise errors.INVALID_VALUE.error(detail=detail, param=param)
-
-
-class _Shape(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """Unknown fields are allowed (OpenAI fields livegen ignores)."""
-
-
 #: A field of the session object that a ``session.update`` may leave out (UNSET: keep the
 #: session's value), send as null (None: for ``turn_detection``, turn detection off) or set.
 Opt = msgspec.UnsetType
@@ -149,6 +131,26 @@ def decode_session(session: object, event_id: str | None = None) -> SessionShape
         return msgspec.convert(session, SessionShape)
     except msgspec.ValidationError as exc:
         raise explain(exc, "session", event_id) from None
+
+
+def parse_truncation(value: Any, param: str) -> str | float:
+    """OpenAI's ``truncation``: "auto", "disabled", or a ``retention_ratio`` object.
+
+    Applied in the session's order of fields (``voice/config.py``), after the fields before it."""
+    if value in ("auto", "disabled"):
+        return str(value)
+    if isinstance(value, dict) and value.get("type") == "retention_ratio":
+        ratio = value.get("retention_ratio")
+        if isinstance(ratio, (int, float)) and not isinstance(ratio, bool) and 0.0 < ratio <= 1.0:
+            return float(ratio)
+        detail = f"{param}.retention_ratio must be a number in (0, 1], got {ratio!r}"
+        raise errors.INVALID_VALUE.error(detail=detail, param=f"{param}.retention_ratio")
+    detail = f"{param} must be 'auto', 'disabled' or a retention_ratio object, got {value!r}"
+    raise errors.INVALID_VALUE.error(detail=detail, param=param)
+
+
+class _Shape(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """Unknown fields are allowed (OpenAI fields livegen ignores)."""
 
 
 class ContentPartShape(_Shape, kw_only=True):
