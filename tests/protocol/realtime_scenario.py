@@ -72,7 +72,7 @@ def _manual(s: Session) -> list[Any]:
             "output": {"format": {"type": "audio/pcmu"}, "voice": "verse"},
         },
     }
-    e = drive(s.open, 0.0) + drive(s.receive, wire.SessionUpdate(session=update), 0.0)
+    e = drive(s.open, 0.0) + drive(s.receive, wire.session_update(update), 0.0)
     e += drive(s.receive, wire.AudioAppend(audio=_pcm(300, True)), 0.1)
     e += drive(s.receive, wire.AudioCommit(), 0.2)
     user = next(x.attempt.item_id for x in e if hasattr(x, "attempt") and x.attempt.item_id)
@@ -128,7 +128,7 @@ def _server_vad(s: Session) -> list[Any]:
     """The fallback detector: speech edges, a barge-in, captions and the idle timeout."""
     vad = {"type": "server_vad", "idle_timeout_ms": 1000, "silence_duration_ms": 200}
     update = {"audio": {"input": {"format": {"type": "audio/pcm", "rate": RATE}, "turn_detection": vad}}}
-    e = drive(s.open, 0.0) + drive(s.receive, wire.SessionUpdate(session=update), 0.0)
+    e = drive(s.open, 0.0) + drive(s.receive, wire.session_update(update), 0.0)
     e += drive(s.receive, wire.AudioAppend(audio=_pcm(400, True)), 0.1)
     e += drive(s.on_output, VoiceOutput(OutputKind.TRANSCRIPT_DELTA, s.epoch, None, text="What"), 0.2)
     e += drive(s.receive, wire.AudioAppend(audio=_pcm(400, False)), 0.5)
@@ -138,15 +138,13 @@ def _server_vad(s: Session) -> list[Any]:
     e += drive(s.on_output, _out(s, OutputKind.RESPONSE_DONE, status="completed"), 1.3)
     e += drive(s.tick, 5.0)
     semantic = {"audio": {"input": {"turn_detection": {"type": "semantic_vad", "eagerness": "low"}}}}
-    e += drive(s.receive, wire.SessionUpdate(session=semantic), 6.0)
+    e += drive(s.receive, wire.session_update(semantic), 6.0)
     return e + drive(s.close, 7.0, "server_shutdown")
 
 
 def _transcription(s: Session) -> list[Any]:
     update = {"type": "transcription", "audio": {"input": {"transcription": {"model": "w", "prompt": "p"}}}}
-    return (
-        drive(s.open, 0.0) + drive(s.receive, wire.SessionUpdate(session=update), 0.0) + drive(s.close, 1.0)
-    )
+    return drive(s.open, 0.0) + drive(s.receive, wire.session_update(update), 0.0) + drive(s.close, 1.0)
 
 
 def events() -> Iterator[tuple[str, bytes, bytes]]:

@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from livegen.errors import InvalidRequest
+from livegen.protocol.realtime.fields import decode_session
 from livegen.voice.config import SEMANTIC_SILENCE_MS, Config, apply_update
+
+
+def _apply(config: Config, session: dict[str, object]) -> Config:
+    """``session`` decoded as ``session.update``'s, then applied."""
+    return apply_update(config, decode_session(session))
 
 
 def _ga(detection: object) -> dict[str, object]:
@@ -13,17 +19,17 @@ def _ga(detection: object) -> dict[str, object]:
 
 
 def test_server_vad_fields_apply_in_both_dialects_and_partially() -> None:
-    config = apply_update(Config(), _ga({"type": "server_vad", "silence_duration_ms": 900}))
+    config = _apply(Config(), _ga({"type": "server_vad", "silence_duration_ms": 900}))
     assert config.turn_detection is not None and config.turn_detection.silence_duration_ms == 900
-    config = apply_update(config, {"turn_detection": {"threshold": 0.8}})  # beta spelling, partial
+    config = _apply(config, {"turn_detection": {"threshold": 0.8}})  # beta spelling, partial
     assert config.turn_detection is not None
     assert (config.turn_detection.threshold, config.turn_detection.silence_duration_ms) == (0.8, 900)
-    assert apply_update(config, _ga(None)).turn_detection is None
+    assert _apply(config, _ga(None)).turn_detection is None
 
 
 @pytest.mark.parametrize("eagerness", ["low", "medium", "high", "auto"])
 def test_semantic_vad_times_the_turn_by_eagerness_and_echoes_itself(eagerness: str) -> None:
-    config = apply_update(Config(), _ga({"type": "semantic_vad", "eagerness": eagerness}))
+    config = _apply(Config(), _ga({"type": "semantic_vad", "eagerness": eagerness}))
     vad = config.turn_detection
     assert vad is not None
     assert config.stream_config().turn_detection is not None
@@ -34,14 +40,14 @@ def test_semantic_vad_times_the_turn_by_eagerness_and_echoes_itself(eagerness: s
 
 def test_semantic_vad_orders_eagerness_and_defaults_to_auto() -> None:
     assert SEMANTIC_SILENCE_MS["low"] > SEMANTIC_SILENCE_MS["medium"] > SEMANTIC_SILENCE_MS["high"]
-    config = apply_update(Config(), _ga({"type": "semantic_vad", "create_response": False}))
+    config = _apply(Config(), _ga({"type": "semantic_vad", "create_response": False}))
     assert config.turn_detection is not None
     assert config.turn_detection.eagerness == "auto" and config.turn_detection.create_response is False
 
 
 def test_switching_back_to_server_vad_drops_the_semantic_timing() -> None:
-    config = apply_update(Config(), _ga({"type": "semantic_vad", "eagerness": "low"}))
-    config = apply_update(config, _ga({"type": "server_vad"}))
+    config = _apply(Config(), _ga({"type": "semantic_vad", "eagerness": "low"}))
+    config = _apply(config, _ga({"type": "server_vad"}))
     assert config.turn_detection is not None
     assert config.turn_detection.eagerness is None
     assert config.turn_detection.silence_duration_ms == 500
@@ -53,7 +59,8 @@ def test_switching_back_to_server_vad_drops_the_semantic_timing() -> None:
     [
         ({"type": "semantic_vad", "eagerness": "eager"}, "invalid_value", "eagerness"),
         ({"type": "semantic_vad", "create_response": "yes"}, "invalid_type", "create_response"),
-        ({"type": "semantic_vad", "eagerness": []}, "invalid_value", "eagerness"),
+        # A list is a wrong type: the decoder refuses it, as session.update always did.
+        ({"type": "semantic_vad", "eagerness": []}, "invalid_type", "eagerness"),
         ({"type": "server_vad", "idle_timeout_ms": -1}, "invalid_value", "idle_timeout_ms"),
         ({"type": "server_vad", "idle_timeout_ms": 10**400}, "invalid_value", "idle_timeout_ms"),
         ({"type": "server_vad", "idle_timeout_ms": "5"}, "invalid_type", "idle_timeout_ms"),
@@ -65,7 +72,7 @@ def test_bad_turn_detection_is_refused_and_leaves_the_config(
 ) -> None:
     before = Config()
     with pytest.raises(InvalidRequest) as caught:
-        apply_update(before, _ga(detection))
+        _apply(before, _ga(detection))
     assert caught.value.code == code
     assert caught.value.param == f"session.audio.input.turn_detection.{param}"
     assert before.turn_detection is not None and before.turn_detection.eagerness is None
@@ -77,9 +84,9 @@ def test_sample_rate_hz_names_the_pcm_rates_as_vllm_omni_clients_send_them() -> 
         "sample_rate_hz": 16_000,
         "audio": {"input": {"sample_rate_hz": 16_000}, "output": {"sample_rate_hz": 22_050}},
     }
-    config = apply_update(Config(), session)
+    config = _apply(Config(), session)
     assert (config.input_format.rate, config.output_format.rate) == (16_000, 22_050)
-    assert apply_update(config, {"instructions": "x"}).input_format.rate == 16_000  # partial update
+    assert _apply(config, {"instructions": "x"}).input_format.rate == 16_000  # partial update
 
 
 @pytest.mark.parametrize(
@@ -100,5 +107,5 @@ def test_sample_rate_hz_names_the_pcm_rates_as_vllm_omni_clients_send_them() -> 
 )
 def test_sample_rates_that_disagree_or_cannot_be_are_refused(session: dict[str, object], param: str) -> None:
     with pytest.raises(InvalidRequest) as refused:
-        apply_update(Config(), session)
+        _apply(Config(), session)
     assert refused.value.param == param

@@ -84,7 +84,7 @@ class VoiceCore(RuleBasedStateMachine):
         fmt = {"type": "audio/pcm", "rate": RATE}
         vad = {"type": "server_vad", "silence_duration_ms": 30} if server_vad else None
         update = {"audio": {"input": {"format": fmt, "turn_detection": vad}, "output": {"format": fmt}}}
-        self.apply(drive(self.session.receive, wire.SessionUpdate(session=update), self.now))
+        self.apply(drive(self.session.receive, wire.session_update(update), self.now))
 
     # --- plumbing --------------------------------------------------------------------
 
@@ -312,19 +312,19 @@ class VoiceCore(RuleBasedStateMachine):
         if vad == "server_idle":
             detection = {**detection, "idle_timeout_ms": 200}
         self.client(
-            wire.SessionUpdate(
-                session={"audio": {"input": {"turn_detection": None if vad == "none" else detection}}}
+            wire.session_update(
+                {"audio": {"input": {"turn_detection": None if vad == "none" else detection}}}
             )
         )
 
     @rule()
     def bad_session_update(self) -> None:
-        self.client(wire.SessionUpdate(session={"audio": {"input": {"format": {"type": "audio/opus"}}}}))
+        self.client(wire.session_update({"audio": {"input": {"format": {"type": "audio/opus"}}}}))
 
     @rule(name=st.sampled_from(["scripted", "other"]), opens=st.booleans())
     def switch_model(self, name: str, opens: bool) -> None:
         """A model switch is allowed only before input or a response reached the model."""
-        self.client(wire.SessionUpdate(session={"model": name}, event_id="evt_model"))
+        self.client(wire.session_update({"model": name}, event_id="evt_model"))
         switch, self.pending_switch = self.pending_switch, None
         if switch is None:
             return
@@ -424,7 +424,7 @@ class VoiceCore(RuleBasedStateMachine):
 
     @rule()
     def become_transcription_session(self) -> None:
-        self.client(wire.SessionUpdate(session={"type": "transcription"}))
+        self.client(wire.session_update({"type": "transcription"}))
 
     @invariant()
     def v10_transcription_sessions_never_answer(self) -> None:

@@ -26,7 +26,7 @@ def new_session(lead_ms: float = 200) -> Session:
     fmt = {"type": "audio/pcm", "rate": RATE}
     drive(
         session.receive,
-        wire.SessionUpdate(session={"audio": {"input": {"format": fmt}, "output": {"format": fmt}}}),
+        wire.session_update({"audio": {"input": {"format": fmt}, "output": {"format": fmt}}}),
         0.0,
     )
     return session
@@ -152,9 +152,7 @@ def test_clear_keeps_committed_turns_on_their_way_to_the_model() -> None:
 def _idle_session(timeout_ms: int) -> Session:
     session = new_session(lead_ms=0)
     detection = {"type": "server_vad", "silence_duration_ms": 200, "idle_timeout_ms": timeout_ms}
-    drive(
-        session.receive, wire.SessionUpdate(session={"audio": {"input": {"turn_detection": detection}}}), 0.0
-    )
+    drive(session.receive, wire.session_update({"audio": {"input": {"turn_detection": detection}}}), 0.0)
     return session
 
 
@@ -199,8 +197,8 @@ def test_without_idle_timeout_nothing_is_timed() -> None:
     session = _idle_session(1000)
     drive(
         session.receive,
-        wire.SessionUpdate(
-            session={"audio": {"input": {"turn_detection": {"type": "server_vad", "idle_timeout_ms": None}}}}
+        wire.session_update(
+            {"audio": {"input": {"turn_detection": {"type": "server_vad", "idle_timeout_ms": None}}}}
         ),
         0.0,
     )

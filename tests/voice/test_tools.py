@@ -38,7 +38,7 @@ def request_of(effects: list[Any]) -> ResponseRequest:
 
 def with_tools(**session: Any) -> Session:
     s = new_session()
-    drive(s.receive, wire.SessionUpdate(session={"tools": [WEATHER], **session}), 0.0)
+    drive(s.receive, wire.session_update({"tools": [WEATHER], **session}), 0.0)
     return s
 
 
@@ -77,7 +77,7 @@ def output_item(call_id: str, output: str = '{"sky": "clear"}') -> wire.ItemCrea
 def test_tools_and_tool_choice_are_kept_and_shown() -> None:
     s = new_session()
     choice = {"type": "function", "name": "get_weather"}
-    effects = drive(s.receive, wire.SessionUpdate(session={"tools": [WEATHER], "tool_choice": choice}), 0.0)
+    effects = drive(s.receive, wire.session_update({"tools": [WEATHER], "tool_choice": choice}), 0.0)
     shown = events(effects, "session.updated")[0]["session"]
     assert shown["tools"] == [WEATHER] and shown["tool_choice"] == choice
     request = request_of(drive(s.receive, wire.ResponseCreate(), 0.0))
@@ -88,22 +88,24 @@ def test_tools_and_tool_choice_are_kept_and_shown() -> None:
 
 
 @pytest.mark.parametrize(
-    ("tools", "param"),
+    ("tools", "code", "param"),
     [
-        ("get_weather", "session.tools"),
-        ([{**WEATHER, "type": "mcp"}], "session.tools[0].type"),
-        ([{**WEATHER, "name": "get weather"}], "session.tools[0].name"),
-        ([{**WEATHER, "description": 3}], "session.tools[0].description"),
-        ([{**WEATHER, "parameters": {"type": "string"}}], "session.tools[0].parameters"),
-        ([{**WEATHER, "parameters": []}], "session.tools[0].parameters"),
-        ([WEATHER, WEATHER], "session.tools[1].name"),
+        # Not a list: a wrong type, refused as the update is decoded (as it always was on the wire).
+        ("get_weather", "invalid_type", "session.tools"),
+        ([{**WEATHER, "type": "mcp"}], "invalid_value", "session.tools[0].type"),
+        ([{**WEATHER, "name": "get weather"}], "invalid_value", "session.tools[0].name"),
+        ([{**WEATHER, "description": 3}], "invalid_value", "session.tools[0].description"),
+        ([{**WEATHER, "parameters": {"type": "string"}}], "invalid_value", "session.tools[0].parameters"),
+        ([{**WEATHER, "parameters": []}], "invalid_value", "session.tools[0].parameters"),
+        ([WEATHER, WEATHER], "invalid_value", "session.tools[1].name"),
     ],
 )
-def test_a_bad_tool_is_refused_with_its_param(tools: Any, param: str) -> None:
+def test_a_bad_tool_is_refused_with_its_param(tools: Any, code: str, param: str) -> None:
     s = new_session()
     before = s.config
-    error = refused(s, wire.SessionUpdate(session={"tools": tools}))
-    assert (error.code, error.param) == ("invalid_value", param)
+    with pytest.raises(RemoteProtocolError) as caught:
+        drive(s.receive, wire.session_update({"tools": tools}), 0.0)
+    assert (caught.value.code, caught.value.param) == (code, param)
     assert s.config == before
 
 
@@ -115,7 +117,7 @@ def test_a_bad_tool_is_refused_with_its_param(tools: Any, param: str) -> None:
     ],
 )
 def test_a_bad_tool_choice_is_refused(choice: Any, param: str) -> None:
-    error = refused(with_tools(), wire.SessionUpdate(session={"tool_choice": choice}))
+    error = refused(with_tools(), wire.session_update({"tool_choice": choice}))
     assert (error.code, error.param) == ("invalid_value", param)
 
 

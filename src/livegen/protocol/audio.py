@@ -66,15 +66,21 @@ def parse_format(value: object, param: str) -> AudioFormat:
         raise INVALID_VALUE.error(
             detail=f"{param} must be an object like {{'type': 'audio/pcm'}}", param=param
         )
-    try:
-        encoding = Encoding(value.get("type", Encoding.PCM.value))
-    except ValueError:
+    return format_of(value.get("type", Encoding.PCM.value), value.get("rate", DEFAULT_PCM_RATE), param)
+
+
+_ENCODINGS = {e.value: e for e in Encoding}
+
+
+def format_of(kind: object, rate: object, param: str) -> AudioFormat:
+    """The format a GA format object's ``type`` and ``rate`` name (either may be any JSON value)."""
+    encoding = _ENCODINGS.get(kind) if isinstance(kind, str) else None
+    if encoding is None:
         allowed = ", ".join(e.value for e in Encoding)
-        detail = f"unsupported audio format {value.get('type')!r}; expected one of {allowed}"
-        raise INVALID_AUDIO_FORMAT.error(detail=detail, param=f"{param}.type") from None
+        detail = f"unsupported audio format {kind!r}; expected one of {allowed}"
+        raise INVALID_AUDIO_FORMAT.error(detail=detail, param=f"{param}.type")
     if encoding is not Encoding.PCM:
         return AudioFormat(encoding, G711_RATE)
-    rate = value.get("rate", DEFAULT_PCM_RATE)
     if not isinstance(rate, int) or isinstance(rate, bool) or not MIN_RATE <= rate <= MAX_RATE:
         detail = f"audio/pcm rate must be an integer from {MIN_RATE} to {MAX_RATE} Hz, got {rate!r}"
         raise INVALID_AUDIO_FORMAT.error(detail=detail, param=f"{param}.rate")

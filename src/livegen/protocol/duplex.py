@@ -150,7 +150,8 @@ class DuplexDialect:
             return EventAck(seq, event_id)
         event = wire.decode(text)
         if isinstance(event, wire.SessionUpdate):
-            self._updates.append((event_id, _check_session(event.session, event_id)))
+            # vllm-omni's own session fields are not the Realtime session's: read them from the text.
+            self._updates.append((event_id, _check_session(raw["session"], event_id)))
         elif isinstance(event, wire.AudioAppend):
             self._check_append(raw, event_id)
             self.audio_pending = self.audio_pending or bool(event.audio)

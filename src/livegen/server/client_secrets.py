@@ -30,6 +30,7 @@ from starlette.responses import JSONResponse, Response
 from livegen.errors import RemoteProtocolError
 from livegen.protocol import errors as wire_errors
 from livegen.protocol import realtime as wire
+from livegen.protocol.realtime.fields import decode_session
 from livegen.voice.config import Config, apply_update
 
 PREFIX = "ek_"
@@ -75,7 +76,7 @@ class ClientSecrets:
         secret = self.lookup(key)
         if secret is None or not secret.session:
             return None
-        return wire.decode(msgspec.json.encode({"type": "session.update", "session": secret.session}))
+        return wire.session_update(secret.session)
 
     def _expire(self) -> None:
         now = self._clock()
@@ -102,11 +103,18 @@ def _ttl(body: dict[str, Any]) -> float:
     return float(seconds)
 
 
-def validated_session(session: object, model: str) -> dict[str, Any]:
-    """``session`` checked as a ``session.update`` would be (OpenAI's errors); raises if invalid."""
+def session_config(session: object, model: str) -> Config:
+    """The configuration ``session`` gives a session of ``model``, decoded and checked as a
+    ``session.update`` of it would be (the same errors); raises if invalid."""
     if not isinstance(session, dict):
         raise wire_errors.INVALID_VALUE.error(detail="session must be an object", param="session")
-    apply_update(Config(model=model), session)
+    return apply_update(Config(model=model), decode_session(session))
+
+
+def validated_session(session: object, model: str) -> dict[str, Any]:
+    """``session`` checked as a ``session.update`` would be (OpenAI's errors); raises if invalid."""
+    session_config(session, model)
+    assert isinstance(session, dict)
     return session
 
 
@@ -127,9 +135,11 @@ def routes_for(store: ClientSecrets, default_model: Callable[[], str]) -> list[A
 
     async def mint(body: dict[str, Any], session: object) -> tuple[str, ClientSecret, dict[str, Any]]:
         ttl = _ttl(body)
-        checked = validated_session(session if session is not None else {}, default_model())
+        checked = session if session is not None else {}
+        config = session_config(checked, default_model())
+        assert isinstance(checked, dict)
         value, secret = store.mint(checked, ttl)
-        shown = apply_update(Config(model=default_model()), checked).to_wire("sess_ephemeral")
+        shown = config.to_wire("sess_ephemeral")
         shown.pop("id", None)
         return value, secret, shown
 

@@ -1,24 +1,50 @@
-"""A voice session's configuration: parsed from ``session.update``, rendered as the session object.
+"""A voice session's configuration: a ``session.update`` applied to it, rendered as the session object.
 
-OpenAI's GA shape nests audio settings (``audio.input.format``,
+The update arrives decoded (``protocol/realtime/fields.py``'s ``SessionShape``:
+every field typed, and ``UNSET`` where the client left it out). OpenAI's GA
+shape nests audio settings (``audio.input.format``,
 ``audio.input.turn_detection``, ``audio.output.voice``); the beta shape kept
 them flat (``input_audio_format``, ``turn_detection``, ``voice``,
 ``modalities``). Both are accepted; the GA shape is what the server sends back.
 vllm-omni's duplex clients name PCM rates as ``sample_rate_hz`` (on the
 session for input, under ``audio.input``/``audio.output``); these are honoured
-too. An update is partial: fields not named keep their values. Parsing is pure and
-all-or-nothing: a bad field raises ``InvalidRequest`` and the session keeps
-its old configuration.
+too. An update is partial: fields left out keep their values, and a null says
+what null means for that field (``turn_detection: null`` turns turn detection
+off). What a value means may depend on the session (a named ``tool_choice`` on
+its tools, a rate on its format), so it is checked here, in a fixed order (a
+payload with two mistakes is refused for the same one every time). Applying is
+pure and all-or-nothing: a bad field raises ``InvalidRequest`` and the session
+keeps its old configuration.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeGuard, TypeVar
+
+from msgspec import UNSET, UnsetType
 
 from livegen.models.voice import StreamConfig, TurnDetection
-from livegen.protocol.audio import MAX_RATE, MIN_RATE, AudioFormat, Encoding, parse_format
+from livegen.protocol.audio import (
+    DEFAULT_PCM_RATE,
+    MAX_RATE,
+    MIN_RATE,
+    AudioFormat,
+    Encoding,
+    format_of,
+    parse_format,
+)
 from livegen.protocol.errors import INVALID_TYPE, INVALID_VALUE, UNSUPPORTED_TURN_DETECTION
+from livegen.protocol.realtime.fields import (
+    AudioFormatShape,
+    AudioInputShape,
+    AudioOutputShape,
+    AudioShape,
+    SessionShape,
+    TranscriptionShape,
+    TurnDetectionShape,
+    parse_truncation,
+)
 from livegen.protocol.realtime.server import as_dict
 from livegen.protocol.realtime.session import (
     AnySessionObject,
@@ -35,6 +61,8 @@ from livegen.protocol.realtime.session import (
     format_object,
 )
 from livegen.voice import tools as fn
+
+T = TypeVar("T")
 
 #: ``semantic_vad`` where the model has no end-of-turn model (the cascade has one): its eagerness
 #: picks how long a silence ends the turn ("low" waits longer for the user to go on).
@@ -149,6 +177,7 @@ class Config:
 
 
 def _expect(value: Any, kind: type | tuple[type, ...], param: str) -> Any:
+    """``value`` if it is a ``kind``; else ``invalid_type`` (a null where null means nothing)."""
     if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
         names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
         detail = f"Invalid type for '{param}': expected a {names}, but got {type(value).__name__} instead."
@@ -156,8 +185,22 @@ def _expect(value: Any, kind: type | tuple[type, ...], param: str) -> Any:
     return value
 
 
-def _modalities(value: Any, param: str) -> tuple[str, ...]:
+def _object(value: T | None, param: str) -> T:
+    """A nested object the update names: null is refused (the same words as when it was a dict)."""
+    if value is None:
+        detail = f"Invalid type for '{param}': expected a dict, but got NoneType instead."
+        raise INVALID_TYPE.error(detail=detail, param=param)
+    return value
+
+
+def _is_set(value: T | UnsetType | None) -> TypeGuard[T]:
+    """Whether an update names a value (neither left out nor null)."""
+    return value is not UNSET and value is not None
+
+
+def _modalities(value: list[str] | None, param: str) -> tuple[str, ...]:
     _expect(value, list, param)
+    assert value is not None
     if not value or any(m not in ("audio", "text") for m in value):
         raise INVALID_VALUE.error(
             detail=f"{param} must list 'audio' and/or 'text', got {value!r}", param=param
@@ -166,41 +209,49 @@ def _modalities(value: Any, param: str) -> tuple[str, ...]:
     return ("audio",) if "audio" in value else ("text",)
 
 
-def _turn_detection(value: Any, current: ServerVad | None, param: str) -> ServerVad | None:
+def _turn_detection(
+    value: TurnDetectionShape | None, current: ServerVad | None, param: str
+) -> ServerVad | None:
     if value is None:
         return None
-    _expect(value, dict, param)
-    kind = value.get("type", "server_vad")
+    kind = "server_vad" if value.type is UNSET else value.type
     if kind == "semantic_vad":
         return _semantic_vad(value, current, param)
     if kind != "server_vad":
         raise UNSUPPORTED_TURN_DETECTION.error(kind=kind, param=f"{param}.type")
     vad = current if current is not None and current.eagerness is None else ServerVad()
     updates: dict[str, Any] = {}
-    if "threshold" in value:
-        threshold = _expect(value["threshold"], (int, float), f"{param}.threshold")
+    if value.threshold is not UNSET:
+        threshold = _expect(value.threshold, (int, float), f"{param}.threshold")
         if not 0.0 <= threshold <= 1.0:
             raise INVALID_VALUE.error(
                 detail=f"{param}.threshold must be in [0, 1]", param=f"{param}.threshold"
             )
         updates["threshold"] = float(threshold)
-    for name in ("prefix_padding_ms", "silence_duration_ms"):
-        if name in value:
-            number = _expect(value[name], int, f"{param}.{name}")
+    for name, ms in (
+        ("prefix_padding_ms", value.prefix_padding_ms),
+        ("silence_duration_ms", value.silence_duration_ms),
+    ):
+        if ms is not UNSET:
+            number = _expect(ms, int, f"{param}.{name}")
             if not 0 <= number <= 10_000:
                 raise INVALID_VALUE.error(
                     detail=f"{param}.{name} must be 0..10000 ms", param=f"{param}.{name}"
                 )
             updates[name] = number
-    for name in ("create_response", "interrupt_response"):
-        if name in value:
-            updates[name] = _expect(value[name], bool, f"{param}.{name}")
-    if "idle_timeout_ms" in value:
-        updates["idle_timeout_ms"] = _idle_timeout(value["idle_timeout_ms"], f"{param}.idle_timeout_ms")
+    updates.update(_response_flags(value, param))
+    if value.idle_timeout_ms is not UNSET:
+        updates["idle_timeout_ms"] = _idle_timeout(value.idle_timeout_ms, f"{param}.idle_timeout_ms")
     return replace(vad, **updates)
 
 
-def _idle_timeout(value: Any, param: str) -> int | None:
+def _response_flags(value: TurnDetectionShape, param: str) -> dict[str, Any]:
+    """``create_response`` and ``interrupt_response``, where the update names them."""
+    flags = (("create_response", value.create_response), ("interrupt_response", value.interrupt_response))
+    return {name: _expect(flag, bool, f"{param}.{name}") for name, flag in flags if flag is not UNSET}
+
+
+def _idle_timeout(value: int | None, param: str) -> int | None:
     """None (off) or MIN..MAX ms: a negative one would answer at once, forever, with no input."""
     if value is None:
         return None
@@ -212,91 +263,108 @@ def _idle_timeout(value: Any, param: str) -> int | None:
     return number
 
 
-def _semantic_vad(value: dict[str, Any], current: ServerVad | None, param: str) -> ServerVad:
-    eagerness = value.get("eagerness", current.eagerness if current and current.eagerness else "auto")
+def _semantic_vad(value: TurnDetectionShape, current: ServerVad | None, param: str) -> ServerVad:
+    eagerness = value.eagerness
+    if eagerness is UNSET:
+        eagerness = current.eagerness if current and current.eagerness else "auto"
     if not isinstance(eagerness, str) or eagerness not in SEMANTIC_SILENCE_MS:
         detail = f"{param}.eagerness must be one of {', '.join(SEMANTIC_SILENCE_MS)}, got {eagerness!r}"
         raise INVALID_VALUE.error(detail=detail, param=f"{param}.eagerness")
     vad = ServerVad(eagerness=eagerness, silence_duration_ms=SEMANTIC_SILENCE_MS[eagerness])
-    updates = {
-        name: _expect(value[name], bool, f"{param}.{name}")
-        for name in ("create_response", "interrupt_response")
-        if name in value
-    }
-    return replace(vad, **updates)
+    return replace(vad, **_response_flags(value, param))
 
 
-def apply_update(config: Config, session: dict[str, Any]) -> Config:
-    """``config`` with the fields of a ``session.update`` applied (GA or beta shape)."""
-    updates: dict[str, Any] = {}
-    if session.get("type", config.session_type) not in ("realtime", "transcription"):
-        detail = f"session type {session.get('type')!r} is not supported; use 'realtime' or 'transcription'"
-        raise INVALID_VALUE.error(detail=detail, param="session.type")
-    if "type" in session:
-        updates["session_type"] = session["type"]
-    if session.get("model") not in (None, ""):
-        # Whether the session may still switch is the session's call (voice/session.py).
-        updates["model"] = _expect(session["model"], str, "session.model")
-    if "instructions" in session:
-        updates["instructions"] = _expect(session["instructions"], str, "session.instructions")
-    for key in ("output_modalities", "modalities"):
-        if key in session:
-            updates["output_modalities"] = _modalities(session[key], f"session.{key}")
-    audio = _expect(session.get("audio", {}), dict, "session.audio")
-    audio_in = _expect(audio.get("input", {}), dict, "session.audio.input")
-    audio_out = _expect(audio.get("output", {}), dict, "session.audio.output")
+def apply_update(config: Config, session: SessionShape) -> Config:
+    """``config`` with the fields of a ``session.update`` applied (GA or beta shape), in the order
+    the session has always checked them, so that a payload with two mistakes names the same one."""
+    updates = _identity_updates(config, session)
+    audio_in, audio_out = _audio(session.audio)
     updates.update(_format_updates(config, session, audio_in, audio_out))
-    for param, source in (
-        ("session.audio.input.turn_detection", audio_in),
-        ("session.turn_detection", session),
+    for param, detection in (
+        ("session.audio.input.turn_detection", audio_in.turn_detection),
+        ("session.turn_detection", session.turn_detection),
     ):
-        if "turn_detection" in source:
-            updates["turn_detection"] = _turn_detection(
-                source["turn_detection"], config.turn_detection, param
-            )
-    for param, value in (
-        ("session.audio.output.voice", audio_out.get("voice")),
-        ("session.voice", session.get("voice")),
-    ):
-        if value is not None:
-            updates["voice"] = _expect(value, str, param)
-    for param, value in (
-        ("session.audio.input.transcription", audio_in.get("transcription")),
-        ("session.input_audio_transcription", session.get("input_audio_transcription")),
-    ):
-        if value is not None:
-            transcription = _expect(value, dict, param)
-            updates["transcription_model"] = str(transcription.get("model") or "")
-            updates["transcription_language"] = str(transcription.get("language") or "")
-            updates["transcription_prompt"] = str(transcription.get("prompt") or "")
+        if detection is not UNSET:
+            updates["turn_detection"] = _turn_detection(detection, config.turn_detection, param)
+    for voice in (audio_out.voice, session.voice):
+        if _is_set(voice):
+            updates["voice"] = voice
+    for transcription in (audio_in.transcription, session.input_audio_transcription):
+        if isinstance(transcription, TranscriptionShape):
+            updates["transcription_model"] = transcription.model or ""
+            updates["transcription_language"] = transcription.language or ""
+            updates["transcription_prompt"] = transcription.prompt or ""
     updates.update(_tool_updates(config, session))
-    if "truncation" in session:
-        updates["truncation"] = parse_truncation(session["truncation"], "session.truncation")
+    if session.truncation is not UNSET:
+        updates["truncation"] = parse_truncation(session.truncation, "session.truncation")
     return replace(config, **updates)
 
 
+def _identity_updates(config: Config, session: SessionShape) -> dict[str, Any]:
+    """The session's type, model, instructions and output modalities, where the update names them."""
+    updates: dict[str, Any] = {}
+    kind = config.session_type if session.type is UNSET else session.type
+    if kind not in ("realtime", "transcription"):
+        detail = f"session type {kind!r} is not supported; use 'realtime' or 'transcription'"
+        raise INVALID_VALUE.error(detail=detail, param="session.type")
+    if session.type is not UNSET:
+        updates["session_type"] = kind
+    if session.model:
+        # Whether the session may still switch is the session's call (voice/session.py).
+        updates["model"] = session.model
+    if session.instructions is not UNSET:
+        updates["instructions"] = _expect(session.instructions, str, "session.instructions")
+    for param, modalities in (
+        ("session.output_modalities", session.output_modalities),
+        ("session.modalities", session.modalities),
+    ):
+        if modalities is not UNSET:
+            updates["output_modalities"] = _modalities(modalities, param)
+    return updates
+
+
+def _audio(audio: AudioShape | UnsetType | None) -> tuple[AudioInputShape, AudioOutputShape]:
+    """GA's ``audio.input`` and ``audio.output`` (empty where left out; null is refused)."""
+    if audio is UNSET:
+        return AudioInputShape(), AudioOutputShape()
+    audio = _object(audio, "session.audio")
+    audio_in = _object(AudioInputShape() if audio.input is UNSET else audio.input, "session.audio.input")
+    audio_out = _object(AudioOutputShape() if audio.output is UNSET else audio.output, "session.audio.output")
+    return audio_in, audio_out
+
+
 def _format_updates(
-    config: Config, session: dict[str, Any], audio_in: dict[str, Any], audio_out: dict[str, Any]
+    config: Config, session: SessionShape, audio_in: AudioInputShape, audio_out: AudioOutputShape
 ) -> dict[str, Any]:
     """The audio formats an update names (GA or beta), with any ``sample_rate_hz`` applied."""
     updates: dict[str, Any] = {}
-    for param, value in (
-        ("session.audio.input.format", audio_in.get("format")),
-        ("session.input_audio_format", session.get("input_audio_format")),
+    for name, named in (
+        (
+            "input_format",
+            (
+                ("session.audio.input.format", audio_in.format),
+                ("session.input_audio_format", session.input_audio_format),
+            ),
+        ),
+        (
+            "output_format",
+            (
+                ("session.audio.output.format", audio_out.format),
+                ("session.output_audio_format", session.output_audio_format),
+            ),
+        ),
     ):
-        if value is not None:
-            updates["input_format"] = parse_format(value, param)
-    for param, value in (
-        ("session.audio.output.format", audio_out.get("format")),
-        ("session.output_audio_format", session.get("output_audio_format")),
-    ):
-        if value is not None:
-            updates["output_format"] = parse_format(value, param)
-    input_rates = (("session.sample_rate_hz", session), ("session.audio.input.sample_rate_hz", audio_in))
-    output_rates = (("session.audio.output.sample_rate_hz", audio_out),)
+        for param, value in named:
+            if (fmt := _format(value, param)) is not None:
+                updates[name] = fmt
+    input_rates = (
+        ("session.sample_rate_hz", session.sample_rate_hz),
+        ("session.audio.input.sample_rate_hz", audio_in.sample_rate_hz),
+    )
+    output_rates = (("session.audio.output.sample_rate_hz", audio_out.sample_rate_hz),)
     for name, sources, explicit in (
-        ("input_format", input_rates, audio_in.get("format")),
-        ("output_format", output_rates, audio_out.get("format")),
+        ("input_format", input_rates, audio_in.format),
+        ("output_format", output_rates, audio_out.format),
     ):
         rate = _sample_rate(sources, explicit)
         if rate is not None:
@@ -305,40 +373,37 @@ def _format_updates(
     return updates
 
 
-def _tool_updates(config: Config, session: dict[str, Any]) -> dict[str, Any]:
-    tools = fn.parse_tools(session["tools"], "session.tools") if "tools" in session else config.tools
-    if "tool_choice" in session:
-        choice = fn.parse_tool_choice(session["tool_choice"], tools, "session.tool_choice")
+def _format(value: AudioFormatShape | str | UnsetType | None, param: str) -> AudioFormat | None:
+    """A GA format object or a beta name (None where neither is given); a GA object's absent
+    type is PCM, its absent rate 24 kHz."""
+    if value is UNSET or value is None:
+        return None
+    if isinstance(value, str):
+        return parse_format(value, param)
+    kind = Encoding.PCM.value if value.type is UNSET else value.type
+    return format_of(kind, DEFAULT_PCM_RATE if value.rate is UNSET else value.rate, param)
+
+
+def _tool_updates(config: Config, session: SessionShape) -> dict[str, Any]:
+    tools = config.tools if session.tools is UNSET else fn.parse_tools(session.tools, "session.tools")
+    if session.tool_choice is not UNSET:
+        choice = fn.parse_tool_choice(session.tool_choice, tools, "session.tool_choice")
     else:
         choice = config.tool_choice
         fn.check_choice(choice, tools, "session.tool_choice")
     return {"tools": tools, "tool_choice": choice}
 
 
-def parse_truncation(value: Any, param: str) -> str | float:
-    """OpenAI's ``truncation``: "auto", "disabled", or a ``retention_ratio`` object."""
-    if value in ("auto", "disabled"):
-        return str(value)
-    if isinstance(value, dict) and value.get("type") == "retention_ratio":
-        ratio = value.get("retention_ratio")
-        if isinstance(ratio, (int, float)) and not isinstance(ratio, bool) and 0.0 < ratio <= 1.0:
-            return float(ratio)
-        detail = f"{param}.retention_ratio must be a number in (0, 1], got {ratio!r}"
-        raise INVALID_VALUE.error(detail=detail, param=f"{param}.retention_ratio")
-    detail = f"{param} must be 'auto', 'disabled' or a retention_ratio object, got {value!r}"
-    raise INVALID_VALUE.error(detail=detail, param=param)
-
-
 def _truncation_to_wire(value: str | float) -> Any:
     return value if isinstance(value, str) else {"type": "retention_ratio", "retention_ratio": value}
 
 
-def _sample_rate(sources: tuple[tuple[str, dict[str, Any]], ...], explicit: Any) -> int | None:
+def _sample_rate(sources: tuple[tuple[str, Any], ...], explicit: object) -> int | None:
     """The ``sample_rate_hz`` named by any of ``sources`` (they must agree, also with a GA format
     object's explicit ``rate``), or None."""
-    rates: dict[str, Any] = {p: src["sample_rate_hz"] for p, src in sources if "sample_rate_hz" in src}
-    if isinstance(explicit, dict) and "rate" in explicit and rates:
-        rates["format.rate"] = explicit["rate"]
+    rates: dict[str, Any] = {param: rate for param, rate in sources if rate is not UNSET}
+    if isinstance(explicit, AudioFormatShape) and explicit.rate is not UNSET and rates:
+        rates["format.rate"] = explicit.rate
     for param, rate in rates.items():
         if not isinstance(rate, int) or isinstance(rate, bool) or not MIN_RATE <= rate <= MAX_RATE:
             detail = f"{param} must be an integer from {MIN_RATE} to {MAX_RATE} Hz, got {rate!r}"

@@ -31,6 +31,7 @@ from livegen.protocol.realtime.client import (
     decode_message,
     encode,
     encode_client,
+    session_update,
     supported,
     text_of,
 )
@@ -59,6 +60,7 @@ __all__ = [
     "decode_message",
     "encode",
     "encode_client",
+    "session_update",
     "supported",
     "text_of",
 ]

@@ -7,11 +7,12 @@ client's ``event_id`` (when the text was at least an object with one), so the
 endpoint can answer that client and carry on. Names are the GA ones; beta
 spellings of input events map onto them (``BETA_ALIASES``).
 
-Nested configuration objects (``session``, ``item``, ``response``) stay plain
-dicts here: their meaning belongs to the session core (``voice/config.py``),
-which validates them against the session's state. Their types and ranges are
-checked here, though (``realtime/fields.py``), so that no wrong type reaches
-the core; JSON nested deeper than the parser takes is ``invalid_json``, never
+``session.update``'s ``session`` decodes into typed structs whose fields may
+be absent (``realtime/fields.py``); the session core applies them
+(``voice/config.py``). ``item`` and ``response`` stay plain dicts: their
+meaning belongs to the core, which validates them against the session's
+state. Their types and ranges are checked here, though, so that no wrong type
+reaches the core; JSON nested deeper than the parser takes is ``invalid_json``, never
 a ``RecursionError``; and a binary message is ``invalid_event``
 (``decode_message``).
 
@@ -27,7 +28,7 @@ from typing import Any, ClassVar
 import msgspec
 
 from livegen.protocol import errors as wire_errors
-from livegen.protocol.realtime.fields import Count, check_nested, explain
+from livegen.protocol.realtime.fields import Count, SessionShape, check_nested, decode_session, explain
 
 
 class ClientEvent(msgspec.Struct, frozen=True, kw_only=True):
@@ -37,7 +38,7 @@ class ClientEvent(msgspec.Struct, frozen=True, kw_only=True):
 
 class SessionUpdate(ClientEvent, frozen=True, kw_only=True):
     TYPE = "session.update"
-    session: dict[str, Any]
+    session: SessionShape
 
 
 class AudioAppend(ClientEvent, frozen=True, kw_only=True):
@@ -162,6 +163,11 @@ def _as_session_update(raw: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     return SessionUpdate.TYPE, raw
 
 
+def session_update(session: dict[str, Any], event_id: str | None = None) -> SessionUpdate:
+    """A ``session.update`` of ``session`` (a dict, as a client would send it), decoded and checked."""
+    return SessionUpdate(session=decode_session(session, event_id), event_id=event_id)
+
+
 def supported() -> str:
     """The event types taken, as OpenAI lists them: 'a', 'b', and 'c'."""
     names = [f"'{name}'" for name in EVENT_TYPES]
@@ -216,11 +222,14 @@ def decode(data: str | bytes) -> ClientEvent:
     if cls is None:
         raise wire_errors.UNKNOWN_EVENT_TYPE.error(event_type=kind, supported=supported(), event_id=event_id)
     raw.pop("type")
+    if cls is SessionUpdate and isinstance(raw.get("session"), dict) and "event_id" in raw:
+        # The session's fields decode in the same pass: a bad event_id is still the error named.
+        raw = {"event_id": raw.pop("event_id"), **raw}
     try:
         event = msgspec.convert(raw, cls)
     except msgspec.ValidationError as exc:
         raise explain(exc, "", event_id) from None
-    for field in ("session", "item", "response"):
+    for field in ("item", "response"):
         value = getattr(event, field, None)
         if value is not None:
             check_nested(field, value, event_id)
@@ -256,5 +265,6 @@ __all__ = [
     "decode",
     "decode_message",
     "encode",
+    "session_update",
     "text_of",
 ]

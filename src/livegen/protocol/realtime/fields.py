@@ -1,16 +1,22 @@
 """The typed shape of the objects nested in Realtime client events, and OpenAI's errors for them.
 
-``protocol/realtime/client.py`` keeps ``session``, ``item`` and ``response`` as plain
-dicts, because what they mean depends on the session's state
-(``voice/config.py``, ``voice/conversation.py``). Their *types* do not: a role
-is a string, a timeout an integer in range. Checking them here, at decode time,
-means no wrong type (a list where a string is due, an integer of 400 digits)
-ever reaches the core, where it would raise something other than our typed
-errors (``TypeError: unhashable type``, ``OverflowError``) and end the session.
+``session.update``'s ``session`` decodes into ``SessionShape``: typed structs
+whose every field defaults to ``UNSET``, so that a partial update tells a field
+left out (keep the session's value) from one sent as null (``turn_detection:
+null`` turns turn detection off). What the fields mean depends on the session's
+state, so ``voice/config.py`` applies them; their *types* do not, so they are
+checked here, at decode time, and no wrong type (a list where a string is due,
+an integer of 400 digits) ever reaches the core, where it would raise something
+other than our typed errors and end the session. ``decode_session`` is the same
+decode for a session given outside an event (a client secret's).
+
+``item`` and ``response`` stay plain dicts in their events
+(``voice/conversation.py`` and ``voice/options.py`` read them); ``check_nested``
+validates them against ``ItemShape`` and ``ResponseShape`` and throws the
+structs away.
 
 The structs name the fields livegen reads, GA and beta spellings both; any
-other field passes unchecked, as before (OpenAI fields we ignore). Validation
-builds structs that are then thrown away: the dicts go on unchanged.
+other field passes unchecked (OpenAI fields we ignore).
 
 ``explain`` turns a ``msgspec.ValidationError`` into OpenAI's error: the code
 ``invalid_type`` for a wrong type, ``missing_required_parameter`` for a missing
@@ -22,6 +28,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 import msgspec
+from msgspec import UNSET
 
 from livegen.errors import RemoteProtocolError
 from livegen.protocol import errors
@@ -33,67 +40,117 @@ Count = Annotated[int, msgspec.Meta(ge=0, le=2**53 - 1)]
 IdleTimeoutMs = Annotated[int, msgspec.Meta(ge=100, le=3_600_000)]
 
 
+#: A field of the session object that a ``session.update`` may leave out (UNSET: keep the
+#: session's value), send as null (None: for ``turn_detection``, turn detection off) or set.
+Opt = msgspec.UnsetType
+
+
+class _Patch(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A part of the session object as a ``session.update`` sends it: every field may be absent.
+
+    Unknown fields are allowed (OpenAI fields livegen ignores). A field typed ``Any`` is one
+    whose refusal ``voice/config.py`` words itself (the rates, ``truncation``, ``include``...):
+    its type is checked there, in the order the session applies its fields.
+    """
+
+
+class AudioFormatShape(_Patch, kw_only=True):
+    type: str | Opt | None = UNSET
+    rate: int | Opt | None = UNSET
+
+
+class TurnDetectionShape(_Patch, kw_only=True):
+    type: str | Opt | None = UNSET
+    threshold: float | Opt | None = UNSET
+    prefix_padding_ms: Count | Opt | None = UNSET
+    silence_duration_ms: Count | Opt | None = UNSET
+    create_response: bool | Opt | None = UNSET
+    interrupt_response: bool | Opt | None = UNSET
+    idle_timeout_ms: IdleTimeoutMs | Opt | None = UNSET
+    eagerness: str | Opt | None = UNSET
+
+
+class TranscriptionShape(_Patch, kw_only=True):
+    model: str | Opt | None = UNSET
+    language: str | Opt | None = UNSET
+    prompt: str | Opt | None = UNSET
+
+
+class NoiseReductionShape(_Patch, kw_only=True):
+    type: Any = UNSET
+
+
+class AudioInputShape(_Patch, kw_only=True):
+    format: AudioFormatShape | str | Opt | None = UNSET
+    turn_detection: TurnDetectionShape | Opt | None = UNSET
+    transcription: TranscriptionShape | Opt | None = UNSET
+    noise_reduction: NoiseReductionShape | Opt | None = UNSET
+    #: vllm-omni's duplex clients name the PCM input rate here (or on the session).
+    sample_rate_hz: Any = UNSET
+
+
+class AudioOutputShape(_Patch, kw_only=True):
+    format: AudioFormatShape | str | Opt | None = UNSET
+    voice: str | Opt | None = UNSET
+    speed: float | Opt | None = UNSET
+    sample_rate_hz: Any = UNSET
+
+
+class AudioShape(_Patch, kw_only=True):
+    input: AudioInputShape | Opt | None = UNSET
+    output: AudioOutputShape | Opt | None = UNSET
+
+
+class SessionShape(_Patch, kw_only=True):
+    """``session.update``'s ``session``: GA's nested fields, beta's flat ones, vllm-omni's rates."""
+
+    type: str | Opt | None = UNSET
+    model: str | Opt | None = UNSET
+    instructions: str | Opt | None = UNSET
+    output_modalities: list[str] | Opt | None = UNSET
+    modalities: list[str] | Opt | None = UNSET
+    audio: AudioShape | Opt | None = UNSET
+    voice: str | Opt | None = UNSET
+    input_audio_format: AudioFormatShape | str | Opt | None = UNSET
+    output_audio_format: AudioFormatShape | str | Opt | None = UNSET
+    turn_detection: TurnDetectionShape | Opt | None = UNSET
+    input_audio_transcription: TranscriptionShape | Opt | None = UNSET
+    #: Tools keep their JSON shape: ``voice/tools.py`` parses them (for ``response.create`` too).
+    tools: list[dict[str, Any]] | Opt | None = UNSET
+    tool_choice: str | dict[str, Any] | Opt | None = UNSET
+    temperature: float | Opt | None = UNSET
+    max_output_tokens: int | Literal["inf"] | Opt | None = UNSET
+    max_response_output_tokens: int | Literal["inf"] | Opt | None = UNSET
+    sample_rate_hz: Any = UNSET
+    truncation: Any = UNSET
+
+
+def decode_session(session: object, event_id: str | None = None) -> SessionShape:
+    """A ``session`` object (``session.update``'s, or a client secret's) as typed fields."""
+    try:
+        return msgspec.convert(session, SessionShape)
+    except msgspec.ValidationError as exc:
+        raise explain(exc, "session", event_id) from None
+
+
+def parse_truncation(value: Any, param: str) -> str | float:
+    """OpenAI's ``truncation``: "auto", "disabled", or a ``retention_ratio`` object.
+
+    Applied in the session's order of fields (``voice/config.py``), after the fields before it."""
+    if value in ("auto", "disabled"):
+        return str(value)
+    if isinstance(value, dict) and value.get("type") == "retention_ratio":
+        ratio = value.get("retention_ratio")
+        if isinstance(ratio, (int, float)) and not isinstance(ratio, bool) and 0.0 < ratio <= 1.0:
+            return float(ratio)
+        detail = f"{param}.retention_ratio must be a number in (0, 1], got {ratio!r}"
+        raise errors.INVALID_VALUE.error(detail=detail, param=f"{param}.retention_ratio")
+    detail = f"{param} must be 'auto', 'disabled' or a retention_ratio object, got {value!r}"
+    raise errors.INVALID_VALUE.error(detail=detail, param=param)
+
+
 class _Shape(msgspec.Struct, kw_only=True, omit_defaults=True):
     """Unknown fields are allowed (OpenAI fields livegen ignores)."""
-
-
-class AudioFormatShape(_Shape, kw_only=True):
-    type: str | None = None
-    rate: int | None = None
-
-
-class TurnDetectionShape(_Shape, kw_only=True):
-    type: str | None = None
-    threshold: float | None = None
-    prefix_padding_ms: Count | None = None
-    silence_duration_ms: Count | None = None
-    create_response: bool | None = None
-    interrupt_response: bool | None = None
-    idle_timeout_ms: IdleTimeoutMs | None = None
-    eagerness: str | None = None
-
-
-class TranscriptionShape(_Shape, kw_only=True):
-    model: str | None = None
-    language: str | None = None
-    prompt: str | None = None
-
-
-class AudioInputShape(_Shape, kw_only=True):
-    format: AudioFormatShape | str | None = None
-    turn_detection: TurnDetectionShape | None = None
-    transcription: TranscriptionShape | None = None
-    noise_reduction: dict[str, Any] | None = None
-
-
-class AudioOutputShape(_Shape, kw_only=True):
-    format: AudioFormatShape | str | None = None
-    voice: str | None = None
-    speed: float | None = None
-
-
-class AudioShape(_Shape, kw_only=True):
-    input: AudioInputShape | None = None
-    output: AudioOutputShape | None = None
-
-
-class SessionShape(_Shape, kw_only=True):
-    type: str | None = None
-    model: str | None = None
-    instructions: str | None = None
-    output_modalities: list[str] | None = None
-    modalities: list[str] | None = None
-    audio: AudioShape | None = None
-    voice: str | None = None
-    input_audio_format: AudioFormatShape | str | None = None
-    output_audio_format: AudioFormatShape | str | None = None
-    turn_detection: TurnDetectionShape | None = None
-    input_audio_transcription: TranscriptionShape | None = None
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: str | dict[str, Any] | None = None
-    temperature: float | None = None
-    max_output_tokens: int | Literal["inf"] | None = None
-    max_response_output_tokens: int | Literal["inf"] | None = None
 
 
 class ContentPartShape(_Shape, kw_only=True):
@@ -122,7 +179,7 @@ class ResponseShape(_Shape, kw_only=True):
 
 
 #: Field of a client event -> the shape its dict must have.
-NESTED: dict[str, type[_Shape]] = {"session": SessionShape, "item": ItemShape, "response": ResponseShape}
+NESTED: dict[str, type[_Shape]] = {"item": ItemShape, "response": ResponseShape}
 
 
 def check_nested(field: str, value: dict[str, Any], event_id: str | None) -> None:
