@@ -153,6 +153,7 @@ async def level(
             "cancelled": stats.num_cancelled,
         },
         "examples": records[:2],
+        "wrong": [r for r in records if not r["correct"]][:6],
     }
 
 
@@ -193,6 +194,12 @@ def _sizings(batches: str, workers: int, threads: int) -> list[AsrSizing]:
 )
 @click.option("--asr-threads", default=0, show_default=True, help="Cores per decode (0: cores / workers).")
 @click.option(
+    "--onnx-vad",
+    is_flag=True,
+    help="Also run the last set-up with Silero v6 on ONNX Runtime (LIVEGEN_VAD=onnx) instead of "
+    "pysilero's ggml Silero, the default.",
+)
+@click.option(
     "--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Write the figures here."
 )
 def command(
@@ -204,6 +211,7 @@ def command(
     batches: str,
     asr_workers: int,
     asr_threads: int,
+    onnx_vad: bool,
     json_path: Path | None,
 ) -> None:
     """Concurrent spoken conversations against the embedded cascade: turn p50/p95, correctness, CPU."""
@@ -217,9 +225,12 @@ def command(
     counts = [int(n) for n in levels.split(",") if n.strip()]
     runs = []
     try:
-        for sizing in _sizings(batches, asr_workers, asr_threads):
+        setups = [(sizing, "ggml") for sizing in _sizings(batches, asr_workers, asr_threads)]
+        setups += [(setups[-1][0], "onnx")] if onnx_vad else []
+        for sizing, vad in setups:
             loaded.size_asr(sizing)
-            click.echo(f"recognition: {_describe(sizing)}", err=True)
+            os.environ["LIVEGEN_VAD"] = vad  # read by each session's detector when it opens
+            click.echo(f"recognition: {_describe(sizing)}, VAD {vad}", err=True)
             rows = [
                 asyncio.run(level(turns, questions, n, num_turns, stagger_s, loaded.stats.batches))
                 for n in counts
@@ -227,6 +238,7 @@ def command(
             passing = [row["conversations"] for row in rows if row["turn_p95_ms"] < p95_goal_ms]
             runs.append(
                 {
+                    "vad": vad,
                     "asr": dataclasses.asdict(sizing),
                     "levels": rows,
                     "max_conversations": max(passing, default=0),
@@ -258,7 +270,7 @@ def _print(report: dict[str, Any], p95_goal_ms: float) -> None:
         return "-" if value is None else f"{value:.0f}"
 
     for run in report["runs"]:
-        click.echo(f"\nrecognition: {_describe(AsrSizing(**run['asr']))}")
+        click.echo(f"\nrecognition: {_describe(AsrSizing(**run['asr']))}, VAD {run['vad']}")
         click.echo(
             f"{'convs':>6}{'turns':>6}{'p50 ms':>8}{'p95 ms':>8}{'stop p50':>9}"
             f"{'heard p50':>10}{'heard p95':>10}{'correct':>8}{'cpu':>6}{'asr wait p95':>13}{'batch':>6}"
