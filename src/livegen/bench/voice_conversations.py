@@ -15,6 +15,14 @@ Per level: turn latency p50/p95 (a turn with no answer counts as infinitely
 late), the share answered correctly, and this process's CPU use (server and
 clients together, in cores). The figure is ``max_conversations``: the largest
 level whose p95 stays under ``--p95-goal-ms``.
+
+``--asr-batch 1,8`` compares speech-recognition set-ups in one run (1: the
+old path, one decode at a time; 8: batched across sessions, see
+``models.cascade.asr_batch``), and ``--onnx-vad`` adds the last one with
+Silero on ONNX Runtime; each level is measured with every set-up in turn, so
+that they see the same load on a shared machine. Per level it also reports
+where a turn's time went (the detector's stop and the transcript, from the
+end of speech) and the recognition queue (p95 wait, mean batch size).
 """
 
 from __future__ import annotations
@@ -45,6 +53,8 @@ QUESTIONS = (
     ("Repeat after me, the weather is lovely.", ("weather is lovely",)),
 )
 ANSWER_WAIT_S = 8.0
+#: Pause between two measurements, so that answers still being spoken for the last do not load the next.
+SETTLE_S = 3.0
 
 
 def is_correct(answer: str, expected: tuple[str, ...]) -> bool:
@@ -139,6 +149,7 @@ async def level(
         "unanswered": sum(r["latency_ms"] is None for r in records),
         "correct_share": round(sum(r["correct"] for r in records) / len(records), 3),
         "cpu_cores": round((time.process_time() - cpu) / (time.perf_counter() - wall), 2),
+        "machine_load": round(os.getloadavg()[0], 1),
         "stages_ms": {
             f"{key}_p{round(q * 100)}": _stage(records, f"{key}_ms", q)
             for key in ("stopped", "transcript")
@@ -223,27 +234,24 @@ def command(
     questions = [(synthesise(loaded, text), expected) for text, expected in QUESTIONS]
     turns = ServerTurns(silence_ms)
     counts = [int(n) for n in levels.split(",") if n.strip()]
-    runs = []
+    runs: list[dict[str, Any]] = []
     try:
         setups = [(sizing, "ggml") for sizing in _sizings(batches, asr_workers, asr_threads)]
         setups += [(setups[-1][0], "onnx")] if onnx_vad else []
-        for sizing, vad in setups:
-            loaded.size_asr(sizing)
-            os.environ["LIVEGEN_VAD"] = vad  # read by each session's detector when it opens
-            click.echo(f"recognition: {_describe(sizing)}, VAD {vad}", err=True)
-            rows = [
-                asyncio.run(level(turns, questions, n, num_turns, stagger_s, loaded.stats.batches))
-                for n in counts
-            ]
-            passing = [row["conversations"] for row in rows if row["turn_p95_ms"] < p95_goal_ms]
-            runs.append(
-                {
-                    "vad": vad,
-                    "asr": dataclasses.asdict(sizing),
-                    "levels": rows,
-                    "max_conversations": max(passing, default=0),
-                }
-            )
+        runs = [{"vad": vad, "asr": dataclasses.asdict(sizing), "levels": []} for sizing, vad in setups]
+        # Level by level, every set-up in turn: on a shared machine the load changes over minutes,
+        # and the set-ups compared at one level should see the same.
+        for num in counts:
+            for (sizing, vad), run in zip(setups, runs, strict=True):
+                loaded.size_asr(sizing)
+                os.environ["LIVEGEN_VAD"] = vad  # read by each session's detector when it opens
+                click.echo(f"{num} conversations, recognition: {_describe(sizing)}, VAD {vad}", err=True)
+                stats = loaded.stats.batches
+                run["levels"].append(asyncio.run(level(turns, questions, num, num_turns, stagger_s, stats)))
+                time.sleep(SETTLE_S)
+        for run in runs:
+            passing = [row["conversations"] for row in run["levels"] if row["turn_p95_ms"] < p95_goal_ms]
+            run["max_conversations"] = max(passing, default=0)
     finally:
         turns.close()
         loaded.close()
@@ -273,14 +281,15 @@ def _print(report: dict[str, Any], p95_goal_ms: float) -> None:
         click.echo(f"\nrecognition: {_describe(AsrSizing(**run['asr']))}, VAD {run['vad']}")
         click.echo(
             f"{'convs':>6}{'turns':>6}{'p50 ms':>8}{'p95 ms':>8}{'stop p50':>9}"
-            f"{'heard p50':>10}{'heard p95':>10}{'correct':>8}{'cpu':>6}{'asr wait p95':>13}{'batch':>6}"
+            f"{'heard p50':>10}{'heard p95':>10}{'correct':>8}{'cpu':>6}{'asr wait p95':>13}"
+            f"{'batch':>6}{'load':>6}"
         )
         for row in run["levels"]:
             stages, asr = row["stages_ms"], row["asr"]
             click.echo(
                 f"{row['conversations']:>6}{row['turns']:>6}{ms(row['turn_p50_ms']):>8}{ms(row['turn_p95_ms']):>8}"
                 f"{ms(stages['stopped_p50']):>9}{ms(stages['transcript_p50']):>10}{ms(stages['transcript_p95']):>10}"
-                f"{row['correct_share']:>8.2f}{row['cpu_cores']:>6.2f}{ms(asr['wait_p95_ms']):>13}{asr['mean_batch']:>6.1f}"
+                f"{row['correct_share']:>8.2f}{row['cpu_cores']:>6.2f}{ms(asr['wait_p95_ms']):>13}{asr['mean_batch']:>6.1f}{row['machine_load']:>6.1f}"
             )
         click.echo(f"max conversations with turn p95 < {p95_goal_ms:.0f} ms: {run['max_conversations']}")
     figures = [run["max_conversations"] for run in report["runs"]]
