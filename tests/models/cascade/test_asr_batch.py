@@ -115,3 +115,19 @@ async def test_sessions_speaking_at_once_each_get_their_own_transcript(cascade: 
     for text, (_, words) in zip(texts, UTTERANCES, strict=True):
         assert _heard(text, words), texts
     assert cascade.stats.batches.sizes != before  # they went through the batcher
+
+
+def test_recognition_is_sized_to_the_cores_and_batch_1_is_the_old_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from livegen.models.cascade.model import AsrSizing
+
+    monkeypatch.setattr("os.sched_getaffinity", lambda _: {0, 1})
+    for name in ("LIVEGEN_ASR_BATCH", "LIVEGEN_ASR_WORKERS", "LIVEGEN_ASR_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    assert AsrSizing.from_env() == AsrSizing(8, 2, 1)
+    monkeypatch.setenv("LIVEGEN_ASR_WORKERS", "1")
+    assert AsrSizing.from_env() == AsrSizing(8, 1, 2)
+    monkeypatch.setenv("LIVEGEN_ASR_BATCH", "1")
+    old = AsrSizing.from_env()
+    assert old.is_serial and old.inter_threads == 1 and old.threads == 2
