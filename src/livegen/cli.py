@@ -214,6 +214,22 @@ def main() -> None:
     "audio.input.transcription.model [default: whisper-tiny.en].",
 )
 @click.option(
+    "--asr-batch",
+    envvar="LIVEGEN_ASR_BATCH",
+    default=None,
+    type=click.IntRange(1, 64),
+    help="Most utterances of all sessions decoded in one Whisper call; 1: one at a time, in arrival "
+    "order (the old path) [default: 8].",
+)
+@click.option(
+    "--asr-workers",
+    envvar="LIVEGEN_ASR_WORKERS",
+    default=None,
+    type=click.IntRange(1, 64),
+    help="Speech-recognition batches decoded at once, each on cores / workers threads "
+    "(LIVEGEN_ASR_THREADS) [default: the cores, at most 4].",
+)
+@click.option(
     "--allowed-origins",
     default=None,
     help="Comma list of browser origins allowed (scheme://host[:port]), or '*'. "
@@ -304,6 +320,9 @@ def serve(**options: Any) -> None:
     options["webrtc_ice_servers"] = parse_list(options["webrtc_ice_servers"]) or ()
     if (asr_model := options.pop("asr_model")) is not None:  # read by the voice model's loader
         os.environ["LIVEGEN_ASR_MODEL"] = asr_model
+    for name in ("asr_batch", "asr_workers"):  # read by the voice model's loader too
+        if (value := options.pop(name)) is not None:
+            os.environ[f"LIVEGEN_{name.upper()}"] = str(value)
     try:
         config = ServerConfig(**options)
         if config.tts_workers is not None:  # read by the voice model's loader, which takes no arguments

@@ -16,7 +16,10 @@ n-gram (and a token budget bounds the loop) and then decodes again with the
 full 30 s window, which is what Whisper was trained on.
 
 One ``Recognizer`` is shared by every session of a process; calls are
-synchronous and meant for one worker thread (see ``model.CascadeModel``).
+synchronous. ``workers`` decodes may run at once (CTranslate2's
+``inter_threads``, replicas sharing the weights), each on ``threads`` cores
+(``intra_threads``); ``transcribe_batch`` decodes several utterances in one
+call, which ``asr_batch.Batcher`` uses to serve many sessions at once.
 """
 
 from __future__ import annotations
@@ -104,7 +107,9 @@ class Transcript:
 
 
 class Recognizer:
-    def __init__(self, weights: Path | dict[str, bytes], threads: int = 2, name: str = DEFAULT) -> None:
+    def __init__(
+        self, weights: Path | dict[str, bytes], threads: int = 2, name: str = DEFAULT, workers: int = 1
+    ) -> None:
         from faster_whisper import WhisperModel
 
         self.name = name
@@ -116,7 +121,7 @@ class Recognizer:
             device="cpu",
             compute_type="int8",
             cpu_threads=threads,
-            num_workers=1,
+            num_workers=workers,
             local_files_only=True,
             files=files,
         )
@@ -124,10 +129,10 @@ class Recognizer:
         self._tokenizers: dict[str, Any] = {}
 
     @classmethod
-    def named(cls, name: str, threads: int = 2) -> Recognizer:
+    def named(cls, name: str, threads: int = 2, workers: int = 1) -> Recognizer:
         """The recogniser ``name`` of ``CHOICES``, its weights checked and loaded."""
         choice = CHOICES[name]
-        recognizer = cls(choice.weights(), threads, name)
+        recognizer = cls(choice.weights(), threads, name, workers)
         recognizer.beam_size = choice.beam_size
         return recognizer
 
@@ -184,25 +189,76 @@ class Recognizer:
             )
         return self._tokenizers[code]
 
+    def transcribe_batch(
+        self,
+        audios: list[np.ndarray],
+        language: str = "",
+        prompt: str = "",
+        prefixes: list[str] | None = None,
+    ) -> list[Transcript]:
+        """``transcribe`` of each of ``audios`` (same language and prompt), one Whisper call for all.
+
+        The batch is decoded in the window of its longest utterance: a shorter
+        one in a longer window is what the repetition guard's retry does anyway.
+        CTranslate2 wants Whisper's start token at the same position in every
+        item, so items share the prompt; each may have its own ``prefix``.
+        """
+        prefixes = prefixes or [""] * len(audios)
+        limit = WINDOWS_S[-1] * SAMPLE_RATE
+        if len(audios) == 1 or any(len(audio) > limit for audio in audios):
+            return [
+                self.transcribe(a, None, language, prompt, p) for a, p in zip(audios, prefixes, strict=True)
+            ]
+        window = max(window_for(len(audio) / SAMPLE_RATE) for audio in audios)
+        base = self._prompt(language, prompt)
+        tokenizer = self._tokenizer(language)
+        stripped = [prefix.strip() for prefix in prefixes]
+        sequences = [base + tokenizer.encode(" " + p) if p else base for p in stripped]
+        texts = self._decode_many(audios, window, sequences)
+        results = []
+        for audio, prefix, sequence, text in zip(audios, stripped, sequences, texts, strict=True):
+            if prefix:
+                results.append(Transcript(text if text.startswith(prefix) else _joined(prefix, text), window))
+            elif window < WINDOWS_S[-1] and is_repetitive(text):
+                retried = self._decode(audio, WINDOWS_S[-1], sequence)
+                results.append(Transcript(retried, WINDOWS_S[-1], is_retried=True))
+            else:
+                results.append(Transcript(text, window))
+        return results
+
     def _decode(self, audio: np.ndarray, window_s: int, prompt: list[int]) -> str:
+        return self._decode_many([audio], window_s, [prompt])[0]
+
+    def _decode_many(self, audios: list[np.ndarray], window_s: int, prompts: list[list[int]]) -> list[str]:
         import ctranslate2
 
-        padded = np.zeros(window_s * SAMPLE_RATE, np.float32)
-        padded[: len(audio)] = audio[: len(padded)]
-        features = self._whisper.feature_extractor(padded, padding=0)[:, : window_s * _FRAMES_PER_SECOND]
-        encoded = self._whisper.model.encode(ctranslate2.StorageView.from_array(features[None].copy()))
-        budget = max(_MIN_TOKENS, int(len(audio) / SAMPLE_RATE * _TOKENS_PER_SECOND))
-        result: Any = self._whisper.model.generate(
+        features = np.stack([self._features(audio, window_s) for audio in audios])
+        encoded = self._whisper.model.encode(ctranslate2.StorageView.from_array(features))
+        budget = max(
+            len(prompt) + max(_MIN_TOKENS, int(len(audio) / SAMPLE_RATE * _TOKENS_PER_SECOND))
+            for audio, prompt in zip(audios, prompts, strict=True)
+        )
+        results: Any = self._whisper.model.generate(
             encoded,
-            [prompt],
+            prompts,
             beam_size=self.beam_size,
-            max_length=len(prompt) + budget,
+            max_length=budget,
             suppress_blank=True,
             suppress_tokens=[-1],
-        )[0]
+        )
         tokenizer = self._tokenizer("en")
-        tokens = [t for t in result.sequences_ids[0] if t < tokenizer.eot]
-        return clean(tokenizer.decode(tokens))
+        return [
+            clean(tokenizer.decode([t for t in result.sequences_ids[0] if t < tokenizer.eot]))
+            for result in results
+        ]
+
+    def _features(self, audio: np.ndarray, window_s: int) -> np.ndarray:
+        padded = np.zeros(window_s * SAMPLE_RATE, np.float32)
+        padded[: len(audio)] = audio[: len(padded)]
+        features: np.ndarray = self._whisper.feature_extractor(padded, padding=0)[
+            :, : window_s * _FRAMES_PER_SECOND
+        ]
+        return features
 
 
 def _joined(prefix: str, rest: str) -> str:

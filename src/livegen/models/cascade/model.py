@@ -1,9 +1,12 @@
 """The cascade voice model: what every session shares, loaded once per process.
 
-``CascadeModel`` holds the heavy, stateless parts: the recognisers (behind one
-worker thread, so two sessions never fight over the two cores inside
-CTranslate2; the server's default, ``--asr-model`` or ``LIVEGEN_ASR_MODEL``,
-loaded at start and any other a session names loaded on first use)
+``CascadeModel`` holds the heavy, stateless parts: the recognisers (behind
+``asr_batch.Batcher``, which decodes the requests of every session that wait
+together as one batch, end-of-turn decodes before live captions, on
+``LIVEGEN_ASR_WORKERS`` threads sized to the cores; ``LIVEGEN_ASR_BATCH=1``
+is the old path, one decode at a time in arrival order; the server's default
+recogniser, ``--asr-model`` or ``LIVEGEN_ASR_MODEL``, is loaded at start and
+any other a session names on first use)
 and the pool of speech worker subprocesses (``tts.Pool``, ``health`` reports
 on it). Everything a session owns,
 from its Silero state to its responses, lives in ``stream.Stream``. ``load``
@@ -28,7 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from livegen.errors import ConfigError
-from livegen.models.cascade import asr, assets, endpoint, llm, tts, vad
+from livegen.models.cascade import asr, asr_batch, assets, endpoint, llm, tts, vad
 from livegen.models.cascade.stream import Stream
 from livegen.models.voice import ModelHealth, StreamConfig
 
@@ -47,6 +50,8 @@ class Stats:
     num_prepared_used: int = 0
     #: (seconds of audio, seconds of compute) of recent transcriptions.
     asr: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=1000))
+    #: Recognition's queue: waits, batch sizes, captions dropped (also on the serial path).
+    batches: asr_batch.BatchStats = field(default_factory=asr_batch.BatchStats)
     #: Transcriptions by the recogniser that made them.
     asr_by_model: Counter[str] = field(default_factory=Counter)
     #: (seconds of audio, seconds from request to result) of recent synthesised pieces.
@@ -69,7 +74,8 @@ class CascadeModel:
         #: The server's default recogniser.
         self.recognizer = recognizer
         self._recognizers = {recognizer.name: recognizer}
-        self._asr_threads = _env_int("LIVEGEN_ASR_THREADS", 2)
+        self._loading_recognizer = threading.Lock()
+        self.asr_sizing = AsrSizing.from_env()
         self.worker = worker
         self.vad_path = str(assets.silero_model())
         #: semantic_vad's end-of-turn model; None without pipecat-ai (semantic_vad is then timed by silence).
@@ -79,6 +85,7 @@ class CascadeModel:
         #: Whether streams start recognising and answering at a pause (off: the benchmark's baseline).
         self.is_speculative = True
         self._asr_thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="livegen-asr")
+        self.batcher = self._batcher(self.asr_sizing)
         self.is_closed = False
 
     async def open(self, session_id: str, config: StreamConfig) -> Stream:
@@ -96,9 +103,46 @@ class CascadeModel:
         if base_url:
             self.llm = llm.Settings(base_url, model or "default", api_key, context_tokens=context_tokens)
 
-    async def transcribe(self, audio: np.ndarray, options: asr.Options | None = None) -> str:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._asr_thread, self.transcribe_now, audio, options)
+    def size_asr(self, sizing: AsrSizing) -> None:
+        """Recognise with this many workers, threads and batch from now on (the benchmark's
+        before and after); loads the recognisers again, so only while no session decodes."""
+        if self.batcher is not None:
+            self.batcher.close()
+        self.asr_sizing = sizing
+        recognizer = asr.Recognizer.named(self.recognizer.name, sizing.threads, sizing.inter_threads)
+        self.recognizer, self._recognizers = recognizer, {recognizer.name: recognizer}
+        recognizer.transcribe(np.zeros(vad.SAMPLE_RATE // 2, np.float32))
+        self.batcher = self._batcher(sizing)
+
+    def _batcher(self, sizing: AsrSizing) -> asr_batch.Batcher | None:
+        if sizing.is_serial:
+            return None
+        batcher = asr_batch.Batcher(
+            self.recognizer_for, self._record_asr, sizing.batch, sizing.workers, stats=self.stats.batches
+        )
+        return batcher.start()
+
+    async def transcribe(
+        self,
+        audio: np.ndarray,
+        options: asr.Options | None = None,
+        priority: asr_batch.Priority = asr_batch.Priority.FINAL,
+    ) -> str:
+        """Text of ``audio``; a ``CAPTION`` decode waits behind every final and may be cancelled."""
+        if self.batcher is None:
+            loop = asyncio.get_running_loop()
+            queued = time.perf_counter()
+
+            def now() -> str:
+                started = time.perf_counter()
+                self.stats.batches.waits.append(started - queued)
+                self.stats.batches.sizes[1] += 1
+                text = self.transcribe_now(audio, options)
+                self.stats.batches.computes.append(time.perf_counter() - started)
+                return text
+
+            return await loop.run_in_executor(self._asr_thread, now)
+        return await asyncio.wrap_future(self.batcher.submit(audio, options or asr.Options(), priority))
 
     def transcribe_now(self, audio: np.ndarray, options: asr.Options | None = None) -> str:
         options = options or asr.Options()
@@ -107,20 +151,25 @@ class CascadeModel:
         text = recognizer.transcribe(
             audio, language=options.language, prompt=options.prompt, prefix=options.prefix
         ).text
-        self.stats.asr.append((len(audio) / vad.SAMPLE_RATE, time.perf_counter() - started))
-        self.stats.asr_by_model[recognizer.name] += 1
+        self._record_asr(recognizer.name, len(audio) / vad.SAMPLE_RATE, time.perf_counter() - started)
         return text
+
+    def _record_asr(self, name: str, audio_s: float, compute_s: float) -> None:
+        self.stats.asr.append((audio_s, compute_s))
+        self.stats.asr_by_model[name] += 1
 
     def recognizer_for(self, name: str) -> asr.Recognizer:
         """The recogniser ``name`` of ``asr.CHOICES``, loaded on first use; else the default.
 
-        Called on the recogniser thread only, so two sessions naming a new one load it once.
+        Called on the recogniser threads; a lock makes two sessions naming a new one load it once.
         """
         if name not in asr.CHOICES:
             return self.recognizer
-        if name not in self._recognizers:
-            self._recognizers[name] = asr.Recognizer.named(name, self._asr_threads)
-        return self._recognizers[name]
+        with self._loading_recognizer:
+            if name not in self._recognizers:
+                sizing = self.asr_sizing
+                self._recognizers[name] = asr.Recognizer.named(name, sizing.threads, sizing.inter_threads)
+            return self._recognizers[name]
 
     def speak(
         self, text: str, voice: str = "", owner: str | None = None
@@ -150,6 +199,8 @@ class CascadeModel:
         self._asr_thread.shutdown(wait=False, cancel_futures=True)
         if self.endpointer is not None:
             self.endpointer.close()
+        if self.batcher is not None:
+            self.batcher.close()
 
 
 _loaded: CascadeModel | None = None
@@ -171,7 +222,8 @@ def load() -> CascadeModel:
 
 
 def _load() -> CascadeModel:
-    recognizer = asr.Recognizer.named(default_asr_model(), threads=_env_int("LIVEGEN_ASR_THREADS", 2))
+    sizing = AsrSizing.from_env()
+    recognizer = asr.Recognizer.named(default_asr_model(), sizing.threads, sizing.inter_threads)
     # One ONNX thread: on two busy cores, Piper with two is slower (measured: 364 vs 524 ms a sentence).
     worker = tts.Pool(threads=_env_int("LIVEGEN_TTS_THREADS", 1), size=tts.default_workers())
     model = CascadeModel(recognizer, worker, endpointer=endpoint.load())
@@ -192,6 +244,36 @@ def warm_up(model: CascadeModel) -> None:
         model.endpointer.probability_now(np.zeros(vad.SAMPLE_RATE // 2, np.float32))
     for future in [model.worker.speak("Ready.") for _ in model.worker.slots]:
         future.result(timeout=120)
+
+
+@dataclass(frozen=True)
+class AsrSizing:
+    """How speech recognition uses the cores: ``workers`` batches decoded at once, each on
+    ``threads`` cores, at most ``batch`` utterances a batch; ``batch`` 1 is the old path:
+    one decode at a time, in arrival order, on ``threads`` cores."""
+
+    batch: int = asr_batch.MAX_BATCH
+    workers: int = 1
+    threads: int = 2
+
+    @property
+    def is_serial(self) -> bool:
+        return self.batch == 1
+
+    @property
+    def inter_threads(self) -> int:
+        return 1 if self.is_serial else self.workers
+
+    @classmethod
+    def from_env(cls) -> AsrSizing:
+        """``LIVEGEN_ASR_BATCH``, ``LIVEGEN_ASR_WORKERS``, ``LIVEGEN_ASR_THREADS``; by default one
+        worker per core, each on one thread (two decodes on one core each beat one on two)."""
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        batch = _env_int("LIVEGEN_ASR_BATCH", asr_batch.MAX_BATCH)
+        if batch == 1:
+            return cls(1, 1, _env_int("LIVEGEN_ASR_THREADS", 2))
+        workers = _env_int("LIVEGEN_ASR_WORKERS", min(cores, 4))
+        return cls(batch, workers, _env_int("LIVEGEN_ASR_THREADS", max(1, cores // workers)))
 
 
 def default_asr_model() -> str:

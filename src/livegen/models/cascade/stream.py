@@ -38,6 +38,7 @@ import numpy as np
 
 from livegen.errors import CapacityExceeded, InvalidRequest, InvalidState, ModelError
 from livegen.models.cascade import asr, captions, endpoint, llm, replies, tts, vad
+from livegen.models.cascade.asr_batch import Priority
 from livegen.models.cascade.tts import Speech, SynthesisError
 from livegen.models.voice import (
     HistoryTurn,
@@ -355,12 +356,14 @@ class Stream:
 
     # -- transcripts -----------------------------------------------------------------------------
 
-    async def _transcribe(self, audio: np.ndarray, prefix: str = "") -> str:
+    async def _transcribe(
+        self, audio: np.ndarray, prefix: str = "", priority: Priority = Priority.FINAL
+    ) -> str:
         config = self._config
         options = asr.Options(
             config.transcription_model, config.transcription_language, config.transcription_prompt, prefix
         )
-        return await self._model.transcribe(audio, options)
+        return await self._model.transcribe(audio, options, priority)
 
     def _caption_of_turn(self) -> tuple[captions.Agreement, np.ndarray] | None:
         """What live captions sent of the turn being committed, and the turn's audio to decode
@@ -390,7 +393,7 @@ class Stream:
         self._caption_task = self._spawn(self._caption_step(epoch, self._caption, audio))
 
     async def _caption_step(self, epoch: int, agreement: captions.Agreement, audio: np.ndarray) -> None:
-        text = await self._transcribe(audio)
+        text = await self._transcribe(audio, priority=Priority.CAPTION)  # may be dropped under load
         if agreement is self._caption and (delta := agreement.feed(text)):
             self._emit(OutputKind.TRANSCRIPT_DELTA, epoch, text=delta)
 
