@@ -59,8 +59,15 @@ class Browser:
     def js(self, script: str, *args: Any) -> Any:
         return self.driver.execute_script(script, *args)
 
-    def wait_for(self, condition: Callable[[], Any], timeout: float = 30.0, what: str = "") -> Any:
-        """Poll until ``condition()`` is truthy; fail with the page's status and console if it never is."""
+    def wait_for(
+        self,
+        condition: Callable[[], Any],
+        timeout: float = 30.0,
+        what: str = "",
+        explain: Callable[[], Any] | None = None,
+    ) -> Any:
+        """Poll until ``condition()`` is truthy; fail with the page's status and console if it never is,
+        and with ``explain()``'s account of the page's state then (what a timeout alone cannot say)."""
         deadline = time.monotonic() + timeout
         while True:
             value = condition()
@@ -68,7 +75,8 @@ class Browser:
                 return value
             if time.monotonic() > deadline:
                 status = self.text("status")
-                pytest.fail(f"timed out waiting for {what}; status: {status!r}\n{self.console()}")
+                account = f"\nthe page's state: {explain()}" if explain is not None else ""
+                pytest.fail(f"timed out waiting for {what}; status: {status!r}{account}\n{self.console()}")
             time.sleep(0.1)
 
     def console(self) -> str:

@@ -151,8 +151,10 @@ def test_the_page_talks_over_webrtc_with_an_ephemeral_key(
 def test_talking_over_an_answer_clears_the_calls_track(
     server: ServerThread, token_endpoint: str, open_browser: Callable[..., Browser], tmp_path: Path
 ) -> None:
-    # A long answer (the help text, ~7 s), talked over 2.5 s after the question ends.
-    speech = write_speech(tmp_path / "barge-in.wav", [(1.0, "what can you do"), (2.5, "what time is it")])
+    # A long answer (the help text, ~7 s), talked over 4 s after the question ends: late enough that
+    # the answer is playing even when a busy machine takes 3 s to start it (the fake microphone plays
+    # once, so a talk-over that comes before the answer merely starts a second question).
+    speech = write_speech(tmp_path / "barge-in.wav", [(1.0, "what can you do"), (4.0, "what time is it")])
     browser = open_browser(fake_audio=speech)
     browser.open(f"{server.http_url}/?token_endpoint={token_endpoint}")
     browser.wait_for(lambda: "Ready" in browser.text("status"), what="the ready status")
@@ -161,6 +163,7 @@ def test_talking_over_an_answer_clears_the_calls_track(
         lambda: "output_audio_buffer.cleared" in {e["type"] for e in voice_stats(browser)["trackEvents"]},
         timeout=60,
         what="the server clearing the talked-over answer",
+        explain=lambda: voice_stats(browser),
     )
     browser.wait_for(
         lambda: sum(r["status"] == "completed" for r in voice_stats(browser)["responses"].values()) >= 1,
