@@ -28,6 +28,13 @@ def test_serve_help_documents_every_option() -> None:
         assert option in result.output
 
 
+def test_serve_picks_the_voice_activity_detector() -> None:
+    help_text = CliRunner().invoke(main, ["serve", "--help"]).output
+    assert "--vad [onnx|ggml]" in help_text and "[default: onnx]" in " ".join(help_text.split())
+    result = CliRunner().invoke(main, ["serve", "--vad", "webrtc"])
+    assert result.exit_code == 2 and "'webrtc' is not one of 'onnx', 'ggml'" in result.output
+
+
 def test_serve_rejects_unknown_model() -> None:
     result = CliRunner().invoke(main, ["serve", "--world-model", "no-such-model"])
     assert result.exit_code == 2

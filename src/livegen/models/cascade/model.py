@@ -33,7 +33,7 @@ import numpy as np
 from livegen.errors import ConfigError
 from livegen.models.cascade import asr, asr_batch, assets, endpoint, llm, tts, vad
 from livegen.models.cascade.stream import Stream
-from livegen.models.voice import ModelHealth, StreamConfig
+from livegen.models.voice import ModelHealth, StreamConfig, TurnDetection
 
 #: What a client's transcription model name means when it is not one of ``asr.CHOICES``
 #: (OpenAI's names, "whisper-1", "gpt-4o-transcribe"...): the server's default recogniser.
@@ -222,6 +222,7 @@ def load() -> CascadeModel:
 
 
 def _load() -> CascadeModel:
+    vad.backend()  # a bad LIVEGEN_VAD fails the load, before any worker starts, not each session's open
     sizing = AsrSizing.from_env()
     recognizer = asr.Recognizer.named(default_asr_model(), sizing.threads, sizing.inter_threads)
     # One ONNX thread: on two busy cores, Piper with two is slower (measured: 364 vs 524 ms a sentence).
@@ -238,8 +239,10 @@ def _load() -> CascadeModel:
 
 
 def warm_up(model: CascadeModel) -> None:
-    """One tiny transcription and one sentence, so the first session runs at full speed."""
+    """One tiny transcription, one frame of voice activity and one sentence, so the first session
+    runs at full speed."""
     model.recognizer.transcribe(np.zeros(vad.SAMPLE_RATE // 2, np.float32))
+    vad.Detector(model.vad_path, TurnDetection()).feed(bytes(2 * vad.FRAME_SAMPLES))
     if model.endpointer is not None:
         model.endpointer.probability_now(np.zeros(vad.SAMPLE_RATE // 2, np.float32))
     for future in [model.worker.speak("Ready.") for _ in model.worker.slots]:

