@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from livegen.bench.voice_conversations import is_correct
@@ -18,15 +19,24 @@ def test_an_answer_is_correct_when_it_says_the_expected_words() -> None:
     assert not is_correct("", ("good morning",))
 
 
-def test_voice_conversations_bench_reports_each_level(tmp_path: Path) -> None:
+@pytest.mark.slow  # loads the cascade and serves it
+def test_voice_conversations_bench_reports_each_level_per_detector(tmp_path: Path) -> None:
     out = tmp_path / "out.json"
     args = ["bench", "voice-conversations", "--levels", "1,2", "--turns", "1", "--stagger", "0.5"]
-    result = CliRunner().invoke(main, [*args, "--json", str(out)])
+    setups = ["--asr-batch", "8", "--vad", "onnx,ggml"]
+    result = CliRunner().invoke(main, [*args, *setups, "--json", str(out)])
     assert result.exit_code == 0, result.output
     report = json.loads(out.read_text())
-    assert [row["conversations"] for row in report["levels"]] == [1, 2]
-    for row in report["levels"]:
-        assert row["turns"] == row["conversations"]
-        assert row["unanswered"] == 0 and row["turn_p50_ms"] > 0
-        assert row["correct_share"] > 0  # the embedded cascade answers its arithmetic and repeats
-    assert report["max_conversations"] in (0, 1, 2)
+    assert [run["vad"] for run in report["runs"]] == ["onnx", "ggml"]
+    for run in report["runs"]:
+        assert [row["conversations"] for row in run["levels"]] == [1, 2]
+        for row in run["levels"]:
+            assert row["turns"] == row["conversations"]
+            assert row["unanswered"] == 0 and row["turn_p50_ms"] > 0
+            assert row["correct_share"] > 0  # the embedded cascade answers its arithmetic and repeats
+        assert run["max_conversations"] in (0, 1, 2)
+
+
+def test_an_unknown_detector_is_refused_before_anything_loads() -> None:
+    result = CliRunner().invoke(main, ["bench", "voice-conversations", "--vad", "onnx,webrtc"])
+    assert result.exit_code == 2 and "--vad" in result.output

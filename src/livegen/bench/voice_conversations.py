@@ -18,9 +18,10 @@ level whose p95 stays under ``--p95-goal-ms``.
 
 ``--asr-batch 1,8`` compares speech-recognition set-ups in one run (1: the
 old path, one decode at a time; 8: batched across sessions, see
-``models.cascade.asr_batch``), and ``--onnx-vad`` adds the last one with
-Silero on ONNX Runtime; each level is measured with every set-up in turn, so
-that they see the same load on a shared machine. Per level it also reports
+``models.cascade.asr_batch``); ``--vad onnx,ggml`` adds the last one again
+with pysilero's ggml Silero instead of Silero on ONNX Runtime, the default.
+Each level is measured with every set-up in turn, so that they see the same
+load on a shared machine. Per level it also reports
 where a turn's time went (the detector's stop and the transcript, from the
 end of speech) and the recognition queue (p95 wait, mean batch size).
 """
@@ -42,6 +43,7 @@ from typing import Any
 import click
 
 from livegen.bench.voice_turns import _AUDIO_DELTAS, WIRE_RATE, ServerTurns, Utterance, synthesise
+from livegen.models.cascade import vad
 from livegen.models.cascade.asr_batch import BatchStats
 from livegen.models.cascade.model import AsrSizing
 
@@ -168,6 +170,13 @@ async def level(
     }
 
 
+def _detectors(vads: str) -> list[str]:
+    names = [name.strip().lower() for name in vads.split(",") if name.strip()]
+    if not names or any(name not in vad.BACKENDS for name in names):
+        raise click.BadParameter(f"a comma list of {', '.join(vad.BACKENDS)}", param_hint="--vad")
+    return names
+
+
 def _sizings(batches: str, workers: int, threads: int) -> list[AsrSizing]:
     """The recognition set-ups to compare: batch 1 is the old path, others batch across sessions."""
     auto = AsrSizing.from_env()
@@ -205,10 +214,13 @@ def _sizings(batches: str, workers: int, threads: int) -> list[AsrSizing]:
 )
 @click.option("--asr-threads", default=0, show_default=True, help="Cores per decode (0: cores / workers).")
 @click.option(
-    "--onnx-vad",
-    is_flag=True,
-    help="Also run the last set-up with Silero v6 on ONNX Runtime (LIVEGEN_VAD=onnx) instead of "
-    "pysilero's ggml Silero, the default.",
+    "--vad",
+    "vads",
+    default="onnx",
+    show_default=True,
+    help="Voice activity detectors to compare (LIVEGEN_VAD): onnx, Silero v6 on ONNX Runtime (the "
+    "server's default), or ggml, pysilero's. Every recognition set-up runs with the first; the last "
+    "one also with each further detector.",
 )
 @click.option(
     "--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Write the figures here."
@@ -222,12 +234,13 @@ def command(
     batches: str,
     asr_workers: int,
     asr_threads: int,
-    onnx_vad: bool,
+    vads: str,
     json_path: Path | None,
 ) -> None:
     """Concurrent spoken conversations against the embedded cascade: turn p50/p95, correctness, CPU."""
     from livegen.models.cascade import model as cascade
 
+    detectors = _detectors(vads)
     click.echo("loading the cascade and synthesising the questions...", err=True)
     loaded = cascade.load()  # the server below gets this same instance: one per process
     loaded.use_llm(None, None)
@@ -235,17 +248,18 @@ def command(
     turns = ServerTurns(silence_ms)
     counts = [int(n) for n in levels.split(",") if n.strip()]
     runs: list[dict[str, Any]] = []
+    chosen = os.environ.get("LIVEGEN_VAD")
     try:
-        setups = [(sizing, "ggml") for sizing in _sizings(batches, asr_workers, asr_threads)]
-        setups += [(setups[-1][0], "onnx")] if onnx_vad else []
-        runs = [{"vad": vad, "asr": dataclasses.asdict(sizing), "levels": []} for sizing, vad in setups]
+        setups = [(sizing, detectors[0]) for sizing in _sizings(batches, asr_workers, asr_threads)]
+        setups += [(setups[-1][0], detector) for detector in detectors[1:]]
+        runs = [{"vad": name, "asr": dataclasses.asdict(sizing), "levels": []} for sizing, name in setups]
         # Level by level, every set-up in turn: on a shared machine the load changes over minutes,
         # and the set-ups compared at one level should see the same.
         for num in counts:
-            for (sizing, vad), run in zip(setups, runs, strict=True):
+            for (sizing, detector), run in zip(setups, runs, strict=True):
                 loaded.size_asr(sizing)
-                os.environ["LIVEGEN_VAD"] = vad  # read by each session's detector when it opens
-                click.echo(f"{num} conversations, recognition: {_describe(sizing)}, VAD {vad}", err=True)
+                os.environ["LIVEGEN_VAD"] = detector  # read by each session's detector when it opens
+                click.echo(f"{num} conversations, recognition: {_describe(sizing)}, VAD {detector}", err=True)
                 stats = loaded.stats.batches
                 run["levels"].append(asyncio.run(level(turns, questions, num, num_turns, stagger_s, stats)))
                 time.sleep(SETTLE_S)
@@ -255,6 +269,10 @@ def command(
     finally:
         turns.close()
         loaded.close()
+        if chosen is None:  # the choice was for this run's sessions, not for what runs after it
+            os.environ.pop("LIVEGEN_VAD", None)
+        else:
+            os.environ["LIVEGEN_VAD"] = chosen
     report = {
         "benchmark": "voice-conversations",
         "machine": {"cpus": os.cpu_count(), "load_average": list(os.getloadavg())},
