@@ -105,6 +105,10 @@ class StreamConfig:
     transcription_language: str = ""
     #: Context for the recogniser: names, spellings, the previous sentence.
     transcription_prompt: str = ""
+    #: "near_field" or "far_field": denoise the input before VAD and recognition; "" off.
+    noise_reduction: str = ""
+    #: Transcription outputs carry token log probabilities (``include`` asked for them).
+    transcription_logprobs: bool = False
 
 
 @dataclass(frozen=True)

@@ -86,6 +86,7 @@ def _session(session: dict[str, Any]) -> dict[str, Any]:
         "output_audio_format": _format(audio_out.get("format")),
         "turn_detection": audio_in.get("turn_detection"),
         "input_audio_transcription": audio_in.get("transcription"),
+        "input_audio_noise_reduction": audio_in.get("noise_reduction"),
     }
     return {**session, **flat}
 

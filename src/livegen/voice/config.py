@@ -24,6 +24,10 @@ from livegen.voice import tools as fn
 #: ``semantic_vad`` has no end-of-turn model here: its eagerness picks how long a silence ends
 #: the turn (OpenAI: "low" waits longer for the user to go on, "high" answers sooner).
 SEMANTIC_SILENCE_MS = {"low": 1200, "medium": 700, "auto": 700, "high": 350}
+#: OpenAI's ``noise_reduction.type`` values (``models/cascade/denoise.py`` says how each is tuned).
+NOISE_REDUCTION_TYPES = ("near_field", "far_field")
+#: The one ``include`` value: transcription events carry ``logprobs``.
+LOGPROBS = "item.input_audio_transcription.logprobs"
 #: The ``idle_timeout_ms`` livegen takes (the wire decoder checks the same range first).
 IDLE_TIMEOUT_MS = (100, 3_600_000)
 
@@ -77,6 +81,10 @@ class Config:
     transcription_prompt: str = ""
     #: "realtime", or "transcription": audio in, transcripts out, no responses.
     session_type: str = "realtime"
+    #: ``audio.input.noise_reduction.type`` ("near_field", "far_field"), or None: off.
+    noise_reduction: str | None = None
+    #: ``include``: extra fields asked for (``item.input_audio_transcription.logprobs``).
+    include: tuple[str, ...] = ()
 
     @property
     def is_transcription(self) -> bool:
@@ -96,6 +104,8 @@ class Config:
             transcription_prompt=self.transcription_prompt,
             tools=() if self.tool_choice == "none" else tuple(t.to_chat() for t in self.tools),
             tool_choice=fn.chat_tool_choice(self.tool_choice),
+            noise_reduction=self.noise_reduction or "",
+            transcription_logprobs=LOGPROBS in self.include,
         )
 
     def _transcription_to_wire(self) -> dict[str, str] | None:
@@ -103,6 +113,9 @@ class Config:
             return None
         fields = {"language": self.transcription_language, "prompt": self.transcription_prompt}
         return {"model": self.transcription_model, **{k: v for k, v in fields.items() if v}}
+
+    def _noise_reduction_to_wire(self) -> dict[str, str] | None:
+        return None if self.noise_reduction is None else {"type": self.noise_reduction}
 
     def to_wire(self, session_id: str) -> dict[str, Any]:
         if self.is_transcription:
@@ -119,7 +132,7 @@ class Config:
                     "format": self.input_format.to_wire(),
                     "turn_detection": None if self.turn_detection is None else self.turn_detection.to_wire(),
                     "transcription": self._transcription_to_wire(),
-                    "noise_reduction": None,
+                    "noise_reduction": self._noise_reduction_to_wire(),
                 },
                 "output": {"format": self.output_format.to_wire(), "voice": self.voice, "speed": 1.0},
             },
@@ -141,10 +154,10 @@ class Config:
                     "format": self.input_format.to_wire(),
                     "turn_detection": None if vad is None else vad.to_wire(),
                     "transcription": self._transcription_to_wire(),
-                    "noise_reduction": None,
+                    "noise_reduction": self._noise_reduction_to_wire(),
                 }
             },
-            "include": [],
+            "include": list(self.include),
         }
 
 
@@ -291,9 +304,40 @@ def apply_update(config: Config, session: dict[str, Any]) -> Config:
             updates["transcription_language"] = str(transcription.get("language") or "")
             updates["transcription_prompt"] = str(transcription.get("prompt") or "")
     updates.update(_tool_updates(config, session))
+    updates.update(_hearing_updates(session, audio_in))
     if "truncation" in session:
         updates["truncation"] = parse_truncation(session["truncation"], "session.truncation")
     return replace(config, **updates)
+
+
+def _hearing_updates(session: dict[str, Any], audio_in: dict[str, Any]) -> dict[str, Any]:
+    """``noise_reduction`` (GA and beta spellings) and ``include``."""
+    updates: dict[str, Any] = {}
+    for param, source, key in (
+        ("session.audio.input.noise_reduction", audio_in, "noise_reduction"),
+        ("session.input_audio_noise_reduction", session, "input_audio_noise_reduction"),
+    ):
+        if key in source:
+            updates["noise_reduction"] = _noise_reduction(source[key], param)
+    if "include" in session:
+        include = session["include"] or []
+        _expect(include, list, "session.include")
+        if any(name != LOGPROBS for name in include):
+            detail = f"session.include may only name {LOGPROBS!r}, got {include!r}"
+            raise INVALID_VALUE.error(detail=detail, param="session.include")
+        updates["include"] = tuple(dict.fromkeys(include))
+    return updates
+
+
+def _noise_reduction(value: Any, param: str) -> str | None:
+    if value is None:
+        return None
+    _expect(value, dict, param)
+    kind = value.get("type")
+    if kind not in NOISE_REDUCTION_TYPES:
+        detail = f"{param}.type must be one of {', '.join(NOISE_REDUCTION_TYPES)}, got {kind!r}"
+        raise INVALID_VALUE.error(detail=detail, param=f"{param}.type")
+    return str(kind)
 
 
 def _tool_updates(config: Config, session: dict[str, Any]) -> dict[str, Any]:

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from livegen.errors import CapacityExceeded, InvalidRequest, InvalidState, ModelError
-from livegen.models.cascade import asr, captions, llm, replies, tts, vad
+from livegen.models.cascade import asr, barge_in, captions, denoise, llm, replies, tts, vad
 from livegen.models.cascade.tts import Speech, SynthesisError
 from livegen.models.voice import (
     HistoryTurn,
@@ -71,6 +71,8 @@ AUDIO_DELTA_BYTES = 24_000 * 2 // 5
 #: costs a core for a second in every ten, not for all its length at once, and other sessions
 #: keep the CPU they need to start theirs (and barge-in wastes less).
 MAX_AHEAD_S = 10.0
+#: The client plays an answer's audio a little after it is sent (its jitter buffer, the network).
+_PLAYBACK_SLACK_S = 0.5
 
 
 @dataclass
@@ -141,6 +143,10 @@ class Stream:
         self._caption: captions.Agreement | None = None
         self._caption_at = 0
         self._caption_task: asyncio.Task[None] | None = None
+        #: The session's noise reduction (None: off), and until when an answer plays (loop time).
+        self._denoiser = denoise.Denoiser(config.noise_reduction) if config.noise_reduction else None
+        self._playing_until = 0.0
+        self._gate = barge_in.Gate(self._transcribe, self._spawn)
 
     # -- the VoiceStream calls -------------------------------------------------------------------
 
@@ -152,7 +158,14 @@ class Stream:
             raise CapacityExceeded(
                 f"more than {MAX_BUFFER_S} s of uncommitted audio; commit or clear the input buffer"
             )
+        if self._denoiser is not None:  # about 5 ms per 100 ms of audio: never on the event loop
+            pcm = await asyncio.to_thread(self._denoiser.process, pcm)
         self._buffer += pcm
+        is_playing = asyncio.get_running_loop().time() < self._playing_until
+        self._detector.turns.min_speech_ms = barge_in.MAX_HOLD_MS if is_playing else 0
+        if self._gate.take(self._detector.turns):  # held speech over the answer was words: barge in
+            for turn in self._detector.turns.release():
+                self._on_turn(epoch, turn)
         # Silero costs about 1 ms per 32 ms frame: a long append is fed on a thread so the event
         # loop (every other session) never waits for it; the chain awaits appends one at a time,
         # so nothing else touches the detector meanwhile.
@@ -160,6 +173,7 @@ class Stream:
         turns = feed(pcm) if len(pcm) <= _INLINE_FEED_BYTES else await asyncio.to_thread(feed, pcm)
         for turn in turns:
             self._on_turn(epoch, turn)
+        self._gate.step(self._detector.turns, lambda start: self._audio(start, self._buffer_end()))
         self._drop_leading_silence()
         self._live_caption(epoch)
 
@@ -192,10 +206,17 @@ class Stream:
         for response_epoch, task in list(self._responses.values()):
             if response_epoch < epoch:
                 task.cancel()
+                self._playing_until = 0.0  # interrupted: what was sent is no longer playing
 
     async def update(self, config: StreamConfig) -> None:
         self._config = config
         self._detector.turns.settings = config.turn_detection or TurnDetection()
+        if not config.noise_reduction:
+            self._denoiser = None  # an append in flight keeps its own reference
+        elif self._denoiser is None:
+            self._denoiser = denoise.Denoiser(config.noise_reduction)
+        else:
+            self._denoiser.retune(config.noise_reduction)
 
     async def outputs(self) -> AsyncIterator[VoiceOutput]:
         while (output := await self._outputs.get()) is not None:
@@ -301,7 +322,7 @@ class Stream:
 
     def _drop_leading_silence(self) -> None:
         """Between turns, keep only the prefix padding: silence is never transcribed."""
-        if self._has_speech or self._speculation is not None:
+        if self._has_speech or self._speculation is not None or self._detector.turns.held is not None:
             return
         keep = (self._detector.turns.settings.prefix_padding_ms * SAMPLE_RATE // 1000 + vad.FRAME_SAMPLES) * 2
         if len(self._buffer) > 2 * keep:
@@ -517,6 +538,7 @@ class Stream:
                 self._emit(OutputKind.TEXT_DELTA, epoch, response_id=rid, text=delta)
                 if audio is not None:
                     pacing.add(loop.time(), await self._emit_audio(epoch, rid, text, audio, voice))
+                    self._playing_until = pacing.started + pacing.emitted_s + _PLAYBACK_SLACK_S
             await producer  # re-raises its error, if any
         finally:
             producer.cancel()

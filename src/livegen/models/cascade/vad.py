@@ -8,6 +8,13 @@ samples. Besides the speech start and stop that drive server VAD and
 barge-in, it reports a short ``PAUSE`` well before the silence window ends,
 when the stream starts recognising and preparing the answer speculatively,
 and ``RESUMED`` when the user goes on after such a pause.
+
+While an answer is playing, ``Turns.min_speech_ms`` holds a new segment back
+until it has that much speech in it, or until ``release`` (the recogniser heard
+words, ``barge_in.py``): a cough, a click or a "mm-hmm" over the answer is
+dropped without a trace (no speech start, so no barge-in and no turn), while
+a sentence starts its segment, from its first frame. Silence of
+``HOLD_GAP_MS`` ends a held segment that was too short.
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ FRAME_SAMPLES = 512
 FRAME_MS = FRAME_SAMPLES * 1000 // SAMPLE_RATE
 #: Silero's recommended hysteresis: speech ends below ``threshold - 0.15``.
 _HYSTERESIS = 0.15
+#: A held segment (``Turns.min_speech_ms``) is dropped after this much silence.
+HOLD_GAP_MS = 200
 
 
 class Event(StrEnum):
@@ -63,14 +72,34 @@ class Turns:
         #: End of the last frame at or above the threshold while speaking.
         self.last_speech = 0
         self._is_paused = False
+        #: Speech a new segment needs before it starts (0: it starts at its first speech frame).
+        self.min_speech_ms = 0
+        #: A held segment: its first speech frame, its speech so far, where its last speech ended.
+        self._held: tuple[int, int, int] | None = None
+
+    @property
+    def held(self) -> tuple[int, int, int] | None:
+        """The segment held back (its audio must be kept, it may yet start): its first speech
+        sample, its speech in samples, where its last speech ended; None if there is none."""
+        return self._held
+
+    def release(self) -> list[Turn]:
+        """Start the held segment now (it was heard to be speech)."""
+        if self._held is None:
+            return []
+        first, self._held = self._held[0], None
+        return self._on_speech(first)
 
     def reset(self) -> None:
         """Forget the current segment (the input buffer was cleared or committed by hand)."""
         self.is_speaking = False
         self._is_paused = False
+        self._held = None
 
     def feed(self, probability: float, num_samples: int = FRAME_SAMPLES) -> list[Turn]:
         start, self.position = self.position, self.position + num_samples
+        if not self.is_speaking and (self.min_speech_ms or self._held is not None):
+            return self._hold(start, probability >= self.settings.threshold)
         if probability >= self.settings.threshold:
             return self._on_speech(start)
         if self.is_speaking and probability < self.settings.threshold - _HYSTERESIS:
@@ -78,6 +107,20 @@ class Turns:
         if self.is_speaking and not self._is_paused:
             self.last_speech = self.position  # in the hysteresis band: still speech
         return []
+
+    def _hold(self, frame_start: int, is_speech: bool) -> list[Turn]:
+        """A segment that must reach ``min_speech_ms`` of speech before it starts."""
+        if not is_speech:
+            if self._held is not None and self.position - self._held[2] >= HOLD_GAP_MS * SAMPLE_RATE // 1000:
+                self._held = None  # too short: a cough, a backchannel
+            return []
+        first, voiced, _ = self._held or (frame_start, 0, 0)
+        voiced += self.position - frame_start
+        self._held = (first, voiced, self.position)
+        if voiced * 1000 < self.min_speech_ms * SAMPLE_RATE:
+            return []
+        self._held = None
+        return self._on_speech(first)
 
     def _on_speech(self, frame_start: int) -> list[Turn]:
         self.last_speech = self.position

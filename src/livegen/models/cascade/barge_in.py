@@ -1,0 +1,115 @@
+"""Whether speech over a playing answer is a real barge-in, or a cough, a click, a "mm-hmm".
+
+While an answer plays, the stream sets ``vad.Turns.min_speech_ms``: a new
+segment is held back, with no speech start (so the session neither barges in
+nor opens a turn), until it has ``MAX_HOLD_MS`` of speech. A sound that ends
+before that is dropped. Waiting that long for every barge-in would make
+"Stop." too slow, and a word that short is as long as a "mm-hmm" (Silero finds
+450 ms of speech in espeak's "Stop." and 640 ms in its "mm-hmm"), so length
+alone cannot tell them apart. The recogniser can: once the held segment has
+``CHECK_MS`` of speech, and again every ``CHECK_MS`` more, ``Gate`` transcribes
+it, and anything but a backchannel (or nothing: noise) releases it at once.
+
+So real speech barges in after about ``CHECK_MS`` of speech and one short
+decode, noise never does, and a backchannel does only if it goes on for
+``MAX_HOLD_MS``. ``livegen bench voice-barge-in`` measures all three.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import numpy as np
+
+from livegen.models.cascade import vad
+
+#: While an answer plays, a segment with this much speech starts whatever it says.
+MAX_HOLD_MS = 800
+#: The recogniser looks at a held segment each time it has this much more speech.
+CHECK_MS = 288
+#: Words that acknowledge without taking the turn (what Whisper writes for them, lower case).
+BACKCHANNELS = frozenset(
+    [
+        "mm",
+        "mmm",
+        "mhm",
+        "hmm",
+        "hm",
+        "mm-hmm",
+        "mm-hm",
+        "uh-huh",
+        "uh",
+        "huh",
+        "um",
+        "ah",
+        "oh",
+        "yeah",
+        "yep",
+        "yes",
+        "okay",
+        "ok",
+        "right",
+        "sure",
+    ]
+)
+_WORD = re.compile(r"[a-z]+(?:-[a-z]+)*")
+#: Whisper's way of naming a sound that is not speech: "(coughs)", "[MUSIC]", "*sighs*".
+_SOUND = re.compile(r"\([^)]*\)|\[[^\]]*\]|\*[^*]*\*")
+
+
+def is_backchannel(text: str) -> bool:
+    """``text`` is only backchannel words, sound labels or nothing."""
+    words = _WORD.findall(_SOUND.sub(" ", text.lower()))
+    return all(word in BACKCHANNELS for word in words)
+
+
+class Gate:
+    """One session's recogniser check of the segment held while an answer plays.
+
+    ``step`` runs after each append; a check that finds words sets a verdict
+    that ``take`` hands to the next append, which releases the held segment
+    (so the detector is only ever touched by appends, one at a time).
+    """
+
+    def __init__(
+        self,
+        transcribe: Callable[[np.ndarray], Coroutine[Any, Any, str]],
+        spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]],
+    ) -> None:
+        self._transcribe = transcribe
+        self._spawn = spawn
+        #: The held segment being checked (its first sample), how much speech the last check saw.
+        self._segment: int | None = None
+        self._checked_ms = 0
+        self._task: asyncio.Task[None] | None = None
+        self._is_speech = False
+
+    def take(self, turns: vad.Turns) -> bool:
+        """Whether the segment ``turns`` holds was found to be speech; forgets the verdict."""
+        held = turns.held
+        is_speech = self._is_speech and held is not None and held[0] == self._segment
+        self._is_speech = False
+        return is_speech
+
+    def step(self, turns: vad.Turns, audio: Callable[[int], np.ndarray]) -> None:
+        """Check the held segment (``audio(start)``: the input from ``start`` on) when it has grown."""
+        held = turns.held
+        if held is None:
+            self._segment = None
+            return
+        first, voiced, _ = held
+        voiced_ms = voiced * 1000 // vad.SAMPLE_RATE
+        if first != self._segment:
+            self._segment, self._checked_ms, self._is_speech = first, 0, False
+        if voiced_ms < self._checked_ms + CHECK_MS or (self._task is not None and not self._task.done()):
+            return
+        self._checked_ms = voiced_ms
+        self._task = self._spawn(self._check(first, audio(first)))
+
+    async def _check(self, segment: int, audio: np.ndarray) -> None:
+        text = await self._transcribe(audio)
+        if segment == self._segment and not is_backchannel(text):
+            self._is_speech = True
