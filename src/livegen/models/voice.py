@@ -70,6 +70,8 @@ class VoiceOutput:
     name: str = ""
     #: For ``RESPONSE_DONE``: token counts as the language model reported them (``Usage``), if any.
     usage: Usage | None = None
+    #: For ``TRANSCRIPT_DONE`` when asked for: OpenAI's ``logprobs`` entries ({token, logprob, bytes}).
+    logprobs: tuple[Mapping[str, Any], ...] | None = None
 
 
 @dataclass(frozen=True)

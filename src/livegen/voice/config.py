@@ -140,6 +140,7 @@ class Config:
             "tool_choice": fn.choice_to_wire(self.tool_choice),
             "max_output_tokens": "inf",
             "truncation": _truncation_to_wire(self.truncation),
+            **({"include": list(self.include)} if self.include else {}),
         }
 
     def _transcription_session_to_wire(self, session_id: str) -> dict[str, Any]:

@@ -231,6 +231,7 @@ class Speaker:
                 content_index=0,
                 transcript=output.text,
                 usage={"type": "duration", "seconds": 0},
+                **({} if output.logprobs is None else {"logprobs": list(output.logprobs)}),
             )
         ]
 

@@ -7,7 +7,12 @@ the whole path, spoken audio over a real server's answer, is in
 
 from __future__ import annotations
 
-from livegen.models.cascade import barge_in, vad
+import asyncio
+from typing import Any
+
+import numpy as np
+
+from livegen.models.cascade import asr, barge_in, vad
 from livegen.models.voice import TurnDetection
 
 
@@ -44,7 +49,32 @@ def test_held_speech_starts_from_its_first_frame_once_long_enough_or_released() 
 
 
 def test_backchannels_and_sound_labels_are_not_words() -> None:
-    for text in ("Mm-hmm.", "Uh-huh", " mm", "Yeah.", "Okay, okay.", "(coughs)", "[BLANK_AUDIO]", ""):
+    for text in ("Mm-hmm.", "Uh-huh", " mm", "M", "Yeah.", "Okay, okay.", "(coughs)", "[BLANK_AUDIO]", ""):
         assert barge_in.is_backchannel(text), text
     for text in ("Stop.", "Wait, what time is it?", "Mm-hmm, but what about Tuesday?"):
         assert not barge_in.is_backchannel(text), text
+
+
+async def test_the_gate_releases_held_speech_only_for_words_whisper_is_sure_of() -> None:
+    """Whisper's guesses on a hum are words too ("Damn."), but unsure ones: they do not barge in."""
+    heard: dict[str, Any] = {"text": "", "logprob": 0.0}
+
+    async def transcribe(audio: np.ndarray) -> str:
+        return str(heard["text"])
+
+    async def score(audio: np.ndarray, text: str) -> list[asr.Logprob]:
+        return [asr.Logprob(word, float(heard["logprob"])) for word in text.split()]
+
+    async def verdict(text: str, logprob: float) -> bool:
+        heard.update(text=text, logprob=logprob)
+        gate = barge_in.Gate(transcribe, score, asyncio.ensure_future)
+        turns = vad.Turns(TurnDetection())
+        turns.min_speech_ms = barge_in.MAX_HOLD_MS
+        feed(turns, "#" * (barge_in.CHECK_MS // vad.FRAME_MS))
+        gate.step(turns, lambda start: np.zeros(1, np.float32))
+        await asyncio.sleep(0.01)
+        return gate.take(turns)
+
+    assert await verdict("Stop.", -0.4)
+    assert not await verdict("Damn.", barge_in.MIN_MEAN_LOGPROB - 0.5)
+    assert not await verdict("Mm-hmm.", -0.1)

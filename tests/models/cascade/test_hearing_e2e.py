@@ -89,3 +89,30 @@ async def test_a_backchannel_or_a_cough_over_the_answer_does_not_interrupt_it_bu
         if e.response_id == second.response.id
     )
     assert answer.startswith("It's ")
+
+
+@pytest.mark.parametrize("include", [True, False])
+async def test_transcription_logprobs_come_when_include_asks_for_them(
+    default_server: ServerThread, cascade: Any, include: bool
+) -> None:
+    session: dict[str, Any] = {
+        "type": "realtime",
+        "audio": {"input": {"transcription": {"model": "whisper-1"}}},
+    }
+    if include:
+        session["include"] = ["item.input_audio_transcription.logprobs"]
+    async with sdk(default_server).realtime.connect(model="gpt-realtime") as connection:
+        await connection.session.update(session=session)
+        call = RealtimeCall(connection)
+        updated = await call.wait_for("session.updated")
+        call.say(wire_audio(cascade, "What is seven plus five?"))
+        completed = await call.wait_for("conversation.item.input_audio_transcription.completed")
+        await call.close()
+    if not include:
+        assert completed.logprobs is None
+        return
+    assert updated.session.include == ["item.input_audio_transcription.logprobs"]
+    tokens = completed.logprobs
+    assert "".join(t.token for t in tokens).strip() == completed.transcript
+    assert all(t.logprob <= 0 and bytes(t.bytes).decode() == t.token for t in tokens)
+    assert any(t.logprob < 0 for t in tokens)

@@ -21,6 +21,7 @@ synchronous and meant for one worker thread (see ``model.CascadeModel``).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,6 +42,17 @@ _MIN_TOKENS = 16
 _WORD = re.compile(r"[\w']+")
 #: How much of a client's ``prompt`` is given to Whisper, in tokens (its context holds 224).
 MAX_PROMPT_TOKENS = 100
+
+
+@dataclass(frozen=True)
+class Logprob:
+    """One token of a transcript and Whisper's log probability of it (OpenAI's ``logprobs`` entry)."""
+
+    token: str
+    logprob: float
+
+    def to_wire(self) -> dict[str, object]:
+        return {"token": self.token, "logprob": self.logprob, "bytes": list(self.token.encode())}
 
 
 @dataclass(frozen=True)
@@ -184,13 +196,34 @@ class Recognizer:
             )
         return self._tokenizers[code]
 
-    def _decode(self, audio: np.ndarray, window_s: int, prompt: list[int]) -> str:
+    def logprobs(self, audio: np.ndarray, text: str, language: str = "") -> list[Logprob]:
+        """Each token of ``text`` with the log probability Whisper gives it after the tokens before it,
+        hearing ``audio`` (its first 30 s): OpenAI's transcription ``logprobs``, for any transcript,
+        however it was put together (settled pieces, live captions)."""
+        if not text.strip():
+            return []
+        audio = audio[: WINDOWS_S[-1] * SAMPLE_RATE]
+        window = window_for(len(audio) / SAMPLE_RATE)
+        tokenizer = self._tokenizer(language)
+        tokens = tokenizer.encode(" " + text.strip())
+        start = [*tokenizer.sot_sequence, tokenizer.no_timestamps]
+        frames = max(1, len(audio) * _FRAMES_PER_SECOND // SAMPLE_RATE)
+        [result] = self._whisper.model.align(self._encode(audio, window), start, [tokens], frames)
+        return [
+            Logprob(tokenizer.decode([token]), math.log(max(probability, 1e-30)))
+            for token, probability in zip(tokens, result.text_token_probs, strict=False)
+        ]
+
+    def _encode(self, audio: np.ndarray, window_s: int) -> Any:
         import ctranslate2
 
         padded = np.zeros(window_s * SAMPLE_RATE, np.float32)
         padded[: len(audio)] = audio[: len(padded)]
         features = self._whisper.feature_extractor(padded, padding=0)[:, : window_s * _FRAMES_PER_SECOND]
-        encoded = self._whisper.model.encode(ctranslate2.StorageView.from_array(features[None].copy()))
+        return self._whisper.model.encode(ctranslate2.StorageView.from_array(features[None].copy()))
+
+    def _decode(self, audio: np.ndarray, window_s: int, prompt: list[int]) -> str:
+        encoded = self._encode(audio, window_s)
         budget = max(_MIN_TOKENS, int(len(audio) / SAMPLE_RATE * _TOKENS_PER_SECOND))
         result: Any = self._whisper.model.generate(
             encoded,

@@ -6,9 +6,13 @@ nor opens a turn), until it has ``MAX_HOLD_MS`` of speech. A sound that ends
 before that is dropped. Waiting that long for every barge-in would make
 "Stop." too slow, and a word that short is as long as a "mm-hmm" (Silero finds
 450 ms of speech in espeak's "Stop." and 640 ms in its "mm-hmm"), so length
-alone cannot tell them apart. The recogniser can: once the held segment has
-``CHECK_MS`` of speech, and again every ``CHECK_MS`` more, ``Gate`` transcribes
-it, and anything but a backchannel (or nothing: noise) releases it at once.
+alone cannot tell them apart. The recogniser can, mostly: once the held
+segment has ``CHECK_MS`` of speech, and again every ``CHECK_MS`` more, ``Gate``
+transcribes it, and words that are not a backchannel release it at once if
+Whisper is sure of them. Sure matters: on a hum, Whisper tiny.en writes words
+("and", "Damn.", "remember") with a mean token log probability of -1.7 to
+-3.0, where the first word of real speech scores -0.3 to -1.4
+(``MIN_MEAN_LOGPROB``).
 
 So real speech barges in after about ``CHECK_MS`` of speech and one short
 decode, noise never does, and a backchannel does only if it goes on for
@@ -24,15 +28,18 @@ from typing import Any
 
 import numpy as np
 
-from livegen.models.cascade import vad
+from livegen.models.cascade import asr, vad
 
 #: While an answer plays, a segment with this much speech starts whatever it says.
 MAX_HOLD_MS = 800
 #: The recogniser looks at a held segment each time it has this much more speech.
 CHECK_MS = 288
+#: Words over an answer barge in only if their tokens' mean log probability is at least this.
+MIN_MEAN_LOGPROB = -1.5
 #: Words that acknowledge without taking the turn (what Whisper writes for them, lower case).
 BACKCHANNELS = frozenset(
     [
+        "m",
         "mm",
         "mmm",
         "mhm",
@@ -41,6 +48,8 @@ BACKCHANNELS = frozenset(
         "mm-hmm",
         "mm-hm",
         "uh-huh",
+        "uh-uh",
+        "uh-oh",
         "uh",
         "huh",
         "um",
@@ -77,9 +86,11 @@ class Gate:
     def __init__(
         self,
         transcribe: Callable[[np.ndarray], Coroutine[Any, Any, str]],
+        score: Callable[[np.ndarray, str], Coroutine[Any, Any, list[asr.Logprob]]],
         spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]],
     ) -> None:
         self._transcribe = transcribe
+        self._score = score
         self._spawn = spawn
         #: The held segment being checked (its first sample), how much speech the last check saw.
         self._segment: int | None = None
@@ -111,5 +122,8 @@ class Gate:
 
     async def _check(self, segment: int, audio: np.ndarray) -> None:
         text = await self._transcribe(audio)
-        if segment == self._segment and not is_backchannel(text):
-            self._is_speech = True
+        if segment != self._segment or is_backchannel(text):
+            return
+        scored = await self._score(audio, text)
+        if scored and sum(t.logprob for t in scored) / len(scored) >= MIN_MEAN_LOGPROB:
+            self._is_speech = segment == self._segment

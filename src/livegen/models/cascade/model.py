@@ -94,6 +94,14 @@ class CascadeModel:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._asr_thread, self.transcribe_now, audio, options)
 
+    async def logprobs(self, audio: np.ndarray, text: str, options: asr.Options) -> list[asr.Logprob]:
+        """``text``'s tokens scored against ``audio`` by the session's recogniser, on its thread."""
+
+        def score() -> list[asr.Logprob]:
+            return self.recognizer_for(options.model).logprobs(audio, text, options.language)
+
+        return await asyncio.get_running_loop().run_in_executor(self._asr_thread, score)
+
     def transcribe_now(self, audio: np.ndarray, options: asr.Options | None = None) -> str:
         options = options or asr.Options()
         started = time.perf_counter()

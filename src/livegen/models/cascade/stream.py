@@ -30,7 +30,7 @@ import concurrent.futures
 import contextlib
 import functools
 import logging
-from collections.abc import AsyncIterator, Coroutine, Sequence
+from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -146,7 +146,7 @@ class Stream:
         #: The session's noise reduction (None: off), and until when an answer plays (loop time).
         self._denoiser = denoise.Denoiser(config.noise_reduction) if config.noise_reduction else None
         self._playing_until = 0.0
-        self._gate = barge_in.Gate(self._transcribe, self._spawn)
+        self._gate = barge_in.Gate(self._transcribe, self._score, self._spawn)
 
     # -- the VoiceStream calls -------------------------------------------------------------------
 
@@ -181,7 +181,13 @@ class Stream:
         self._check_open()
         tail, prepared = self._take_turn()
         caption = self._caption_of_turn()
-        task = self._spawn(self._finish_transcript(epoch, item_id, self._settled, tail, caption))
+        # With ``include`` logprobs, the turn's audio, to score the transcript's tokens against.
+        heard = (
+            self._audio(self._buffer_start, self._buffer_end())
+            if self._config.transcription_logprobs
+            else None
+        )
+        task = self._spawn(self._finish_transcript(epoch, item_id, self._settled, tail, caption, heard))
         self._drop_prepared(self._unanswered_prepared)
         self._unanswered, self._unanswered_prepared = task, prepared
         self._reset_buffer()
@@ -342,11 +348,16 @@ class Stream:
     # -- transcripts -----------------------------------------------------------------------------
 
     async def _transcribe(self, audio: np.ndarray, prefix: str = "") -> str:
+        return await self._model.transcribe(audio, self._asr_options(prefix))
+
+    async def _score(self, audio: np.ndarray, text: str) -> list[asr.Logprob]:
+        return await self._model.logprobs(audio, text, self._asr_options())
+
+    def _asr_options(self, prefix: str = "") -> asr.Options:
         config = self._config
-        options = asr.Options(
+        return asr.Options(
             config.transcription_model, config.transcription_language, config.transcription_prompt, prefix
         )
-        return await self._model.transcribe(audio, options)
 
     def _caption_of_turn(self) -> tuple[captions.Agreement, np.ndarray] | None:
         """What live captions sent of the turn being committed, and the turn's audio to decode
@@ -387,6 +398,7 @@ class Stream:
         settled: list[asyncio.Task[str]],
         tail: asyncio.Task[str],
         caption: tuple[captions.Agreement, np.ndarray] | None = None,
+        heard: np.ndarray | None = None,
     ) -> str:
         try:
             parts = [await asyncio.shield(task) for task in [*settled, tail]]
@@ -405,8 +417,18 @@ class Stream:
             return ""
         if rest:
             self._emit(OutputKind.TRANSCRIPT_DELTA, epoch, item_id=item_id, text=rest)
-        self._emit(OutputKind.TRANSCRIPT_DONE, epoch, item_id=item_id, text=text)
+        logprobs = None if heard is None else await self._logprobs(heard, text)
+        self._emit(OutputKind.TRANSCRIPT_DONE, epoch, item_id=item_id, text=text, logprobs=logprobs)
         return text
+
+    async def _logprobs(self, audio: np.ndarray, text: str) -> tuple[dict[str, object], ...]:
+        """``text``'s tokens scored against the turn's audio (its first 30 s); none if that fails."""
+        try:
+            scored = await self._score(audio, text)
+        except Exception:
+            logger.exception("scoring a transcript's tokens failed")
+            return ()
+        return tuple(entry.to_wire() for entry in scored)
 
     # -- responses -------------------------------------------------------------------------------
 
@@ -612,10 +634,23 @@ class Stream:
         call_id: str = "",
         name: str = "",
         usage: Usage | None = None,
+        logprobs: tuple[Mapping[str, Any], ...] | None = None,
     ) -> None:
         if not self._is_closed:
             output = VoiceOutput(
-                kind, epoch, response_id, item_id, text, audio, audio_ms, status, code, call_id, name, usage
+                kind,
+                epoch,
+                response_id,
+                item_id,
+                text,
+                audio,
+                audio_ms,
+                status,
+                code,
+                call_id,
+                name,
+                usage,
+                logprobs,
             )
             self._outputs.put_nowait(output)
 
