@@ -13,6 +13,10 @@ Whisper is sure of them. Sure matters: on a hum, Whisper tiny.en writes words
 ("and", "Damn.", "remember") with a mean token log probability of -1.7 to
 -3.0, where the first word of real speech scores -0.3 to -1.4
 (``MIN_MEAN_LOGPROB``).
+Words that stop a speaker ("stop", "wait", "no": ``COMMANDS``) release it
+whatever their score: Whisper is unsure of a lone "Stop." heard after 288 ms
+(-1.8), and junk on a hum is rarely one of them. The detector keeps a held
+sound for ``vad.HOLD_GAP_MS`` of silence, time for a check in flight to land.
 
 So real speech barges in after about ``CHECK_MS`` of speech and one short
 decode, noise never does, and a backchannel does only if it goes on for
@@ -64,6 +68,8 @@ BACKCHANNELS = frozenset(
         "sure",
     ]
 )
+#: Words that stop a speaker: heard over an answer, they barge in however unsure Whisper is.
+COMMANDS = frozenset(["stop", "wait", "no", "cancel", "pause", "quiet", "hold", "hang"])
 _WORD = re.compile(r"[a-z]+(?:-[a-z]+)*")
 #: Whisper's way of naming a sound that is not speech: "(coughs)", "[MUSIC]", "*sighs*".
 _SOUND = re.compile(r"\([^)]*\)|\[[^\]]*\]|\*[^*]*\*")
@@ -123,6 +129,9 @@ class Gate:
     async def _check(self, segment: int, audio: np.ndarray) -> None:
         text = await self._transcribe(audio)
         if segment != self._segment or is_backchannel(text):
+            return
+        if COMMANDS.intersection(_WORD.findall(text.lower())):
+            self._is_speech = True
             return
         scored = await self._score(audio, text)
         if scored and sum(t.logprob for t in scored) / len(scored) >= MIN_MEAN_LOGPROB:

@@ -32,8 +32,9 @@ FRAME_SAMPLES = 512
 FRAME_MS = FRAME_SAMPLES * 1000 // SAMPLE_RATE
 #: Silero's recommended hysteresis: speech ends below ``threshold - 0.15``.
 _HYSTERESIS = 0.15
-#: A held segment (``Turns.min_speech_ms``) is dropped after this much silence.
-HOLD_GAP_MS = 200
+#: A held segment (``Turns.min_speech_ms``) is dropped after this much silence: long enough for
+#: the recogniser to hear a short word out ("Stop."), and to bridge the gap inside "mm-hmm".
+HOLD_GAP_MS = 400
 
 
 class Event(StrEnum):
