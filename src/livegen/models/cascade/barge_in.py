@@ -10,9 +10,9 @@ alone cannot tell them apart. The recogniser can, mostly: once the held
 segment has ``CHECK_MS`` of speech, and again every ``CHECK_MS`` more, ``Gate``
 transcribes it, and words that are not a backchannel release it at once if
 Whisper is sure of them. Sure matters: on a hum, Whisper tiny.en writes words
-("and", "Damn.", "remember") with a mean token log probability of -1.7 to
--3.0, where the first word of real speech scores -0.3 to -1.4
-(``MIN_MEAN_LOGPROB``).
+("and", "Amen.", "in a", "down.") with a mean token log probability of -1.1
+to -3.0, where the first words of real speech mostly score -0.3 to -0.8
+(``MIN_MEAN_LOGPROB``; which words a check hears depends on where it cuts).
 Words that stop a speaker ("stop", "wait", "no": ``COMMANDS``) release it
 whatever their score: Whisper is unsure of a lone "Stop." heard after 288 ms
 (-1.8), and junk on a hum is rarely one of them. The detector keeps a held
@@ -39,7 +39,7 @@ MAX_HOLD_MS = 800
 #: The recogniser looks at a held segment each time it has this much more speech.
 CHECK_MS = 288
 #: Words over an answer barge in only if their tokens' mean log probability is at least this.
-MIN_MEAN_LOGPROB = -1.5
+MIN_MEAN_LOGPROB = -1.0
 #: Words that acknowledge without taking the turn (what Whisper writes for them, lower case).
 BACKCHANNELS = frozenset(
     [
