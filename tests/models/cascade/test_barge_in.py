@@ -27,7 +27,7 @@ def feed(turns: vad.Turns, pattern: str) -> list[vad.Turn]:
 def test_a_short_sound_over_an_answer_starts_nothing_and_is_forgotten() -> None:
     turns = vad.Turns(TurnDetection())
     turns.min_speech_ms = barge_in.MAX_HOLD_MS
-    assert feed(turns, "...########" + "." * 16) == []  # 256 ms of "speech", then 512 ms of silence
+    assert feed(turns, "...########" + "." * 20) == []  # 256 ms of "speech", then 640 ms of silence
     assert turns.held is None and not turns.is_speaking
     # Without the hold, the same sound starts a segment at its first frame.
     assert [t.event for t in feed(vad.Turns(TurnDetection()), "...########")] == [vad.Event.SPEECH_STARTED]

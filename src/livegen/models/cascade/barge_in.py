@@ -15,8 +15,12 @@ to -3.0, where the first words of real speech mostly score -0.3 to -0.8
 (``MIN_MEAN_LOGPROB``; which words a check hears depends on where it cuts).
 Words that stop a speaker ("stop", "wait", "no": ``COMMANDS``) release it
 whatever their score: Whisper is unsure of a lone "Stop." heard after 288 ms
-(-1.8), and junk on a hum is rarely one of them. The detector keeps a held
-sound for ``vad.HOLD_GAP_MS`` of silence, time for a check in flight to land.
+(-1.8), and junk on a hum is rarely one of them. A sound that ends between
+two checks ("what time is it" is under 800 ms of speech, and Whisper may be
+unsure of its first 288 ms) is checked once more, whole, after ``END_MS`` of
+silence, with a lower bar (``MIN_MEAN_LOGPROB_WHOLE``: Whisper's junk on a
+whole hum scored -1.7 to -2.4); the detector keeps it for
+``vad.HOLD_GAP_MS``, time for that verdict.
 
 So real speech barges in after about ``CHECK_MS`` of speech and one short
 decode, noise never does, and a backchannel does only if it goes on for
@@ -26,6 +30,7 @@ decode, noise never does, and a backchannel does only if it goes on for
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -38,8 +43,13 @@ from livegen.models.cascade import asr, vad
 MAX_HOLD_MS = 800
 #: The recogniser looks at a held segment each time it has this much more speech.
 CHECK_MS = 288
+#: A held sound silent this long has ended: it is checked whole, if it has ``MIN_WORD_MS`` of speech.
+END_MS = 96
+MIN_WORD_MS = 160
 #: Words over an answer barge in only if their tokens' mean log probability is at least this.
 MIN_MEAN_LOGPROB = -1.0
+#: ... and a sound heard whole, once it ended.
+MIN_MEAN_LOGPROB_WHOLE = -1.5
 #: Words that acknowledge without taking the turn (what Whisper writes for them, lower case).
 BACKCHANNELS = frozenset(
     [
@@ -70,6 +80,7 @@ BACKCHANNELS = frozenset(
 )
 #: Words that stop a speaker: heard over an answer, they barge in however unsure Whisper is.
 COMMANDS = frozenset(["stop", "wait", "no", "cancel", "pause", "quiet", "hold", "hang"])
+logger = logging.getLogger("livegen.models.cascade")
 _WORD = re.compile(r"[a-z]+(?:-[a-z]+)*")
 #: Whisper's way of naming a sound that is not speech: "(coughs)", "[MUSIC]", "*sighs*".
 _SOUND = re.compile(r"\([^)]*\)|\[[^\]]*\]|\*[^*]*\*")
@@ -117,22 +128,33 @@ class Gate:
         if held is None:
             self._segment = None
             return
-        first, voiced, _ = held
+        first, voiced, last = held
         voiced_ms = voiced * 1000 // vad.SAMPLE_RATE
         if first != self._segment:
             self._segment, self._checked_ms, self._is_speech = first, 0, False
-        if voiced_ms < self._checked_ms + CHECK_MS or (self._task is not None and not self._task.done()):
+        if self._task is not None and not self._task.done():
+            return
+        has_ended = (turns.position - last) * 1000 >= END_MS * vad.SAMPLE_RATE
+        is_new_end = has_ended and voiced_ms > self._checked_ms and voiced_ms >= MIN_WORD_MS
+        if voiced_ms < self._checked_ms + CHECK_MS and not is_new_end:
             return
         self._checked_ms = voiced_ms
-        self._task = self._spawn(self._check(first, audio(first)))
+        bar = MIN_MEAN_LOGPROB_WHOLE if has_ended else MIN_MEAN_LOGPROB
+        self._task = self._spawn(self._check(first, audio(first), bar))
 
-    async def _check(self, segment: int, audio: np.ndarray) -> None:
+    async def _check(self, segment: int, audio: np.ndarray, bar: float) -> None:
         text = await self._transcribe(audio)
+        logger.debug("barge-in check over an answer heard %r", text)
         if segment != self._segment or is_backchannel(text):
             return
         if COMMANDS.intersection(_WORD.findall(text.lower())):
             self._is_speech = True
             return
         scored = await self._score(audio, text)
-        if scored and sum(t.logprob for t in scored) / len(scored) >= MIN_MEAN_LOGPROB:
+        logger.debug("barge-in check: mean token logprob %.2f, bar %.2f", _mean(scored), bar)
+        if scored and _mean(scored) >= bar:
             self._is_speech = segment == self._segment
+
+
+def _mean(scored: list[asr.Logprob]) -> float:
+    return sum(t.logprob for t in scored) / len(scored) if scored else float("-inf")

@@ -33,8 +33,9 @@ FRAME_MS = FRAME_SAMPLES * 1000 // SAMPLE_RATE
 #: Silero's recommended hysteresis: speech ends below ``threshold - 0.15``.
 _HYSTERESIS = 0.15
 #: A held segment (``Turns.min_speech_ms``) is dropped after this much silence: long enough for
-#: the recogniser to hear a short word out ("Stop."), and to bridge the gap inside "mm-hmm".
-HOLD_GAP_MS = 400
+#: the recogniser to hear the whole sound once it ended (``barge_in.END_MS``), and to bridge the
+#: gap inside "mm-hmm".
+HOLD_GAP_MS = 600
 
 
 class Event(StrEnum):
@@ -100,7 +101,9 @@ class Turns:
     def feed(self, probability: float, num_samples: int = FRAME_SAMPLES) -> list[Turn]:
         start, self.position = self.position, self.position + num_samples
         if not self.is_speaking and (self.min_speech_ms or self._held is not None):
-            return self._hold(start, probability >= self.settings.threshold)
+            # As while speaking, a frame in the hysteresis band goes on with a held sound.
+            is_band = self._held is not None and probability >= self.settings.threshold - _HYSTERESIS
+            return self._hold(start, probability >= self.settings.threshold or is_band)
         if probability >= self.settings.threshold:
             return self._on_speech(start)
         if self.is_speaking and probability < self.settings.threshold - _HYSTERESIS:
