@@ -17,7 +17,7 @@ import pytest
 from livegen.models.cascade import asr
 from livegen.models.cascade.asr_batch import Batcher, BatchStats, Priority
 from livegen.models.voice import OutputKind, StreamConfig, TurnDetection
-from models.cascade_support import Driver, speak_as_user
+from models.cascade.support import Driver, speak_as_user
 
 pytestmark = pytest.mark.slow
 
