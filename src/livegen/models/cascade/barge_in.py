@@ -1,6 +1,6 @@
 """Whether speech over a playing answer is a real barge-in, or a cough, a click, a "mm-hmm".
 
-The check costs a real interruption 0.3-1.2 s, so it is opt-in (``is_wanted``):
+The check costs a real interruption 0.3-1.3 s, so it is opt-in (``is_wanted``):
 a session that asks for ``noise_reduction`` or ``semantic_vad`` (the mode
 chosen for fewer interruptions) gets it; any other session barges in at the
 first speech frame over an answer, as it always did (about 0.1 s).
