@@ -256,10 +256,8 @@ def summarise(trials: list[Trial]) -> dict[str, dict[str, Any]]:
 
 
 def render(summary: dict[str, dict[str, Any]], wers: dict[str, Any] | None) -> str:
-    lines = [
-        "| condition | false barge-ins: noise | backchannels | real caught | onset -> speech_started p50 |"
-    ]
-    lines.append("|---|---|---|---|---|")
+    header = "| condition | false barge-ins: noise | backchannels | real caught | onset -> started p50 |"
+    lines = [header, "|---|---|---|---|---|"] if summary else []  # ``--part wer``: no barge-in table
     for label, row in summary.items():
         p50 = row["real_detect_p50_ms"]
         lines.append(
