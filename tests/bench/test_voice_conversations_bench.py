@@ -23,11 +23,13 @@ def test_an_answer_is_correct_when_it_says_the_expected_words() -> None:
 def test_voice_conversations_bench_reports_each_level_per_detector(tmp_path: Path) -> None:
     out = tmp_path / "out.json"
     args = ["bench", "voice-conversations", "--levels", "1,2", "--turns", "1", "--stagger", "0.5"]
-    setups = ["--asr-batch", "8", "--vad", "onnx,ggml"]
+    setups = ["--asr-batch", "1,8", "--vad", "onnx,ggml"]
     result = CliRunner().invoke(main, [*args, *setups, "--json", str(out)])
     assert result.exit_code == 0, result.output
     report = json.loads(out.read_text())
-    assert [run["vad"] for run in report["runs"]] == ["onnx", "ggml"]
+    # Side by side: the old serial path (batch 1), batches of 8, then batches of 8 with the other detector.
+    setups_run = [(run["asr"]["batch"], run["vad"]) for run in report["runs"]]
+    assert setups_run == [(1, "onnx"), (8, "onnx"), (8, "ggml")]
     for run in report["runs"]:
         assert [row["conversations"] for row in run["levels"]] == [1, 2]
         for row in run["levels"]:
