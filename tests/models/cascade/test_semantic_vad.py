@@ -24,9 +24,10 @@ from openai import AsyncOpenAI
 from livegen.bench.turn_cutoffs import Paused, paused_utterance
 from livegen.errors import ConfigError
 from livegen.models.cascade import endpoint, vad
-from livegen.models.voice import TurnDetection
+from livegen.models.voice import OutputKind, StreamConfig, TurnDetection
 from livegen.server.thread import ServerThread
-from models.cascade.support import USER_VOICE, RealtimeCall
+from livegen.voice.config import SEMANTIC_SILENCE_MS
+from models.cascade.support import USER_VOICE, Driver, RealtimeCall, speak_as_user
 
 SEMANTIC = TurnDetection(silence_duration_ms=700, eagerness="auto")
 FRAME = vad.FRAME_SAMPLES
@@ -66,6 +67,15 @@ def test_a_complete_verdict_ends_the_turn_unless_the_user_went_on() -> None:
     [stopped] = turns.complete(again.sample)
     assert stopped.event is vad.Event.SPEECH_STOPPED and not turns.is_speaking
     assert turns.complete(again.sample) == []
+
+
+@pytest.mark.parametrize("eagerness", ["low", "auto", "high"])
+def test_semantic_turns_start_recognising_at_a_pause_before_asking_the_model(eagerness: str) -> None:
+    # The words heard so far are read at the check: their transcript must have been started.
+    config = TurnDetection(silence_duration_ms=SEMANTIC_SILENCE_MS[eagerness], eagerness=eagerness)
+    turns = vad.Turns(config, has_endpoint=True)
+    kinds = [e.event for e in _feed(turns, [0.9] * 20 + _silence_frames(300))]
+    assert vad.Event.PAUSE in kinds and kinds.index(vad.Event.PAUSE) <= kinds.index(vad.Event.CHECK)
 
 
 def test_without_an_end_of_turn_model_semantic_vad_is_timed_by_its_silence() -> None:
@@ -119,6 +129,46 @@ def test_without_pipecat_there_is_no_model_and_one_warning(
     with caplog.at_level(logging.WARNING, "livegen.models.cascade"):
         assert endpoint.load() is None
     assert len(caplog.records) == 1 and "semantic_vad" in caplog.records[0].getMessage()
+
+
+# -- the words --------------------------------------------------------------------------------
+
+
+class _AlwaysComplete:
+    """A test double of Smart Turn that calls every pause complete: only the words can hold it."""
+
+    async def probability(self, audio: np.ndarray) -> float:
+        return 1.0
+
+    def close(self) -> None:
+        pass
+
+
+async def _stop_after_speech_ms(cascade: Any, text: str, silence_s: float) -> int | None:
+    """Say ``text`` at the pace of speech under semantic_vad (auto), then ``silence_s`` of silence:
+    how long after the speech the turn stopped, or None if it did not."""
+    config = StreamConfig(turn_detection=TurnDetection(silence_duration_ms=700, eagerness="auto"))
+    driver = Driver(await cascade.open("words", config))
+    pcm = speak_as_user(cascade, text, lead_s=0.3, trail_s=silence_s)
+    await driver.say(1, pcm, realtime=True)
+    await asyncio.sleep(0.2)  # a verdict in flight
+    await driver.close()
+    samples = np.frombuffer(pcm, "<i2")
+    speech_end_ms = int(np.flatnonzero(np.abs(samples) > 100)[-1]) * 1000 // vad.SAMPLE_RATE
+    stops = driver.of(OutputKind.SPEECH_STOPPED)
+    return stops[0].audio_ms - speech_end_ms if stops else None
+
+
+@pytest.mark.slow
+async def test_a_pause_after_for_is_held_though_the_model_calls_it_complete(
+    cascade: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cascade, "endpointer", _AlwaysComplete())
+    # "Book a table for": the words cannot end a request; the turn waits for the user (up to 4 s).
+    assert await _stop_after_speech_ms(cascade, "Book a table for", 3.0) is None
+    # The whole sentence ends the turn at the pause, once its words are recognised.
+    ended = await _stop_after_speech_ms(cascade, "Book a table for four people.", 3.0)
+    assert ended is not None and ended < vad.MAX_WAIT_MS["auto"]
 
 
 # -- end to end ---------------------------------------------------------------------------------
