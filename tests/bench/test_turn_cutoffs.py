@@ -26,7 +26,7 @@ class _Heard(Judge):
     def _ask(self, audio: np.ndarray) -> tuple[float, float]:
         return 1.0, 0.01
 
-    def _hear(self, audio: np.ndarray) -> tuple[str, float]:
+    def _hear(self, audio: np.ndarray, recogniser: str = "") -> tuple[str, float]:
         first = len(audio) < self.first_frames * FRAME
         return ("Book a table for" if first else "Book a table for four people."), self.asr_s
 
@@ -63,3 +63,17 @@ def test_a_verdict_that_arrives_after_the_user_went_on_is_stale() -> None:
     assert cut
     cut, delay_ms = _cut_and_delay_ms(AUTO_WORDS, judge, clip)
     assert not cut and delay_ms >= 1500
+
+
+def test_the_pause_goes_where_the_first_part_ends_not_at_the_longest_silence() -> None:
+    rng = np.random.default_rng(3)
+    speech = (0.2 * rng.standard_normal(3 * vad.SAMPLE_RATE)).astype(np.float32)
+    speech[8000:8800] = 0  # 50 ms of silence where the first part ends (0.5 s)
+    speech[30000:36000] = 0  # a longer silence later
+    paused = turn_cutoffs.with_pause(speech, 600, near=8200)
+    lead = vad.SAMPLE_RATE * 3 // 10
+    assert (paused.pause_start, paused.pause_end) == (lead + 8000, lead + 8000 + 9600)
+    # A voice that runs the words together: the quietest 10 ms near the end of the first part.
+    speech[8000:8800] = 0.2 * rng.standard_normal(800)
+    speech[8160:8320] *= 0.01
+    assert turn_cutoffs.with_pause(speech, 600, near=8200).pause_start == lead + 8160

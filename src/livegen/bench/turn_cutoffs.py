@@ -15,7 +15,9 @@ Piper voice):
 
 A sentence is spoken whole and the speaker's own pause at the ellipsis is
 replaced by 600-900 ms of silence: speaking it whole keeps the rising,
-going-on melody before the pause that a person pausing mid-sentence has.
+going-on melody before the pause that a person pausing mid-sentence has. The
+pause is the silence nearest to where the first part, spoken alone, ends
+(Piper makes no silence at an ellipsis: its longest silence is elsewhere).
 
 Each utterance goes through Silero once, and its speech probabilities
 through the cascade's turn logic (``vad.Turns``) for each turn detection, as
@@ -83,6 +85,8 @@ VOICES = (
 )
 PAUSES_MS = (600, 750, 900)
 EAGERNESS = ("low", "auto", "high")
+#: A recogniser besides the server's default that hears the words (auto only).
+WORDS_BY = "whisper-base"
 SAMPLE_RATE = 16_000
 #: Below this RMS over 10 ms a synthesised voice is silent (its pauses are digital silence).
 _SILENT_RMS = 3e-3
@@ -118,11 +122,13 @@ class Mode:
     settings: Any
     #: ``semantic_vad`` also reads the words heard so far.
     words: bool = False
+    #: The recogniser that hears them ("": the server's default).
+    recogniser: str = ""
 
 
 def paused_utterance(model: Any, first: str, rest: str, voice: str, pause_ms: int) -> Paused:
-    """``first... rest`` spoken by ``voice``, its longest inner pause made ``pause_ms`` long."""
-    return with_pause(_spoken(model, f"{first}... {rest}", voice), pause_ms)
+    """``first... rest`` spoken by ``voice``, the silence after ``first`` made ``pause_ms`` long."""
+    return with_pause(_spoken(model, f"{first}... {rest}", voice), pause_ms, _first_part(model, first, voice))
 
 
 def _spoken(model: Any, text: str, voice: str) -> np.ndarray:
@@ -133,13 +139,19 @@ def _spoken(model: Any, text: str, voice: str) -> np.ndarray:
     return speech
 
 
-def with_pause(speech: np.ndarray, pause_ms: int | None) -> Paused:
-    """``speech`` after 300 ms of silence, its longest inner pause made ``pause_ms`` long (None: as is)."""
+def _first_part(model: Any, first: str, voice: str) -> int:
+    """How long ``first`` lasts spoken alone (samples): where to look for its end in the sentence."""
+    return _last_sound(_spoken(model, first, voice))
+
+
+def with_pause(speech: np.ndarray, pause_ms: int | None, near: int = 0) -> Paused:
+    """``speech`` after 300 ms of silence, the silence nearest ``near`` made ``pause_ms`` long
+    (None: no pause, the sentence as it is)."""
     lead = np.zeros(SAMPLE_RATE * 3 // 10, np.float32)
     if pause_ms is None:
         audio = np.concatenate([lead, speech]).astype(np.float32)
         return Paused(audio, len(lead), len(lead), len(lead) + _last_sound(speech))
-    start, end = _longest_gap(speech)
+    start, end = _gap_near(speech, near)
     pause = np.zeros(pause_ms * SAMPLE_RATE // 1000, np.float32)
     audio = np.concatenate([lead, speech[:start], pause, speech[end:]]).astype(np.float32)
     pause_start = len(lead) + start
@@ -153,19 +165,28 @@ def _frames_silent(audio: np.ndarray) -> np.ndarray:
     return silent
 
 
-def _longest_gap(audio: np.ndarray) -> tuple[int, int]:
-    """The longest silence with speech on both sides, in samples (start, end)."""
+def _gap_near(audio: np.ndarray, near: int) -> tuple[int, int]:
+    """The longest silence within 300 ms of ``near`` with speech on both sides (start, end), in
+    samples; where there is none, the quietest 10 ms there (a voice may run the words together:
+    Piper says "for... four" with no silence between them), as an empty gap."""
     silent = _frames_silent(audio)
+    target = near // 160
     best, index = (0, 0), 0
     while index < len(silent):
         stop = index
         while stop < len(silent) and silent[stop]:
             stop += 1
-        if index > 0 and stop < len(silent) and stop - index > best[1] - best[0]:
+        is_near = min(abs(index - target), abs(stop - target)) <= 30
+        if index > 0 and stop < len(silent) and is_near and stop - index > best[1] - best[0]:
             best = (index, stop)
         index = stop + 1
     if best == (0, 0):
-        raise ValueError("the utterance has no pause inside it")
+        frames = audio[: len(audio) // 160 * 160].reshape(-1, 160)
+        low, high = max(1, target - 30), min(len(frames) - 1, target + 30)
+        if low >= high:
+            raise ValueError("the utterance is shorter than its first part")
+        quietest = low + int(np.argmin((frames[low:high] ** 2).mean(axis=1)))
+        best = (quietest, quietest)
     return best[0] * 160, best[1] * 160
 
 
@@ -201,8 +222,8 @@ def build_set(model: Any) -> list[Clip]:
     for label, voice in VOICES:
         for group, sentences in paused:
             for first, rest in sentences:
-                speech = _spoken(model, f"{first}... {rest}", voice)
-                clips += [_clip(model, group, label, with_pause(speech, ms)) for ms in PAUSES_MS]
+                speech, near = _spoken(model, f"{first}... {rest}", voice), _first_part(model, first, voice)
+                clips += [_clip(model, group, label, with_pause(speech, ms, near)) for ms in PAUSES_MS]
         for sentence in ENDING_IN_A_PREPOSITION_OR_NUMBER:
             clips.append(_clip(model, GROUPS[2], label, with_pause(_spoken(model, sentence, voice), None)))
     return clips
@@ -220,8 +241,8 @@ class Judge:
         self._model = model
         self._smart_turn: dict[str, tuple[float, float]] = {}
         self._words: dict[str, tuple[str, float]] = {}
-        #: Seconds per recognition of the turn up to a pause.
-        self.asr_timings: list[float] = []
+        #: Seconds per recognition of the turn up to a pause, per recogniser ("": the default).
+        self.asr_timings: dict[str, list[float]] = {}
 
     def delay(self, audio: np.ndarray, check: Any, at: tuple[int, int, int], mode: Mode) -> int | None:
         """Samples after the check when a "complete" verdict arrives; None when the turn is held.
@@ -238,7 +259,7 @@ class Judge:
             return None
         if not mode.words:
             return int(model_s * SAMPLE_RATE)
-        text, asr_s = self._hear(audio[turn_start:pause_at])
+        text, asr_s = self._hear(audio[turn_start:pause_at], mode.recogniser)
         if incomplete.holds(text):
             return None
         words_at = pause_at + int(asr_s * SAMPLE_RATE)
@@ -251,13 +272,15 @@ class Judge:
             self._smart_turn[key] = (endpointer.probability_now(audio), endpointer.timings[-1])
         return self._smart_turn[key]
 
-    def _hear(self, audio: np.ndarray) -> tuple[str, float]:
-        key = hashlib.sha1(audio.tobytes()).hexdigest()
+    def _hear(self, audio: np.ndarray, recogniser: str = "") -> tuple[str, float]:
+        from livegen.models.cascade import asr
+
+        key = recogniser + hashlib.sha1(audio.tobytes()).hexdigest()
         if key not in self._words:
             started = time.perf_counter()
-            text = self._model.transcribe_now(audio)
-            self.asr_timings.append(time.perf_counter() - started)
-            self._words[key] = (text, self.asr_timings[-1])
+            text = self._model.transcribe_now(audio, asr.Options(recogniser))
+            self.asr_timings.setdefault(recogniser, []).append(time.perf_counter() - started)
+            self._words[key] = (text, self.asr_timings[recogniser][-1])
         return self._words[key]
 
 
@@ -300,6 +323,8 @@ def modes() -> list[Mode]:
             Mode(f"semantic_vad {eagerness}", settings),
             Mode(f"semantic_vad {eagerness} +words", settings, True),
         ]
+        if eagerness == "auto":  # the words are only as good as the recogniser: a session may pick another
+            found.append(Mode(f"semantic_vad auto +words ({WORDS_BY})", settings, True, WORDS_BY))
     return found
 
 
@@ -319,7 +344,8 @@ def measure(model: Any) -> dict[str, Any]:
     for mode in modes():
         results["modes"][mode.name], delays[mode.name] = _mode(clips, mode, judge)
     _add_extra_delays(results["modes"], delays, clips)
-    results |= _timings("endpoint", model.endpointer.timings) | _timings("asr", judge.asr_timings)
+    results |= _timings("endpoint", model.endpointer.timings) | _timings("asr", judge.asr_timings.get("", []))
+    results |= _timings(f"asr_{WORDS_BY}", judge.asr_timings.get(WORDS_BY, []))
     return results
 
 
@@ -388,20 +414,23 @@ def render(results: dict[str, Any]) -> list[str]:
         f"mid-sentence. Smart Turn p50 {results['endpoint_ms_per_call_p50']:.1f} ms, "
         f"p95 {results['endpoint_ms_per_call_p95']:.1f} ms per call ({results['endpoint_calls']} calls); "
         f"{results['recogniser']} up to the pause p50 {results['asr_ms_per_call_p50']:.0f} ms, "
-        f"p95 {results['asr_ms_per_call_p95']:.0f} ms ({results['asr_calls']} calls)",
-        f"  {'mode':<26}{'cut (paused)':>13}{'vs server':>10}  cut early by voice (paused)",
+        f"p95 {results['asr_ms_per_call_p95']:.0f} ms ({results['asr_calls']} calls), {WORDS_BY} "
+        f"p50 {results[f'asr_{WORDS_BY}_ms_per_call_p50']:.0f} ms ({results[f'asr_{WORDS_BY}_calls']} calls)",
+        f"  {'mode':<40}{'cut (paused)':>13}{'vs server':>10}  cut early by voice (paused)",
     ]
     for mode, row in results["modes"].items():
         by_voice = "  ".join(f"{share:.2f}" for share in row["cut_share_paused_by_voice"].values())
         lines.append(
-            f"  {mode:<26}{row['cut_share_paused']:13.3f}{row['cut_ratio_to_server_vad']:10.2f}  {by_voice}"
+            f"  {mode:<40}{row['cut_share_paused']:13.3f}{row['cut_ratio_to_server_vad']:10.2f}  {by_voice}"
         )
     for group in results["by_group"]:
-        lines.append(f"  {group}: {'cut':>6}{'end p50':>10}{'p95':>8}{'extra p50':>11}{'at max wait':>13}")
+        lines.append(
+            f"  {group + ':':<42}{'cut':>6}{'end p50':>10}{'p95':>8}{'extra p50':>11}{'at max wait':>13}"
+        )
         for mode, row in results["modes"].items():
             cell = row["by_group"][group]
             lines.append(
-                f"    {mode:<26}{cell['cut_share']:6.3f}{cell['end_delay_ms_p50']:8.0f}ms"
+                f"    {mode:<40}{cell['cut_share']:6.3f}{cell['end_delay_ms_p50']:8.0f}ms"
                 f"{cell['end_delay_ms_p95']:6.0f}ms{cell['extra_end_delay_ms_p50']:9.0f}ms"
                 f"{_share(cell['end_at_max_wait_share']):>13}"
             )
