@@ -203,7 +203,7 @@ async def _turns(server: ServerThread, detection: dict[str, Any], paused: Paused
         await call.wait_for("session.updated")
         call.say(_wire(paused))
         deadline = asyncio.get_running_loop().time() + 90
-        while not any("table" in e.transcript.lower() for e in call.of(TRANSCRIBED)):
+        while not any(_second_part(e.transcript) for e in call.of(TRANSCRIBED)):
             if asyncio.get_running_loop().time() > deadline:
                 raise AssertionError(f"the sentence's end was not heard: {_heard(call)}")
             await asyncio.sleep(0.05)
@@ -213,6 +213,12 @@ async def _turns(server: ServerThread, detection: dict[str, Any], paused: Paused
 
 def _heard(call: RealtimeCall) -> str:
     return "; ".join(f"{e.type} {getattr(e, 'transcript', '')}" for e in call.events if "delta" not in e.type)
+
+
+def _second_part(transcript: str) -> bool:
+    """Whether the words after the pause were heard: tiny.en hears espeak's "book a table" as
+    "welcome table" or "we'll enable" (espeak-ng varies its voice from call to call)."""
+    return any(word in transcript.lower() for word in ("table", "people"))
 
 
 @pytest.fixture
@@ -226,11 +232,11 @@ async def test_semantic_vad_holds_a_mid_sentence_pause_that_server_vad_cuts(
 ) -> None:
     server_vad = await _turns(voice_server, {"type": "server_vad"}, pizza)
     first, second = [e.transcript.lower() for e in server_vad.of(TRANSCRIBED)]
-    assert "like" in first and "table" not in first and "table" in second
+    assert "like" in first and not _second_part(first) and _second_part(second)
 
     semantic = await _turns(voice_server, {"type": "semantic_vad", "eagerness": "auto"}, pizza)
     [whole] = [e.transcript.lower() for e in semantic.of(TRANSCRIBED)]
-    assert "like" in whole and "table" in whole
+    assert "like" in whole and _second_part(whole)
     # The sentence's real end still ends the turn: the model hears it, well before the maximum wait.
     [started] = semantic.of("input_audio_buffer.speech_started")
     [stopped] = semantic.of("input_audio_buffer.speech_stopped")
