@@ -20,13 +20,27 @@ def test_an_answer_is_correct_when_it_says_the_expected_words() -> None:
 
 def test_voice_conversations_bench_reports_each_level(tmp_path: Path) -> None:
     out = tmp_path / "out.json"
-    args = ["bench", "voice-conversations", "--levels", "1,2", "--turns", "1", "--stagger", "0.5"]
+    args = [
+        "bench",
+        "voice-conversations",
+        "--levels",
+        "1,2",
+        "--turns",
+        "1",
+        "--stagger",
+        "0.5",
+        "--asr-batch",
+        "1,8",
+    ]
     result = CliRunner().invoke(main, [*args, "--json", str(out)])
     assert result.exit_code == 0, result.output
     report = json.loads(out.read_text())
-    assert [row["conversations"] for row in report["levels"]] == [1, 2]
-    for row in report["levels"]:
-        assert row["turns"] == row["conversations"]
-        assert row["unanswered"] == 0 and row["turn_p50_ms"] > 0
-        assert row["correct_share"] > 0  # the embedded cascade answers its arithmetic and repeats
-    assert report["max_conversations"] in (0, 1, 2)
+    # One run per recognition set-up, side by side: the old serial path (batch 1), then batches of 8.
+    assert [run["asr"]["batch"] for run in report["runs"]] == [1, 8]
+    for run in report["runs"]:
+        assert [row["conversations"] for row in run["levels"]] == [1, 2]
+        for row in run["levels"]:
+            assert row["turns"] == row["conversations"]
+            assert row["unanswered"] == 0 and row["turn_p50_ms"] > 0
+            assert row["correct_share"] > 0  # the embedded cascade answers its arithmetic and repeats
+        assert run["max_conversations"] in (0, 1, 2)

@@ -88,3 +88,13 @@ def test_the_header_or_the_subprotocol_asks_for_beta() -> None:
     assert wants_beta({}, ["realtime", "openai-beta.realtime-v1"])
     assert not wants_beta({"openai-beta": "assistants=v2"}, ["realtime"])
     assert not wants_beta({}, [])
+
+
+def test_noise_reduction_is_a_flat_beta_field_while_it_is_on() -> None:
+    session = Config(model="m", noise_reduction="far_field").to_object("sess_1")
+    beta = ev.as_dict(to_beta(ev.SessionCreated(session=session)))["session"]
+    assert beta["input_audio_noise_reduction"] == {"type": "far_field"}
+    assert beta["audio"]["input"]["noise_reduction"] == {"type": "far_field"}
+    off = ev.as_dict(to_beta(ev.SessionCreated(session=Config(model="m").to_object("sess_1"))))["session"]
+    assert "input_audio_noise_reduction" not in off  # as beta sessions were sent before it was honoured
+    assert off["audio"]["input"]["noise_reduction"] is None

@@ -114,13 +114,18 @@ async def test_a_call_talks_over_the_track_and_the_data_channel(
         await caller.connect()
         await caller.event("session.created")
         await caller.event("session.updated")  # the key's configuration: manual turns
+        speaking = time.monotonic()
         caller.microphone.say(tone_pcm(1000))
         await caller.microphone.drained.wait()
         await asyncio.sleep(0.3)  # the jitter buffer and the last append
         caller.send({"type": "input_audio_buffer.commit"})
+        spoken_ms = (time.monotonic() - speaking) * 1000
         transcript = await caller.event("conversation.item.input_audio_transcription.completed")
         heard_ms = int(transcript["transcript"].split()[0])
-        assert 900 <= heard_ms <= 1400  # the second of speech reached the model through Opus
+        # The second of speech reached the model through Opus, and the track (which goes on with silence
+        # in real time) carried no more than the time that passed: nothing twice. A busy machine
+        # stretches that time, so the bound is the time measured, not a constant.
+        assert 900 <= heard_ms <= spoken_ms + 200, (heard_ms, spoken_ms)
         asked = time.monotonic()
         caller.send({"type": "response.create"})
         started = await caller.event("output_audio_buffer.started")

@@ -109,3 +109,34 @@ def test_sample_rates_that_disagree_or_cannot_be_are_refused(session: dict[str, 
     with pytest.raises(InvalidRequest) as refused:
         _apply(Config(), session)
     assert refused.value.param == param
+
+
+def test_noise_reduction_and_include_reach_the_model_and_an_update_is_partial() -> None:
+    config = _apply(Config(), {"audio": {"input": {"noise_reduction": {"type": "near_field"}}}})
+    assert config.stream_config().noise_reduction == "near_field"
+    assert not config.stream_config().transcription_logprobs
+    config = _apply(config, {"include": ["item.input_audio_transcription.logprobs"]})
+    assert config.stream_config().transcription_logprobs
+    assert config.stream_config().noise_reduction == "near_field"  # left out: kept
+    config = _apply(config, {"input_audio_noise_reduction": {"type": "far_field"}})  # beta spelling
+    assert config.stream_config().noise_reduction == "far_field"
+    config = _apply(config, {"input_audio_noise_reduction": None, "include": None})
+    assert config.stream_config().noise_reduction == ""
+    assert not config.stream_config().transcription_logprobs
+
+
+@pytest.mark.parametrize(
+    ("session", "code", "param"),
+    [
+        ({"audio": {"input": {"noise_reduction": {"type": "studio"}}}}, "invalid_value", "type"),
+        ({"audio": {"input": {"noise_reduction": {}}}}, "missing_required_parameter", "type"),
+        ({"include": ["item.input_audio_transcription.logprobs", "x"]}, "invalid_value", "include[1]"),
+    ],
+)
+def test_bad_noise_reduction_or_include_is_refused_and_leaves_the_config(
+    session: dict[str, object], code: str, param: str
+) -> None:
+    before = Config(noise_reduction="far_field")
+    with pytest.raises(InvalidRequest) as caught:
+        _apply(before, session)
+    assert caught.value.code == code and str(caught.value.param).endswith(param)

@@ -143,3 +143,19 @@ def test_beta_transcription_session_update_is_a_session_update_of_a_transcriptio
     assert type_of(beta.to_beta(updated)) == "transcription_session.updated"
     realtime = SessionUpdated(session=Config(model="m").to_object("s"))
     assert type_of(beta.to_beta(realtime)) == "session.updated"
+
+
+@pytest.mark.parametrize("logprobs", [None, ({"token": " Hi", "logprob": -0.25, "bytes": [32, 72, 105]},)])
+def test_a_completed_transcript_carries_logprobs_only_when_the_model_sent_them(logprobs: Any) -> None:
+    session = new_session({"type": "server_vad", "create_response": False})
+    drive(session.receive, wire.AudioAppend(audio=base64.b64encode(bytes(RATE)).decode()), 0.1)
+    [(_, started)] = sent(drive(session.on_output, output(OutputKind.SPEECH_STARTED, audio_ms=100), 0.2))
+    item_id = started["item_id"]
+    sent(drive(session.on_output, output(OutputKind.SPEECH_STOPPED, audio_ms=900), 0.9))
+    done = output(OutputKind.TRANSCRIPT_DONE, item_id=item_id, text="Hi", logprobs=logprobs)
+    [(kind, event)] = sent(drive(session.on_output, done, 1.0))
+    assert kind == "conversation.item.input_audio_transcription.completed"
+    if logprobs is None:
+        assert "logprobs" not in event  # as before include was honoured
+    else:
+        assert event["logprobs"] == list(logprobs)

@@ -317,6 +317,23 @@ class VoiceCore(RuleBasedStateMachine):
             )
         )
 
+    @rule(
+        reduction=st.sampled_from([None, "near_field", "far_field", "studio"]),
+        include=st.sampled_from([[], ["item.input_audio_transcription.logprobs"], ["item.content"]]),
+    )
+    def hearing_update(self, reduction: str | None, include: list[str]) -> None:
+        """noise_reduction and include: a bad one is refused whole (``client``), a good one echoed."""
+        noise = None if reduction is None else {"type": reduction}
+        num_sent = len(self.sent)
+        self.client(wire.session_update({"include": include, "audio": {"input": {"noise_reduction": noise}}}))
+        updated = [e for e in self.sent[num_sent:] if e["type"] == "session.updated"]
+        if reduction == "studio" or include == ["item.content"] or self.is_terminal_sent:
+            assert not updated
+        else:
+            [event] = updated
+            assert event["session"]["audio"]["input"]["noise_reduction"] == noise
+            assert event["session"].get("include", []) == include
+
     @rule()
     def bad_session_update(self) -> None:
         self.client(wire.session_update({"audio": {"input": {"format": {"type": "audio/opus"}}}}))

@@ -70,6 +70,8 @@ class VoiceOutput:
     name: str = ""
     #: For ``RESPONSE_DONE``: token counts as the language model reported them (``Usage``), if any.
     usage: Usage | None = None
+    #: For ``TRANSCRIPT_DONE`` when asked for: OpenAI's ``logprobs`` entries ({token, logprob, bytes}).
+    logprobs: tuple[Mapping[str, Any], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,10 @@ class StreamConfig:
     transcription_language: str = ""
     #: Context for the recogniser: names, spellings, the previous sentence.
     transcription_prompt: str = ""
+    #: "near_field" or "far_field": denoise the input before VAD and recognition; "" off.
+    noise_reduction: str = ""
+    #: Transcription outputs carry token log probabilities (``include`` asked for them).
+    transcription_logprobs: bool = False
 
 
 @dataclass(frozen=True)

@@ -34,12 +34,18 @@ from livegen.protocol.audio import (
     format_of,
     parse_format,
 )
-from livegen.protocol.errors import INVALID_TYPE, INVALID_VALUE, UNSUPPORTED_TURN_DETECTION
+from livegen.protocol.errors import (
+    INVALID_TYPE,
+    INVALID_VALUE,
+    MISSING_REQUIRED_PARAMETER,
+    UNSUPPORTED_TURN_DETECTION,
+)
 from livegen.protocol.realtime.fields import (
     AudioFormatShape,
     AudioInputShape,
     AudioOutputShape,
     AudioShape,
+    NoiseReductionShape,
     SessionShape,
     TranscriptionShape,
     TurnDetectionShape,
@@ -50,6 +56,7 @@ from livegen.protocol.realtime.session import (
     AnySessionObject,
     AudioInputObject,
     AudioOutputObject,
+    NoiseReductionObject,
     SemanticVadObject,
     ServerVadObject,
     SessionAudio,
@@ -67,6 +74,10 @@ T = TypeVar("T")
 #: ``semantic_vad`` where the model has no end-of-turn model (the cascade has one): its eagerness
 #: picks how long a silence ends the turn ("low" waits longer for the user to go on).
 SEMANTIC_SILENCE_MS = {"low": 1200, "medium": 700, "auto": 700, "high": 350}
+#: OpenAI's ``noise_reduction.type`` values (``models/cascade/denoise.py`` says how each is tuned).
+NOISE_REDUCTION_TYPES = ("near_field", "far_field")
+#: The one ``include`` value: transcription events carry ``logprobs``.
+LOGPROBS = "item.input_audio_transcription.logprobs"
 #: The ``idle_timeout_ms`` livegen takes (the wire decoder checks the same range first).
 IDLE_TIMEOUT_MS = (100, 3_600_000)
 
@@ -117,6 +128,10 @@ class Config:
     transcription_prompt: str = ""
     #: "realtime", or "transcription": audio in, transcripts out, no responses.
     session_type: str = "realtime"
+    #: ``audio.input.noise_reduction.type`` ("near_field", "far_field"), or None: off.
+    noise_reduction: str | None = None
+    #: ``include``: extra fields asked for (``item.input_audio_transcription.logprobs``).
+    include: tuple[str, ...] = ()
 
     @property
     def is_transcription(self) -> bool:
@@ -136,6 +151,8 @@ class Config:
             transcription_prompt=self.transcription_prompt,
             tools=() if self.tool_choice == "none" else tuple(t.to_chat() for t in self.tools),
             tool_choice=fn.chat_tool_choice(self.tool_choice),
+            noise_reduction=self.noise_reduction or "",
+            transcription_logprobs=LOGPROBS in self.include,
         )
 
     def _transcription_object(self) -> TranscriptionObject | None:
@@ -154,12 +171,14 @@ class Config:
             format_object(self.input_format),
             None if vad is None else vad.to_object(),
             self._transcription_object(),
+            None if self.noise_reduction is None else NoiseReductionObject(self.noise_reduction),
         )
 
     def to_object(self, session_id: str) -> AnySessionObject:
         """The session object (``session.created``, ``session.updated``)."""
         if self.is_transcription:  # GA's transcription session: input audio settings only
-            return TranscriptionSessionObject(id=session_id, audio=TranscriptionAudio(self._input_object()))
+            audio = TranscriptionAudio(self._input_object())
+            return TranscriptionSessionObject(id=session_id, audio=audio, include=list(self.include))
         output = AudioOutputObject(format_object(self.output_format), self.voice)
         return SessionObject(
             id=session_id,
@@ -170,6 +189,7 @@ class Config:
             tools=[t.to_wire() for t in self.tools],
             tool_choice=fn.choice_to_wire(self.tool_choice),
             truncation=_truncation_to_wire(self.truncation),
+            include=list(self.include) if self.include else UNSET,
         )
 
     def to_wire(self, session_id: str) -> dict[str, Any]:
@@ -295,9 +315,46 @@ def apply_update(config: Config, session: SessionShape) -> Config:
             updates["transcription_language"] = transcription.language or ""
             updates["transcription_prompt"] = transcription.prompt or ""
     updates.update(_tool_updates(config, session))
+    updates.update(_hearing_updates(session, audio_in))
     if session.truncation is not UNSET:
         updates["truncation"] = parse_truncation(session.truncation, "session.truncation")
     return replace(config, **updates)
+
+
+def _hearing_updates(session: SessionShape, audio_in: AudioInputShape) -> dict[str, Any]:
+    """``noise_reduction`` (GA and beta spellings) and ``include``, where the update names them."""
+    updates: dict[str, Any] = {}
+    for param, reduction in (
+        ("session.audio.input.noise_reduction", audio_in.noise_reduction),
+        ("session.input_audio_noise_reduction", session.input_audio_noise_reduction),
+    ):
+        if reduction is not UNSET:
+            updates["noise_reduction"] = _noise_reduction(reduction, f"{param}.type")
+    if session.include is not UNSET:
+        include = session.include or []  # null: nothing extra, as an empty list
+        for index, name in enumerate(include):
+            _one_of(name, (LOGPROBS,), f"session.include[{index}]")
+        updates["include"] = tuple(dict.fromkeys(include))
+    return updates
+
+
+def _noise_reduction(value: NoiseReductionShape | None, param: str) -> str | None:
+    """The type of a ``noise_reduction`` object (``param`` names its type), or None: off."""
+    if value is None:
+        return None
+    if value.type is UNSET:
+        raise MISSING_REQUIRED_PARAMETER.error(name=param, param=param)
+    return _one_of(value.type, NOISE_REDUCTION_TYPES, param)
+
+
+def _one_of(value: str, supported: tuple[str, ...], param: str) -> str:
+    """``value`` if it is one of ``supported``; else OpenAI's ``invalid_value`` for an enum."""
+    if value not in supported:
+        names = [f"'{name}'" for name in supported]  # as OpenAI lists them: 'a', 'b', and 'c'
+        listed = " and ".join(names) if len(names) < 3 else ", ".join(names[:-1]) + f", and {names[-1]}"
+        detail = f"Invalid value: '{value}'. Supported values are: {listed}."
+        raise INVALID_VALUE.error(detail=detail, param=param)
+    return value
 
 
 def _identity_updates(config: Config, session: SessionShape) -> dict[str, Any]:

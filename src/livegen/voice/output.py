@@ -17,6 +17,8 @@ import base64
 from collections.abc import Callable
 from typing import Any
 
+from msgspec import UNSET
+
 from livegen.models.voice import OutputKind, VoiceOutput
 from livegen.protocol.audio import pcm_ms
 from livegen.protocol.errors import (
@@ -296,6 +298,7 @@ class Speaker:
                     content_index=0,
                     transcript=output.text,
                     usage={"type": "duration", "seconds": 0},
+                    logprobs=UNSET if output.logprobs is None else [dict(e) for e in output.logprobs],
                 )
             )
         ]

@@ -87,3 +87,21 @@ def test_a_forced_prefix_starts_the_transcript_and_whisper_goes_on_from_it(casca
     audio = _samples(speak_as_user(cascade, "What is the date today?", trail_s=0.3))
     text = cascade.recognizer.transcribe(audio, prefix="What is the plate").text
     assert text.startswith("What is the plate") and "today" in text.lower(), text
+
+
+def test_logprobs_score_each_token_of_a_transcript_and_the_right_words_score_higher(cascade: Any) -> None:
+    audio = _samples(speak_as_user(cascade, "What time is it?", trail_s=0.3))
+    recognizer = cascade.recognizer
+    text = recognizer.transcribe(audio).text
+    scored = recognizer.logprobs(audio, text)
+    assert "".join(entry.token for entry in scored).strip() == text
+    assert all(entry.logprob <= 0 for entry in scored)
+    wire = scored[0].to_wire()
+    assert bytes(wire["bytes"]).decode() == wire["token"]
+    wrong = recognizer.logprobs(audio, "Purple elephants dance slowly.")
+
+    def mean(entries: list[asr.Logprob]) -> float:
+        return sum(entry.logprob for entry in entries) / len(entries)
+
+    assert mean(scored) > mean(wrong) + 1.0
+    assert recognizer.logprobs(audio, "  ") == []

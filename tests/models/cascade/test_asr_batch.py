@@ -17,7 +17,7 @@ import pytest
 from livegen.models.cascade import asr
 from livegen.models.cascade.asr_batch import Batcher, BatchStats, Priority
 from livegen.models.voice import OutputKind, StreamConfig, TurnDetection
-from models.cascade_support import Driver, speak_as_user
+from models.cascade.support import Driver, speak_as_user
 
 pytestmark = pytest.mark.slow
 
@@ -79,6 +79,26 @@ def test_finals_go_before_captions_and_a_cancelled_decode_is_dropped(
     assert order == ["final", "final", "caption"]
     assert batcher.stats.num_cancelled == 1
     assert sum(size * count for size, count in batcher.stats.sizes.items()) == 3
+
+
+def test_scorings_share_a_call_never_one_with_decodes_and_score_as_alone(
+    cascade: Any, spoken: list[np.ndarray]
+) -> None:
+    """Transcript logprobs (and the barge-in gate's check) go through the queue like finals."""
+    recognizer = cascade.recognizer
+    texts = [recognizer.transcribe(audio).text for audio in spoken]
+    alone = [recognizer.logprobs(audio, text) for audio, text in zip(spoken, texts, strict=True)]
+    batcher = Batcher(cascade.recognizer_for, stats=BatchStats())
+    scorings = [batcher.submit_score(a, t, asr.Options()) for a, t in zip(spoken, texts, strict=True)]
+    decode = batcher.submit(spoken[0], asr.Options())
+    batcher.start()
+    together = [future.result(timeout=120) for future in scorings]
+    assert decode.result(timeout=120) == texts[0]
+    batcher.close()
+    assert dict(batcher.stats.sizes) == {len(spoken): 1, 1: 1}
+    for one, many in zip(alone, together, strict=True):
+        assert [entry.token for entry in many] == [entry.token for entry in one]
+        assert [entry.logprob for entry in many] == pytest.approx([entry.logprob for entry in one], abs=0.1)
 
 
 def test_a_caption_that_waited_too_long_is_dropped_a_final_never(

@@ -13,7 +13,7 @@ import pytest
 
 from livegen.models.cascade import assets, silero_onnx, vad
 from livegen.models.voice import TurnDetection
-from models.cascade_support import speak_as_user
+from models.cascade.support import speak_as_user
 
 pytestmark = pytest.mark.slow
 

@@ -27,7 +27,7 @@ from livegen.models.voice import (
     VoiceModel,
     VoiceStream,
 )
-from models.cascade.support import ChatServer, Driver, heard, speak_as_user
+from models.cascade.support import ChatServer, Driver, heard, speak_afresh, speak_as_user
 
 pytestmark = pytest.mark.slow
 
@@ -121,8 +121,8 @@ async def test_client_commits_turns_without_server_vad(cascade: Any) -> None:
 
 
 async def test_a_long_turn_is_transcribed_in_pieces_while_it_is_spoken(cascade: Any) -> None:
-    part_one = speak_as_user(cascade, "Repeat after me, my name is John.", 0.2, 0.35)
-    part_two = speak_as_user(cascade, "And then it goes to sleep.", 0.0, 1.0)
+    part_one = speak_afresh("Repeat after me, my name is John.", 0.2, 0.35)
+    part_two = speak_afresh("And then it goes to sleep.", 0.0, 1.0)
     stream = await cascade.open("s4", StreamConfig())
     driver = Driver(stream)
     settled = cascade.stats.num_settled

@@ -58,7 +58,7 @@ class RunnerHarness:
         return [error["code"] for error in self.errors(session_id)]
 
 
-async def until(condition: Any, timeout_s: float = 5.0) -> None:
+async def until(condition: Any, timeout_s: float = 15.0) -> None:
     async with asyncio.timeout(timeout_s):
         while not condition():  # noqa: ASYNC110 - polls state that several tasks change
             await asyncio.sleep(0.005)

@@ -24,6 +24,7 @@ call, which ``asr_batch.Batcher`` uses to serve many sessions at once.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,6 +45,17 @@ _MIN_TOKENS = 16
 _WORD = re.compile(r"[\w']+")
 #: How much of a client's ``prompt`` is given to Whisper, in tokens (its context holds 224).
 MAX_PROMPT_TOKENS = 100
+
+
+@dataclass(frozen=True)
+class Logprob:
+    """One token of a transcript and Whisper's log probability of it (OpenAI's ``logprobs`` entry)."""
+
+    token: str
+    logprob: float
+
+    def to_wire(self) -> dict[str, object]:
+        return {"token": self.token, "logprob": self.logprob, "bytes": list(self.token.encode())}
 
 
 @dataclass(frozen=True)
@@ -259,6 +271,39 @@ class Recognizer:
             :, : window_s * _FRAMES_PER_SECOND
         ]
         return features
+
+    def logprobs(self, audio: np.ndarray, text: str, language: str = "") -> list[Logprob]:
+        """Each token of ``text`` with the log probability Whisper gives it after the tokens before it,
+        hearing ``audio`` (its first 30 s): OpenAI's transcription ``logprobs``, for any transcript,
+        however it was put together (settled pieces, live captions)."""
+        return self.logprobs_batch([audio], [text], language)[0]
+
+    def logprobs_batch(
+        self, audios: list[np.ndarray], texts: list[str], language: str = ""
+    ) -> list[list[Logprob]]:
+        """``logprobs`` of each (audio, text) pair, one alignment pass for all (CTranslate2's
+        ``align`` forces the text's tokens and reports the probability of each)."""
+        import ctranslate2
+
+        audios = [audio[: WINDOWS_S[-1] * SAMPLE_RATE] for audio in audios]
+        scored = [i for i, text in enumerate(texts) if text.strip()]
+        results: list[list[Logprob]] = [[] for _ in texts]
+        if not scored:
+            return results
+        window = max(window_for(len(audios[i]) / SAMPLE_RATE) for i in scored)
+        tokenizer = self._tokenizer(language)
+        tokens = [tokenizer.encode(" " + texts[i].strip()) for i in scored]
+        features = np.stack([self._features(audios[i], window) for i in scored])
+        encoded = self._whisper.model.encode(ctranslate2.StorageView.from_array(features))
+        start = [*tokenizer.sot_sequence, tokenizer.no_timestamps]
+        frames = [max(1, len(audios[i]) * _FRAMES_PER_SECOND // SAMPLE_RATE) for i in scored]
+        aligned = self._whisper.model.align(encoded, start, tokens, frames)
+        for i, ids, result in zip(scored, tokens, aligned, strict=True):
+            results[i] = [
+                Logprob(tokenizer.decode([token]), math.log(max(probability, 1e-30)))
+                for token, probability in zip(ids, result.text_token_probs, strict=False)
+            ]
+        return results
 
 
 def _joined(prefix: str, rest: str) -> str:

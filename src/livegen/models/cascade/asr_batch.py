@@ -9,6 +9,10 @@ them with ``asr.Recognizer.transcribe_batch``. A batch of eight costs about
 as much as two decodes alone on two cores, so under load the wait no longer
 grows with the number of sessions in the queue.
 
+Scoring a transcript's tokens (``asr.Recognizer.logprobs``: transcription
+``logprobs``, the barge-in gate's check) goes through the same queue as a
+final, batched with other scorings that share a call, never with decodes.
+
 A final is never dropped. A caption is only a guess that the next one will
 redo with more audio, so a caption that waited longer than ``caption_stale_s``
 is cancelled rather than decoded (the stream's caption task ends as when the
@@ -31,6 +35,7 @@ from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import Any
 
 import numpy as np
 
@@ -54,15 +59,20 @@ class Request:
     audio: np.ndarray
     options: asr.Options
     priority: Priority
-    future: concurrent.futures.Future[str]
+    #: A ``str`` (the transcript), or for a scoring the ``asr.Logprob`` list.
+    future: concurrent.futures.Future[Any]
     queued_at: float
+    #: Set for a scoring: the transcript whose tokens are scored against ``audio``.
+    text: str | None = None
 
     @property
-    def key(self) -> tuple[str, str, str, int]:
+    def key(self) -> tuple[bool, str, str, str, int]:
         """What items of one Whisper call must share."""
         seconds = len(self.audio) / asr.SAMPLE_RATE
+        if self.text is not None:  # a scoring reads the first 30 s of any audio, with no prompt
+            return (True, self.options.model, self.options.language, "", asr.window_for(seconds))
         window = asr.window_for(seconds) if seconds <= asr.WINDOWS_S[-1] else -1
-        return (self.options.model, self.options.language, self.options.prompt, window)
+        return (False, self.options.model, self.options.language, self.options.prompt, window)
 
 
 @dataclass
@@ -117,6 +127,20 @@ class Batcher:
                 future.cancel()
                 return future
             self._queues[priority].append(Request(audio, options, priority, future, time.perf_counter()))
+            self._ready.notify()
+        return future
+
+    def submit_score(
+        self, audio: np.ndarray, text: str, options: asr.Options
+    ) -> concurrent.futures.Future[Any]:
+        """Score ``text``'s tokens against ``audio`` (a list of ``asr.Logprob``), as urgently as a final."""
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        with self._ready:
+            if self._is_closed:
+                future.cancel()
+                return future
+            request = Request(audio, options, Priority.FINAL, future, time.perf_counter(), text)
+            self._queues[Priority.FINAL].append(request)
             self._ready.notify()
         return future
 
@@ -187,9 +211,14 @@ class Batcher:
         head = batch[0].options
         try:
             recognizer = self._recognizer_for(head.model)
-            transcripts = recognizer.transcribe_batch(
-                [r.audio for r in batch], head.language, head.prompt, [r.options.prefix for r in batch]
-            )
+            if batch[0].text is not None:
+                texts = [r.text or "" for r in batch]
+                results: list[Any] = recognizer.logprobs_batch([r.audio for r in batch], texts, head.language)
+            else:
+                transcripts = recognizer.transcribe_batch(
+                    [r.audio for r in batch], head.language, head.prompt, [r.options.prefix for r in batch]
+                )
+                results = [t.text for t in transcripts]
         except Exception as exc:  # every session waiting on it hears of it, the workers go on
             logger.warning("speech recognition of a batch of %d failed: %s", len(batch), exc)
             for request in batch:
@@ -199,7 +228,7 @@ class Batcher:
         self.stats.sizes[len(batch)] += 1
         self.stats.waits.extend(started - r.queued_at for r in batch)
         self.stats.computes.append(seconds)
-        for request, transcript in zip(batch, transcripts, strict=True):
-            if self._record is not None:
+        for request, result in zip(batch, results, strict=True):
+            if self._record is not None and request.text is None:
                 self._record(recognizer.name, len(request.audio) / asr.SAMPLE_RATE, seconds / len(batch))
-            request.future.set_result(transcript.text)
+            request.future.set_result(result)

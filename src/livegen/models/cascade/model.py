@@ -144,6 +144,19 @@ class CascadeModel:
             return await loop.run_in_executor(self._asr_thread, now)
         return await asyncio.wrap_future(self.batcher.submit(audio, options or asr.Options(), priority))
 
+    async def logprobs(self, audio: np.ndarray, text: str, options: asr.Options) -> list[asr.Logprob]:
+        """``text``'s tokens scored against ``audio`` by the session's recogniser: through the
+        batcher's queue like a final, or on the serial path's one thread."""
+        if self.batcher is not None:
+            future = self.batcher.submit_score(audio, text, options)
+            scored: list[asr.Logprob] = await asyncio.wrap_future(future)
+            return scored
+
+        def score() -> list[asr.Logprob]:
+            return self.recognizer_for(options.model).logprobs(audio, text, options.language)
+
+        return await asyncio.get_running_loop().run_in_executor(self._asr_thread, score)
+
     def transcribe_now(self, audio: np.ndarray, options: asr.Options | None = None) -> str:
         options = options or asr.Options()
         started = time.perf_counter()

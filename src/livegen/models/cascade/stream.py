@@ -30,14 +30,25 @@ import concurrent.futures
 import contextlib
 import functools
 import logging
-from collections.abc import AsyncIterator, Coroutine, Sequence
+from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from livegen.errors import CapacityExceeded, InvalidRequest, InvalidState, ModelError
-from livegen.models.cascade import asr, captions, endpoint, incomplete, llm, replies, tts, vad
+from livegen.models.cascade import (
+    asr,
+    barge_in,
+    captions,
+    denoise,
+    endpoint,
+    incomplete,
+    llm,
+    replies,
+    tts,
+    vad,
+)
 from livegen.models.cascade.asr_batch import Priority
 from livegen.models.cascade.tts import Speech, SynthesisError
 from livegen.models.voice import (
@@ -148,6 +159,10 @@ class Stream:
         self._caption: captions.Agreement | None = None
         self._caption_at = 0
         self._caption_task: asyncio.Task[None] | None = None
+        #: The session's noise reduction (None: off) and its check of speech over an answer.
+        self._denoiser = denoise.for_session(None, config.noise_reduction)
+        self._gate = barge_in.Gate(self._transcribe, self._score, self._spawn)
+        self._gate.is_on = barge_in.is_wanted(config)
 
     # -- the VoiceStream calls -------------------------------------------------------------------
 
@@ -159,7 +174,11 @@ class Stream:
             raise CapacityExceeded(
                 f"more than {MAX_BUFFER_S} s of uncommitted audio; commit or clear the input buffer"
             )
+        if self._denoiser is not None:  # about 5 ms per 100 ms of audio: never on the event loop
+            pcm = await asyncio.to_thread(self._denoiser.process, pcm)
         self._buffer += pcm
+        for turn in self._gate.hold(self._detector.turns, asyncio.get_running_loop().time()):
+            self._on_turn(epoch, turn)  # held speech over the answer was words: it barges in
         # Silero costs about 1 ms per 32 ms frame: a long append is fed on a thread so the event
         # loop (every other session) never waits for it; the chain awaits appends one at a time,
         # so nothing else touches the detector meanwhile.
@@ -174,6 +193,7 @@ class Stream:
             self._verdict = None
         for turn in turns:
             self._on_turn(epoch, turn)
+        self._gate.step(self._detector.turns, lambda start: self._audio(start, self._buffer_end()))
         self._drop_leading_silence()
         self._live_caption(epoch)
 
@@ -181,7 +201,10 @@ class Stream:
         self._check_open()
         tail, prepared = self._take_turn()
         caption = self._caption_of_turn()
-        task = self._spawn(self._finish_transcript(epoch, item_id, self._settled, tail, caption))
+        # With ``include`` logprobs: the turn's audio, to score the transcript's tokens against.
+        wants_logprobs = self._config.transcription_logprobs
+        heard = self._audio(self._buffer_start, self._buffer_end()) if wants_logprobs else None
+        task = self._spawn(self._finish_transcript(epoch, item_id, self._settled, tail, caption, heard))
         self._drop_prepared(self._unanswered_prepared)
         self._unanswered, self._unanswered_prepared = task, prepared
         self._reset_buffer()
@@ -206,10 +229,13 @@ class Stream:
         for response_epoch, task in list(self._responses.values()):
             if response_epoch < epoch:
                 task.cancel()
+                self._gate.playing_until = 0.0  # interrupted: what was sent is no longer playing
 
     async def update(self, config: StreamConfig) -> None:
         self._config = config
         self._detector.turns.settings = config.turn_detection or TurnDetection()
+        self._denoiser = denoise.for_session(self._denoiser, config.noise_reduction)
+        self._gate.is_on = barge_in.is_wanted(config)
 
     async def outputs(self) -> AsyncIterator[VoiceOutput]:
         while (output := await self._outputs.get()) is not None:
@@ -353,7 +379,7 @@ class Stream:
 
     def _drop_leading_silence(self) -> None:
         """Between turns, keep only the prefix padding: silence is never transcribed."""
-        if self._has_speech or self._speculation is not None:
+        if self._has_speech or self._speculation is not None or self._detector.turns.held is not None:
             return
         keep = (self._detector.turns.settings.prefix_padding_ms * SAMPLE_RATE // 1000 + vad.FRAME_SAMPLES) * 2
         if len(self._buffer) > 2 * keep:
@@ -375,11 +401,16 @@ class Stream:
     async def _transcribe(
         self, audio: np.ndarray, prefix: str = "", priority: Priority = Priority.FINAL
     ) -> str:
+        return await self._model.transcribe(audio, self._asr_options(prefix), priority)
+
+    async def _score(self, audio: np.ndarray, text: str) -> list[asr.Logprob]:
+        return await self._model.logprobs(audio, text, self._asr_options())
+
+    def _asr_options(self, prefix: str = "") -> asr.Options:
         config = self._config
-        options = asr.Options(
+        return asr.Options(
             config.transcription_model, config.transcription_language, config.transcription_prompt, prefix
         )
-        return await self._model.transcribe(audio, options, priority)
 
     def _caption_of_turn(self) -> tuple[captions.Agreement, np.ndarray] | None:
         """What live captions sent of the turn being committed, and the turn's audio to decode
@@ -420,6 +451,7 @@ class Stream:
         settled: list[asyncio.Task[str]],
         tail: asyncio.Task[str],
         caption: tuple[captions.Agreement, np.ndarray] | None = None,
+        heard: np.ndarray | None = None,
     ) -> str:
         try:
             parts = [await asyncio.shield(task) for task in [*settled, tail]]
@@ -438,8 +470,18 @@ class Stream:
             return ""
         if rest:
             self._emit(OutputKind.TRANSCRIPT_DELTA, epoch, item_id=item_id, text=rest)
-        self._emit(OutputKind.TRANSCRIPT_DONE, epoch, item_id=item_id, text=text)
+        logprobs = None if heard is None else await self._logprobs(heard, text)
+        self._emit(OutputKind.TRANSCRIPT_DONE, epoch, item_id=item_id, text=text, logprobs=logprobs)
         return text
+
+    async def _logprobs(self, audio: np.ndarray, text: str) -> tuple[dict[str, object], ...]:
+        """``text``'s tokens scored against the turn's audio (its first 30 s); none if that fails."""
+        try:
+            scored = await self._score(audio, text)
+        except Exception:
+            logger.exception("scoring a transcript's tokens failed")
+            return ()
+        return tuple(entry.to_wire() for entry in scored)
 
     # -- responses -------------------------------------------------------------------------------
 
@@ -571,6 +613,7 @@ class Stream:
                 self._emit(OutputKind.TEXT_DELTA, epoch, response_id=rid, text=delta)
                 if audio is not None:
                     pacing.add(loop.time(), await self._emit_audio(epoch, rid, text, audio, voice))
+                    self._gate.playing(pacing.started + pacing.emitted_s)
             await producer  # re-raises its error, if any
         finally:
             producer.cancel()
@@ -644,11 +687,11 @@ class Stream:
         call_id: str = "",
         name: str = "",
         usage: Usage | None = None,
+        logprobs: tuple[Mapping[str, Any], ...] | None = None,
     ) -> None:
         if not self._is_closed:
-            output = VoiceOutput(
-                kind, epoch, response_id, item_id, text, audio, audio_ms, status, code, call_id, name, usage
-            )
+            fields = (kind, epoch, response_id, item_id, text, audio, audio_ms, status, code, call_id, name)
+            output = VoiceOutput(*fields, usage, logprobs)
             self._outputs.put_nowait(output)
 
     def _spawn(self, coroutine: Coroutine[Any, Any, T]) -> asyncio.Task[T]:

@@ -18,6 +18,13 @@ pause it was asked about: Smart Turn, given a whole turn with a long pause
 inside, mostly calls the end of "I would like to ... book a table." unfinished
 (on the cut-off bench's 40 sentences with a 750 ms pause: 45% complete on
 the whole turn, 92% on the part after the pause).
+
+While an answer is playing, ``Turns.min_speech_ms`` holds a new segment back
+until it has that much speech in it, or until ``release`` (the recogniser heard
+words, ``barge_in.py``): a cough, a click or a "mm-hmm" over the answer is
+dropped without a trace (no speech start, so no barge-in and no turn), while
+a sentence starts its segment, from its first frame. Silence of
+``HOLD_GAP_MS`` ends a held segment that was too short.
 """
 
 from __future__ import annotations
@@ -43,6 +50,10 @@ MAX_WAIT_MS = {"low": 8000, "medium": 4000, "auto": 4000, "high": 2000}
 #: The end-of-turn probability at or above which semantic_vad ends the turn at a pause: a less
 #: eager session wants the model surer that the user has finished.
 COMPLETE_AT = {"low": 0.7, "medium": 0.5, "auto": 0.5, "high": 0.3}
+#: A held segment (``Turns.min_speech_ms``) is dropped after this much silence: long enough for
+#: the recogniser to hear the whole sound once it ended (``barge_in.END_MS``), and to bridge the
+#: gap inside "mm-hmm".
+HOLD_GAP_MS = 600
 
 
 class Event(StrEnum):
@@ -90,15 +101,33 @@ class Turns:
         self._is_checked = False
         #: Where the speech since the last checked pause starts.
         self._segment_start = 0
+        #: Speech a new segment needs before it starts (0: it starts at its first speech frame).
+        self.min_speech_ms = 0
+        #: A held segment: its first speech frame, its speech so far, where its last speech ended.
+        self._held: tuple[int, int, int] | None = None
 
     @property
     def uses_endpoint(self) -> bool:
         return self.has_endpoint and self.settings.eagerness in MAX_WAIT_MS
 
+    @property
+    def held(self) -> tuple[int, int, int] | None:
+        """The segment held back (its audio must be kept, it may yet start): its first speech
+        sample, its speech in samples, where its last speech ended; None if there is none."""
+        return self._held
+
+    def release(self) -> list[Turn]:
+        """Start the held segment now (it was heard to be speech)."""
+        if self._held is None:
+            return []
+        first, self._held = self._held[0], None
+        return self._on_speech(first)
+
     def reset(self) -> None:
         """Forget the current segment (the input buffer was cleared or committed by hand)."""
         self.is_speaking = False
         self._is_paused = False
+        self._held = None
 
     def complete(self, sample: int) -> list[Turn]:
         """The model found the turn complete at the pause ``CHECK`` reported at ``sample``.
@@ -112,6 +141,10 @@ class Turns:
 
     def feed(self, probability: float, num_samples: int = FRAME_SAMPLES) -> list[Turn]:
         start, self.position = self.position, self.position + num_samples
+        if not self.is_speaking and (self.min_speech_ms or self._held is not None):
+            # As while speaking, a frame in the hysteresis band goes on with a held sound.
+            is_band = self._held is not None and probability >= self.settings.threshold - _HYSTERESIS
+            return self._hold(start, probability >= self.settings.threshold or is_band)
         if probability >= self.settings.threshold:
             return self._on_speech(start)
         if self.is_speaking and probability < self.settings.threshold - _HYSTERESIS:
@@ -120,6 +153,20 @@ class Turns:
             self.last_speech = self.position  # in the hysteresis band: still speech
             self._is_checked = False
         return []
+
+    def _hold(self, frame_start: int, is_speech: bool) -> list[Turn]:
+        """A segment that must reach ``min_speech_ms`` of speech before it starts."""
+        if not is_speech:
+            if self._held is not None and self.position - self._held[2] >= HOLD_GAP_MS * SAMPLE_RATE // 1000:
+                self._held = None  # too short: a cough, a backchannel
+            return []
+        first, voiced, _ = self._held or (frame_start, 0, 0)
+        voiced += self.position - frame_start
+        self._held = (first, voiced, self.position)
+        if voiced * 1000 < self.min_speech_ms * SAMPLE_RATE:
+            return []
+        self._held = None
+        return self._on_speech(first)
 
     def _on_speech(self, frame_start: int) -> list[Turn]:
         self.last_speech = self.position

@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+from msgspec import UNSET
 
 from livegen.protocol.realtime import server as ev
 from livegen.protocol.realtime.items import (
@@ -158,4 +159,5 @@ def _session(session: SessionObject) -> BetaSessionObject:
         output_audio_format=_BETA_FORMATS.get(audio_out.format.type, "pcm16"),
         turn_detection=audio_in.turn_detection,
         input_audio_transcription=audio_in.transcription,
+        input_audio_noise_reduction=audio_in.noise_reduction or UNSET,
     )

@@ -49,7 +49,7 @@ class _Patch(msgspec.Struct, kw_only=True, omit_defaults=True):
     """A part of the session object as a ``session.update`` sends it: every field may be absent.
 
     Unknown fields are allowed (OpenAI fields livegen ignores). A field typed ``Any`` is one
-    whose refusal ``voice/config.py`` words itself (the rates, ``truncation``, ``include``...):
+    whose refusal ``voice/config.py`` words itself (the rates, ``truncation``...):
     its type is checked there, in the order the session applies its fields.
     """
 
@@ -77,7 +77,8 @@ class TranscriptionShape(_Patch, kw_only=True):
 
 
 class NoiseReductionShape(_Patch, kw_only=True):
-    type: Any = UNSET
+    #: "near_field" or "far_field" (``voice/config.py`` checks the value).
+    type: str | Opt = UNSET
 
 
 class AudioInputShape(_Patch, kw_only=True):
@@ -115,6 +116,9 @@ class SessionShape(_Patch, kw_only=True):
     output_audio_format: AudioFormatShape | str | Opt | None = UNSET
     turn_detection: TurnDetectionShape | Opt | None = UNSET
     input_audio_transcription: TranscriptionShape | Opt | None = UNSET
+    input_audio_noise_reduction: NoiseReductionShape | Opt | None = UNSET
+    #: Extra fields for server events: only "item.input_audio_transcription.logprobs" (checked there).
+    include: list[str] | Opt | None = UNSET
     #: Tools keep their JSON shape: ``voice/tools.py`` parses them (for ``response.create`` too).
     tools: list[dict[str, Any]] | Opt | None = UNSET
     tool_choice: str | dict[str, Any] | Opt | None = UNSET

@@ -136,6 +136,8 @@ class InputTranscriptionCompleted(
     content_index: int
     transcript: str
     usage: dict[str, Any]
+    #: When the session's ``include`` asks: {token, logprob, bytes} per token; omitted otherwise.
+    logprobs: list[dict[str, Any]] | UnsetType = UNSET
 
 
 # --- responses ---------------------------------------------------------------------------

@@ -54,11 +54,16 @@ class TranscriptionObject(msgspec.Struct):
     prompt: str | UnsetType = UNSET
 
 
+class NoiseReductionObject(msgspec.Struct):
+    #: "near_field" or "far_field".
+    type: str
+
+
 class AudioInputObject(msgspec.Struct):
     format: AudioFormatObject
     turn_detection: TurnDetectionObject | None
     transcription: TranscriptionObject | None
-    noise_reduction: None = None
+    noise_reduction: NoiseReductionObject | None = None
 
 
 class AudioOutputObject(msgspec.Struct):
@@ -89,6 +94,8 @@ class SessionObject(msgspec.Struct, kw_only=True):
     tool_choice: str | dict[str, Any]
     max_output_tokens: int | Literal["inf"] = "inf"
     truncation: Any = "auto"
+    #: What the client's ``include`` asked for; omitted when it asked for nothing.
+    include: list[str] | UnsetType = UNSET
 
 
 class TranscriptionSessionObject(msgspec.Struct, kw_only=True):
@@ -108,6 +115,8 @@ class BetaSessionObject(SessionObject, kw_only=True):
     output_audio_format: str | None
     turn_detection: TurnDetectionObject | None
     input_audio_transcription: TranscriptionObject | None
+    #: Omitted while noise reduction is off (as beta sessions always were here).
+    input_audio_noise_reduction: NoiseReductionObject | UnsetType = UNSET
 
 
 AnySessionObject = SessionObject | TranscriptionSessionObject
