@@ -37,7 +37,18 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from livegen.errors import CapacityExceeded, InvalidRequest, InvalidState, ModelError
-from livegen.models.cascade import asr, barge_in, captions, denoise, endpoint, llm, replies, tts, vad
+from livegen.models.cascade import (
+    asr,
+    barge_in,
+    captions,
+    denoise,
+    endpoint,
+    incomplete,
+    llm,
+    replies,
+    tts,
+    vad,
+)
 from livegen.models.cascade.asr_batch import Priority
 from livegen.models.cascade.tts import Speech, SynthesisError
 from livegen.models.voice import (
@@ -268,8 +279,10 @@ class Stream:
                 self._emit(OutputKind.SPEECH_STOPPED, epoch, audio_ms=_ms(turn.sample))
 
     async def _check_end(self, start: int, sample: int) -> None:
-        """semantic_vad at a pause: end the turn if the model hears it complete and the user is
-        still silent; else the turns wait on, at most the eagerness's maximum wait."""
+        """semantic_vad at a pause: end the turn if the model hears it complete, the words heard so
+        far can end a request (``incomplete``) and the user is still silent; else the turns wait
+        on, at most the eagerness's maximum wait. Waiting for the words costs the answer nothing:
+        it is prepared from the same transcript."""
         endpointer = self._model.endpointer
         if endpointer is None:
             return
@@ -281,11 +294,25 @@ class Stream:
             return
         if probability < vad.COMPLETE_AT.get(self._detector.turns.settings.eagerness or "", 0.5):
             return
+        if incomplete.holds(await self._heard_at(sample)):  # "book a table for": the words go on
+            return
         if self._is_feeding:  # the detector is on a thread: the append applies the verdict after it
             self._verdict = sample
             return
         for turn in self._detector.turns.complete(sample):
             self._on_turn(self._epoch, turn)
+
+    async def _heard_at(self, sample: int) -> str | None:
+        """The turn's words up to the pause at ``sample``, from the transcript started at it
+        (``_speculate``); None when there is none (not speculative) or it failed."""
+        speculation = self._speculation
+        if speculation is None or speculation.end < sample:
+            return None
+        parts = [*self._settled, speculation.transcript]
+        await asyncio.wait(parts)  # a dropped speculation is cancelled: the verdict is stale then
+        if any(part.cancelled() or part.exception() is not None for part in parts):
+            return None
+        return " ".join(part.result() for part in parts)
 
     def _on_speech_started(self, sample: int) -> None:
         start = max(sample, self._buffer_start)

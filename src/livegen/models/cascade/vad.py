@@ -194,7 +194,9 @@ class Turns:
             self.is_speaking, self._is_paused = False, False
             return [Turn(Event.SPEECH_STOPPED, self.position)]
         events: list[Turn] = []
-        if not self._is_paused and silence_ms >= pause_ms(self.settings):
+        # semantic_vad's check reads the words recognised from the pause on: the pause comes first.
+        speculate_ms = min(pause_ms(settings), CHECK_MS) if semantic else pause_ms(settings)
+        if not self._is_paused and silence_ms >= speculate_ms:
             self._is_paused = True
             events.append(Turn(Event.PAUSE, self.last_speech))
         if semantic and not self._is_checked and silence_ms >= CHECK_MS:
