@@ -46,11 +46,12 @@ from livegen.models.cascade import (
     incomplete,
     llm,
     replies,
+    speaking,
     tts,
     vad,
 )
 from livegen.models.cascade.asr_batch import Priority
-from livegen.models.cascade.tts import Speech, SynthesisError
+from livegen.models.cascade.tts import Speech
 from livegen.models.voice import (
     HistoryTurn,
     OutputKind,
@@ -77,37 +78,6 @@ _TAIL_S = 0.25
 MAX_BUFFER_S = 300
 #: Appends up to this long (100 ms) run the detector inline; longer ones on a thread.
 _INLINE_FEED_BYTES = SAMPLE_RATE // 10 * 2
-#: Output audio is sent in pieces of this length (24 kHz PCM16).
-AUDIO_DELTA_BYTES = 24_000 * 2 // 5
-#: A response's audio is synthesised at most this far ahead of real time: a long answer then
-#: costs a core for a second in every ten, not for all its length at once, and other sessions
-#: keep the CPU they need to start theirs (and barge-in wastes less).
-MAX_AHEAD_S = 10.0
-
-
-@dataclass
-class Pacing:
-    """How far a response's audio is ahead of real time (playback starts with its first audio)."""
-
-    started: float = 0.0
-    emitted_s: float = 0.0
-
-    def add(self, now: float, seconds: float) -> None:
-        if not self.emitted_s:
-            self.started = now
-        self.emitted_s += seconds
-
-    def excess_s(self, now: float) -> float:
-        """How long to wait before asking for more audio."""
-        return self.emitted_s - (now - self.started) - MAX_AHEAD_S if self.emitted_s else 0.0
-
-    async def wait(self) -> None:
-        """Until the audio so far is less than ``MAX_AHEAD_S`` ahead (more may come meanwhile)."""
-        loop = asyncio.get_running_loop()
-        excess = self.excess_s(loop.time())
-        while excess > 0:
-            await asyncio.sleep(excess)
-            excess = self.excess_s(loop.time())
 
 
 @dataclass
@@ -601,8 +571,9 @@ class Stream:
     ) -> str:
         """Text and audio of each piece in order, the next piece synthesised meanwhile; the text said."""
         queue: asyncio.Queue[replies.Piece | None] = asyncio.Queue(1)
-        pacing = Pacing()
-        producer = self._spawn(self._synthesise(answer.pieces(), wants_audio, voice, queue, pacing))
+        pacing = speaking.Pacing()
+        synthesis = speaking.synthesise(answer.pieces(), wants_audio, voice, queue, pacing, self._say)
+        producer = self._spawn(synthesis)
         said: list[str] = []
         loop = asyncio.get_running_loop()
         try:
@@ -622,51 +593,12 @@ class Stream:
                     item[1].cancel()
         return "".join(said)
 
-    async def _synthesise(
-        self,
-        pieces: AsyncIterator[replies.Piece],
-        wants_audio: bool,
-        voice: str,
-        queue: asyncio.Queue[replies.Piece | None],
-        pacing: Pacing,
-    ) -> None:
-        """Feed ``queue`` with pieces and their audio in flight; None at the end, even after an error.
-
-        Audio is asked for only while the response is less than ``MAX_AHEAD_S`` ahead of real time.
-        """
-        error: Exception | None = None
-        try:
-            async for text, prepared_audio in pieces:
-                audio = prepared_audio
-                if not wants_audio and audio is not None:
-                    audio.cancel()
-                    audio = None
-                elif wants_audio and audio is None:
-                    await pacing.wait()
-                    audio = self._say(text, voice)
-                try:
-                    await queue.put((text, audio))
-                except asyncio.CancelledError:
-                    if audio is not None:
-                        audio.cancel()
-                    raise
-        except Exception as exc:
-            error = exc
-        await queue.put(None)
-        if error is not None:
-            raise error
-
     async def _emit_audio(
         self, epoch: int, rid: str, text: str, audio: concurrent.futures.Future[Speech], voice: str
     ) -> float:
         """Emit one piece's audio; its length in seconds."""
-        try:
-            speech = await asyncio.wrap_future(audio)
-        except SynthesisError as exc:  # Piper could not say it: espeak-ng is the instant fallback
-            logger.warning("speech synthesis failed, falling back to espeak-ng: %s", exc)
-            speech = await asyncio.wrap_future(self._say(text, "espeak"))
-        for start in range(0, len(speech.pcm), AUDIO_DELTA_BYTES):
-            chunk = speech.pcm[start : start + AUDIO_DELTA_BYTES]
+        speech = await speaking.speech_of(audio, text, self._say)
+        for chunk in speaking.audio_deltas(speech.pcm):
             self._emit(OutputKind.AUDIO_DELTA, epoch, response_id=rid, audio=chunk)
         return len(speech.pcm) / 2 / tts.SAMPLE_RATE
 
