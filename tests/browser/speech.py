@@ -58,18 +58,20 @@ def write_question(path: Path, text: str, lead_s: float = 1.0, tail_s: float = 6
     return write_speech(path, [(lead_s, text)], tail_s)
 
 
-def write_speech(path: Path, parts: list[tuple[float, str]], tail_s: float = 6.0) -> Path:
+def write_speech(
+    path: Path, parts: list[tuple[float, str]], tail_s: float = 6.0, voice: str = "en-us"
+) -> Path:
     """A WAV of utterances, each after its seconds of silence: ``[(1.0, "hello"), (2.5, "bye")]``."""
-    request = json.dumps({"path": str(path), "parts": parts, "tail_s": tail_s})
+    request = json.dumps({"path": str(path), "parts": parts, "tail_s": tail_s, "voice": voice})
     subprocess.run([sys.executable, __file__, request], check=True, timeout=60)
     return path
 
 
-def _write_speech_here(path: Path, parts: list[tuple[float, str]], tail_s: float) -> None:
+def _write_speech_here(path: Path, parts: list[tuple[float, str]], tail_s: float, voice: str) -> None:
     pieces: list[np.ndarray] = []
     rate = 0
     for silence_s, text in parts:
-        samples, rate = synthesize(text)
+        samples, rate = synthesize(text, voice)
         pieces += [np.zeros(int(rate * silence_s), dtype=np.int16), samples]
     pieces.append(np.zeros(int(rate * tail_s), dtype=np.int16))
     audio = np.concatenate(pieces)
@@ -82,4 +84,5 @@ def _write_speech_here(path: Path, parts: list[tuple[float, str]], tail_s: float
 
 if __name__ == "__main__":
     arguments = json.loads(sys.argv[1])
-    _write_speech_here(Path(arguments["path"]), [tuple(p) for p in arguments["parts"]], arguments["tail_s"])
+    parts = [tuple(p) for p in arguments["parts"]]
+    _write_speech_here(Path(arguments["path"]), parts, arguments["tail_s"], arguments["voice"])

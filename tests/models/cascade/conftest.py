@@ -1,4 +1,5 @@
-"""Fixtures for the cascade's tests: the real model, loaded once, and a local chat server.
+"""Fixtures for the cascade's tests: the real model, loaded once, a local chat server, and a
+server with the default voice model.
 
 The model is session-scoped: loading Whisper and starting the speech worker
 takes seconds on two shared cores, and the model is shared by sessions by
@@ -7,11 +8,12 @@ design, so tests share it too.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
+from livegen.server.thread import ServerThread
 from models.cascade.support import ChatServer, serve_chat
 
 
@@ -29,3 +31,11 @@ def cascade() -> Iterator[Any]:
 def chat_server() -> Iterator[ChatServer]:
     with serve_chat() as chat:
         yield chat
+
+
+@pytest.fixture
+def default_server(start_server: Callable[..., ServerThread]) -> ServerThread:
+    """``livegen serve``'s app on a loopback port, its voice model left to the default (the cascade)."""
+    server = start_server(world_model="none")
+    server.wait_ready(timeout=120)
+    return server

@@ -38,7 +38,7 @@ def speak_as_user(cascade: Any, text: str, lead_s: float = 0.3, trail_s: float =
     return pcm
 
 
-def speak_afresh(text: str, lead_s: float = 0.3, trail_s: float = 1.0) -> bytes:
+def speak_afresh(text: str, lead_s: float = 0.3, trail_s: float = 1.0, voice: str = "en-us") -> bytes:
     """``text`` from a fresh espeak-ng process, 16 kHz PCM16 with silence around it: the same audio
     every time. The model's speech worker speaks a sentence differently after each utterance it has
     spoken before, so a test whose words Whisper must get right cannot depend on the tests before it."""
@@ -51,7 +51,7 @@ def speak_afresh(text: str, lead_s: float = 0.3, trail_s: float = 1.0) -> bytes:
     from browser.speech import write_speech
 
     with tempfile.TemporaryDirectory() as tmp:
-        path = write_speech(Path(tmp) / "speech.wav", [(lead_s, text)], trail_s)
+        path = write_speech(Path(tmp) / "speech.wav", [(lead_s, text)], trail_s, voice)
         with wave.open(str(path)) as heard:
             rate = heard.getframerate()
             samples = np.frombuffer(heard.readframes(heard.getnframes()), "<i2").astype(np.float32)

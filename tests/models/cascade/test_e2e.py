@@ -23,13 +23,6 @@ from models.cascade.support import ChatServer, RealtimeCall, heard, wire_audio
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def default_server(start_server: Callable[..., ServerThread]) -> ServerThread:
-    server = start_server(world_model="none")  # the voice model is left to its default
-    server.wait_ready(timeout=120)
-    return server
-
-
 def sdk(server: ServerThread) -> AsyncOpenAI:
     return AsyncOpenAI(
         api_key="unused", base_url=f"{server.http_url}/v1", websocket_base_url=f"{server.ws_url}/v1"

@@ -7,7 +7,6 @@ in a voice unlike the assistant's and silence between.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -18,13 +17,6 @@ from livegen.server.thread import ServerThread
 from models.cascade.support import RealtimeCall, wire_audio
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def default_server(start_server: Callable[..., ServerThread]) -> ServerThread:
-    server = start_server(world_model="none")
-    server.wait_ready(timeout=120)
-    return server
 
 
 def sdk(server: ServerThread) -> AsyncOpenAI:

@@ -18,7 +18,6 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -29,13 +28,6 @@ from livegen.models.cascade import responder
 from livegen.server.thread import ServerThread
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def server(start_server: Callable[..., ServerThread]) -> ServerThread:
-    running = start_server(world_model="none")
-    running.wait_ready(timeout=120)
-    return running
 
 
 class Client:
@@ -96,10 +88,10 @@ async def session(server: ServerThread) -> Any:
 
 
 async def test_a_huge_say_is_answered_in_bounded_text_while_another_session_is_served(
-    server: ServerThread,
+    default_server: ServerThread,
 ) -> None:
     huge = "say " + "word " * 40_000  # 200 KB: splitting it froze the old server for 3.4 s
-    async with session(server) as talker, session(server) as other:
+    async with session(default_server) as talker, session(default_server) as other:
         await talker.ask(huge, modalities=("text",))
         await other.ask("say hello there")
         said = await other.wait_for("response.done")
@@ -111,10 +103,12 @@ async def test_a_huge_say_is_answered_in_bounded_text_while_another_session_is_s
     assert len(text) < responder.MAX_HEARD_CHARS + 100
 
 
-async def test_a_stopped_speech_worker_fails_only_its_session_and_is_replaced(server: ServerThread) -> None:
-    pool = server.app.state.livegen.registry.load("cascade").worker
+async def test_a_stopped_speech_worker_fails_only_its_session_and_is_replaced(
+    default_server: ServerThread,
+) -> None:
+    pool = default_server.app.state.livegen.registry.load("cascade").worker
     sentence = "say " + " ".join(["the quick brown fox jumps over the lazy dog"] * 40)
-    async with session(server) as talker, session(server) as other:
+    async with session(default_server) as talker, session(default_server) as other:
         talker_id = talker.events[0]["session"]["id"]
         await talker.ask(sentence)
         await talker.wait_for("response.output_audio.delta")
@@ -124,7 +118,7 @@ async def test_a_stopped_speech_worker_fails_only_its_session_and_is_replaced(se
         try:
             failed = await talker.wait_for("response.done", within=60)
             async with httpx.AsyncClient() as http:
-                health = await http.get(f"{server.http_url}/health")
+                health = await http.get(f"{default_server.http_url}/health")
             await other.ask("say hello there")
             answered = await other.wait_for("response.done")
         finally:
@@ -140,7 +134,7 @@ async def test_a_stopped_speech_worker_fails_only_its_session_and_is_replaced(se
     assert health.status_code == 503 and voice["ready"] is False
     assert f"pid {stopped}" in voice["reason"] and "stopped answering" in voice["reason"]
     assert any(worker["state"] == "restarting" for worker in voice["tts_workers"])
-    await _until_healthy(server)
+    await _until_healthy(default_server)
     assert stopped not in pool.pids()
 
 

@@ -27,7 +27,7 @@ from livegen.models.cascade import endpoint, vad
 from livegen.models.voice import OutputKind, StreamConfig, TurnDetection
 from livegen.server.thread import ServerThread
 from livegen.voice.config import SEMANTIC_SILENCE_MS
-from models.cascade.support import USER_VOICE, Driver, RealtimeCall, speak_as_user
+from models.cascade.support import USER_VOICE, Driver, RealtimeCall, speak_afresh
 
 SEMANTIC = TurnDetection(silence_duration_ms=700, eagerness="auto")
 FRAME = vad.FRAME_SAMPLES
@@ -149,7 +149,10 @@ async def _stop_after_speech_ms(cascade: Any, text: str, silence_s: float) -> in
     how long after the speech the turn stopped, or None if it did not."""
     config = StreamConfig(turn_detection=TurnDetection(silence_duration_ms=700, eagerness="auto"))
     driver = Driver(await cascade.open("words", config))
-    pcm = speak_as_user(cascade, text, lead_s=0.3, trail_s=silence_s)
+    # From a fresh espeak-ng: the worker's voice drifts with what it said before, and Whisper must
+    # hear "for" at the end whatever test ran first. tiny.en hears en-us+f3's "Book a table for"
+    # word for word; the male voices come out as "Work at table for it." or "Welcome table 4."
+    pcm = speak_afresh(text, lead_s=0.3, trail_s=silence_s, voice="en-us+f3")
     await driver.say(1, pcm, realtime=True)
     await asyncio.sleep(0.2)  # a verdict in flight
     await driver.close()
