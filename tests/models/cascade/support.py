@@ -38,8 +38,10 @@ def speak_as_user(cascade: Any, text: str, lead_s: float = 0.3, trail_s: float =
     return pcm
 
 
-def speak_afresh(text: str, lead_s: float = 0.3, trail_s: float = 1.0, voice: str = "en-us") -> bytes:
-    """``text`` from a fresh espeak-ng process, 16 kHz PCM16 with silence around it: the same audio
+def speak_afresh(
+    text: str, lead_s: float = 0.3, trail_s: float = 1.0, voice: str = "en-us", rate: int = 16_000
+) -> bytes:
+    """``text`` from a fresh espeak-ng process, PCM16 at ``rate`` with silence around it: the same audio
     every time. The model's speech worker speaks a sentence differently after each utterance it has
     spoken before, so a test whose words Whisper must get right cannot depend on the tests before it."""
     import tempfile
@@ -53,9 +55,9 @@ def speak_afresh(text: str, lead_s: float = 0.3, trail_s: float = 1.0, voice: st
     with tempfile.TemporaryDirectory() as tmp:
         path = write_speech(Path(tmp) / "speech.wav", [(lead_s, text)], trail_s, voice)
         with wave.open(str(path)) as heard:
-            rate = heard.getframerate()
+            spoken_rate = heard.getframerate()
             samples = np.frombuffer(heard.readframes(heard.getnframes()), "<i2").astype(np.float32)
-    audio = soxr.resample(samples / 32768.0, rate, 16_000)
+    audio = soxr.resample(samples / 32768.0, spoken_rate, rate)
     return bytes((np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes())
 
 

@@ -14,7 +14,7 @@ import pytest
 from openai import AsyncOpenAI
 
 from livegen.server.thread import ServerThread
-from models.cascade.support import RealtimeCall, wire_audio
+from models.cascade.support import RealtimeCall, speak_afresh, wire_audio
 
 pytestmark = pytest.mark.slow
 
@@ -54,11 +54,12 @@ async def test_noise_reduction_is_echoed_and_a_bad_type_refused(default_server: 
     assert kept.session.audio.input.noise_reduction.type == "far_field"  # an update is partial
 
 
-async def test_with_noise_reduction_a_backchannel_or_a_cough_over_the_answer_does_not_interrupt_it(
+async def test_with_noise_reduction_a_cough_over_the_answer_does_not_interrupt_it(
     default_server: ServerThread, cascade: Any
 ) -> None:
-    """... but a question does. Noise reduction turns the barge-in gate on (a default session has
-    none: ``test_barge_in.py``)."""
+    """... but a question does, through the gate: noise reduction turns the barge-in gate on, and
+    the question must get past its check of the words (``test_barge_in.py`` holds a backchannel
+    with the gate and not without it)."""
     async with sdk(default_server).realtime.connect(model="gpt-realtime") as connection:
         reduction = {"type": "near_field"}
         await connection.session.update(
@@ -70,15 +71,18 @@ async def test_with_noise_reduction_a_backchannel_or_a_cough_over_the_answer_doe
         first = await call.wait_for("response.created")
         await call.wait_for("response.output_audio.delta", response_id=first.response.id)
         mark = len(call.events)
-        call.say(wire_audio(cascade, "Mm-hmm.", lead_s=0.5, trail_s=0.8) + cough() + bytes(2 * 24_000))
-        call.say(wire_audio(cascade, "Wait, what time is it?", lead_s=0.0))
+        # Backchannels are left to ``livegen bench voice-barge-in``, which counts them: the gate
+        # stops most but not all (an espeak "mm-hmm" that reaches the 800 ms hold starts a turn,
+        # and how long it comes out depends on what the speech worker said before).
+        call.say(bytes(2 * 12_000) + cough() + bytes(2 * 24_000))
+        call.say(speak_afresh("Wait, what time is it?", 0.0, 0.0, "en-us+f3", 24_000))
         cancelled = await call.wait_for("response.done", response__id=first.response.id)
         second = await call.wait_for("response.done", after=mark, response__status="completed")
         await call.close()
     assert cancelled.response.status == "cancelled"
     assert cancelled.response.status_details.reason == "turn_detected"
     after = call.events[mark:]
-    # One speech start over the answer: the question's. The "mm-hmm" and the cough made no turn.
+    # One speech start over the answer: the question's. The cough made no turn.
     assert len([e for e in after if e.type == "input_audio_buffer.speech_started"]) == 1
     transcripts = [e.transcript for e in after if e.type.endswith("input_audio_transcription.completed")]
     assert len(transcripts) == 1 and "time" in transcripts[0].lower()
