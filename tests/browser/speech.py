@@ -53,6 +53,16 @@ def synthesize(text: str, voice: str = "en-us", words_per_minute: int = 150) -> 
     return np.concatenate(chunks).astype(np.int16), int(rate)
 
 
+def read_speech(path: Path, rate: int) -> bytes:
+    """A WAV written here, as PCM16 at ``rate`` (the wire's 24 kHz, the detector's 16 kHz)."""
+    import soxr
+
+    with wave.open(str(path)) as source:
+        spoken_rate = source.getframerate()
+        samples = np.frombuffer(source.readframes(source.getnframes()), "<i2").astype(np.float32) / 32768
+    return bytes((np.clip(soxr.resample(samples, spoken_rate, rate), -1, 1) * 32767).astype("<i2").tobytes())
+
+
 def write_question(path: Path, text: str, lead_s: float = 1.0, tail_s: float = 6.0) -> Path:
     """A WAV of ``text`` between ``lead_s`` and ``tail_s`` seconds of silence."""
     return write_speech(path, [(lead_s, text)], tail_s)

@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-import wave
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
-from browser.speech import write_question, write_speech
+from browser.speech import read_speech, write_question, write_speech
 from livegen.client.webrtc import Caller, loudness, mint
 from livegen.server import ServerConfig
 from livegen.server.thread import ServerThread
@@ -45,19 +43,11 @@ def cascade(server: ServerThread) -> Any:
     return service.engine.models[service.engine.default_model]
 
 
-def wav24(path: Path) -> bytes:
-    import soxr
-
-    with wave.open(str(path)) as source:
-        rate = source.getframerate()
-        samples = np.frombuffer(source.readframes(source.getnframes()), "<i2").astype(np.float32) / 32768
-    return (np.clip(soxr.resample(samples, rate, 24_000), -1, 1) * 32767).astype("<i2").tobytes()
-
-
 async def test_a_spoken_question_gets_a_spoken_answer_on_the_track(
     server: ServerThread, tmp_path: Path
 ) -> None:
-    question = wav24(write_question(tmp_path / "q.wav", "what is twelve times seven", lead_s=0.5, tail_s=1.5))
+    spoken = write_question(tmp_path / "q.wav", "what is twelve times seven", lead_s=0.5, tail_s=1.5)
+    question = read_speech(spoken, 24_000)
     caller = Caller(server.http_url, mint(server.http_url, api_key=KEY)["value"])
     try:
         await caller.connect()
@@ -88,8 +78,8 @@ async def test_a_spoken_question_gets_a_spoken_answer_on_the_track(
 
 async def test_talking_over_the_answer_silences_the_track(server: ServerThread, tmp_path: Path) -> None:
     # A long answer (the help text), talked over once it has played for a second.
-    question = wav24(write_question(tmp_path / "q.wav", "what can you do", lead_s=0.5, tail_s=0.5))
-    again = wav24(write_speech(tmp_path / "again.wav", [(0.1, "what time is it")], tail_s=1.0))
+    question = read_speech(write_question(tmp_path / "q.wav", "what can you do", 0.5, 0.5), 24_000)
+    again = read_speech(write_speech(tmp_path / "again.wav", [(0.1, "what time is it")], tail_s=1.0), 24_000)
     caller = Caller(server.http_url, mint(server.http_url, api_key=KEY)["value"])
     try:
         await caller.connect()

@@ -45,20 +45,12 @@ def speak_afresh(
     every time. The model's speech worker speaks a sentence differently after each utterance it has
     spoken before, so a test whose words Whisper must get right cannot depend on the tests before it."""
     import tempfile
-    import wave
     from pathlib import Path
 
-    import soxr
-
-    from browser.speech import write_speech
+    from browser.speech import read_speech, write_speech
 
     with tempfile.TemporaryDirectory() as tmp:
-        path = write_speech(Path(tmp) / "speech.wav", [(lead_s, text)], trail_s, voice)
-        with wave.open(str(path)) as heard:
-            spoken_rate = heard.getframerate()
-            samples = np.frombuffer(heard.readframes(heard.getnframes()), "<i2").astype(np.float32)
-    audio = soxr.resample(samples / 32768.0, spoken_rate, rate)
-    return bytes((np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes())
+        return read_speech(write_speech(Path(tmp) / "speech.wav", [(lead_s, text)], trail_s, voice), rate)
 
 
 @dataclass(frozen=True)
