@@ -51,6 +51,16 @@ def test_speaks_pcm16_at_24_khz_in_another_process(worker: tts.Pool) -> None:
     assert worker.pid() not in (None, os.getpid())
 
 
+def test_espeak_says_a_sentence_the_same_whatever_was_said_before(worker: tts.Pool) -> None:
+    """espeak-ng keeps synthesis state between utterances; tests and bench sets need repeatable audio."""
+    sentence = "Turn on the kitchen lights."
+    first = [worker.speak(sentence, "espeak", "en-us+m2").result(timeout=30).pcm for _ in range(2)]
+    for other in ("What is the weather like in Paris today?", "Hello there.", LONG[:80]):
+        worker.speak(other, "espeak", "en-us+m2").result(timeout=30)
+    again = [worker.speak(sentence, "espeak", "en-us+m2").result(timeout=30).pcm for _ in range(2)]
+    assert first[0] and first == again == [first[0], first[0]]
+
+
 def test_piper_requested_but_absent_falls_back_to_espeak(worker: tts.Pool) -> None:
     assert worker.speak("Hello.", "piper").result(timeout=30).engine == "espeak"
 

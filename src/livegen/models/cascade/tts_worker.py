@@ -110,6 +110,41 @@ class Espeak:
         return 0
 
     def speak(self, text: str, voice: str, speed: float, is_cancelled: Callable[[], bool]) -> np.ndarray:
+        pcm = np.frombuffer(self._afresh(text, voice, speed), np.int16).astype(np.float32) / 32768.0
+        return _resample(pcm, self._rate)
+
+    def _afresh(self, text: str, voice: str, speed: float) -> bytes:
+        """PCM16 from a child forked from the state right after ``espeak_Initialize``.
+
+        espeak-ng carries synthesis state from one utterance into the next, and neither a new
+        seed nor a re-initialisation resets it: a sentence came out differently after others,
+        and Whisper heard "kitchen lights" one time and "kitchen light sleeves" another. This
+        process never synthesises itself, so the same text and voice give the same audio every
+        time, whatever was spoken before (tests and benchmark sets repeat). A fork costs ~10 ms.
+        """
+        if not hasattr(os, "fork"):
+            return self._synthesise(text, voice, speed)
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: synthesise, hand the samples over, exit without cleanup
+            os.close(read_end)
+            with os.fdopen(write_end, "wb") as out:
+                try:
+                    out.write(self._synthesise(text, voice, speed))
+                except BaseException as exc:  # the parent raises it: the message goes instead
+                    out.write(str(exc).encode())
+                    out.flush()
+                    os._exit(1)
+            os._exit(0)
+        os.close(write_end)
+        with os.fdopen(read_end, "rb") as pipe:
+            pcm = pipe.read()
+        _, status = os.waitpid(pid, 0)
+        if status != 0:
+            raise ValueError(pcm.decode(errors="replace") or f"espeak-ng failed in voice {voice!r}")
+        return pcm
+
+    def _synthesise(self, text: str, voice: str, speed: float) -> bytes:
         if self._lib.espeak_SetVoiceByName((voice or "en-us").encode()) != 0:
             raise ValueError(f"espeak-ng has no voice {voice!r}")
         self._lib.espeak_SetParameter(self._RATE, int(175 * speed), 0)
@@ -118,8 +153,7 @@ class Espeak:
         flags = self._CHARS_UTF8
         self._lib.espeak_Synth(data, len(data) + 1, 0, self._POS_CHARACTER, 0, flags, None, None)
         self._lib.espeak_Synchronize()
-        pcm = np.frombuffer(b"".join(self._samples), np.int16).astype(np.float32) / 32768.0
-        return _resample(pcm, self._rate)
+        return b"".join(self._samples)
 
 
 def _resample(audio: np.ndarray, rate: int) -> np.ndarray:
