@@ -44,14 +44,19 @@ def test_voice_session_bench_reports_its_figures(tmp_path: Path, aligned: bool) 
     assert report["memory_per_idle_session_kib"] >= 0
 
 
-def test_voice_session_bench_measures_each_level_again_beside_a_busy_neighbour(tmp_path: Path) -> None:
+@pytest.mark.parametrize("neighbour_on", ["server", "clients"])
+def test_voice_session_bench_measures_each_level_again_beside_a_busy_neighbour(
+    tmp_path: Path, neighbour_on: str
+) -> None:
     out = tmp_path / "out.json"
     args = ["bench", "voice-session", "--levels", "1,2", "--seconds", "1", "--idle-sessions", "2"]
-    args += ["--runs", "1", "--neighbour", "0.5", "--json", str(out)]
+    args += ["--runs", "1", "--neighbour", "0.5", "--neighbour-on", neighbour_on, "--json", str(out)]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     report = json.loads(out.read_text())
     assert report["neighbour_share"] == 0.5
+    on = [report["server_cpu"]] if neighbour_on == "server" else report["client_cpus"]
+    assert report["neighbour_cpu"] in on
     assert [level["sessions"] for level in report["levels_with_neighbour"]] == [1, 2]
     assert all(level["append_to_model_ms"]["p50"] > 0 for level in report["levels_with_neighbour"])
     assert report["sessions_per_core_with_neighbour"] in (0, 1, 2)

@@ -33,6 +33,9 @@ with a CPU-busy neighbour process pinned to the server's core, busy for SHARE
 of each 10 ms (1.0: always runnable), as when another program on the machine
 wakes up: ``levels_with_neighbour`` and ``sessions_per_core_with_neighbour``
 sit next to the quiet figures, so the two can be compared directly.
+``--neighbour-on clients`` pins it to the clients' core instead: a program
+busy elsewhere on the machine, which the server feels only through shared
+caches, memory and the kernel, and through clients that send late.
 """
 
 from __future__ import annotations
@@ -360,8 +363,16 @@ def _free_port() -> int:
     default=0.0,
     show_default=True,
     type=click.FloatRange(0, 1),
-    help="Also measure every level with a CPU-busy process on the server's core, busy this share "
-    "of the time (0: no neighbour run).",
+    help="Also measure every level with a CPU-busy process, busy this share of the time "
+    "(0: no neighbour run).",
+)
+@click.option(
+    "--neighbour-on",
+    default="server",
+    show_default=True,
+    type=click.Choice(["server", "clients"]),
+    help="The core the neighbour is pinned to: the server's (it takes the server's time) or the "
+    "clients' (the other core, as a program elsewhere on the machine).",
 )
 @click.option(
     "--ws",
@@ -381,6 +392,7 @@ def voice_session(
     aligned: bool,
     runs: int,
     neighbour: float,
+    neighbour_on: str,
     ws: str,
     serve_port: int | None,
     cpu: int | None,
@@ -422,11 +434,13 @@ def voice_session(
                 _measure(port, server.pid, Path(tmp), levels, seconds, idle_sessions, aligned, runs, tqdm)
             )
             if neighbour > 0:
-                with _neighbour(server_cpu, neighbour):
+                neighbour_cpu = server_cpu if neighbour_on == "server" else min(client_cpus)
+                with _neighbour(neighbour_cpu, neighbour):
                     busy = asyncio.run(
                         _measure(port, server.pid, Path(tmp), levels, seconds, 0, aligned, runs, tqdm)
                     )
                 report["neighbour_share"] = neighbour
+                report["neighbour_cpu"] = neighbour_cpu
                 report["levels_with_neighbour"] = busy["levels"]
                 report["sessions_per_core_with_neighbour"] = busy["sessions_per_core"]
         finally:
