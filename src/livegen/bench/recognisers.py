@@ -232,7 +232,8 @@ async def _captioned_turn(model: Any, name: str, session_id: str, pcm: bytes) ->
 
     reader = asyncio.ensure_future(read())
     started = await _paced(stream, pcm)
-    await asyncio.wait_for(done.wait(), 60)
+    async with asyncio.timeout(60):
+        await done.wait()
     await stream.aclose()
     await reader
     return started, arrivals

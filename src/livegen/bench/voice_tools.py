@@ -91,7 +91,8 @@ def endpoint(latency_s: float) -> Iterator[str]:
 
 async def _until(connection: Any, kind: str) -> Any:
     while True:
-        event = await asyncio.wait_for(connection.recv(), 60)
+        async with asyncio.timeout(60):
+            event = await connection.recv()
         if event.type == kind:
             return event
         if event.type == "error":

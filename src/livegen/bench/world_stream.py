@@ -198,9 +198,9 @@ class Page:
                     self.stats.stalls += now >= self.counting_from
                 self.arrived.clear()
                 timeout = max(0.001, late_at - now) if next_at > 0 and not is_stalled else None
-                with_timeout = asyncio.wait_for(self.arrived.wait(), timeout)
                 with contextlib.suppress(TimeoutError):
-                    await with_timeout
+                    async with asyncio.timeout(timeout):  # wait_for (3.11) could swallow run's cancel
+                        await self.arrived.wait()
                 continue
             is_stalled = False
             if now < next_at:

@@ -152,7 +152,8 @@ class VoiceClient:
         await self._ws.send(json.dumps(event))
 
     async def _next(self, within: float | None = None) -> dict[str, Any]:
-        message = await asyncio.wait_for(self._ws.recv(), within)
+        async with asyncio.timeout(within):
+            message = await self._ws.recv()
         event: dict[str, Any] = json.loads(message)
         return event
 

@@ -129,7 +129,8 @@ class Caller:
         assert response.status_code == 201, response.text
         self.call_id = response.headers["location"].rsplit("/", 1)[-1]
         await self.pc.setRemoteDescription(RTCSessionDescription(sdp=response.text, type="answer"))
-        await asyncio.wait_for(self.opened.wait(), 20)
+        async with asyncio.timeout(20):
+            await self.opened.wait()
 
     def send(self, event: dict[str, Any]) -> None:
         self.channel.send(json.dumps(event))
@@ -147,7 +148,8 @@ class Caller:
                 raise AssertionError(f"no {what}: got {self.events}")
             self.new_event.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.new_event.wait(), left)
+                async with asyncio.timeout(left):
+                    await self.new_event.wait()
 
     async def event(self, type_: str, within: float = 60.0) -> dict[str, Any]:
         return await self.wait_for(lambda e: e["type"] == type_, within, type_)

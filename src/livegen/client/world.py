@@ -124,13 +124,15 @@ class WorldClient:
         await self.send_raw(data)
 
     async def next_event(self, wait_s: float = 10.0) -> wire.ServerEvent:
-        event = await asyncio.wait_for(self.events.get(), wait_s)
+        async with asyncio.timeout(wait_s):
+            event = await self.events.get()
         if event is None:
             raise self._ended()
         return event
 
     async def next_chunk(self, wait_s: float = 10.0) -> ChunkOut:
-        chunk = await asyncio.wait_for(self.chunks.get(), wait_s)
+        async with asyncio.timeout(wait_s):
+            chunk = await self.chunks.get()
         if chunk is None:
             raise self._ended()
         return chunk

@@ -184,7 +184,8 @@ class _FirstMessageDeadline:
             return await self._receive()
         left = self._accepted_at + self._timeout_s - asyncio.get_running_loop().time()
         try:
-            message = await asyncio.wait_for(self._receive(), max(left, 0.0))
+            async with asyncio.timeout(max(left, 0.0)):
+                message = await self._receive()
         except TimeoutError:
             return await self._expire()
         self._is_waiting = False
@@ -198,5 +199,6 @@ class _FirstMessageDeadline:
         reason = f"no message within {self._timeout_s:g} s of connecting"
         with contextlib.suppress(Exception):  # the socket may be gone or blocked: it ends either way
             close = {"type": "websocket.close", "code": CLOSE_FIRST_MESSAGE_TIMEOUT, "reason": reason}
-            await asyncio.wait_for(self._send(close), 5.0)
+            async with asyncio.timeout(5.0):
+                await self._send(close)
         return {"type": "websocket.disconnect", "code": 1000}

@@ -43,7 +43,8 @@ async def first_text(websocket: WebSocket, refusal: wire_errors.WireError) -> st
     """The first message of a connection, which must be text in time; else ``refusal`` is raised
     (``WebSocketDisconnect`` when the client left first)."""
     try:
-        message = await asyncio.wait_for(websocket.receive(), FIRST_EVENT_TIMEOUT_S)
+        async with asyncio.timeout(FIRST_EVENT_TIMEOUT_S):
+            message = await websocket.receive()
     except TimeoutError:
         raise refusal.error(detail=f"no first event within {FIRST_EVENT_TIMEOUT_S:.0f} s") from None
     if message["type"] == "websocket.disconnect":

@@ -254,3 +254,37 @@ async def test_a_bug_in_one_session_stops_only_that_session(monkeypatch: pytest.
     await broken.close()
     assert broken.session.status is Status.CLOSED
     await harness.scheduler.stop()
+
+
+@dataclasses.dataclass
+class Waiting:
+    """A session that is never due, with a deadline far off."""
+
+    deadline: float
+    session_id: str = "waiting"
+
+    def is_due(self, now: float, early_s: float = 0.0) -> bool:
+        return False
+
+    def next_deadline(self) -> float | None:
+        return self.deadline
+
+
+async def test_stopping_ends_the_loop_even_while_sessions_keep_waking_it() -> None:
+    """Python 3.11's ``asyncio.wait_for`` swallows a cancel that lands as the awaited wake-up
+    completes; the loop then ran on and ``stop`` never returned (a server that would not shut down)."""
+    harness = Harness(RecordingKVModel())
+    await harness.scheduler.start()
+    harness.scheduler.add(Waiting(harness.scheduler.clock() + 60))  # the loop sleeps with a timeout
+
+    async def keep_waking() -> None:
+        while True:
+            harness.scheduler.wake()
+            await asyncio.sleep(0)
+
+    waker = asyncio.create_task(keep_waking())
+    await asyncio.sleep(0.01)
+    stopping = asyncio.create_task(harness.scheduler.stop())
+    done, _ = await asyncio.wait([stopping], timeout=5)
+    waker.cancel()  # with the wake-ups gone, a loop that ran on is cancelled at teardown
+    assert stopping in done, "stop() did not return: the loop swallowed its cancel"

@@ -124,7 +124,8 @@ class VoiceEngine:
             await runner.stop("server_shutdown")
         for runner in list(self.runners):
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(runner.done.wait(), 5.0)
+                async with asyncio.timeout(5.0):
+                    await runner.done.wait()
         if self.owners:  # parked sessions end with their runners; let them clean up
             await asyncio.wait(set(self.owners), timeout=5.0)
 
@@ -505,7 +506,8 @@ class VoiceEngine:
         async def retire() -> None:
             try:
                 with contextlib.suppress(Exception):
-                    await asyncio.wait_for(handoff.link.close(code), RETIRE_TIMEOUT_S)
+                    async with asyncio.timeout(RETIRE_TIMEOUT_S):
+                        await handoff.link.close(code)
             finally:
                 handoff.released.set()
 

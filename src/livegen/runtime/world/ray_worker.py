@@ -169,7 +169,8 @@ class Cluster:
         actors = [host.remote(model_name, dict(options or {})) for _ in range(num_workers)]
         loading = asyncio.gather(*(result_of(actor.spec.remote()) for actor in actors))
         try:
-            specs = await asyncio.wait_for(loading, START_TIMEOUT_S)
+            async with asyncio.timeout(START_TIMEOUT_S):
+                specs = await loading
         except BaseException as exc:
             for actor in actors:
                 self._ray.kill(actor)

@@ -366,7 +366,8 @@ class Runner:
         self._outbox.put_nowait(None)
         if self._sender is not None:
             try:
-                await asyncio.wait_for(asyncio.shield(self._sender), grace_s)
+                async with asyncio.timeout(grace_s):
+                    await asyncio.shield(self._sender)
             except (TimeoutError, Exception):
                 self._sender.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):

@@ -218,7 +218,8 @@ class Scheduler:
         timeout = max(0.0, min(deadlines) - now) if deadlines else None
         self._wake.clear()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self._wake.wait()
 
     def _plan(self, runner: Steppable, now: float, early_s: float) -> _Entry | None:
         try:
