@@ -27,3 +27,19 @@ def test_world_stream_bench_reports_model_and_served_figures(tmp_path: Path) -> 
     for row in report["realtime"]:
         assert row["fps_median"] > 0, row  # frames were played, at the model's pace
         assert row["errors"] == []
+
+
+def test_world_stream_bench_serves_each_number_of_workers_side_by_side(tmp_path: Path) -> None:
+    out = tmp_path / "out.json"
+    args = ["bench", "world-stream", "--model", "procedural-world", "--levels", "1", "--seconds", "3"]
+    args += ["--ack-at", "start", "--world-workers", "0", "--world-workers", "1"]
+    args += ["--warm-up", "1", "--served-seconds", "2", "--model-chunks", "3", "--json", str(out)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    assert [run["world_workers"] for run in report["runs"]] == [0, 1]
+    assert all(run["served"]["chunks"] >= 2 for run in report["runs"])
+    assert [row["world_workers"] for row in report["realtime"]] == [0, 1]
+    for row in report["realtime"]:
+        assert row["fps_median"] > 0 and row["errors"] == [], row
+    assert "1 Ray worker," in result.output and "in process" in result.output

@@ -30,6 +30,10 @@ round trips. This bench runs both in one run, so the gap stays visible:
 ``--world-frames-per-chunk N``: one server per length, all up at once, and
 each level runs on each in turn, so 4 (the baseline) and 1 or 2 meet the same
 load on a shared machine; each length gets its own model and served ms/frame.
+``--world-workers N`` (repeatable) does the same for where the model runs: 0
+in the server's process, N in N Ray actors (each its own process and core);
+each length is served with each. The ``cpu`` column is the server's process
+only: Ray's actors are not in it.
 
 Everything runs on the same machine as the server, so the figures include the
 client's share of the CPU, as a browser's would.
@@ -309,22 +313,27 @@ def _load_model(model_name: str, fpc: int | None) -> Any:
     return default_registry().load(model_name, {} if fpc is None else {"frames_per_chunk": fpc})
 
 
-def _realtime_row(
-    server: Any, url: str, sessions: int, mode: str, fpc: int | None, args: Any
-) -> dict[str, Any]:
+#: A served set-up: frames per chunk and world workers (None: the server's default for each).
+Setup = tuple[int | None, int | None]
+
+
+def _realtime_row(server: Any, url: str, sessions: int, mode: str, setup: Setup, args: Any) -> dict[str, Any]:
     seconds, warm_up, ahead = args
     cpu_before, wall_before = _cpu_seconds(server.pid), time.perf_counter()
     level = asyncio.run(realtime_level(url, sessions, seconds, warm_up, ahead, mode))
-    row: dict[str, Any] = {"frames_per_chunk": fpc, "ack_at": mode, **level}
+    row: dict[str, Any] = {"frames_per_chunk": setup[0], "world_workers": setup[1], "ack_at": mode, **level}
     elapsed = time.perf_counter() - wall_before
+    # The server's process only: with --world-workers the model's time is spent in Ray's actors.
     row["server_cpu_cores"] = round((_cpu_seconds(server.pid) - cpu_before) / elapsed, 2)
     return row
 
 
-def _start_length(model_name: str, fpc: int | None, server_args: list[str]) -> tuple[Any, str]:
-    """A server for one chunk length, and its world URL."""
+def _start_setup(model_name: str, setup: Setup, server_args: list[str]) -> tuple[Any, str]:
+    """A server for one set-up, and its world URL."""
     port = _free_port()
+    fpc, workers = setup
     extra = [] if fpc is None else ["--world-frames-per-chunk", str(fpc)]
+    extra += [] if workers is None else ["--world-workers", str(workers)]
     return start_server(model_name, port, [*server_args, *extra]), f"ws://127.0.0.1:{port}/v1/worlds"
 
 
@@ -350,27 +359,30 @@ def measure(
     model_chunks: int,
     server_args: list[str],
     chunk_lengths: list[int | None] | None = None,
+    worker_counts: list[int | None] | None = None,
 ) -> dict[str, Any]:
-    """One server per chunk length (``None``: the model's own), all up at once; each level runs on
-    each in turn, so that the lengths meet the same load on a shared machine."""
+    """One server per set-up, a chunk length (``None``: the model's own) and a number of world
+    workers (``None``: the server's default), all up at once; each level runs on each in turn, so
+    that the set-ups meet the same load on a shared machine."""
     lengths = chunk_lengths or [None]
+    setups = [(fpc, workers) for fpc in lengths for workers in worker_counts or [None]]
     models = {fpc: _load_model(model_name, fpc) for fpc in lengths}
     model_ms = {fpc: [model_ms_per_frame(model, model_chunks)] for fpc, model in models.items()}
-    servers: dict[int | None, tuple[Any, str]] = {}
+    servers: dict[Setup, tuple[Any, str]] = {}
     try:
-        for fpc in lengths:
-            servers[fpc] = _start_length(model_name, fpc, server_args)
+        for setup in setups:
+            servers[setup] = _start_setup(model_name, setup, server_args)
         served = {}
-        for fpc, (_, url) in servers.items():
-            served[fpc] = asyncio.run(
+        for (fpc, workers), (_, url) in servers.items():
+            served[fpc, workers] = asyncio.run(
                 served_ms_per_frame(url, served_seconds, models[fpc].spec.frames_per_chunk)
             )
             model_ms[fpc].append(model_ms_per_frame(models[fpc], model_chunks))
         rows = [
-            _realtime_row(*servers[fpc], n, mode, fpc, (seconds, warm_up, ahead))
+            _realtime_row(*servers[setup], n, mode, setup, (seconds, warm_up, ahead))
             for n in levels
             for mode in ack_at
-            for fpc in lengths
+            for setup in setups
         ]
         for fpc, model in models.items():
             model_ms[fpc].append(model_ms_per_frame(model, model_chunks))
@@ -379,7 +391,9 @@ def measure(
             server.terminate()
         for server, _ in servers.values():
             server.wait(timeout=30)
-    runs = [_run_summary(models[fpc], model_ms[fpc], served[fpc]) for fpc in lengths]
+    runs = [
+        _run_summary(models[fpc], model_ms[fpc], served[fpc, w]) | {"world_workers": w} for fpc, w in setups
+    ]
     for row in rows:
         row["frames_per_chunk"] = models[row["frames_per_chunk"]].spec.frames_per_chunk
     return {
@@ -422,6 +436,14 @@ def measure(
     help="Serve with `--world-frames-per-chunk N` (repeatable: one server each, every level run on "
     "each in turn, e.g. 4 as the baseline and 1) [default: the model's own].",
 )
+@click.option(
+    "--world-workers",
+    "worker_counts",
+    type=click.IntRange(0),
+    multiple=True,
+    help="Serve with `--world-workers N` (repeatable: one server each, e.g. 0, the model in the "
+    "server's process, as the baseline and 2 Ray actors) [default: the server's default].",
+)
 @click.option("--served-seconds", default=6.0, show_default=True, type=click.FloatRange(2))
 @click.option("--model-chunks", default=40, show_default=True, type=click.IntRange(2))
 @click.option(
@@ -438,6 +460,7 @@ def command(
     ahead: int,
     ack_at: tuple[str, ...],
     chunk_lengths: tuple[int, ...],
+    worker_counts: tuple[int, ...],
     served_seconds: float,
     model_chunks: int,
     server_args: tuple[str, ...],
@@ -458,6 +481,7 @@ def command(
         model_chunks,
         list(server_args),
         list(chunk_lengths) or None,
+        list(worker_counts) or None,
     )
     _echo(result, ahead)
     if json_path is not None:
@@ -468,23 +492,30 @@ def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f}"
 
 
+def _workers(count: int | None) -> str:
+    if count is None:
+        return "default workers"
+    return "in process" if count == 0 else f"{count} Ray worker{'s' if count > 1 else ''}"
+
+
 def _echo(result: dict[str, Any], ahead: int) -> None:
     for run in result["runs"]:
         served = run["served"]
         click.echo(
-            f"{run['frames_per_chunk']} frames/chunk, ms/frame: served {served['ms_per_frame']:.2f} vs bench "
+            f"{run['frames_per_chunk']} frames/chunk, {_workers(run['world_workers'])}, ms/frame: served "
+            f"{served['ms_per_frame']:.2f} vs bench "
             f"{run['bench_ms_per_frame']:.2f} (x{run['served_over_bench']:.2f}); served chunks say model "
             f"{served['header_model_ms_per_frame']:.2f} ms/frame, encode "
             f"{served['header_encode_ms_per_chunk']:.2f} ms/chunk"
         )
     click.echo(f"realtime, {ahead} ahead:")
     click.echo(
-        f"{'f/chunk':>8}{'ack at':>7}{'sessions':>9}{'refused':>8}{'fps min':>9}{'fps med':>9}"
+        f"{'f/chunk':>8}{'workers':>8}{'ack at':>7}{'sessions':>9}{'refused':>8}{'fps min':>9}{'fps med':>9}"
         f"{'stalls/min':>11}{'p50 ms':>8}{'p95 ms':>8}{'cpu':>6}"
     )
     for row in result["realtime"]:
         click.echo(
-            f"{row['frames_per_chunk']:>8}{row['ack_at']:>7}{row['sessions']:>9}{row['refused']:>8}"
+            f"{row['frames_per_chunk']:>8}{_fmt(row['world_workers']):>8}{row['ack_at']:>7}{row['sessions']:>9}{row['refused']:>8}"
             f"{row['fps_min']:>9.2f}{row['fps_median']:>9.2f}{row['stalls_per_min_median']:>11.1f}"
             f"{_fmt(row['input_to_shown_p50_ms']):>8}{_fmt(row['input_to_shown_p95_ms']):>8}"
             f"{row['server_cpu_cores']:>6.2f}"
