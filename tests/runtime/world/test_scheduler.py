@@ -191,12 +191,14 @@ class TimedKVModel(RecordingKVModel):
     """Each tick of a step takes 100 ms on the scheduler's (fake) clock: 40% of a core per
     realtime session at 4 chunks a second."""
 
-    def __init__(self, now: list[float]) -> None:
+    def __init__(self, now: list[float], tick_s: Any = lambda step: 0.1) -> None:
         super().__init__()
         self.now = now
+        #: Seconds per tick of the n-th step (from 0).
+        self.tick_s = tick_s
 
     def step(self, ticks: Sequence[Tick], kv_storage: Any) -> list[Chunk]:
-        self.now[0] += 0.1 * len(ticks)
+        self.now[0] += self.tick_s(len(self.batches)) * len(ticks)
         return super().step(ticks, kv_storage)
 
 
@@ -216,6 +218,31 @@ async def test_admission_refuses_a_session_the_frame_clock_cannot_hold() -> None
         harness.open()  # three would need 120%
     assert error.value.code == "realtime_capacity"
     assert harness.scheduler.workers.kv_pools[0].num_sessions == 2  # the refused one holds nothing
+    await harness.scheduler.stop()
+
+
+@pytest.mark.parametrize(
+    ("tick_s", "estimate"),
+    [
+        (lambda step: 0.3 if step == 5 else 0.1, 0.1),  # one slow step: a burst, not a capacity
+        # a neighbour that stays, busy for three steps of every four: a lucky step is not the capacity
+        (lambda step: 0.3 if step % 4 else 0.1, 0.3),
+    ],
+    ids=["burst", "sustained"],
+)
+async def test_admission_follows_a_sustained_slowdown_not_a_burst(tick_s: Any, estimate: float) -> None:
+    now = [100.0]
+    harness = Harness(TimedKVModel(now, tick_s), num_sessions=4)
+    harness.scheduler.clock = lambda: now[0]
+    await harness.scheduler.start()
+    harness.open(max_chunks_ahead=40)
+    await until(lambda: len(harness.model.batches) == 40)
+    assert harness.scheduler.tick_cost_s == pytest.approx(estimate)
+    if estimate > 0.1:  # two sessions need 2 x 4 chunks/s x 0.3 s: more than the worker has
+        with pytest.raises(CapacityExceeded):
+            harness.open()
+    else:
+        harness.open()
     await harness.scheduler.stop()
 
 
