@@ -21,7 +21,8 @@ round trips. This bench runs both in one run, so the gap stays visible:
   frame is shown (``--ack-at end``, the old page) or its first
   (``--ack-at start``, the pipelined ack). Each session changes its action
   every 0.3-0.7 s; input -> shown is from sending the event to showing the
-  first frame of the chunk that applied it. fps and stalls per minute count
+  first frame of the chunk that applied it. Sessions open ``ARRIVAL_GAP_S``
+  apart, and each plays ``--seconds``; fps and stalls per minute count
   after ``--warm-up`` seconds, over the sessions admitted (``refused`` counts
   those the server's frame-clock admission turned away; pass
   ``--server-arg=--world-realtime-headroom=0`` to play them all).
@@ -63,6 +64,9 @@ from PIL import Image
 from livegen.protocol import world as wire
 
 ACTIONS = ("left", "right", "up", "down")
+#: Seconds between the sessions of a level opening, as users arrive: admission then sees the
+#: batch the earlier ones made (all at once, it only knows a session stepped alone).
+ARRIVAL_GAP_S = 0.25
 
 
 # -- model alone -----------------------------------------------------------------------------
@@ -273,7 +277,12 @@ async def realtime_level(
     url: str, sessions: int, seconds: float, warm_up: float, ahead: int, ack_at: str
 ) -> dict[str, Any]:
     pages = [Page(url, pacing="realtime", ahead=ahead, ack_at=ack_at, seed=100 + i) for i in range(sessions)]
-    results = await asyncio.gather(*(page.run(seconds, warm_up) for page in pages))
+
+    async def arrive(index: int, page: Page) -> PageStats:
+        await asyncio.sleep(index * ARRIVAL_GAP_S)
+        return await page.run(seconds, warm_up)
+
+    results = await asyncio.gather(*(arrive(i, page) for i, page in enumerate(pages)))
     counted_s = seconds - warm_up
     latencies = [ms for stats in results for ms in stats.latencies_ms]
     refused = sum("realtime_capacity" in stats.errors for stats in results)
