@@ -18,9 +18,9 @@ committed with no speech after the pause, the transcript and the first audio
 are already there.
 
 When the session asks for input transcription, the turn is also decoded
-while it is spoken, for live captions (``captions``): stable words go out as
-transcript deltas with no item id, which the session core gives to the item
-the turn will become.
+while it is spoken, for live captions (``transcripts``, ``captions``): stable
+words go out as transcript deltas with no item id, which the session core
+gives to the item the turn will become.
 """
 
 from __future__ import annotations
@@ -40,13 +40,13 @@ from livegen.errors import CapacityExceeded, InvalidRequest, InvalidState, Model
 from livegen.models.cascade import (
     asr,
     barge_in,
-    captions,
     denoise,
     endpoint,
     incomplete,
     llm,
     replies,
     speaking,
+    transcripts,
     tts,
     vad,
 )
@@ -124,11 +124,8 @@ class Stream:
         self._responses: dict[str, tuple[int, asyncio.Task[None]]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._is_closed = False
-        #: Live captions of the turn being spoken: where it starts, what was sent, the decode in flight.
-        self._turn_start = 0
-        self._caption: captions.Agreement | None = None
-        self._caption_at = 0
-        self._caption_task: asyncio.Task[None] | None = None
+        #: Live captions of the turn being spoken, and the completed transcripts.
+        self._transcripts = transcripts.Transcripts(self._transcribe, self._score, self._spawn, self._emit)
         #: The session's noise reduction (None: off) and its check of speech over an answer.
         self._denoiser = denoise.for_session(None, config.noise_reduction)
         self._gate = barge_in.Gate(self._transcribe, self._score, self._spawn)
@@ -170,11 +167,12 @@ class Stream:
     async def commit(self, epoch: int, item_id: str) -> None:
         self._check_open()
         tail, prepared = self._take_turn()
-        caption = self._caption_of_turn()
+        caption = self._transcripts.of_turn(self._buffer_end(), self._audio)
         # With ``include`` logprobs: the turn's audio, to score the transcript's tokens against.
         wants_logprobs = self._config.transcription_logprobs
         heard = self._audio(self._buffer_start, self._buffer_end()) if wants_logprobs else None
-        task = self._spawn(self._finish_transcript(epoch, item_id, self._settled, tail, caption, heard))
+        parts = [*self._settled, tail]
+        task = self._spawn(self._transcripts.complete(epoch, item_id, parts, caption, heard))
         self._drop_prepared(self._unanswered_prepared)
         self._unanswered, self._unanswered_prepared = task, prepared
         self._reset_buffer()
@@ -241,10 +239,7 @@ class Stream:
         elif turn.event is vad.Event.CHECK:
             self._spawn(self._check_end(turn.start, turn.sample))
         else:
-            # A caption decoded after the stop would reach the session after it committed the turn,
-            # with no item to name; the final transcript brings those words instead.
-            if self._caption_task is not None:
-                self._caption_task.cancel()
+            self._transcripts.stop()
             if is_server_vad:
                 self._emit(OutputKind.SPEECH_STOPPED, epoch, audio_ms=_ms(turn.sample))
 
@@ -290,7 +285,7 @@ class Stream:
             self._drop_speculation(keep_transcript=True)
         elif not self._has_speech:
             self._settled_until = start
-            self._turn_start = start
+            self._transcripts.turn_start = start
         self._has_speech = True
 
     def _speculate(self) -> None:
@@ -340,10 +335,7 @@ class Stream:
         self._buffer.clear()
         self._settled = []
         self._settled_until = self._buffer_start
-        self._turn_start = self._caption_at = self._buffer_start
-        self._caption = None
-        if self._caption_task is not None:
-            self._caption_task.cancel()
+        self._transcripts.new_turn(self._buffer_start)
         # A commit in the middle of speech: the rest of it belongs to the next item.
         self._has_speech = self._detector.turns.is_speaking
 
@@ -382,76 +374,12 @@ class Stream:
             config.transcription_model, config.transcription_language, config.transcription_prompt, prefix
         )
 
-    def _caption_of_turn(self) -> tuple[captions.Agreement, np.ndarray] | None:
-        """What live captions sent of the turn being committed, and the turn's audio to decode
-        again from there should the final transcript not start with it."""
-        caption = self._caption
-        if caption is None or not caption.sent:
-            return None
-        audio = self._audio(self._turn_start, self._buffer_end())
-        return (caption, audio) if len(audio) <= asr.WINDOWS_S[-1] * SAMPLE_RATE else None
-
     def _live_caption(self, epoch: int) -> None:
-        """Decode the turn so far each ``captions.STEP_S`` of new speech, one decode at a time."""
+        """Live captions while the user speaks, when the session transcribes with server VAD."""
         if not self._config.transcription_model or self._config.turn_detection is None:
             return
-        if not self._detector.turns.is_speaking or self._speculation is not None:
-            return
-        if self._caption_task is not None and not self._caption_task.done():
-            return
-        end = self._buffer_end()
-        if end - self._caption_at < captions.STEP_S * SAMPLE_RATE:
-            return
-        if end - self._turn_start > captions.MAX_LIVE_S * SAMPLE_RATE:
-            return
-        self._caption = self._caption or captions.Agreement()
-        self._caption_at = end
-        audio = self._audio(self._turn_start, end)
-        self._caption_task = self._spawn(self._caption_step(epoch, self._caption, audio))
-
-    async def _caption_step(self, epoch: int, agreement: captions.Agreement, audio: np.ndarray) -> None:
-        text = await self._transcribe(audio, priority=Priority.CAPTION)  # may be dropped under load
-        if agreement is self._caption and (delta := agreement.feed(text)):
-            self._emit(OutputKind.TRANSCRIPT_DELTA, epoch, text=delta)
-
-    async def _finish_transcript(
-        self,
-        epoch: int,
-        item_id: str,
-        settled: list[asyncio.Task[str]],
-        tail: asyncio.Task[str],
-        caption: tuple[captions.Agreement, np.ndarray] | None = None,
-        heard: np.ndarray | None = None,
-    ) -> str:
-        try:
-            parts = [await asyncio.shield(task) for task in [*settled, tail]]
-            text = " ".join(part for part in parts if part)
-            rest = text if caption is None else caption[0].rest(text)
-            if caption is not None and rest is None:
-                # Heard differently as a whole: decode the turn again from what the captions sent,
-                # which never changes, so that the deltas add up to the completed transcript.
-                text = await self._transcribe(caption[1], prefix=caption[0].text)
-                rest = caption[0].rest(text)
-            if caption is not None and rest is not None:
-                text = caption[0].text + rest  # the words as sent, where only punctuation differed
-        except Exception as exc:
-            logger.exception("transcription of %s failed", item_id)
-            self._emit(OutputKind.ERROR, epoch, item_id=item_id, text=f"transcription failed: {exc}")
-            return ""
-        if rest:
-            self._emit(OutputKind.TRANSCRIPT_DELTA, epoch, item_id=item_id, text=rest)
-        logprobs = None if heard is None else await self._logprobs(heard, text)
-        self._emit(OutputKind.TRANSCRIPT_DONE, epoch, item_id=item_id, text=text, logprobs=logprobs)
-        return text
-
-    async def _logprobs(self, audio: np.ndarray, text: str) -> tuple[dict[str, object], ...]:
-        """``text``'s tokens scored against the turn's audio (its first 30 s); none if that fails."""
-        try:
-            scored = await self._score(audio, text)
-        except Exception:
-            logger.exception("scoring a transcript's tokens failed")
-            return ()
-        return tuple(entry.to_wire() for entry in scored)
+        if self._detector.turns.is_speaking and self._speculation is None:
+            self._transcripts.caption(epoch, self._buffer_end(), self._audio)
 
     # -- responses -------------------------------------------------------------------------------
 
