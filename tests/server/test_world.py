@@ -281,11 +281,16 @@ async def test_events_before_session_update_are_refused(world_server: ServerThre
         await client.create(pacing="asap")
 
 
-def test_errors_are_counted_and_health_reports_the_model(world_server: ServerThread) -> None:
-    health = httpx.get(f"{world_server.http_url}/health").json()
+async def test_errors_are_counted_and_health_reports_the_model(world_server: ServerThread) -> None:
+    client, _ = await connect(world_server)  # its own bad input: the test must not rely on another's
+    async with client:
+        await client.send_raw("{not json")
+        assert (await client.expect(wire.Error)).error.code == "invalid_json"
+    async with httpx.AsyncClient(base_url=world_server.http_url) as http:
+        health = (await http.get("/health")).json()
+        metrics = (await http.get("/metrics")).text
     assert health["services"]["world"]["ready"] is True
     assert health["services"]["world"]["model"] == "procedural-world"
-    metrics = httpx.get(f"{world_server.http_url}/metrics").text
     assert 'livegen_errors_total{code="invalid_json",kind="world"}' in metrics
 
 
