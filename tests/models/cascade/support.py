@@ -42,8 +42,8 @@ def speak_afresh(
     text: str, lead_s: float = 0.3, trail_s: float = 1.0, voice: str = "en-us", rate: int = 16_000
 ) -> bytes:
     """``text`` from a fresh espeak-ng process, PCM16 at ``rate`` with silence around it: the same audio
-    every time. The model's speech worker speaks a sentence differently after each utterance it has
-    spoken before, so a test whose words Whisper must get right cannot depend on the tests before it."""
+    every time, made apart from the model under test (its speech worker), so a test whose words
+    Whisper must get right depends neither on the tests before it nor on the worker."""
     import tempfile
     from pathlib import Path
 

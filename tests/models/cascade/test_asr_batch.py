@@ -52,8 +52,8 @@ def test_one_batch_gives_each_utterance_its_own_whole_transcript(
     texts = [future.result(timeout=120) for future in futures]
     batcher.close()
     assert dict(batcher.stats.sizes) == {len(spoken): 1}
-    # Each its own whole transcript: what decoding it alone gives (not Whisper's accuracy on the
-    # speech worker's espeak, which drifts with what the worker said before).
+    # Each its own whole transcript: what decoding it alone gives (not tiny.en's accuracy on
+    # espeak's voices, which it mishears in places).
     assert texts == [cascade.recognizer.transcribe(audio).text for audio in spoken]
 
 
@@ -134,7 +134,7 @@ async def test_sessions_speaking_at_once_each_get_their_own_transcript(cascade: 
     for driver in drivers:
         await driver.close()
     # Each session its own transcript: one of its own words (the sets share none), whatever else
-    # tiny.en misheard in the speech worker's drifting espeak.
+    # tiny.en misheard in espeak's voice.
     for text, (_, words) in zip(texts, UTTERANCES, strict=True):
         assert any(word in text.lower() for word in words), texts
     assert cascade.stats.batches.sizes != before  # they went through the batcher

@@ -72,8 +72,8 @@ async def test_with_noise_reduction_a_cough_over_the_answer_does_not_interrupt_i
         await call.wait_for("response.output_audio.delta", response_id=first.response.id)
         mark = len(call.events)
         # Backchannels are left to ``livegen bench voice-barge-in``, which counts them: the gate
-        # stops most but not all (an espeak "mm-hmm" that reaches the 800 ms hold starts a turn,
-        # and how long it comes out depends on what the speech worker said before).
+        # stops most but not all (an espeak "mm-hmm" long enough to reach the 800 ms hold starts
+        # a turn).
         call.say(bytes(2 * 12_000) + cough() + bytes(2 * 24_000))
         call.say(speak_afresh("Wait, what time is it?", 0.0, 0.0, "en-us+f3", 24_000))
         cancelled = await call.wait_for("response.done", response__id=first.response.id)

@@ -149,9 +149,9 @@ async def _stop_after_speech_ms(cascade: Any, text: str, silence_s: float) -> in
     how long after the speech the turn stopped, or None if it did not."""
     config = StreamConfig(turn_detection=TurnDetection(silence_duration_ms=700, eagerness="auto"))
     driver = Driver(await cascade.open("words", config))
-    # From a fresh espeak-ng: the worker's voice drifts with what it said before, and Whisper must
-    # hear "for" at the end whatever test ran first. tiny.en hears en-us+f3's "Book a table for"
-    # word for word; the male voices come out as "Work at table for it." or "Welcome table 4."
+    # From a fresh espeak-ng, in the voice whose "for" Whisper hears: tiny.en hears en-us+f3's
+    # "Book a table for" word for word; the male voices come out as "Work at table for it." or
+    # "Welcome table 4."
     pcm = speak_afresh(text, lead_s=0.3, trail_s=silence_s, voice="en-us+f3")
     await driver.say(1, pcm, realtime=True)
     await asyncio.sleep(0.2)  # a verdict in flight
@@ -220,7 +220,7 @@ def _heard(call: RealtimeCall) -> str:
 
 def _second_part(transcript: str) -> bool:
     """Whether the words after the pause were heard: tiny.en hears espeak's "book a table" as
-    "welcome table" or "we'll enable" (espeak-ng varies its voice from call to call)."""
+    "welcome table" or "we'll enable" in some voices."""
     return any(word in transcript.lower() for word in ("table", "people"))
 
 
