@@ -127,15 +127,7 @@ class Espeak:
         read_end, write_end = os.pipe()
         pid = os.fork()
         if pid == 0:  # the child: synthesise, hand the samples over, exit without cleanup
-            os.close(read_end)
-            with os.fdopen(write_end, "wb") as out:
-                try:
-                    out.write(self._synthesise(text, voice, speed))
-                except BaseException as exc:  # the parent raises it: the message goes instead
-                    out.write(str(exc).encode())
-                    out.flush()
-                    os._exit(1)
-            os._exit(0)
+            self._child(read_end, write_end, text, voice, speed)
         os.close(write_end)
         with os.fdopen(read_end, "rb") as pipe:
             pcm = pipe.read()
@@ -143,6 +135,21 @@ class Espeak:
         if status != 0:
             raise ValueError(pcm.decode(errors="replace") or f"espeak-ng failed in voice {voice!r}")
         return pcm
+
+    def _child(self, read_end: int, write_end: int, text: str, voice: str, speed: float) -> None:
+        """Write the samples (or, exiting 1, the error's message) and exit whatever happens: a
+        child that returned would run the worker's loop as a second reader of its requests."""
+        status = 1
+        try:
+            os.close(read_end)
+            with os.fdopen(write_end, "wb") as out:
+                try:
+                    out.write(self._synthesise(text, voice, speed))
+                    status = 0
+                except Exception as exc:  # the parent raises it: the message goes instead
+                    out.write(str(exc).encode())
+        finally:
+            os._exit(status)
 
     def _synthesise(self, text: str, voice: str, speed: float) -> bytes:
         if self._lib.espeak_SetVoiceByName((voice or "en-us").encode()) != 0:
