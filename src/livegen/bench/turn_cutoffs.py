@@ -34,6 +34,7 @@ from the last speech to the speech stop is compared with ``server_vad``'s.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import statistics
 import time
@@ -114,6 +115,12 @@ class Clip:
     paused: Paused
     #: Silero's speech probability for each frame of the audio and the silence after it.
     probabilities: tuple[float, ...]
+
+    @functools.cached_property
+    def heard(self) -> np.ndarray:
+        """The utterance and the silence after it, as a session hears it (built once per clip:
+        every turn detection replays it)."""
+        return _with_trail(self.paused)
 
 
 @dataclass(frozen=True)
@@ -230,8 +237,11 @@ def build_set(model: Any) -> list[Clip]:
 
 
 def _clip(model: Any, group: str, voice: str, paused: Paused) -> Clip:
-    audio = np.concatenate([paused.audio, np.zeros(SAMPLE_RATE * _TRAIL_S, np.float32)])
-    return Clip(group, voice, paused, speech_probabilities(model, audio))
+    return Clip(group, voice, paused, speech_probabilities(model, _with_trail(paused)))
+
+
+def _with_trail(paused: Paused) -> np.ndarray:
+    return np.concatenate([paused.audio, np.zeros(SAMPLE_RATE * _TRAIL_S, np.float32)])
 
 
 class Judge:
@@ -288,7 +298,7 @@ def stops(clip: Clip, mode: Mode, judge: Judge) -> list[int]:
     """Where turns end in ``clip`` (samples) under ``mode``, as a session would see them."""
     from livegen.models.cascade import vad
 
-    audio = np.concatenate([clip.paused.audio, np.zeros(SAMPLE_RATE * _TRAIL_S, np.float32)])
+    audio = clip.heard
     turns = vad.Turns(mode.settings, has_endpoint=True)
     found: list[int] = []
     due: list[tuple[int, int]] = []  # (where a "complete" verdict arrives, its check's sample)
