@@ -524,7 +524,8 @@ def _echo(result: dict[str, Any], ahead: int) -> None:
     )
     for row in result["realtime"]:
         click.echo(
-            f"{row['frames_per_chunk']:>8}{_fmt(row['world_workers']):>8}{row['ack_at']:>7}{row['sessions']:>9}{row['refused']:>8}"
+            f"{row['frames_per_chunk']:>8}{_fmt(row['world_workers']):>8}{row['ack_at']:>7}"
+            f"{row['sessions']:>9}{row['refused']:>8}"
             f"{row['fps_min']:>9.2f}{row['fps_median']:>9.2f}{row['stalls_per_min_median']:>11.1f}"
             f"{_fmt(row['input_to_shown_p50_ms']):>8}{_fmt(row['input_to_shown_p95_ms']):>8}"
             f"{row['server_cpu_cores']:>6.2f}"
