@@ -511,7 +511,7 @@ class Stream:
                 said.append(delta)
                 self._emit(OutputKind.TEXT_DELTA, epoch, response_id=rid, text=delta)
                 if audio is not None:
-                    pacing.add(loop.time(), await self._emit_audio(epoch, rid, text, audio, voice))
+                    pacing.add(loop.time(), await self._emit_audio(epoch, rid, text, audio))
                     self._gate.playing(pacing.started + pacing.emitted_s)
             await producer  # re-raises its error, if any
         finally:
@@ -522,7 +522,7 @@ class Stream:
         return "".join(said)
 
     async def _emit_audio(
-        self, epoch: int, rid: str, text: str, audio: concurrent.futures.Future[Speech], voice: str
+        self, epoch: int, rid: str, text: str, audio: concurrent.futures.Future[Speech]
     ) -> float:
         """Emit one piece's audio; its length in seconds."""
         speech = await speaking.speech_of(audio, text, self._say)
