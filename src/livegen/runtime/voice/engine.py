@@ -263,7 +263,7 @@ class VoiceEngine:
         shutdown never waits for a parked session) and the session waits for a resume on its own."""
         owner = SessionOwner(self, opening)
         with bind_session(opening.session_id):
-            task = asyncio.create_task(owner.run())
+            task = asyncio.create_task(owner.run(), name=f"voice-session-{opening.session_id}")
         self.owners.add(task)
         task.add_done_callback(self._owner_done)
 
