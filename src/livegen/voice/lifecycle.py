@@ -8,16 +8,13 @@ next state; every change of its state goes through ``transition``, and a pair
 that is not in the table is a bug of ours (``LocalProtocolError``), never the
 client's.
 
-The states::
+The states, and the events that move a session on from each::
 
-    OPENING --OPENED--> LIVE <--RESUMED-- RESUMING
-       |                 | \\                 ^  |
-    OPEN_FAILED   LINK_LOST  HANDOFF ---------'  RESUME_FAILED
-       |                 v                    |  v
-       |               LOST --MAY_PARK--> PARKED -HANDOFF-'
-       v                 |                    |
-     ENDED <-- NO_PARK --'  <-- GRACE_EXPIRED, EVICTED, RUNNER_ENDED
-           <-- GOODBYE, RUNNER_ENDED (from LIVE)
+    OPENING   OPENED -> LIVE           OPEN_FAILED -> ENDED
+    LIVE      LINK_LOST -> LOST        HANDOFF -> RESUMING      GOODBYE, RUNNER_ENDED -> ENDED
+    LOST      MAY_PARK -> PARKED       NO_PARK -> ENDED
+    PARKED    HANDOFF -> RESUMING      GRACE_EXPIRED, EVICTED, RUNNER_ENDED -> ENDED
+    RESUMING  RESUMED -> LIVE          RESUME_FAILED -> LOST (it parks again if it may)
 
 Two kinds of state. In LIVE and PARKED the owner *waits* for what happens to
 the session from outside (its link closes, its runner ends, a resume arrives,

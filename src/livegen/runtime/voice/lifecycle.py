@@ -1,9 +1,10 @@
-"""What the voice engine knows of a session's lifecycle: its links, handoffs and live state.
+"""What the voice runtime knows of a session's lifecycle: its links, handoffs and live state.
 
-A voice session is *attached* to one client link, *parked* when that link is
-lost (for ``--resume-grace``, waiting for ``session.resume``), and attached
-again to the resuming link, or *ended*. ``VoiceEngine`` runs those steps; this
-module holds the values they pass around, with no transport in them:
+A voice session is *live* on one client link, *parked* when that link is lost
+(for ``--resume-grace``, waiting for ``session.resume``), and live again on the
+resuming link, or *ended*. The steps are one table (``voice/lifecycle.py``),
+which the session's owner (``owner.SessionOwner``) runs; this module holds the
+values they pass around, with no transport in them:
 
 - ``Link``: one client connection as the engine sees it (a WebSocket today):
   send a text event, close with a code, receive the next text message;
