@@ -336,3 +336,9 @@ async def test_a_model_that_cannot_open_a_stream_refuses_the_session(
     assert walks[SESSION_ID] == [(OP, Event.OPEN_FAILED)]
     assert link.types() == ["error"] and link.sent[0]["error"]["code"] == "model_error"
     assert link.closed == 1011 and not engine.live and not engine.runners
+
+
+def test_the_owner_has_a_step_for_every_live_state_and_a_method_for_every_action() -> None:
+    steps = {state: getattr(owner_module.SessionOwner, name) for state, name in owner_module._STEPS.items()}
+    assert set(steps) == set(State) - {E}
+    assert all(callable(getattr(owner_module.SessionOwner, owner_module._ACTIONS[a])) for a in Action)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -49,6 +49,18 @@ logger = logging.getLogger("livegen.runtime.voice")
 CLEAN_CLOSE_CODES = frozenset({1000, 1001})
 
 
+#: The method that runs each busy state's step or waits in each waiting state, and the method
+#: that performs each action (by name: a session holds no table of its own bound methods).
+_STEPS = {
+    State.OPENING: "_open",
+    State.LIVE: "_wait_live",
+    State.LOST: "_try_park",
+    State.PARKED: "_wait_parked",
+    State.RESUMING: "_take_over",
+}
+_ACTIONS = {action: f"_{action.value}" for action in Action}
+
+
 class SessionOwner:
     def __init__(self, engine: VoiceEngine, opening: Opening) -> None:
         self.engine = engine
@@ -63,34 +75,16 @@ class SessionOwner:
         self._run: asyncio.Task[None] | None = None
         self._undo: Callable[[], None] | None = None
         self._ended = False
-        self._steps: dict[State, Callable[[], Awaitable[Event]]] = {
-            State.OPENING: self._open,
-            State.LIVE: self._wait_live,
-            State.LOST: self._try_park,
-            State.PARKED: self._wait_parked,
-            State.RESUMING: self._take_over,
-        }
-        self._actions: dict[Action, Callable[[], Awaitable[None]]] = {
-            Action.START: self._start,
-            Action.REFUSE: self._refuse,
-            Action.RETIRE: self._retire,
-            Action.REPLACE: self._replace,
-            Action.PARK: self._park,
-            Action.UNPARK: self._unpark,
-            Action.ATTACH: self._attach,
-            Action.REJECT: self._reject,
-            Action.END: self._end,
-        }
 
     async def run(self) -> None:
         """Own the session from its opening to its end."""
         async with self._tasks:
             try:
                 while self.state is not State.ENDED:
-                    event = await self._steps[self.state]()
+                    event = await getattr(self, _STEPS[self.state])()
                     after, actions = transition(self.state, event)
                     for action in actions:
-                        await self._actions[action]()
+                        await getattr(self, _ACTIONS[action])()
                     self.state = after
             finally:  # a bug or a cancellation: the session still ends, and its links are let go
                 if not self._ended:
