@@ -19,18 +19,23 @@ from livegen.protocol import realtime as wire
 from livegen.runtime.voice.lifecycle import Link, LiveSession
 
 
-async def read(link: Link, live: LiveSession, events_in: Any) -> int:
-    """Pass the link's client events to the runner until it closes; returns its close code.
-    ``events_in`` counts them (a Prometheus counter child)."""
-    while True:
-        message = await link.receive()
-        if isinstance(message, int):
-            return message
-        events_in.inc()
-        if isinstance(message, RemoteProtocolError):
-            await live.runner.put_client(message)
-        else:
-            await deliver(message, live)
+async def read(link: Link, live: LiveSession, events_in: Any) -> int | Exception:
+    """Pass the link's client events to the runner until it closes; returns its close code, or
+    the exception that stopped the read, for the owner to raise in its own task (raised here, in
+    a task of the owner's task group, it would cancel the runner before its terminal event).
+    ``events_in`` counts the events (a Prometheus counter child)."""
+    try:
+        while True:
+            message = await link.receive()
+            if isinstance(message, int):
+                return message
+            events_in.inc()
+            if isinstance(message, RemoteProtocolError):
+                await live.runner.put_client(message)
+            else:
+                await deliver(message, live)
+    except Exception as exc:
+        return exc
 
 
 async def deliver(text: str, live: LiveSession) -> None:

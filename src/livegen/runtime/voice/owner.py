@@ -95,7 +95,7 @@ class SessionOwner:
         """LIVE: until the link closes (a goodbye, or lost), the runner ends or a resume arrives."""
         live, run = self._session()
         assert live.attached is not None
-        reader = self._tasks.create_task(self._read(live.attached))
+        reader = self._tasks.create_task(inbound.read(live.attached.link, live, self.engine.events_in))
         handoff = self._tasks.create_task(live.handoffs.get())
         try:
             await asyncio.wait({reader, run, handoff}, return_when=asyncio.FIRST_COMPLETED)
@@ -111,15 +111,6 @@ class SessionOwner:
         finally:
             reader.cancel()
             handoff.cancel()
-
-    async def _read(self, attached: Handoff) -> int | Exception:
-        """The link's close code; a link that raised is raised in the owner (the session ends),
-        not in the task group, which would cancel the runner before it sends its terminal."""
-        assert self.live is not None
-        try:
-            return await inbound.read(attached.link, self.live, self.engine.events_in)
-        except Exception as exc:
-            return exc
 
     async def _wait_parked(self) -> Event:
         """PARKED: until a resume arrives, the grace period passes, the budget evicts the session
@@ -206,16 +197,12 @@ class SessionOwner:
         runner = live.runner
         self._undo = self.engine.enlist(runner)
         self.engine.live[self.opening.session_id] = live
-        self._run = self._tasks.create_task(self._run_runner(live))
+        # runner.run reports its own failures (``Runner._fail``) and does not raise.
+        self._run = self._tasks.create_task(runner.run())
         if self.opening.bound is not None:  # the configuration the client's key was made with
             await runner.put_client(self.opening.bound)
         if self.opening.first is not None:
             await inbound.deliver(self.opening.first, live)
-
-    @staticmethod
-    async def _run_runner(live: LiveSession) -> None:
-        with contextlib.suppress(Exception):  # the runner reports its own failures (``_fail``)
-            await live.runner.run()
 
     async def _refuse(self) -> None:
         assert self._refusal is not None
