@@ -62,6 +62,20 @@ _ACTIONS = {action: f"_{action.value}" for action in Action}
 
 
 class SessionOwner:
+    # One per session, alive as long as it is: no per-instance dict.
+    __slots__ = (
+        "_ended",
+        "_refusal",
+        "_resuming",
+        "_run",
+        "_tasks",
+        "_undo",
+        "engine",
+        "live",
+        "opening",
+        "state",
+    )
+
     def __init__(self, engine: VoiceEngine, opening: Opening) -> None:
         self.engine = engine
         self.opening = opening
