@@ -342,3 +342,27 @@ def test_the_owner_has_a_step_for_every_live_state_and_a_method_for_every_action
     steps = {state: getattr(owner_module.SessionOwner, name) for state, name in owner_module._STEPS.items()}
     assert set(steps) == set(State) - {E}
     assert all(callable(getattr(owner_module.SessionOwner, owner_module._ACTIONS[a])) for a in Action)
+
+
+async def test_a_link_that_raises_ends_its_session_with_its_terminal(
+    engine: VoiceEngine, walks: dict[str, list[Any]], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A reader that raises is a bug of ours or the transport's: the session ends, its runner
+    still sends ``session.closed`` (the reader runs in the owner's task group, where an
+    exception would cancel the runner first), the link is closed and the failure is logged."""
+
+    class BrokenLink(FakeLink):
+        async def receive(self) -> str | int:
+            message = await self.inbox.get()
+            if message == "boom":
+                raise RuntimeError("the transport broke")
+            return message
+
+    link = BrokenLink()
+    await open_session(engine, link)
+    link.inbox.put_nowait("boom")
+    await ended(engine)
+    assert link.types()[-1] == "session.closed" and link.closed == 1000
+    assert not engine.live and not engine.runners
+    assert walks[SESSION_ID] == [OPENED]
+    assert any("voice.owner_failed" in record.getMessage() for record in caplog.records)
