@@ -36,6 +36,7 @@ BENCHES: dict[str, str] = {
     "voice-webrtc": "livegen.bench.voice_webrtc:command",
     "voice-tools": "livegen.bench.voice_tools:command",
     "fuzz": "livegen.bench.fuzz:command",
+    "audio-api": "livegen.bench.audio_api:command",
 }
 
 
