@@ -66,8 +66,12 @@ async def test_verbose_json_has_timed_segments(openai: AsyncOpenAI, spoken: Path
 
 
 @pytest.mark.conformance(client=CLIENT, capability="audio-transcriptions")
-async def test_a_streamed_transcription_is_deltas_then_done(openai: AsyncOpenAI, spoken: Path) -> None:
-    stream = await openai.audio.transcriptions.create(model="gpt-4o-transcribe", file=spoken, stream=True)
+async def test_a_streamed_transcription_is_deltas_then_done_with_logprobs(
+    openai: AsyncOpenAI, spoken: Path
+) -> None:
+    stream = await openai.audio.transcriptions.create(
+        model="gpt-4o-transcribe", file=spoken, stream=True, include=["logprobs"]
+    )
     events = [event async for event in stream]
     kinds = [event.type for event in events]
     assert kinds[-1] == "transcript.text.done" and set(kinds[:-1]) == {"transcript.text.delta"}, kinds
@@ -75,6 +79,14 @@ async def test_a_streamed_transcription_is_deltas_then_done(openai: AsyncOpenAI,
     assert "".join(getattr(event, "delta", "") for event in events[:-1]) == done.text
     assert "elephant" in done.text.lower()
     assert done.usage is not None and done.usage.output_tokens > 0 and done.usage.input_tokens > 0
+    assert done.logprobs and "".join(entry.token or "" for entry in done.logprobs).strip() == done.text
+    assert all(entry.logprob is not None and entry.logprob <= 0 for entry in done.logprobs)
+    streamed = [
+        (entry.token, entry.logprob)
+        for event in events[:-1]
+        for entry in getattr(event, "logprobs", None) or []
+    ]
+    assert streamed == [(entry.token, entry.logprob) for entry in done.logprobs]
 
 
 @pytest.mark.conformance(client=CLIENT, capability="audio-speech")

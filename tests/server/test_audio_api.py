@@ -112,7 +112,7 @@ def test_uploads_in_each_format_are_heard(
 
 
 @pytest.mark.slow
-def test_subtitles_and_a_named_recogniser(server: ServerThread, spoken: Path) -> None:
+def test_subtitles_logprobs_and_a_named_recogniser(server: ServerThread, spoken: Path) -> None:
     file = ("said.wav", spoken.read_bytes())
     srt = transcribe(server, file, model="whisper-base", response_format="srt", language="en")
     assert srt.status_code == 200, srt.text
@@ -123,6 +123,8 @@ def test_subtitles_and_a_named_recogniser(server: ServerThread, spoken: Path) ->
     vtt = transcribe(server, file, model="whisper-tiny.en", response_format="vtt", prompt="kitchen " * 500)
     assert vtt.status_code == 200, vtt.text
     assert vtt.text.startswith("WEBVTT\n\n00:00:00.000 --> ") and "kitchen" in vtt.text.lower()
+    scored = transcribe(server, file, model="gpt-4o-transcribe", **{"include[]": "logprobs"}).json()
+    assert "".join(entry["token"] for entry in scored["logprobs"]).strip() == scored["text"]
 
 
 @pytest.mark.slow
@@ -161,6 +163,9 @@ def test_bad_uploads_get_openai_errors(server: ServerThread, spoken: Path) -> No
     assert unknown["code"] == "model_not_found" and "whisper-9" in unknown["message"]
     words = error_of(transcribe(server, wav, **{"timestamp_granularities[]": "word"}), 400)
     assert words["param"] == "timestamp_granularities"
+    verbose_logprobs = {"include[]": "logprobs", "response_format": "verbose_json"}
+    assert error_of(transcribe(server, wav, **verbose_logprobs), 400)["param"] == "include"
+    assert error_of(transcribe(server, wav, **{"include[]": "words"}), 400)["param"] == "include"
 
 
 @pytest.mark.slow

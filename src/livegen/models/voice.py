@@ -239,6 +239,8 @@ class ClipSegment:
     audio_tokens: int = 0
     prompt_tokens: int = 0
     output_tokens: int = 0
+    #: OpenAI's ``logprobs`` entries ({token, logprob, bytes}) of the text, when asked for.
+    logprobs: tuple[Mapping[str, Any], ...] | None = None
 
 
 @runtime_checkable
@@ -254,9 +256,10 @@ class ClipAudio(Protocol):
         ...
 
     def transcribe_clip(
-        self, pcm: bytes, model: str = "", language: str = "", prompt: str = ""
+        self, pcm: bytes, model: str = "", language: str = "", prompt: str = "", logprobs: bool = False
     ) -> AsyncGenerator[ClipSegment, None]:
-        """The transcript of PCM16 at ``input_rate``, piece by piece as each is decoded."""
+        """The transcript of PCM16 at ``input_rate``, piece by piece as each is decoded
+        (with each piece's token ``logprobs`` if asked)."""
         ...
 
     def speak_text(self, text: str, voice: str = "", speed: float = 1.0) -> AsyncGenerator[bytes, None]:

@@ -44,7 +44,7 @@ from prometheus_client import Counter
 from starlette.datastructures import FormData, UploadFile
 from starlette.exceptions import HTTPException
 from starlette.formparsers import MultiPartException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 from starlette.types import Message, Receive, Scope, Send
@@ -65,6 +65,9 @@ logger = logging.getLogger("livegen.server.audio")
 MAX_SPEECH_BODY_BYTES = 64 * 1024
 #: Largest form field but the file (model, language, prompt...).
 MAX_FIELD_BYTES = 64 * 1024
+#: ``ModelError.code`` of a text or voice the speech engine refuses (the cascade's ``SynthesisError``):
+#: the client's fault, unlike a speech worker that died.
+SYNTHESIS_REFUSED = "speech_synthesis_failed"
 #: Seconds a client is told to wait while the model loads.
 RETRY_AFTER_S = 5
 
@@ -107,6 +110,9 @@ class Endpoint:
                 finally:
                     if cleanup is not None:
                         await cleanup()
+        except ClientDisconnect:  # gone mid-upload: nobody to answer, and its slot is free again
+            log_event(logger, "audio.client_gone", logging.INFO, route=self.name)
+            return
         except AudioError as error:
             log_event(
                 logger, "audio.refused", logging.INFO, route=self.name, status=error.status, code=error.code
@@ -172,7 +178,7 @@ class AudioRoutes:
             await form.close()
         pcm = await self.decode(data, model)
         duration = len(pcm) / 2 / model_rate(model, "input_rate")
-        segments = model.transcribe_clip(pcm, ask.recogniser, ask.language, ask.prompt)
+        segments = model.transcribe_clip(pcm, ask.recogniser, ask.language, ask.prompt, ask.logprobs)
         if ask.stream:
             return stream_transcript(segments), segments.aclose
         try:
@@ -205,9 +211,13 @@ class AudioRoutes:
         pieces = model.speak_text(ask.text, ask.voice, ask.speed)
         try:
             first = await anext(pieces, b"")
-        except LivegenError as error:  # the engine refused the text or the voice: nothing was sent yet
+        except LivegenError as error:  # nothing was sent yet: a status can still say whose fault it is
             await pieces.aclose()
-            raise AudioError(400, str(error), param="voice") from None
+            if getattr(error, "code", "") == SYNTHESIS_REFUSED:  # the engine refused the voice or text
+                raise AudioError(400, str(error), param="voice") from None
+            raise AudioError(
+                500, f"speech synthesis failed: {error}", code=None, error_type="server_error"
+            ) from None
         rate = model_rate(model, "output_rate")
         encoder = await asyncio.to_thread(audio_codec.encoder, ask.response_format, rate)
 

@@ -113,6 +113,8 @@ class TranscriptionRequest:
     language: str
     prompt: str
     stream: bool
+    #: ``include[]=logprobs``: the text's tokens with their log probabilities (json and the stream).
+    logprobs: bool = False
 
     @classmethod
     def parse(cls, form: FormData, recognisers: tuple[str, ...]) -> TranscriptionRequest:
@@ -136,6 +138,12 @@ class TranscriptionRequest:
         granularities = form.getlist("timestamp_granularities[]")
         if "word" in granularities:
             raise unsupported("timestamp_granularities", "word", ("segment",))
+        include = form.getlist("include[]") or form.getlist("include")
+        if unknown := [value for value in include if value != "logprobs"]:
+            raise unsupported("include", unknown[0], ("logprobs",))
+        if include and response_format != "json":
+            message = "logprobs are only returned with response_format 'json'."
+            raise AudioError(400, message, param="include")
         stream = _flag(fields.get("stream", ""), "stream")
         if stream and response_format not in ("json", "text"):
             message = (
@@ -148,6 +156,7 @@ class TranscriptionRequest:
             language.lower(),
             fields.get("prompt", "")[-MAX_PROMPT_CHARS:],
             stream,
+            bool(include),
         )
 
 

@@ -11,6 +11,8 @@ recogniser's audio positions and prompt, and the tokens of the text.
 
 Streamed (``stream=true``), each segment is a ``transcript.text.delta`` as
 soon as it is decoded, then ``transcript.text.done`` carries the whole text.
+With ``include[]=logprobs`` (json only), the text's tokens and their log
+probabilities come in ``logprobs``, on each delta and on the whole.
 """
 
 from __future__ import annotations
@@ -50,7 +52,14 @@ def response(
             "usage": usage,
         }
         return JSONResponse(body)
-    return JSONResponse({"text": text, "usage": usage})
+    body = {"text": text, "usage": usage}
+    if any(segment.logprobs is not None for segment in segments):
+        body["logprobs"] = all_logprobs(segments)
+    return JSONResponse(body)
+
+
+def all_logprobs(segments: Sequence[ClipSegment]) -> list[Any]:
+    return [entry for segment in segments for entry in segment.logprobs or ()]
 
 
 def segment_object(index: int, segment: ClipSegment) -> dict[str, Any]:
@@ -95,7 +104,10 @@ async def events(segments: AsyncIterator[ClipSegment]) -> AsyncIterator[dict[str
     async for segment in segments:
         delta = segment.text if not heard else " " + segment.text
         heard.append(segment)
-        yield {"type": "transcript.text.delta", "delta": delta}
+        event: dict[str, Any] = {"type": "transcript.text.delta", "delta": delta}
+        if segment.logprobs is not None:
+            event["logprobs"] = list(segment.logprobs)
+        yield event
     audio_tokens = sum(segment.audio_tokens for segment in heard)
     prompt_tokens = sum(segment.prompt_tokens for segment in heard)
     input_tokens = audio_tokens + prompt_tokens
@@ -107,4 +119,7 @@ async def events(segments: AsyncIterator[ClipSegment]) -> AsyncIterator[dict[str
         "total_tokens": input_tokens + output_tokens,
         "input_token_details": {"audio_tokens": audio_tokens, "text_tokens": prompt_tokens},
     }
-    yield {"type": "transcript.text.done", "text": joined(heard), "usage": usage}
+    done: dict[str, Any] = {"type": "transcript.text.done", "text": joined(heard), "usage": usage}
+    if any(segment.logprobs is not None for segment in heard):
+        done["logprobs"] = all_logprobs(heard)
+    yield done

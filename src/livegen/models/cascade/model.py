@@ -209,9 +209,9 @@ class CascadeModel:
         return offline.accepts_voice(voice)
 
     def transcribe_clip(
-        self, pcm: bytes, model: str = "", language: str = "", prompt: str = ""
+        self, pcm: bytes, model: str = "", language: str = "", prompt: str = "", logprobs: bool = False
     ) -> AsyncGenerator[ClipSegment, None]:
-        return offline.transcribe_clip(self, pcm, model, language, prompt)
+        return offline.transcribe_clip(self, pcm, model, language, prompt, logprobs)
 
     def speak_text(self, text: str, voice: str = "", speed: float = 1.0) -> AsyncGenerator[bytes, None]:
         return offline.speak_text(self, text, voice, speed)

@@ -22,6 +22,7 @@ import math
 import re
 from collections import deque
 from collections.abc import AsyncGenerator, Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -68,16 +69,23 @@ def pieces(audio: np.ndarray, rate: int = asr.SAMPLE_RATE) -> list[tuple[int, in
 
 
 async def transcribe_clip(
-    model: CascadeModel, pcm: bytes, name: str = "", language: str = "", prompt: str = ""
+    model: CascadeModel,
+    pcm: bytes,
+    name: str = "",
+    language: str = "",
+    prompt: str = "",
+    logprobs: bool = False,
 ) -> AsyncGenerator[ClipSegment, None]:
     """Each piece's transcript in order, as soon as it and those before it are decoded.
 
     ``name`` is one of ``asr.CHOICES`` (another means the server's recogniser); empty pieces
-    (silence) yield nothing.
+    (silence) yield nothing. With ``logprobs``, each piece's tokens are scored against its audio
+    (through the batcher too). Conversions and token counts run in a thread: a long clip's
+    arrays would stall the event loop.
     """
-    audio = np.frombuffer(pcm, "<i2").astype(np.float32) / 32768.0
+    audio, spans = await asyncio.to_thread(_prepared, pcm)
     options = asr.Options(model=name, language=language, prompt=prompt)
-    ranges = iter(pieces(audio))
+    ranges = iter(spans)
     queued: deque[tuple[tuple[int, int], asyncio.Future[str]]] = deque()
 
     def queue_next() -> None:
@@ -91,11 +99,21 @@ async def transcribe_clip(
             (start, end), decoding = queued.popleft()
             queue_next()
             text = await decoding
-            if text:
-                yield _segment(model, options, start, end, text)
+            if not text:
+                continue
+            scored = await model.logprobs(audio[start:end], text, options) if logprobs else None
+            segment = await asyncio.to_thread(_segment, model, options, start, end, text)
+            yield (
+                segment if scored is None else replace(segment, logprobs=tuple(lp.to_wire() for lp in scored))
+            )
     finally:
         for _, decoding in queued:
             decoding.cancel()
+
+
+def _prepared(pcm: bytes) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    audio = np.frombuffer(pcm, "<i2").astype(np.float32) / 32768.0
+    return audio, pieces(audio)
 
 
 def _segment(model: CascadeModel, options: asr.Options, start: int, end: int, text: str) -> ClipSegment:
