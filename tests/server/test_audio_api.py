@@ -11,6 +11,8 @@ from __future__ import annotations
 import base64
 import io
 import json
+import socket
+import time
 import wave
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -272,6 +274,24 @@ def test_requests_past_the_bound_get_429_and_are_counted(server: ServerThread) -
     metrics = httpx.get(f"{server.http_url}/metrics", headers=AUTH).text
     assert 'livegen_audio_requests_total{code="429",route="speech"} 1.0' in metrics
     assert 'livegen_audio_requests_total{code="200",route="speech"}' in metrics
+
+
+@pytest.mark.slow
+def test_a_client_gone_mid_upload_frees_its_slot(
+    server: ServerThread, caplog: pytest.LogCaptureFixture
+) -> None:
+    head = (
+        "POST /v1/audio/transcriptions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        f"Authorization: Bearer {KEY}\r\nContent-Type: multipart/form-data; boundary=b\r\n"
+        "Content-Length: 1000000\r\n\r\n"
+        '--b\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n\r\n'
+    )
+    for _ in range(3):  # more than --max-audio-requests (2): each left its slot behind, or none did
+        with socket.create_connection(("127.0.0.1", server.port)) as gone:
+            gone.sendall(head.encode() + bytes(10_000))
+        time.sleep(0.2)  # for the server to read the close, not a timing assertion
+    assert speak(server, response_format="pcm").status_code == 200
+    assert not [r for r in caplog.records if r.exc_info], "a traceback for a client that left"
 
 
 @pytest.mark.slow
