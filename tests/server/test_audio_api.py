@@ -22,6 +22,7 @@ import av
 import httpx
 import numpy as np
 import pytest
+from openai import OpenAI
 
 from browser.speech import write_speech
 from livegen.server import ServerConfig
@@ -307,6 +308,20 @@ def test_both_routes_need_the_key(server: ServerThread, spoken: Path) -> None:
         files={"file": ("said.wav", spoken.read_bytes())},
     )
     assert error_of(wrong, 401)["type"] == "authentication_error"
+
+
+@pytest.mark.slow
+def test_one_livegen_is_anothers_voice_and_recogniser(
+    server: ServerThread, start_server: Callable[..., ServerThread]
+) -> None:
+    other = start_server(world_model="none")  # no key: a second server, as a user would run one
+    other.wait_ready(timeout=300)
+    voice = OpenAI(api_key=KEY, base_url=f"{server.http_url}/v1")
+    recogniser = OpenAI(api_key="unused", base_url=f"{other.http_url}/v1")
+    with voice, recogniser:
+        said = voice.audio.speech.create(model="tts-1", voice="echo", input="Please water the tomato plants.")
+        heard = recogniser.audio.transcriptions.create(model="whisper-1", file=("said.mp3", said.content))
+    assert {"water", "tomato"} <= {word.strip(".,").lower() for word in heard.text.split()}, heard.text
 
 
 # -- without the real models ------------------------------------------------------------------------
