@@ -101,12 +101,19 @@ class Endpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         cleanup = None
+        started = False
+
+        async def sending(message: Message) -> None:
+            nonlocal started
+            started = True
+            await send(message)
+
         try:
             model = self.audio.model()
             with self.audio.slot():
                 try:
                     response, cleanup = await self.handler(Request(scope, receive), model)
-                    await response(scope, receive, send)
+                    await response(scope, receive, sending)
                 finally:
                     if cleanup is not None:
                         await cleanup()
@@ -118,6 +125,13 @@ class Endpoint:
                 logger, "audio.refused", logging.INFO, route=self.name, status=error.status, code=error.code
             )
             response = JSONResponse({"error": error.body()}, status_code=error.status, headers=error.headers)
+            await response(scope, receive, send)
+        except Exception:  # a bug: logged whole; the client gets OpenAI's shape if nothing was sent yet
+            logger.exception("audio.internal_error route=%s", self.name)
+            if started:
+                raise
+            failure = AudioError(500, "The server had an error while processing your request.", code=None)
+            response = JSONResponse({"error": {**failure.body(), "type": "server_error"}}, status_code=500)
             await response(scope, receive, send)
         self.audio.requests.labels(route=self.name, code=str(response.status_code)).inc()
 
