@@ -133,8 +133,9 @@ def test_subtitles_logprobs_and_a_named_recogniser(server: ServerThread, spoken:
 @pytest.mark.slow
 def test_a_long_clip_is_heard_in_timed_segments(server: ServerThread, tmp_path: Path) -> None:
     parts = [(0.5, "The first part is about apples."), (29.0, "The second part is about the weather.")]
-    clip = write_speech(tmp_path / "long.wav", parts, tail_s=1.0)
-    response = transcribe(server, ("long.wav", clip.read_bytes()), response_format="verbose_json")
+    data = write_speech(tmp_path / "long.wav", parts, tail_s=1.0).read_bytes()
+    assert len(data) > 1024 * 1024  # over a MiB: uploads are bounded by --max-audio-bytes alone
+    response = transcribe(server, ("long.wav", data), response_format="verbose_json")
     assert response.status_code == 200, response.text
     verbose = response.json()
     segments = verbose["segments"]
