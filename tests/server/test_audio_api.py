@@ -297,6 +297,24 @@ def test_a_client_gone_mid_upload_frees_its_slot(
 
 
 @pytest.mark.slow
+def test_slow_uploads_do_not_hold_the_models_slots(server: ServerThread) -> None:
+    head = (
+        "POST /v1/audio/transcriptions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        f"Authorization: Bearer {KEY}\r\nContent-Type: multipart/form-data; boundary=b\r\n"
+        "Content-Length: 1000000\r\n\r\n"
+        '--b\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n\r\n'
+    )
+    uploading = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(3)]
+    try:
+        for upload in uploading:  # three uploads under way, more than --max-audio-requests (2)
+            upload.sendall(head.encode() + bytes(10_000))
+        assert speak(server, response_format="pcm").status_code == 200
+    finally:
+        for upload in uploading:
+            upload.close()
+
+
+@pytest.mark.slow
 def test_both_routes_need_the_key(server: ServerThread, spoken: Path) -> None:
     no_key = httpx.post(
         f"{server.http_url}/v1/audio/speech", json={"model": "tts-1", "voice": "alloy", "input": "x"}

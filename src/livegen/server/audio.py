@@ -23,8 +23,9 @@ status codes (``audio_requests.py`` checks the fields).
 
 Limits: ``--max-audio-bytes`` per upload (413 past it; OpenAI's 25 MiB by
 default), ``--max-audio-seconds`` of decoded audio (400), and
-``--max-audio-requests`` served at once, held until the last byte is sent
-(429 past it, at once, never queued); 503 while the voice model loads. Model
+``--max-audio-requests`` served at once, each from when its request has been
+read (a slow upload holds a connection, not the model) until its last byte is
+sent (429 past it, at once, never queued); 503 while the voice model loads. Model
 work runs where the model runs it (the recogniser's batcher, the speech
 workers); decoding and encoding run in worker threads: nothing here blocks the
 event loop. ``livegen_audio_requests`` counts answers by route and status.
@@ -71,8 +72,9 @@ SYNTHESIS_REFUSED = "speech_synthesis_failed"
 #: Seconds a client is told to wait while the model loads.
 RETRY_AFTER_S = 5
 
-#: What a handler returns: the response, and what to release once it is sent (or abandoned).
-Handled = tuple[Response, Callable[[], Awaitable[None]] | None]
+#: A route's work: the request, the loaded model, and what to release once the response is sent
+#: or abandoned (its slot, the model's generator), in, and it returns the response.
+Handler = Callable[[Request, ClipAudio, contextlib.AsyncExitStack], Awaitable[Response]]
 
 
 def routes(state: State) -> list[BaseRoute]:
@@ -91,16 +93,14 @@ def routes(state: State) -> list[BaseRoute]:
 
 
 class Endpoint:
-    """One route as an ASGI app: the model's readiness, a slot under the bound held until the
-    response is sent (or the client leaves), refusals as OpenAI errors, and the count."""
+    """One route as an ASGI app: the model's readiness, what the handler holds (its slot under the
+    bound, taken once the request is read) until the response is sent or the client leaves,
+    refusals as OpenAI errors, and the count."""
 
-    def __init__(
-        self, audio: AudioRoutes, name: str, handler: Callable[[Request, ClipAudio], Awaitable[Handled]]
-    ) -> None:
+    def __init__(self, audio: AudioRoutes, name: str, handler: Handler) -> None:
         self.audio, self.name, self.handler = audio, name, handler
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        cleanup = None
         started = False
 
         async def sending(message: Message) -> None:
@@ -110,13 +110,9 @@ class Endpoint:
 
         try:
             model = self.audio.model()
-            with self.audio.slot():
-                try:
-                    response, cleanup = await self.handler(Request(scope, receive), model)
-                    await response(scope, receive, sending)
-                finally:
-                    if cleanup is not None:
-                        await cleanup()
+            async with contextlib.AsyncExitStack() as held:
+                response = await self.handler(Request(scope, receive), model, held)
+                await response(scope, receive, sending)
         except ClientDisconnect:  # gone mid-upload: nobody to answer, and its slot is free again
             log_event(logger, "audio.client_gone", logging.INFO, route=self.name)
             return
@@ -176,7 +172,9 @@ class AudioRoutes:
             self.in_flight -= 1
 
     # -- /v1/audio/transcriptions ---------------------------------------------------------------
-    async def transcriptions(self, request: Request, model: ClipAudio) -> Handled:
+    async def transcriptions(
+        self, request: Request, model: ClipAudio, held: contextlib.AsyncExitStack
+    ) -> Response:
         limit = self.state.config.max_audio_bytes
         length = request.headers.get("content-length", "")
         if length.isdigit() and int(length) > limit:
@@ -187,21 +185,23 @@ class AudioRoutes:
             upload = form.get("file")
             if not isinstance(upload, UploadFile):
                 raise missing("file")
+            held.enter_context(self.slot())  # only now: a slow upload holds a connection, not a slot
             data = await upload.read()
         finally:
             await form.close()
         pcm = await self.decode(data, model)
         duration = len(pcm) / 2 / model_rate(model, "input_rate")
         segments = model.transcribe_clip(pcm, ask.recogniser, ask.language, ask.prompt, ask.logprobs)
+        held.push_async_callback(segments.aclose)
         if ask.stream:
-            return stream_transcript(segments), segments.aclose
+            return stream_transcript(segments)
         try:
             found = [segment async for segment in segments]
         except LivegenError as error:
             raise AudioError(
                 500, f"transcription failed: {error}", code=None, error_type="server_error"
             ) from None
-        return transcript_formats.response(ask.response_format, found, duration, ask.language), None
+        return transcript_formats.response(ask.response_format, found, duration, ask.language)
 
     async def decode(self, data: bytes, model: ClipAudio) -> bytes:
         max_s = self.state.config.max_audio_s
@@ -217,16 +217,17 @@ class AudioRoutes:
             raise AudioError(400, message, param="file") from None
 
     # -- /v1/audio/speech -------------------------------------------------------------------------
-    async def speech(self, request: Request, model: ClipAudio) -> Handled:
+    async def speech(self, request: Request, model: ClipAudio, held: contextlib.AsyncExitStack) -> Response:
         body = await read_json(request)
         entry = self.state.voice_model
         served = (*(() if entry is None else (entry.name,)), *self.state.config.served_model_names)
         ask = SpeechRequest.parse(body, model, served, audio_codec.speech_formats())
+        held.enter_context(self.slot())
         pieces = model.speak_text(ask.text, ask.voice, ask.speed)
+        held.push_async_callback(pieces.aclose)
         try:
             first = await anext(pieces, b"")
         except LivegenError as error:  # nothing was sent yet: a status can still say whose fault it is
-            await pieces.aclose()
             if getattr(error, "code", "") == SYNTHESIS_REFUSED:  # the engine refused the voice or text
                 raise AudioError(400, str(error), param="voice") from None
             raise AudioError(
@@ -246,9 +247,9 @@ class AudioRoutes:
             yield await asyncio.to_thread(encoder.finish)
 
         if ask.stream_format == "sse":
-            return StreamingResponse(sse_audio(audio()), media_type="text/event-stream"), pieces.aclose
+            return StreamingResponse(sse_audio(audio()), media_type="text/event-stream")
         media_type = audio_codec.MEDIA_TYPES[ask.response_format]
-        return StreamingResponse(audio(), media_type=media_type), pieces.aclose
+        return StreamingResponse(audio(), media_type=media_type)
 
 
 def stream_transcript(segments: AsyncGenerator[ClipSegment, None]) -> Response:
