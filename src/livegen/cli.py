@@ -36,6 +36,7 @@ BENCHES: dict[str, str] = {
     "voice-webrtc": "livegen.bench.voice_webrtc:command",
     "voice-tools": "livegen.bench.voice_tools:command",
     "fuzz": "livegen.bench.fuzz:command",
+    "audio-api": "livegen.bench.audio_api:command",
 }
 
 
@@ -288,6 +289,28 @@ def main() -> None:
     show_default=True,
     type=click.IntRange(1024),
     help="Largest HTTP request head buffered while incomplete (h11 parser).",
+)
+@click.option(
+    "--max-audio-bytes",
+    default=25 * 1024 * 1024,
+    show_default=True,
+    type=click.IntRange(1024),
+    help="Largest upload to /v1/audio/transcriptions (OpenAI's 25 MiB); more is refused with HTTP 413.",
+)
+@click.option(
+    "--max-audio-seconds",
+    "max_audio_s",
+    default=1500.0,
+    show_default=True,
+    type=click.FloatRange(1),
+    help="Longest audio /v1/audio/transcriptions decodes, in seconds; longer is refused with HTTP 400.",
+)
+@click.option(
+    "--max-audio-requests",
+    default=4,
+    show_default=True,
+    type=click.IntRange(1),
+    help="/v1/audio/ requests (transcriptions, speech) served at once; more are refused with HTTP 429.",
 )
 @click.option(
     "--ssl-certfile",

@@ -28,6 +28,8 @@ CAPABILITIES: dict[str, str] = {
     "resume": "a dropped connection resumed with the client's own resume",
     "tls": "the client over wss:// to `livegen serve --ssl-certfile/--ssl-keyfile`",
     "transcription-session": "`session.type: transcription`: live transcription deltas, no responses",
+    "audio-transcriptions": "`POST /v1/audio/transcriptions`: json, verbose_json, text, streamed events",
+    "audio-speech": "`POST /v1/audio/speech`: streamed speech; unknown model or voice refused by name",
 }
 
 #: Worst first: a cell shows the worst outcome of its tests.

@@ -23,7 +23,7 @@ Models never see WebSockets, wire events or base64.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
@@ -226,3 +226,43 @@ class RemoteLLM(Protocol):
         api_key: str | None = None,
         context_tokens: int | None = None,
     ) -> None: ...
+
+
+@dataclass(frozen=True)
+class ClipSegment:
+    """A piece of a whole clip's transcript, ``start`` to ``end`` in seconds of the clip."""
+
+    start: float
+    end: float
+    text: str
+    #: What the recogniser took in and gave out, in its own tokens (OpenAI's transcription usage).
+    audio_tokens: int = 0
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    #: OpenAI's ``logprobs`` entries ({token, logprob, bytes}) of the text, when asked for.
+    logprobs: tuple[Mapping[str, Any], ...] | None = None
+
+
+@runtime_checkable
+class ClipAudio(Protocol):
+    """A voice model that also works on whole clips, outside any session: the server's
+    ``/v1/audio/transcriptions`` and ``/v1/audio/speech`` (``server/audio.py``)."""
+
+    #: The recognisers a client may name; any other transcription model name means the default one.
+    transcription_models: tuple[str, ...]
+
+    def accepts_voice(self, voice: str) -> bool:
+        """Whether ``voice`` is one of the model's own voice names (OpenAI's are the server's to map)."""
+        ...
+
+    def transcribe_clip(
+        self, pcm: bytes, model: str = "", language: str = "", prompt: str = "", logprobs: bool = False
+    ) -> AsyncGenerator[ClipSegment, None]:
+        """The transcript of PCM16 at ``input_rate``, piece by piece as each is decoded
+        (with each piece's token ``logprobs`` if asked)."""
+        ...
+
+    def speak_text(self, text: str, voice: str = "", speed: float = 1.0) -> AsyncGenerator[bytes, None]:
+        """``text`` spoken, PCM16 at ``output_rate``, a sentence at a time as each is synthesised;
+        stopping the iteration early (``aclose``) drops the sentences not yet spoken."""
+        ...

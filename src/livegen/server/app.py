@@ -23,7 +23,7 @@ from starlette.routing import BaseRoute, Route
 from livegen.logs import log_event, quiet_client_faults
 from livegen.models import Kind, ModelInfo, Registry, default_registry
 from livegen.models.voice import VoiceModel
-from livegen.server import page
+from livegen.server import audio, page
 from livegen.server.auth import APIKeyMiddleware
 from livegen.server.budgets import ConnectionBudgetMiddleware, export_budgets
 from livegen.server.client_secrets import ClientSecrets
@@ -82,6 +82,7 @@ def create_app(config: ServerConfig | None = None, registry: Registry | None = N
     ]
     for service in state.services:
         routes.extend(service.routes())
+    routes.extend(audio.routes(state))  # /v1/audio/*: the voice model's whole-clip endpoints
     app = Starlette(routes=routes, middleware=_middleware(state), lifespan=lifespan)
     app.state.livegen = state
     return app

@@ -85,6 +85,13 @@ class ServerConfig:
     #: Most WebRTC calls at once (each is also a voice session under ``max_sessions``).
     webrtc_max_calls: int = 32
 
+    #: Largest upload to /v1/audio/transcriptions, in bytes (OpenAI's 25 MiB); more is refused with 413.
+    max_audio_bytes: int = 25 * 1024 * 1024
+    #: Longest audio /v1/audio/transcriptions decodes, in seconds (OpenAI's gpt-4o-transcribe's); more: 400.
+    max_audio_s: float = 1500.0
+    #: Most /v1/audio/ requests served at once, each until its last byte; more are refused with 429.
+    max_audio_requests: int = 4
+
     #: PEM certificate chain and private key: with both set, the server speaks TLS (https://, wss://).
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None

@@ -26,14 +26,15 @@ import os
 import threading
 import time
 from collections import Counter, deque
+from collections.abc import AsyncGenerator, Hashable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from livegen.errors import ConfigError
-from livegen.models.cascade import asr, asr_batch, assets, endpoint, llm, tts, vad
+from livegen.models.cascade import asr, asr_batch, assets, endpoint, llm, offline, tts, vad
 from livegen.models.cascade.stream import Stream
-from livegen.models.voice import ModelHealth, StreamConfig, TurnDetection
+from livegen.models.voice import ClipSegment, ModelHealth, StreamConfig, TurnDetection
 
 #: What a client's transcription model name means when it is not one of ``asr.CHOICES``
 #: (OpenAI's names, "whisper-1", "gpt-4o-transcribe"...): the server's default recogniser.
@@ -63,6 +64,7 @@ class CascadeModel:
     input_rate = vad.SAMPLE_RATE
     output_rate = tts.SAMPLE_RATE
     has_vad = True
+    transcription_models = tuple(asr.CHOICES)
 
     def __init__(
         self,
@@ -185,15 +187,15 @@ class CascadeModel:
             return self._recognizers[name]
 
     def speak(
-        self, text: str, voice: str = "", owner: str | None = None
+        self, text: str, voice: str = "", owner: Hashable | None = None, speed: float = 1.0
     ) -> concurrent.futures.Future[tts.Speech]:
         """Synthesise one piece in the assistant's voice; "espeak" or "espeak:VOICE" picks espeak-ng.
 
-        ``owner`` is the session asking: sessions share the speech workers fairly.
+        ``owner`` is the session (or request) asking: owners share the speech workers fairly.
         """
         engine, _, espeak_voice = voice.partition(":") if voice.startswith("espeak") else ("piper", "", "")
         started = time.perf_counter()
-        future = self.worker.speak(text, engine, espeak_voice, owner=owner)
+        future = self.worker.speak(text, engine, espeak_voice, speed, owner=owner)
         future.add_done_callback(lambda done: self._record_tts(done, started))
         return future
 
@@ -201,6 +203,18 @@ class CascadeModel:
         if not future.cancelled() and future.exception() is None:
             seconds = len(future.result().pcm) / 2 / tts.SAMPLE_RATE
             self.stats.tts.append((seconds, time.perf_counter() - started))
+
+    # -- whole clips (``ClipAudio``: the server's /v1/audio/ endpoints) -------------------------
+    def accepts_voice(self, voice: str) -> bool:
+        return offline.accepts_voice(voice)
+
+    def transcribe_clip(
+        self, pcm: bytes, model: str = "", language: str = "", prompt: str = "", logprobs: bool = False
+    ) -> AsyncGenerator[ClipSegment, None]:
+        return offline.transcribe_clip(self, pcm, model, language, prompt, logprobs)
+
+    def speak_text(self, text: str, voice: str = "", speed: float = 1.0) -> AsyncGenerator[bytes, None]:
+        return offline.speak_text(self, text, voice, speed)
 
     def health(self) -> ModelHealth:
         is_ready, reason, workers = self.worker.health()
