@@ -1,0 +1,360 @@
+"""HTTP requests as they arrive: how large and how slow a head and a body may be, and how bodies parse.
+
+Every HTTP route is behind these limits; none reads or parses a body on its own.
+
+- Heads (``HeadLimitProtocol``, uvicorn's httptools protocol, the parser that
+  serves): a head over ``max_header_bytes`` is answered 431 as soon as that
+  much of it has arrived, complete or not; a head not complete within
+  ``header_timeout_s`` of connecting (or of its first byte on a kept-alive
+  connection) is answered 408 and closed, and a connection that sent nothing
+  is closed. HTTP connections not upgraded to WebSockets number at most
+  ``max_connections`` (WebSockets have their own count, ``server/budgets.py``);
+  one more is answered 503. A refused connection is half-closed and drained for
+  a moment before it is closed, so that the client reads its answer rather
+  than a reset.
+- Bodies (``BodyLimitMiddleware``, outermost): a body over ``max_body_bytes``
+  is answered 413, at once when its ``Content-Length`` says so, else when that
+  much has been read; a body not in full within ``body_timeout_s`` of its head
+  is answered 408. A client that leaves mid-body ends its request with one info
+  line, not a traceback. An answer sent before its request's body was read to
+  the end closes the connection, so no unread body is drained.
+- Parsing: ``json_object`` (deep nesting is invalid JSON, never a 500) and
+  ``multipart_fields`` (a few named fields, split in C, never email's parser).
+
+Every refusal is JSON in OpenAI's error shape, ``{"error": {message, type, code, param}}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+from typing import TYPE_CHECKING, Any
+
+import httptools
+import msgspec
+from starlette.requests import ClientDisconnect
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+
+from livegen.errors import CapacityExceeded
+from livegen.logs import log_event
+from livegen.protocol import errors as wire_errors
+from livegen.protocol.errors import WireError
+
+if TYPE_CHECKING:
+    from livegen.server.config import ServerConfig
+
+logger = logging.getLogger("livegen.server")
+
+REQUEST_TOO_LARGE = WireError(
+    "request_too_large", "the request body is over {limit} bytes", "livegen", "over `--max-body-bytes` (413)"
+)
+HEAD_TOO_LARGE = WireError(
+    "request_header_fields_too_large",
+    "the request line and headers are over {limit} bytes",
+    "livegen",
+    "over `--max-header-bytes` (431)",
+)
+REQUEST_TIMEOUT = WireError(
+    "request_timeout",
+    "the request {part} did not arrive within {timeout:g} s",
+    "livegen",
+    "a head or body slower than `--header-timeout` or `--body-timeout` (408)",
+)
+TOO_MANY_CONNECTIONS = WireError(
+    "too_many_connections",
+    "the server holds {limit} connections; retry later",
+    "livegen",
+    "over `--max-connections` (503)",
+    error_type="server_error",
+    kind=CapacityExceeded,
+)
+TOO_MANY_PARTS = WireError(
+    "invalid_value", "the multipart body has more than {limit} parts", "openai code", "a multipart flood"
+)
+#: Parts a multipart body may have; a call offer has two (``sdp``, ``session``).
+MAX_PARTS = 8
+#: Seconds a refused connection is drained after its answer, before it is closed.
+LINGER_S = 2.0
+
+
+def error_json(row: WireError, param: str | None = None, **fields: Any) -> bytes:
+    body = {"type": row.error_type, "code": row.code, "message": row.text(**fields), "param": param}
+    return json.dumps({"error": body}).encode()
+
+
+# --- parsing ------------------------------------------------------------------------------
+
+
+def json_object(raw: bytes, param: str | None = None) -> dict[str, Any]:
+    """``raw`` as a JSON object (empty: ``{}``); malformed or too deeply nested JSON is ``invalid_json``."""
+    try:
+        value = msgspec.json.decode(raw) if raw.strip() else {}
+    except msgspec.DecodeError as exc:
+        raise wire_errors.INVALID_JSON.error(detail=exc, param=param) from None
+    except RecursionError:
+        raise wire_errors.INVALID_JSON.error(detail="it is nested too deeply", param=param) from None
+    if not isinstance(value, dict):
+        what = f"{param} must be an object" if param else "the body must be a JSON object"
+        raise wire_errors.INVALID_VALUE.error(detail=what, param=param)
+    return value
+
+
+_BOUNDARY = re.compile(r';\s*boundary=(?:"([^"]+)"|([^;\s]+))', re.IGNORECASE)
+_NAME = re.compile(rb';\s*name=(?:"([^"]*)"|([^;\s]+))', re.IGNORECASE)
+
+
+def multipart_fields(body: bytes, content_type: str, max_parts: int = MAX_PARTS) -> dict[str, bytes]:
+    """The named fields of a ``multipart/form-data`` body; more than ``max_parts`` parts is refused.
+
+    ``bytes.split`` with a bounded count does the work, so a body of thousands of
+    parts costs no more than one of a few."""
+    found = _BOUNDARY.search(content_type)
+    if found is None:
+        detail = "the multipart body has no boundary in its Content-Type"
+        raise wire_errors.INVALID_VALUE.error(detail=detail, param=None)
+    delimiter = b"--" + (found.group(1) or found.group(2)).encode("latin-1")
+    # The preamble, up to max_parts parts, and what follows the last delimiter: its closing "--".
+    sections = body.split(delimiter, max_parts + 1)[1:]
+    if sections and not sections[-1].startswith(b"--"):
+        if len(sections) > max_parts:
+            raise TOO_MANY_PARTS.error(limit=max_parts, param=None)
+        raise wire_errors.INVALID_VALUE.error(detail="the multipart body is not terminated", param=None)
+    fields: dict[str, bytes] = {}
+    for section in sections[:-1]:
+        head, _, content = section.partition(b"\r\n\r\n")
+        for line in head.split(b"\r\n"):
+            if line.lower().startswith(b"content-disposition:") and (name := _NAME.search(line)):
+                key = (name.group(1) if name.group(1) is not None else name.group(2)).decode("latin-1")
+                fields[key] = content[:-2] if content.endswith(b"\r\n") else content
+    return fields
+
+
+# --- bodies ---------------------------------------------------------------------------------
+
+
+class _Refused(Exception):
+    """Raised out of ``receive`` into the app; the middleware answers it."""
+
+    def __init__(self, status: int, body: bytes) -> None:
+        super().__init__(status)
+        self.status = status
+        self.body = body
+
+
+def _content_length(scope: Scope) -> int | None:
+    for name, value in scope.get("headers", []):
+        if name == b"content-length":
+            return int(value) if value.isdigit() else None
+    return None
+
+
+def _has_body(scope: Scope) -> bool:
+    """Whether a body follows the head (HTTP/1.1: a Content-Length over 0, or a Transfer-Encoding)."""
+    names = {name for name, _ in scope.get("headers", [])}
+    return b"transfer-encoding" in names or bool(_content_length(scope))
+
+
+class BodyLimitMiddleware:
+    """Every HTTP request's body: at most ``max_body_bytes``, in full within ``body_timeout_s``."""
+
+    def __init__(self, app: ASGIApp, max_body_bytes: int, body_timeout_s: float) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+        self.body_timeout_s = body_timeout_s
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        body = _Body(self, receive, send, is_read=not _has_body(scope))
+        declared = _content_length(scope)
+        try:
+            if declared is not None and declared > self.max_body_bytes:
+                raise body.too_large()
+            await self.app(scope, body.receive, body.send)
+        except _Refused as refused:
+            if not body.has_answered:
+                log_event(logger, "http.refused", logging.WARNING, status=refused.status, path=scope["path"])
+                headers = [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", b"%d" % len(refused.body)),
+                    (b"connection", b"close"),
+                ]
+                await send({"type": "http.response.start", "status": refused.status, "headers": headers})
+                await send({"type": "http.response.body", "body": refused.body})
+        except ClientDisconnect:  # the client left mid-body: nobody to answer, nothing to report
+            log_event(logger, "http.client_left", path=scope["path"])
+
+
+class _Body:
+    """One request's channels: its body counted and timed, its answer closing an unread body."""
+
+    def __init__(self, limits: BodyLimitMiddleware, receive: Receive, send: Send, is_read: bool) -> None:
+        self._limits = limits
+        self._receive = receive
+        self._send = send
+        self._deadline = asyncio.get_running_loop().time() + limits.body_timeout_s
+        self._num_read = 0
+        self._is_read = is_read
+        self.has_answered = False
+
+    def too_large(self) -> _Refused:
+        return _Refused(413, error_json(REQUEST_TOO_LARGE, limit=self._limits.max_body_bytes))
+
+    async def receive(self) -> Message:
+        if self._is_read:
+            return await self._receive()  # after the body: only a disconnect, whenever it comes
+        try:
+            async with asyncio.timeout(max(self._deadline - asyncio.get_running_loop().time(), 0.0)):
+                message = await self._receive()
+        except TimeoutError:
+            timeout = self._limits.body_timeout_s
+            raise _Refused(408, error_json(REQUEST_TIMEOUT, part="body", timeout=timeout)) from None
+        if message["type"] == "http.request":
+            self._num_read += len(message.get("body", b""))
+            if self._num_read > self._limits.max_body_bytes:
+                raise self.too_large()
+            self._is_read = not message.get("more_body", False)
+        return message
+
+    async def send(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.has_answered = True
+            if not self._is_read:  # the rest of the body is never read: end the connection with this answer
+                message = {**message, "headers": [*message.get("headers", []), (b"connection", b"close")]}
+        await self._send(message)
+
+
+# --- heads ----------------------------------------------------------------------------------
+
+
+class _HeadRefused(Exception):
+    """Raised in a parser callback to stop parsing a connection that has been answered."""
+
+
+class HeadLimitProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with livegen's head limits, deadline and connection count.
+
+    ``protocol_class`` makes a subclass that carries the limits, since uvicorn
+    builds protocols itself, from its own config only."""
+
+    max_header_bytes = 16 * 1024
+    header_timeout_s = 10.0
+    max_connections = 256
+    max_body_bytes = 1024 * 1024
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._in_head = True  # between requests, or inside a head
+        self._head_bytes = 0  # of the head in progress, counted as it arrives
+        #: A message began or ended inside the chunk being parsed: its bytes are not all the head's.
+        self._is_mixed_chunk = False
+        self._has_data = False
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._is_refused = False
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        num_http = sum(1 for c in self.connections if isinstance(c, HeadLimitProtocol))
+        super().connection_made(transport)
+        if num_http >= self.max_connections:
+            self._refuse(503, error_json(TOO_MANY_CONNECTIONS, limit=self.max_connections))
+            return
+        self._arm_head_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_head_timer()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._is_refused:
+            return  # answered: what else comes is drained until the connection closes
+        self._unset_keepalive_if_required()
+        if self._in_head and self._head_timer is None:
+            self._arm_head_timer()  # the first byte of a head on a kept-alive connection
+        self._has_data, self._is_mixed_chunk = True, False
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            if self._should_upgrade():
+                self._disarm_head_timer()
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
+            return
+        except httptools.HttpParserError:
+            if not self._is_refused:
+                self._refuse(400, error_json(wire_errors.INVALID_VALUE, detail="invalid HTTP request"))
+            return
+        # Counted a chunk late where a head starts mid-chunk (at most one read, 256 KiB, more);
+        # a complete head is measured exactly when it completes.
+        if self._in_head and not self._is_mixed_chunk:
+            self._head_bytes += len(data)
+            if self._head_bytes > self.max_header_bytes:
+                self._refuse(431, error_json(HEAD_TOO_LARGE, limit=self.max_header_bytes))
+
+    def on_message_begin(self) -> None:
+        self._in_head, self._head_bytes, self._is_mixed_chunk = True, 0, True
+        super().on_message_begin()
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        self._disarm_head_timer()
+        size = len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
+        if size > self.max_header_bytes:
+            self._refuse(431, error_json(HEAD_TOO_LARGE, limit=self.max_header_bytes))
+            raise _HeadRefused
+        declared = _content_length({"headers": self.headers})
+        if declared is not None and declared > self.max_body_bytes:  # here, so the answer can linger
+            self._refuse(413, error_json(REQUEST_TOO_LARGE, limit=self.max_body_bytes))
+            raise _HeadRefused
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._in_head, self._head_bytes, self._is_mixed_chunk = True, 0, True
+
+    def _arm_head_timer(self) -> None:
+        if self.header_timeout_s > 0:
+            self._head_timer = self.loop.call_later(self.header_timeout_s, self._head_timed_out)
+
+    def _disarm_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if not self._in_head or self._is_refused or self.transport.is_closing():
+            return
+        is_answering = self.cycle is not None and not self.cycle.response_complete
+        if is_answering or (not self._has_data and self.cycle is None):
+            self.transport.close()  # silent since connecting, or a pipelined head mid-answer
+            return
+        self._refuse(408, error_json(REQUEST_TIMEOUT, part="head", timeout=self.header_timeout_s))
+
+    def _refuse(self, status: int, body: bytes) -> None:
+        """Answer, half-close, and drain the connection a moment so the client reads the answer."""
+        self._is_refused = True
+        self._disarm_head_timer()
+        log_event(logger, "http.refused", logging.WARNING, status=status)
+        head = b"content-type: application/json\r\nconnection: close\r\ncontent-length: %d\r\n\r\n"
+        self.transport.write(STATUS_LINE[status] + head % len(body) + body)
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+            self.loop.call_later(LINGER_S, self.transport.close)
+        else:
+            self.transport.close()
+
+
+def protocol_class(config: ServerConfig) -> type[HeadLimitProtocol]:
+    """``HeadLimitProtocol`` with the config's limits, for uvicorn's ``http`` option."""
+    limits = {
+        "max_header_bytes": config.max_header_bytes,
+        "header_timeout_s": config.header_timeout_s,
+        "max_connections": config.max_connections,
+        "max_body_bytes": config.max_body_bytes,
+    }
+    return type("LivegenHTTPProtocol", (HeadLimitProtocol,), limits)
