@@ -93,6 +93,7 @@ def export_budgets(config: ServerConfig, metrics: Metrics) -> None:
         "header_timeout_seconds": config.header_timeout_s,
         "max_body_bytes": config.max_body_bytes,
         "body_timeout_seconds": config.body_timeout_s,
+        "max_client_secret_bytes": config.max_client_secret_bytes,
         "max_sessions": config.max_sessions,
     }
     for name, value in limits.items():
