@@ -265,7 +265,8 @@ def main() -> None:
     show_default=True,
     type=click.IntRange(1),
     help="Open WebSocket connections, all routes; apart from them, open HTTP connections (slow or "
-    "silent ones too); one more of either is refused with HTTP 503.",
+    "silent ones too). One more WebSocket is refused with HTTP 503; one more HTTP connection closes "
+    "the one waiting longest for a request head, or gets 503 if every one is mid-request.",
 )
 @click.option(
     "--max-unsent-bytes",

@@ -8,8 +8,9 @@ Every HTTP route is behind these limits; none reads or parses a body on its own.
   ``header_timeout_s`` of connecting (or of its first byte on a kept-alive
   connection) is answered 408 and closed, and a connection that sent nothing
   is closed. HTTP connections not upgraded to WebSockets number at most
-  ``max_connections`` (WebSockets have their own count, ``server/budgets.py``);
-  one more is answered 503. A refused connection is half-closed and drained for
+  ``max_connections`` (WebSockets have their own count, ``server/budgets.py``):
+  one more closes the one that has waited longest for a head (slow, silent or
+  idle), or is answered 503 when every one is mid-request. A refused connection is half-closed and drained for
   a moment before it is closed, so that the client reads its answer rather
   than a reset.
 - Bodies (``BodyLimitMiddleware``, outermost): a body over ``max_body_bytes``
@@ -27,6 +28,7 @@ Every refusal is JSON in OpenAI's error shape, ``{"error": {message, type, code,
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import re
@@ -235,6 +237,10 @@ class _HeadRefused(Exception):
     """Raised in a parser callback to stop parsing a connection that has been answered."""
 
 
+#: Orders connections by when they began to wait (the loop's clock may tick once per iteration).
+_EVENTS = itertools.count()
+
+
 class HeadLimitProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with livegen's head limits, deadline and connection count.
 
@@ -253,16 +259,34 @@ class HeadLimitProtocol(HttpToolsProtocol):
         #: A message began or ended inside the chunk being parsed: its bytes are not all the head's.
         self._is_mixed_chunk = False
         self._has_data = False
+        #: When it began to wait for a head (connected, or its last request received), as an order.
+        self._waiting_since = 0
         self._head_timer: asyncio.TimerHandle | None = None
         self._is_refused = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        num_http = sum(1 for c in self.connections if isinstance(c, HeadLimitProtocol))
+        others = [
+            c for c in self.connections if isinstance(c, HeadLimitProtocol) and not c.transport.is_closing()
+        ]
         super().connection_made(transport)
-        if num_http >= self.max_connections:
+        self._waiting_since = next(_EVENTS)
+        if len(others) >= self.max_connections and not self._make_room(others):
             self._refuse(503, error_json(TOO_MANY_CONNECTIONS, limit=self.max_connections))
             return
         self._arm_head_timer()
+
+    def _make_room(self, others: list[HeadLimitProtocol]) -> bool:
+        """Close the connection that has waited longest for a head (refused ones first): a slow or
+        idle one loses nothing, and a new client is served rather than refused. False: none waits."""
+        waiting = [c for c in others if c._is_refused or c._is_waiting()]
+        if not waiting:
+            return False
+        min(waiting, key=lambda c: (not c._is_refused, c._waiting_since)).transport.close()
+        return True
+
+    def _is_waiting(self) -> bool:
+        """Between requests or inside a head, with no request of its own in progress."""
+        return self._in_head and (self.cycle is None or self.cycle.response_complete)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_head_timer()
@@ -315,6 +339,7 @@ class HeadLimitProtocol(HttpToolsProtocol):
     def on_message_complete(self) -> None:
         super().on_message_complete()
         self._in_head, self._head_bytes, self._is_mixed_chunk = True, 0, True
+        self._waiting_since = next(_EVENTS)
 
     def _arm_head_timer(self) -> None:
         if self.header_timeout_s > 0:

@@ -49,8 +49,9 @@ class ServerConfig:
     allowed_origins: tuple[str, ...] | None = None
     #: ``Host`` header names allowed (``*``: any); None is the default policy of ``server/origins.py``.
     allowed_hosts: tuple[str, ...] | None = None
-    #: Most WebSocket connections open at once, all routes together, and apart from them most HTTP
-    #: connections not (yet) upgraded; one more of either is refused with 503.
+    #: Most WebSocket connections open at once, all routes together (one more is refused with 503),
+    #: and apart from them most HTTP connections not upgraded (one more closes the one waiting longest
+    #: for a request head, or is refused with 503 when every one is mid-request).
     max_connections: int = 256
     #: Bytes a connection may have queued for its socket but not yet written; past it, close 4002.
     max_unsent_bytes: int = 16 * 1024 * 1024
