@@ -273,3 +273,16 @@ def test_a_server_key_that_starts_with_ek_is_the_server_key(start_server: StartS
     assert offer.status_code == 400 and error_of(offer.json())["code"] == "invalid_offer"
     unknown = httpx.post(f"{server.http_url}/v1/realtime/calls", content="nope", headers=bearer("ek_other"))
     assert unknown.status_code == 401
+
+
+def test_multipart_fields_take_what_browsers_and_sdks_send() -> None:
+    from livegen.server.bodies import multipart_fields
+
+    body = (
+        b"preamble\r\n--x y\r\n"
+        b'Content-Disposition: form-data; name="sdp"; filename="offer.sdp"\r\n'
+        b"Content-Type: application/sdp\r\n\r\nv=0\r\n\r\n"
+        b"--x y\r\nContent-Disposition: form-data; name=session\r\n\r\n{}\r\n--x y--\r\n"
+    )
+    fields = multipart_fields(body, 'multipart/form-data; boundary="x y"')
+    assert fields == {"sdp": b"v=0\r\n", "session": b"{}"}
