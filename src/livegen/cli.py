@@ -14,6 +14,8 @@ from typing import Any
 
 import click
 
+from livegen.server.config import ServerConfig  # light: the server's package loads its app lazily
+
 #: Subcommand name -> "module:click_command", loaded on use.
 TOOLS: dict[str, str] = {
     "talk": "livegen.client.talk_cli:talk",
@@ -38,6 +40,11 @@ BENCHES: dict[str, str] = {
     "fuzz": "livegen.bench.fuzz:command",
     "audio-api": "livegen.bench.audio_api:command",
 }
+
+
+def _default(name: str) -> Any:
+    """A ``livegen serve`` option's default: ``ServerConfig``'s, stated there once."""
+    return ServerConfig.__dataclass_fields__[name].default
 
 
 class LazyGroup(click.Group):
@@ -255,10 +262,12 @@ def main() -> None:
 )
 @click.option(
     "--max-connections",
-    default=256,
+    default=_default("max_connections"),
     show_default=True,
     type=click.IntRange(1),
-    help="Open WebSocket connections, all routes; more are refused with HTTP 503.",
+    help="Open WebSocket connections, all routes; apart from them, open HTTP connections (slow or "
+    "silent ones too). One more WebSocket is refused with HTTP 503; one more HTTP connection closes "
+    "the one waiting longest for a request head, or gets 503 if every one is mid-request.",
 )
 @click.option(
     "--max-unsent-bytes",
@@ -285,10 +294,43 @@ def main() -> None:
 )
 @click.option(
     "--max-header-bytes",
-    default=16 * 1024,
+    default=_default("max_header_bytes"),
     show_default=True,
     type=click.IntRange(1024),
-    help="Largest HTTP request head buffered while incomplete (h11 parser).",
+    help="Largest HTTP request head (request line and headers), complete or arriving; larger: 431.",
+)
+@click.option(
+    "--header-timeout",
+    "header_timeout_s",
+    default=_default("header_timeout_s"),
+    show_default=True,
+    type=click.FloatRange(0),
+    help="Seconds a connection may take to send a request head; then 408 and closed (0: no limit).",
+)
+@click.option(
+    "--max-body-bytes",
+    default=_default("max_body_bytes"),
+    show_default=True,
+    type=click.IntRange(1024),
+    help="Largest HTTP request body on any route (call offers, key mints); larger: 413.",
+)
+@click.option(
+    "--body-timeout",
+    "body_timeout_s",
+    default=_default("body_timeout_s"),
+    show_default=True,
+    type=click.FloatRange(0.1),
+    help="Seconds a request body may take to arrive in full after its head; then 408 and closed.",
+)
+@click.option(
+    "--max-client-secret-mib",
+    "max_client_secret_bytes",
+    default=_default("max_client_secret_bytes") // (1024 * 1024),
+    show_default=True,
+    type=click.IntRange(1),
+    callback=lambda _ctx, _param, mib: mib * 1024 * 1024,
+    help="MiB of session configuration all live ephemeral keys hold together (and at most 10,000 "
+    "keys); past it a mint is refused with 429 until keys expire.",
 )
 @click.option(
     "--max-audio-bytes",
@@ -344,7 +386,7 @@ def serve(**options: Any) -> None:
 
     from livegen import logs
     from livegen.errors import ConfigError
-    from livegen.server import ServerConfig, create_app
+    from livegen.server import create_app
     from livegen.server.budgets import uvicorn_options
     from livegen.server.origins import parse_list
 

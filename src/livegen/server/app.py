@@ -25,6 +25,7 @@ from livegen.models import Kind, ModelInfo, Registry, default_registry
 from livegen.models.voice import VoiceModel
 from livegen.server import audio, page
 from livegen.server.auth import APIKeyMiddleware
+from livegen.server.bodies import BodyLimitMiddleware, BodyLimits
 from livegen.server.budgets import ConnectionBudgetMiddleware, export_budgets
 from livegen.server.client_secrets import ClientSecrets
 from livegen.server.config import ServerConfig
@@ -50,7 +51,7 @@ class State:
         self.voice_model: ModelInfo | None = None
         self.world_model: ModelInfo | None = None
         #: Ephemeral client keys, minted by the voice service and checked by the auth middleware.
-        self.client_secrets = ClientSecrets()
+        self.client_secrets = ClientSecrets(max_bytes=config.max_client_secret_bytes)
 
 
 def create_app(config: ServerConfig | None = None, registry: Registry | None = None) -> Starlette:
@@ -89,7 +90,8 @@ def create_app(config: ServerConfig | None = None, registry: Registry | None = N
 
 
 def _middleware(state: State) -> list[Middleware]:
-    """Outermost first: who may ask (Host, Origin), how many at once, then the key."""
+    """Outermost first: how large and slow a body may be, who may ask (Host, Origin), how many at
+    once, then the key."""
     config, metrics = state.config, state.metrics
     export_budgets(config, metrics)
     policy = OriginPolicy.build(config.host, config.api_key, config.allowed_hosts, config.allowed_origins)
@@ -98,6 +100,7 @@ def _middleware(state: State) -> list[Middleware]:
         metrics.refused.labels(code=code).inc()
 
     return [
+        Middleware(BodyLimitMiddleware, limits=BodyLimits.of(config)),
         Middleware(OriginMiddleware, policy=policy, on_refused=on_refused),
         Middleware(ConnectionBudgetMiddleware, config=config, metrics=metrics),
         Middleware(APIKeyMiddleware, api_key=config.api_key, client_secrets=state.client_secrets),

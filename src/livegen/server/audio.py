@@ -56,6 +56,7 @@ from livegen.models.voice import ClipAudio, ClipSegment
 from livegen.protocol import errors as wire_errors
 from livegen.server import audio_codec, transcript_formats
 from livegen.server.audio_requests import AudioError, SpeechRequest, TranscriptionRequest, missing, too_large
+from livegen.server.bodies import BodyRefused
 
 if TYPE_CHECKING:
     from livegen.server.app import State
@@ -122,6 +123,8 @@ class Endpoint:
             )
             response = JSONResponse({"error": error.body()}, status_code=error.status, headers=error.headers)
             await response(scope, receive, send)
+        except BodyRefused:  # too large or too slow: the body limits' own answer (server/bodies.py)
+            raise
         except Exception:  # a bug: logged whole; the client gets OpenAI's shape if nothing was sent yet
             logger.exception("audio.internal_error route=%s", self.name)
             if started:

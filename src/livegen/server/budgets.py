@@ -43,6 +43,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from livegen.logs import log_event
 from livegen.runtime.closes import CLOSE_NOT_READING as CLOSE_NOT_READING
 from livegen.runtime.closes import NOT_READING_REASON as NOT_READING_REASON
+from livegen.server.bodies import protocol_class
 from livegen.server.origins import send_denial
 
 if TYPE_CHECKING:
@@ -89,6 +90,10 @@ def export_budgets(config: ServerConfig, metrics: Metrics) -> None:
         "first_message_timeout_seconds": config.first_message_timeout_s,
         "keep_alive_timeout_seconds": config.keep_alive_timeout_s,
         "max_header_bytes": config.max_header_bytes,
+        "header_timeout_seconds": config.header_timeout_s,
+        "max_body_bytes": config.max_body_bytes,
+        "body_timeout_seconds": config.body_timeout_s,
+        "max_client_secret_bytes": config.max_client_secret_bytes,
         "max_sessions": config.max_sessions,
     }
     for name, value in limits.items():
@@ -96,11 +101,13 @@ def export_budgets(config: ServerConfig, metrics: Metrics) -> None:
 
 
 def uvicorn_options(config: ServerConfig) -> dict[str, object]:
-    """uvicorn's own limits, from the config (``livegen serve`` and ``ServerThread`` alike)."""
+    """uvicorn's own limits, from the config (``livegen serve`` and ``ServerThread`` alike), and its
+    HTTP protocol: httptools' with the head limits of ``server/bodies.py`` (uvicorn's own head limit
+    is h11's, which does not serve when httptools is installed)."""
     return {
+        "http": protocol_class(config),
         "ws_max_size": 16 * 1024 * 1024,
         "timeout_keep_alive": config.keep_alive_timeout_s,
-        "h11_max_incomplete_event_size": config.max_header_bytes,
         # Clients such as the openai Node SDK always dial wss://: the server terminates TLS itself.
         "ssl_certfile": config.ssl_certfile,
         "ssl_keyfile": config.ssl_keyfile,

@@ -13,6 +13,10 @@ API key, so an expired key never silently works.
 
 Keys live in this process only (a restart forgets them) and are never logged:
 only their count is. Expired keys are dropped when keys are minted or checked.
+At most ``MAX_KEYS`` keys, holding at most ``--max-client-secret-mib`` of
+session configuration together, are live at once; a mint past either is
+refused (429) until keys expire. A live key is never dropped to make room, so a
+flood of mints cannot log other users out.
 """
 
 from __future__ import annotations
@@ -23,21 +27,29 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import msgspec
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from livegen.errors import RemoteProtocolError
+from livegen.errors import CapacityExceeded, RemoteProtocolError
 from livegen.protocol import errors as wire_errors
 from livegen.protocol import realtime as wire
+from livegen.protocol.errors import WireError
 from livegen.protocol.realtime.fields import decode_session
+from livegen.server.bodies import json_object
 from livegen.voice.config import Config, apply_update
 
 PREFIX = "ek_"
 DEFAULT_TTL_S = 600
 MIN_TTL_S, MAX_TTL_S = 10, 7200
-#: Keys held at once; minting past it drops the ones closest to expiring (a flood cannot grow memory).
+#: Keys held at once; minting past it is refused (a flood cannot grow memory nor evict live keys).
 MAX_KEYS = 10_000
+TOO_MANY_KEYS = WireError(
+    "rate_limit_exceeded",
+    "live ephemeral keys are at their limit ({detail}); retry when some have expired",
+    "openai code",
+    "a mint past 10,000 live keys or `--max-client-secret-mib` of their sessions (429)",
+    kind=CapacityExceeded,
+)
 
 
 @dataclass(frozen=True)
@@ -45,23 +57,31 @@ class ClientSecret:
     expires_at: float
     #: The ``session`` object it was made with (validated), applied to every session it opens.
     session: dict[str, Any]
+    #: Bytes of the body it was minted from, counted against ``--max-client-secret-mib``.
+    size: int = 0
 
 
 class ClientSecrets:
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time, max_bytes: int = 64 * 1024 * 1024) -> None:
         self._clock = clock
         self._keys: dict[str, ClientSecret] = {}
+        self.max_bytes = max_bytes
+        self.num_bytes = 0  # of all live keys' sessions, as their bodies sent them
 
     def __len__(self) -> int:
         return len(self._keys)
 
-    def mint(self, session: dict[str, Any], ttl_s: float) -> tuple[str, ClientSecret]:
+    def mint(self, session: dict[str, Any], ttl_s: float, size: int = 0) -> tuple[str, ClientSecret]:
+        """A new key for ``session`` (``size`` bytes of it held); refused when the store is full."""
         self._expire()
-        while len(self._keys) >= MAX_KEYS:
-            del self._keys[min(self._keys, key=lambda k: self._keys[k].expires_at)]
+        if len(self._keys) >= MAX_KEYS:
+            raise TOO_MANY_KEYS.error(detail=f"{MAX_KEYS} keys", param=None)
+        if self.num_bytes + size > self.max_bytes:
+            raise TOO_MANY_KEYS.error(detail=f"{self.max_bytes} bytes of sessions", param=None)
         value = PREFIX + secrets.token_urlsafe(24)
-        secret = ClientSecret(self._clock() + ttl_s, session)
+        secret = ClientSecret(self._clock() + ttl_s, session, size)
         self._keys[value] = secret
+        self.num_bytes += size
         return value, secret
 
     def lookup(self, key: str | None) -> ClientSecret | None:
@@ -81,7 +101,7 @@ class ClientSecrets:
     def _expire(self) -> None:
         now = self._clock()
         for key in [k for k, s in self._keys.items() if s.expires_at <= now]:
-            del self._keys[key]
+            self.num_bytes -= self._keys.pop(key).size
 
 
 def error_response(error: RemoteProtocolError, status: int) -> Response:
@@ -118,46 +138,47 @@ def validated_session(session: object, model: str) -> dict[str, Any]:
     return session
 
 
-async def _json_body(request: Request) -> dict[str, Any]:
+async def _json_body(request: Request) -> tuple[dict[str, Any], int]:
+    """The body as a JSON object, and its size (read under ``server/bodies.py``'s limits)."""
     raw = await request.body()
-    try:
-        body = msgspec.json.decode(raw) if raw.strip() else {}
-    except msgspec.DecodeError as exc:
-        raise wire_errors.INVALID_JSON.error(detail=exc) from None
-    if not isinstance(body, dict):
-        raise wire_errors.INVALID_VALUE.error(detail="the body must be a JSON object", param=None)
-    return body
+    return json_object(raw), len(raw)
+
+
+def _status(error: RemoteProtocolError) -> int:
+    return 429 if isinstance(error, CapacityExceeded) else 400
 
 
 def routes_for(store: ClientSecrets, default_model: Callable[[], str]) -> list[Any]:
     """The GA and beta minting routes over ``store``."""
     from starlette.routing import Route
 
-    async def mint(body: dict[str, Any], session: object) -> tuple[str, ClientSecret, dict[str, Any]]:
+    async def mint(
+        body: dict[str, Any], session: object, size: int
+    ) -> tuple[str, ClientSecret, dict[str, Any]]:
         ttl = _ttl(body)
         checked = session if session is not None else {}
         config = session_config(checked, default_model())
         assert isinstance(checked, dict)
-        value, secret = store.mint(checked, ttl)
+        value, secret = store.mint(checked, ttl, size)
         shown = config.to_wire("sess_ephemeral")
         shown.pop("id", None)
         return value, secret, shown
 
     async def client_secrets(request: Request) -> Response:
         try:
-            body = await _json_body(request)
-            value, secret, shown = await mint(body, body.get("session"))
+            body, size = await _json_body(request)
+            value, secret, shown = await mint(body, body.get("session"), size)
         except RemoteProtocolError as error:
-            return error_response(error, 400)
+            return error_response(error, _status(error))
         return JSONResponse({"value": value, "expires_at": int(secret.expires_at), "session": shown})
 
     async def beta_sessions(request: Request) -> Response:
         try:
-            body = await _json_body(request)
+            body, size = await _json_body(request)
             config = {k: v for k, v in body.items() if k != "expires_after"}
-            value, secret, shown = await mint(body, config)
+            value, secret, shown = await mint(body, config, size)
         except RemoteProtocolError as error:
-            return error_response(error, 400)
+            return error_response(error, _status(error))
         client_secret = {"value": value, "expires_at": int(secret.expires_at)}
         return JSONResponse({**shown, "object": "realtime.session", "client_secret": client_secret})
 

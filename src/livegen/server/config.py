@@ -49,7 +49,9 @@ class ServerConfig:
     allowed_origins: tuple[str, ...] | None = None
     #: ``Host`` header names allowed (``*``: any); None is the default policy of ``server/origins.py``.
     allowed_hosts: tuple[str, ...] | None = None
-    #: Most WebSocket connections open at once, all routes together; more are refused with 503.
+    #: Most WebSocket connections open at once, all routes together (one more is refused with 503),
+    #: and apart from them most HTTP connections not upgraded (one more closes the one waiting longest
+    #: for a request head, or is refused with 503 when every one is mid-request).
     max_connections: int = 256
     #: Bytes a connection may have queued for its socket but not yet written; past it, close 4002.
     max_unsent_bytes: int = 16 * 1024 * 1024
@@ -57,8 +59,19 @@ class ServerConfig:
     first_message_timeout_s: float = 30.0
     #: Seconds an idle HTTP keep-alive connection is kept (uvicorn's ``timeout_keep_alive``).
     keep_alive_timeout_s: int = 5
-    #: Largest incomplete HTTP request head buffered, in bytes (uvicorn's ``h11_max_incomplete_event_size``).
+    #: Largest HTTP request head (request line and headers), in bytes, complete or still arriving;
+    #: a larger one is answered 431 and its connection closed (``server/bodies.py``).
     max_header_bytes: int = 16 * 1024
+    #: Seconds a connection may take to send a request head, from connecting or from the head's
+    #: first byte on a kept-alive connection; then 408 and closed (slow or silent clients).
+    header_timeout_s: float = 10.0
+    #: Largest HTTP request body on any route, in bytes; a larger one is answered 413.
+    max_body_bytes: int = 1024 * 1024
+    #: Seconds a request body may take to arrive in full, from its head; then 408 and closed.
+    body_timeout_s: float = 30.0
+    #: Bytes of session configuration all live ephemeral keys hold together; minting past it
+    #: (or past 10,000 keys) is refused with 429 until keys expire. No live key is ever dropped.
+    max_client_secret_bytes: int = 64 * 1024 * 1024
     #: A directory of world-model weights (``causal-wan``), and their dtype and device.
     world_model_path: str | None = None
     world_dtype: str = "auto"

@@ -33,8 +33,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import email.parser
-import email.policy
 import fractions
 import logging
 import secrets
@@ -57,6 +55,7 @@ from livegen.protocol.errors import WireError
 from livegen.protocol.realtime import server as ev
 from livegen.runtime.voice.runner import Runner
 from livegen.server.auth import presented_key
+from livegen.server.bodies import json_object, multipart_fields
 from livegen.server.client_secrets import error_response, validated_session
 
 if TYPE_CHECKING:
@@ -304,15 +303,18 @@ class CallService:
             await asyncio.wait(set(self.tasks), timeout=5.0)
 
     async def create(self, request: Request) -> Response:
+        try:
+            sdp, session = await _offer(request)  # read before a slot is taken: a slow body holds none
+        except RemoteProtocolError as error:
+            return self._refuse(error)
         self.num_answering += 1
         try:
-            return await self._create(request)
+            return await self._create(request, sdp, session)
         finally:
             self.num_answering -= 1
 
-    async def _create(self, request: Request) -> Response:
+    async def _create(self, request: Request, sdp: str, session: dict[str, Any] | None) -> Response:
         try:
-            sdp, session = await _offer(request)
             _check_offer(sdp)
             config = self.voice.state.config
             if len(self.calls) + self.num_answering > config.webrtc_max_calls:  # this one is answering
@@ -323,9 +325,7 @@ class CallService:
             validated_session(bound, requested)
             name, model = await self.engine.admit(requested)
         except RemoteProtocolError as error:
-            self._count_error(error)
-            log_event(logger, "webrtc.call_refused", logging.WARNING, code=error.code)
-            return error_response(error, STATUS.get(error.code, 400))
+            return self._refuse(error)
         return await self._answer(sdp, _track_formats(bound) if bound else bound, name, model)
 
     async def _answer(self, sdp: str, bound: dict[str, Any], name: str, model: Any) -> Response:
@@ -501,6 +501,11 @@ class CallService:
             call.watchers.discard(outbox)
             writer.cancel()
 
+    def _refuse(self, error: RemoteProtocolError) -> Response:
+        self._count_error(error)
+        log_event(logger, "webrtc.call_refused", logging.WARNING, code=error.code)
+        return error_response(error, STATUS.get(error.code, 400))
+
     def _count_error(self, error: RemoteProtocolError) -> None:
         self.voice.state.metrics.errors.labels(kind="voice", code=error.code).inc()
 
@@ -542,27 +547,17 @@ def _decode(text: str) -> wire.ClientEvent | RemoteProtocolError:
 
 
 async def _offer(request: Request) -> tuple[str, dict[str, Any] | None]:
-    """The SDP offer and the optional ``session`` of a call request (``application/sdp`` or multipart)."""
+    """The SDP offer and the optional ``session`` of a call request (``application/sdp`` or multipart),
+    read and parsed under the limits of ``server/bodies.py``."""
     content_type = request.headers.get("content-type", "")
     body = await request.body()
-    if content_type.startswith("multipart/form-data"):
-        head = f"Content-Type: {content_type}\r\n\r\n".encode()
-        message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(head + body)
-        parts = {part.get_param("name", header="content-disposition"): part for part in message.iter_parts()}
-        if "sdp" not in parts:
-            raise wire_errors.MISSING_REQUIRED_PARAMETER.error(name="sdp", param="sdp")
-        sdp = _payload(parts["sdp"]).decode("utf-8", "replace")
-        session = None
-        if "session" in parts:
-            raw = _payload(parts["session"])
-            try:
-                session = msgspec.json.decode(raw)
-            except msgspec.DecodeError as exc:
-                raise wire_errors.INVALID_JSON.error(detail=exc) from None
-            if not isinstance(session, dict):
-                raise wire_errors.INVALID_VALUE.error(detail="session must be an object", param="session")
-        return sdp, session
-    return body.decode("utf-8", "replace"), None
+    if not content_type.startswith("multipart/form-data"):
+        return body.decode("utf-8", "replace"), None
+    fields = multipart_fields(body, content_type)
+    if "sdp" not in fields:
+        raise wire_errors.MISSING_REQUIRED_PARAMETER.error(name="sdp", param="sdp")
+    session = json_object(fields["session"], "session") if "session" in fields else None
+    return fields["sdp"].decode("utf-8", "replace"), session
 
 
 def _shorten_jitter_buffer(pc: Any, track: Any) -> None:
@@ -585,11 +580,6 @@ def _track_formats(session: dict[str, Any]) -> dict[str, Any]:
         audio[direction] = {**(audio.get(direction) or {}), "format": pcm}
     flat = {k: v for k, v in session.items() if k not in ("input_audio_format", "output_audio_format")}
     return {**flat, "audio": audio}
-
-
-def _payload(part: Any) -> bytes:
-    payload = part.get_payload(decode=True)
-    return payload if isinstance(payload, bytes) else b""
 
 
 def _check_offer(sdp: str) -> None:
