@@ -75,6 +75,13 @@ EVENT_TOO_LARGE = WireError(
     "in place of a server event too large for the caller's data channel; the call goes on",
     kind=None,
 )
+TOO_MANY_EVENTS = WireError(
+    "too_many_events",
+    "{limit} events from this call wait for its session already: this one was not taken; send fewer at once",
+    "livegen",
+    "a client event that arrives while the call's inbox is full (it is not taken)",
+    kind=None,
+)
 SESSION_TOO_LARGE = WireError(
     "session_too_large",
     "the session's configuration makes a session.updated event of {size} bytes, larger than the"
@@ -372,6 +379,17 @@ class Call:
     def put_internal(self, event: wire.ClientEvent | RemoteProtocolError) -> None:
         with contextlib.suppress(asyncio.QueueFull):
             self.inbox.put_nowait(event)
+
+    def receive(self, event: wire.ClientEvent | RemoteProtocolError) -> None:
+        """A client event from the channel or a backend. A channel cannot be made to wait, so one
+        that arrives while the inbox is full is refused with an error, never dropped unsaid."""
+        try:
+            self.inbox.put_nowait(event)
+        except asyncio.QueueFull:
+            event_id = getattr(event, "event_id", None)
+            body = TOO_MANY_EVENTS.body(limit=self.inbox.maxsize)
+            error = {**body, "param": None, "event_id": event_id if isinstance(event_id, str) else None}
+            self.emit(wire.encode({"type": "error", "event_id": _event_id(), "error": error}).decode())
 
     def outgoing(self, typed: ev.ServerEvent) -> dict[str, Any] | None:
         """The runner's events as WebRTC carries them: answer audio to the track, not the channel."""

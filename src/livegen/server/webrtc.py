@@ -19,10 +19,14 @@ as the WebSocket; this module only moves media and text:
   what went out on the track.
 
 A call ends on ``POST /v1/realtime/calls/{id}/hangup``, on ``session.close``,
-when the peer's connection fails or closes, or when no media has arrived for
-``NO_MEDIA_TIMEOUT_S`` (a vanished peer); everything it held is freed. A
-server-side WebSocket may attach to a live call with ``/v1/realtime?call_id=``
-to watch its events and send its own (a backend running tools for a browser).
+when the peer's connection fails or closes, or when nothing (no media, no
+data-channel message) has come for ``NO_MEDIA_TIMEOUT_S`` (a vanished peer);
+everything it held is freed. A server-side WebSocket may attach to a live call
+with ``/v1/realtime?call_id=`` to watch its events and send its own (a backend
+running tools for a browser). Hangup and attach take the server's key or the
+call's own ephemeral key. What happens inside a live call (the answer track,
+the channel's writer and its limits, attached sockets) is ``server/calls.py``;
+this module sets calls up, listens to the caller and ends calls.
 
 ICE: aiortc gathers host candidates, enough on loopback and a LAN; behind NAT
 give ``--webrtc-ice-servers`` (STUN/TURN URLs) so it gathers reflexive/relay ones.
@@ -217,9 +221,9 @@ class CallService:
             def on_message(message: Any) -> None:
                 call.last_heard = time.monotonic()  # a receive-only caller is alive while it talks here
                 if isinstance(message, str):
-                    call.put_internal(_decode(message))
+                    call.receive(_decode(message))
                 else:
-                    call.put_internal(wire_errors.INVALID_EVENT.error(detail=wire.BINARY_DETAIL))
+                    call.receive(wire_errors.INVALID_EVENT.error(detail=wire.BINARY_DETAIL))
 
             if channel.readyState == "open":
                 call.open_channel(channel)
@@ -350,7 +354,7 @@ class CallService:
                     break
                 text = message.get("text")
                 if text is not None:
-                    call.put_internal(_decode(text))
+                    call.receive(_decode(text))
         except WebSocketDisconnect:
             pass
         finally:
