@@ -58,12 +58,14 @@ ACK_INTERVAL_S = 0.1
 #: RFC 8841: an offer without ``a=max-message-size`` takes messages up to 64 KiB.
 DEFAULT_MAX_MESSAGE_BYTES = 65_536
 #: Bytes buffered in the channel's SCTP queue before the writer waits for the peer to take some.
-CHANNEL_HIGH_WATER = 512 * 1024
-CHANNEL_LOW_WATER = 128 * 1024
-#: Bytes in the call's queue before the runner's writer waits (its outbox then holds the rest).
-QUEUE_HIGH_WATER = 1024 * 1024
+CHANNEL_HIGH_WATER = 256 * 1024
+CHANNEL_LOW_WATER = 64 * 1024
+#: Bytes in the call's queue before the runner's writer waits. Small, so that a backlog waits in
+#: the runner's outbox: that is where ``--max-unsent-bytes`` counts it, and where it is dropped
+#: when the budget ends the session, so ``unsent_bytes_exceeded`` and ``session.closed`` go next.
+QUEUE_HIGH_WATER = 64 * 1024
 #: Seconds a call's last events (``session.closed``) may take to leave before the connection closes.
-FLUSH_TIMEOUT_S = 2.0
+FLUSH_TIMEOUT_S = 5.0
 _MAX_MESSAGE = re.compile(r"^a=max-message-size:(\d+)\s*$", re.MULTILINE)
 
 EVENT_TOO_LARGE = WireError(
