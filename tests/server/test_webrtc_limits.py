@@ -20,8 +20,12 @@ as ``test_webrtc.py`` does; each is a defect of issue 30 that the old code had:
 from __future__ import annotations
 
 import asyncio
+import base64
+import contextlib
 import json
 import logging
+import os
+import socket
 import time
 from collections.abc import Callable
 from typing import Any
@@ -33,6 +37,7 @@ from aiortc import RTCPeerConnection, RTCSessionDescription
 
 from livegen.client.webrtc import Caller, mint
 from livegen.logs import LogfmtFormatter
+from livegen.runtime.closes import NOT_READING_REASON
 from livegen.server.thread import ServerThread
 from voice.scripted import registry
 
@@ -277,3 +282,99 @@ async def test_a_receive_only_caller_talking_on_its_channel_is_not_hung_up(
         assert len(calls_of(voice_server).calls) == 1
     finally:
         await caller.close()
+
+
+async def test_an_attached_backend_that_stops_reading_is_closed_4002_and_the_call_goes_on(
+    start_server: Callable[..., ServerThread],
+) -> None:
+    server = start_server(
+        registry=registry(),
+        voice_model="scripted-voice",
+        world_model="none",
+        max_unsent_bytes=2 * 1024 * 1024,
+    )
+    server.wait_ready(timeout=30)
+    caller = Caller(server.http_url, None)
+    try:
+        # The caller takes 4 KiB messages: the 200 KB events below reach it as small event_too_large
+        # errors, so it keeps up, while the backend gets every event whole, and reads none of them.
+        caller.pc.addTrack(caller.microphone)
+        await caller.pc.setLocalDescription(await caller.pc.createOffer())
+        sdp = caller.pc.localDescription.sdp.replace("a=max-message-size:262144", "a=max-message-size:4096")
+        async with httpx.AsyncClient(timeout=30) as http:
+            answer = await http.post(
+                f"{server.http_url}/v1/realtime/calls",
+                content=sdp,
+                headers={"Content-Type": "application/sdp"},
+            )
+        await caller.pc.setRemoteDescription(RTCSessionDescription(sdp=answer.text, type="answer"))
+        caller.call_id = answer.headers["location"].rsplit("/", 1)[-1]
+        await asyncio.wait_for(caller.opened.wait(), 20)
+        await caller.event("session.created")
+        backend = await RawBackend.attach(server, caller.call_id)  # it will read nothing for now
+        caller.send({"type": "conversation.item.create", "item": text_item("item_big", 200_000)})
+        too_large = await caller.event("error", within=15)  # its conversation.item.added
+        assert too_large["error"]["code"] == "event_too_large"
+        for _ in range(100):  # 40 MB for the backend, in bursts the session's budget takes
+            for _ in range(2):
+                caller.send({"type": "conversation.item.retrieve", "item_id": "item_big"})
+            await asyncio.sleep(0.05)
+        caller.send({"type": "conversation.item.create", "item": text_item("item_after", 10)})
+        await caller.wait_for(lambda e: e["type"] == "conversation.item.added", 30)  # the call goes on
+        # The backend reads again: what it was sent ends with a close 4002, not 40 MB.
+        received = await backend.read_all()
+        assert CLOSE_4002 in received and len(received) < 20_000_000
+        assert calls_of(server).calls  # the call outlives its backend
+        assert not [e for e in caller.events if e["type"] == "session.closed"]
+    finally:
+        await caller.close()
+
+
+#: A server's close frame: code 4002 and its reason (server frames are not masked).
+CLOSE_4002 = (
+    bytes([0x88, 2 + len(NOT_READING_REASON)]) + (4002).to_bytes(2, "big") + NOT_READING_REASON.encode()
+)
+
+
+class RawBackend:
+    """A WebSocket client on a bare TCP socket with a small receive buffer, so that when it does not
+    read, nothing (no client library, no 32 MB of kernel autotuning) reads for it."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    @classmethod
+    async def attach(cls, server: ServerThread, call_id: str | None) -> RawBackend:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 32 * 1024)
+        sock.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", server.port))
+        reader, writer = await asyncio.open_connection(sock=sock, limit=32 * 1024)
+        key = base64.b64encode(os.urandom(16)).decode()
+        writer.write(
+            f"GET /v1/realtime?call_id={call_id} HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
+            f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode()
+        )
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+        assert head.startswith(b"HTTP/1.1 101"), head
+        backend = cls(reader, writer)
+        backend.send_text(json.dumps({"type": "input_audio_buffer.clear"}))  # its first message
+        return backend
+
+    def send_text(self, text: str) -> None:
+        payload, mask = text.encode(), os.urandom(4)
+        assert len(payload) < 126
+        masked = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+        self.writer.write(bytes([0x81, 0x80 | len(payload)]) + mask + masked)
+
+    async def read_all(self) -> bytes:
+        """Everything the server sent until it closed the connection (or 30 s passed)."""
+        data = bytearray()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(30):
+                while chunk := await self.reader.read(1 << 20):
+                    data += chunk
+                    if CLOSE_4002 in data[-len(CLOSE_4002) - (1 << 20) :]:
+                        break
+        self.writer.close()
+        return bytes(data)

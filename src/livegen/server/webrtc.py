@@ -374,9 +374,10 @@ class CallService:
         if watcher.overflowed:
             self.voice.state.metrics.refused.labels(code="unsent_bytes_exceeded").inc()
             code, reason = CLOSE_NOT_READING, NOT_READING_REASON
-        with contextlib.suppress(Exception):  # bounded: a peer that reads nothing may block the close too
-            async with asyncio.timeout(5.0):
-                await websocket.close(code, reason)
+        # As a session's socket (the engine's _retire): the close waits until the backend reads again
+        # or goes; what it holds meanwhile is bounded (the socket's buffer, not the events).
+        with contextlib.suppress(Exception):
+            await websocket.close(code, reason)
 
     def _count_error(self, error: RemoteProtocolError) -> None:
         self.voice.state.metrics.errors.labels(kind="voice", code=error.code).inc()
