@@ -35,7 +35,7 @@ import pytest
 import websockets
 from aiortc import RTCPeerConnection, RTCSessionDescription
 
-from livegen.client.webrtc import Caller, mint
+from livegen.client.webrtc import Caller, Microphone, mint
 from livegen.logs import LogfmtFormatter
 from livegen.runtime.closes import NOT_READING_REASON
 from livegen.server.thread import ServerThread
@@ -378,3 +378,44 @@ class RawBackend:
                         break
         self.writer.close()
         return bytes(data)
+
+
+async def test_a_call_without_a_data_channel_holds_no_events_for_one(
+    start_server: Callable[..., ServerThread],
+) -> None:
+    server = start_server(
+        registry=registry(),
+        voice_model="scripted-voice",
+        world_model="none",
+        max_unsent_bytes=1024 * 1024,
+    )
+    server.wait_ready(timeout=30)
+    pc = RTCPeerConnection()
+    pc.addTrack(Microphone())  # audio only: a phone gateway, say, with a backend for the events
+    await pc.setLocalDescription(await pc.createOffer())
+    try:
+        async with httpx.AsyncClient(timeout=30) as http:
+            answer = await http.post(
+                f"{server.http_url}/v1/realtime/calls",
+                content=pc.localDescription.sdp,
+                headers={"Content-Type": "application/sdp"},
+            )
+        await pc.setRemoteDescription(RTCSessionDescription(sdp=answer.text, type="answer"))
+        call_id = answer.headers["location"].rsplit("/", 1)[-1]
+        url = f"{server.ws_url}/v1/realtime?call_id={call_id}"
+        async with websockets.connect(url, max_size=None) as backend:
+            item = text_item("item_big", 200_000)
+            await backend.send(json.dumps({"type": "conversation.item.create", "item": item}))
+            await next_of(backend, "conversation.item.added")
+            for _ in range(20):  # 8 MB of events, 8 times the budget: none may wait for a channel
+                for _ in range(2):
+                    await backend.send(
+                        json.dumps({"type": "conversation.item.retrieve", "item_id": "item_big"})
+                    )
+                await asyncio.sleep(0.05)
+            for _ in range(40):
+                await next_of(backend, "conversation.item.retrieved")
+            call = calls_of(server).calls[call_id]
+            assert call.queued_bytes == 0 and not call.ended.is_set()
+    finally:
+        await pc.close()

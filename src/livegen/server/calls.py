@@ -273,8 +273,17 @@ class Watcher:
 class Call:
     """One WebRTC call: its peer connection, its session's runner, and what it sends where."""
 
-    def __init__(self, call_id: str, pc: RTCPeerConnection, key: str | None, max_message: int | None) -> None:
+    def __init__(
+        self,
+        call_id: str,
+        pc: RTCPeerConnection,
+        key: str | None,
+        max_message: int | None,
+        has_channel: bool = True,
+    ) -> None:
         self.id = call_id
+        #: The offer has a data channel section; without one, events go to attached WebSockets only.
+        self.has_channel = has_channel
         self.pc = pc
         #: The ephemeral key that opened the call (None: the server's key, or a server without one).
         self.key = key
@@ -320,6 +329,8 @@ class Call:
     def emit(self, text: str) -> None:
         for watcher in self.watchers:
             watcher.put(text)
+        if not self.has_channel:
+            return
         self._queue.append(text)
         self.queued_bytes += len(text)
         if self.queued_bytes > QUEUE_HIGH_WATER and not self.ended.is_set():

@@ -161,7 +161,8 @@ class CallService:
             return error_response(too_large, 400)
         pc = RTCPeerConnection(RTCConfiguration(iceServers=self._ice_servers()))
         owner = key if key is not None and key.startswith(EPHEMERAL_PREFIX) else None
-        call = Call("rtc_" + secrets.token_hex(16), pc, owner, limit)
+        has_channel = "m=application " in sdp
+        call = Call("rtc_" + secrets.token_hex(16), pc, owner, limit, has_channel)
         try:
             self._wire_peer(call)  # before the offer: aiortc announces the caller's track while applying it
             await pc.setRemoteDescription(RTCSessionDescription(sdp=sdp, type="offer"))
