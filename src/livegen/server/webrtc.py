@@ -154,7 +154,10 @@ class CallService:
         from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 
         limit = max_message_bytes(sdp)
-        too_large = _session_too_large(bound, name, limit)
+        try:
+            too_large = _session_too_large(bound, name, limit)
+        except RemoteProtocolError as invalid:  # checked already under the requested name; never here
+            too_large = invalid
         if too_large is not None:
             self._count_error(too_large)
             log_event(logger, "webrtc.call_refused", logging.WARNING, code=too_large.code)
