@@ -19,10 +19,14 @@ as the WebSocket; this module only moves media and text:
   what went out on the track.
 
 A call ends on ``POST /v1/realtime/calls/{id}/hangup``, on ``session.close``,
-when the peer's connection fails or closes, or when no media has arrived for
-``NO_MEDIA_TIMEOUT_S`` (a vanished peer); everything it held is freed. A
-server-side WebSocket may attach to a live call with ``/v1/realtime?call_id=``
-to watch its events and send its own (a backend running tools for a browser).
+when the peer's connection fails or closes, or when nothing (no media, no
+data-channel message) has come for ``NO_MEDIA_TIMEOUT_S`` (a vanished peer);
+everything it held is freed. A server-side WebSocket may attach to a live call
+with ``/v1/realtime?call_id=`` to watch its events and send its own (a backend
+running tools for a browser). Hangup and attach take the server's key or the
+call's own ephemeral key. What happens inside a live call (the answer track,
+the channel's writer and its limits, attached sockets) is ``server/calls.py``;
+this module sets calls up, listens to the caller and ends calls.
 
 ICE: aiortc gathers host candidates, enough on loopback and a LAN; behind NAT
 give ``--webrtc-ice-servers`` (STUN/TURN URLs) so it gathers reflexive/relay ones.
@@ -33,11 +37,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import fractions
 import logging
 import secrets
 import time
-from collections import deque
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -52,231 +54,48 @@ from livegen.logs import bind_session, log_event
 from livegen.protocol import errors as wire_errors
 from livegen.protocol import realtime as wire
 from livegen.protocol.errors import WireError
-from livegen.protocol.realtime import server as ev
+from livegen.runtime.closes import CLOSE_NOT_READING, NOT_READING_REASON
 from livegen.runtime.voice.runner import Runner
-from livegen.server.auth import presented_key
+from livegen.server.auth import EPHEMERAL_PREFIX, presented_key
 from livegen.server.bodies import json_object, multipart_fields
-from livegen.server.client_secrets import error_response, validated_session
+from livegen.server.calls import (
+    RATE,
+    SESSION_TOO_LARGE,
+    Call,
+    Watcher,
+    max_message_bytes,
+)
+from livegen.server.client_secrets import error_response, session_config, validated_session
 
 if TYPE_CHECKING:
-    from aiortc import RTCPeerConnection
-
     from livegen.server.voice import VoiceService
 
 logger = logging.getLogger("livegen.server.webrtc")
 
-#: The track's audio: 24 kHz mono PCM16 (the session's output format), 20 ms frames.
-RATE = 24_000
-FRAME_SAMPLES = 480
-FRAME_BYTES = FRAME_SAMPLES * 2
 #: Caller audio is fed to the session in pieces this long (a trade of events against latency).
 APPEND_MS = 20
 #: Complete Opus frames the server's jitter buffer holds before decoding (aiortc's default: 4).
 JITTER_PREFETCH = 1
-#: A call with no caller media for this long has lost its peer and ends.
+#: A call whose caller has not been heard for this long (no media, no data-channel message) ends.
 NO_MEDIA_TIMEOUT_S = 5.0
-#: How often the track reports what it has sent of an answer (``playback.ack``).
-ACK_INTERVAL_S = 0.1
+#: Media sections an offer may have (a browser's has two: its audio track and the data channel);
+#: each costs aiortc a transceiver, so thousands of them cost memory and stall the server.
+MAX_MEDIA_SECTIONS = 8
 
 INVALID_OFFER = WireError(
     "invalid_offer", "{detail}", "livegen", "a malformed SDP offer, or one without audio"
 )
-CALL_NOT_FOUND = WireError("call_not_found", "no live call with id {call_id!r}", "livegen", "an unknown call")
+CALL_NOT_FOUND = WireError(
+    "call_not_found",
+    "no live call with id {call_id!r}",
+    "livegen",
+    "an unknown call, or one opened with another ephemeral key",
+)
 TOO_MANY_CALLS = WireError(
     "too_many_sessions", "the server holds {limit} WebRTC calls", "livegen", "over `--webrtc-max-calls`"
 )
 #: HTTP status for each refusal code at call setup.
 STATUS = {"model_not_ready": 503, "too_many_sessions": 429, "model_error": 500, "call_not_found": 404}
-
-
-def _event_id() -> str:
-    return "event_" + secrets.token_hex(8)
-
-
-class AnswerTrack:
-    """The outgoing audio track: answer audio queued by response, silence between answers."""
-
-    kind = "audio"
-
-    def __init__(self, call: Call) -> None:
-        from aiortc.mediastreams import MediaStreamTrack
-
-        self._call = call
-        self._queue: deque[tuple[str, bytes]] = deque()
-        self._buffered = 0
-        #: Responses whose audio has all been generated (``response.done``): stopped when drained.
-        self._finished: set[str] = set()
-        self.playing: str | None = None
-        self.sent_ms: dict[str, float] = {}
-        self._last_ack = 0.0
-        self._start: float | None = None
-        self._timestamp = 0
-        outer = self
-
-        class Track(MediaStreamTrack):
-            kind = "audio"
-
-            async def recv(self) -> Any:
-                return await outer.recv()
-
-        self.track = Track()
-
-    def push(self, response_id: str, pcm: bytes) -> bool:
-        """Queue answer audio; True when it is the first of that response (playback starts)."""
-        is_first = response_id not in self.sent_ms and all(rid != response_id for rid, _ in self._queue)
-        self._queue.append((response_id, pcm))
-        self._buffered += len(pcm)
-        if is_first:
-            self.sent_ms.setdefault(response_id, 0.0)
-            while len(self.sent_ms) > 16:
-                del self.sent_ms[next(iter(self.sent_ms))]
-            self.playing = response_id
-        return is_first
-
-    def finish(self, response_id: str) -> None:
-        if self.playing != response_id:
-            return  # no audio (text, a tool call), or it has already stopped or been cleared
-        if self._queue:
-            self._finished.add(response_id)  # stopped when the track has sent the rest
-        else:
-            self._stopped(response_id)
-
-    def clear(self) -> bool:
-        """Drop all queued audio at once; True when some was playing."""
-        was_playing = self.playing is not None
-        self._queue.clear()
-        self._buffered = 0
-        self.playing = None
-        return was_playing
-
-    def _stopped(self, response_id: str) -> None:
-        self.playing = None
-        self._finished.discard(response_id)
-        self._call.send_side({"type": "output_audio_buffer.stopped", "response_id": response_id})
-
-    def _take(self) -> tuple[bytes, str | None]:
-        out = bytearray()
-        rid: str | None = None
-        while self._queue and len(out) < FRAME_BYTES:
-            rid, pcm = self._queue[0]
-            need = FRAME_BYTES - len(out)
-            out += pcm[:need]
-            if len(pcm) > need:
-                self._queue[0] = (rid, pcm[need:])
-            else:
-                self._queue.popleft()
-        self._buffered -= len(out)
-        if rid is not None:
-            self.sent_ms[rid] = self.sent_ms.get(rid, 0.0) + len(out) / 2 / RATE * 1000.0
-        return bytes(out).ljust(FRAME_BYTES, b"\0"), rid
-
-    async def recv(self) -> Any:
-        """The next 20 ms frame, paced at real time (aiortc encodes it as Opus)."""
-        import av
-
-        if self._start is None:
-            self._start = time.monotonic()
-        else:
-            self._timestamp += FRAME_SAMPLES
-            wait = self._start + self._timestamp / RATE - time.monotonic()
-            if wait > 0:
-                await asyncio.sleep(wait)
-        pcm, rid = self._take()
-        if rid is not None:
-            self._maybe_ack(rid)
-        if self.playing is not None and not self._queue and self.playing in self._finished:
-            self._stopped(self.playing)
-        frame = av.AudioFrame(format="s16", layout="mono", samples=FRAME_SAMPLES)
-        frame.planes[0].update(pcm)
-        frame.pts = self._timestamp
-        frame.sample_rate = RATE
-        frame.time_base = fractions.Fraction(1, RATE)
-        return frame
-
-    def _maybe_ack(self, response_id: str) -> None:
-        now = time.monotonic()
-        if now - self._last_ack >= ACK_INTERVAL_S:
-            self._last_ack = now
-            ack = wire.PlaybackAck(response_id=response_id, played_ms=int(self.sent_ms[response_id]))
-            self._call.put_internal(ack)
-
-
-class Call:
-    """One WebRTC call: its peer connection, its session's runner, and what it sends where."""
-
-    def __init__(self, call_id: str, pc: RTCPeerConnection) -> None:
-        self.id = call_id
-        self.pc = pc
-        self.runner: Runner | None = None
-        self.channel: Any = None
-        self._pending: list[str] = []
-        self.watchers: set[asyncio.Queue[str | None]] = set()
-        self.inbox: asyncio.Queue[wire.ClientEvent | RemoteProtocolError] = asyncio.Queue(maxsize=1024)
-        self.ended = asyncio.Event()
-        self.end_reason = ""
-        self.last_media = time.monotonic()
-        self.answer = AnswerTrack(self)
-        self._cleared = False
-
-    def end(self, reason: str) -> None:
-        if not self.ended.is_set():
-            self.end_reason = reason
-            self.ended.set()
-
-    async def send_text(self, text: str) -> None:
-        """The runner's writer: the data channel (held until it opens) and any attached WebSockets."""
-        self.emit(text)
-
-    def emit(self, text: str) -> None:
-        channel = self.channel
-        if channel is not None and channel.readyState == "open":
-            for held in self._pending:
-                channel.send(held)
-            self._pending.clear()
-            channel.send(text)
-        else:
-            self._pending.append(text)
-        for watcher in self.watchers:
-            with contextlib.suppress(asyncio.QueueFull):
-                watcher.put_nowait(text)
-
-    def open_channel(self, channel: Any) -> None:
-        self.channel = channel
-        for held in self._pending:
-            channel.send(held)
-        self._pending.clear()
-
-    def send_side(self, event: dict[str, Any]) -> None:
-        """A transport event (``output_audio_buffer.*``), written beside the runner's."""
-        self.emit(wire.encode({"type": event["type"], "event_id": _event_id(), **event}).decode())
-
-    def put_internal(self, event: wire.ClientEvent | RemoteProtocolError) -> None:
-        with contextlib.suppress(asyncio.QueueFull):
-            self.inbox.put_nowait(event)
-
-    def outgoing(self, typed: ev.ServerEvent) -> dict[str, Any] | None:
-        """The runner's events as WebRTC carries them: answer audio to the track, not the channel."""
-        event = ev.as_dict(typed)
-        kind = event["type"]
-        if kind == "response.output_audio.delta":
-            rid = event["response_id"]
-            if self.answer.push(rid, base64.b64decode(event["delta"])):
-                return {"type": "output_audio_buffer.started", "event_id": _event_id(), "response_id": rid}
-            return None
-        if kind == "response.done":
-            response = event["response"]
-            if response.get("status") == "cancelled" and self.answer.clear():
-                self._cleared = True
-                self.send_side({"type": "output_audio_buffer.cleared", "response_id": response["id"]})
-            else:
-                self.answer.finish(response["id"])
-        elif kind == "output_audio_buffer.cleared":
-            if self._cleared:  # already said, with the cancelled response's id
-                self._cleared = False
-                return None
-        elif kind == "response.created":
-            self._cleared = False
-        return event
 
 
 class CallService:
@@ -326,13 +145,27 @@ class CallService:
             name, model = await self.engine.admit(requested)
         except RemoteProtocolError as error:
             return self._refuse(error)
-        return await self._answer(sdp, _track_formats(bound) if bound else bound, name, model)
+        key = presented_key(request.scope)
+        return await self._answer(sdp, _track_formats(bound) if bound else bound, name, model, key)
 
-    async def _answer(self, sdp: str, bound: dict[str, Any], name: str, model: Any) -> Response:
+    async def _answer(
+        self, sdp: str, bound: dict[str, Any], name: str, model: Any, key: str | None
+    ) -> Response:
         from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 
+        limit = max_message_bytes(sdp)
+        try:
+            too_large = _session_too_large(bound, name, limit)
+        except RemoteProtocolError as invalid:  # checked already under the requested name; never here
+            too_large = invalid
+        if too_large is not None:
+            self._count_error(too_large)
+            log_event(logger, "webrtc.call_refused", logging.WARNING, code=too_large.code)
+            return error_response(too_large, 400)
         pc = RTCPeerConnection(RTCConfiguration(iceServers=self._ice_servers()))
-        call = Call("rtc_" + secrets.token_hex(12), pc)
+        owner = key if key is not None and key.startswith(EPHEMERAL_PREFIX) else None
+        has_channel = "m=application " in sdp
+        call = Call("rtc_" + secrets.token_hex(16), pc, owner, limit, has_channel)
         try:
             self._wire_peer(call)  # before the offer: aiortc announces the caller's track while applying it
             await pc.setRemoteDescription(RTCSessionDescription(sdp=sdp, type="offer"))
@@ -345,11 +178,11 @@ class CallService:
         except RemoteProtocolError as refused:
             await pc.close()
             return error_response(refused, STATUS.get(refused.code, 400))
-        except Exception as exc:  # aiortc rejects what it cannot negotiate
+        except Exception as exc:  # aiortc rejects what it cannot negotiate; its words are its internals
             await pc.close()
-            error = INVALID_OFFER.error(detail=f"the SDP offer could not be negotiated: {exc}", param="sdp")
+            error = INVALID_OFFER.error(detail=UNNEGOTIABLE, param="sdp")
             self._count_error(error)
-            log_event(logger, "webrtc.offer_refused", logging.WARNING, error=str(exc))
+            log_event(logger, "webrtc.offer_refused", logging.WARNING, error=f"{type(exc).__name__}: {exc}")
             return error_response(error, 400)
         call.runner = runner
         if bound:
@@ -374,9 +207,12 @@ class CallService:
         """Route the peer's track, data channel and connection state into the call."""
         pc = call.pc
 
+        listening: list[Any] = []
+
         @pc.on("track")
         def on_track(track: Any) -> None:
-            if track.kind == "audio":
+            if track.kind == "audio" and not listening:  # one caller, one voice: the first audio track
+                listening.append(track)
                 _shorten_jitter_buffer(pc, track)
                 self._spawn(self._listen(call, track))
 
@@ -387,10 +223,11 @@ class CallService:
 
             @channel.on("message")  # type: ignore[untyped-decorator]
             def on_message(message: Any) -> None:
+                call.last_heard = time.monotonic()  # a receive-only caller is alive while it talks here
                 if isinstance(message, str):
-                    call.put_internal(_decode(message))
+                    call.receive(_decode(message))
                 else:
-                    call.put_internal(wire_errors.INVALID_EVENT.error(detail=wire.BINARY_DETAIL))
+                    call.receive(wire_errors.INVALID_EVENT.error(detail=wire.BINARY_DETAIL))
 
             if channel.readyState == "open":
                 call.open_channel(channel)
@@ -420,7 +257,7 @@ class CallService:
             except Exception:  # the track ended: the peer is gone
                 call.end("peer_track_ended")
                 return
-            call.last_media = time.monotonic()
+            call.last_heard = time.monotonic()
             for out in resampler.resample(frame):
                 piece += np.asarray(out.to_ndarray(), dtype="<i2").tobytes()
             if len(piece) >= size:
@@ -432,10 +269,20 @@ class CallService:
         """Own the call from answer to end: run its session, feed it, then free everything."""
         with bind_session(runner.session.id):
             undo = self.engine.enlist(runner)
-            log_event(logger, "webrtc.call_opened", call=call.id, model=name)
+            metrics = self.voice.state.metrics
+
+            def unsent_bytes() -> int:
+                return call.queued_bytes + sum(w.unsent_bytes for w in call.watchers)
+
+            metrics.unsent_sources.add(unsent_bytes)
+            # The call's id is its capability on a server without a key: it is never logged.
+            log_event(logger, "webrtc.call_opened", model=name)
             run = asyncio.create_task(runner.run())
-            feed = asyncio.create_task(self._feed(call, runner))
-            watchdog = asyncio.create_task(self._watch(call))
+            helpers = [
+                asyncio.create_task(self._feed(call, runner)),
+                asyncio.create_task(self._watch(call)),
+                asyncio.create_task(call.write()),
+            ]
             ended = asyncio.create_task(call.ended.wait())
             try:
                 await asyncio.wait({run, ended}, return_when="FIRST_COMPLETED")
@@ -443,16 +290,25 @@ class CallService:
                 await runner.stop(call.end_reason or "call_ended")
                 with contextlib.suppress(Exception):
                     await run
-                for task in (feed, watchdog, ended):
-                    task.cancel()
+                await self._close(call, runner, [*helpers, ended])
                 undo()
-                self.calls.pop(call.id, None)
-                for watcher in call.watchers:
-                    watcher.put_nowait(None)
-                with contextlib.suppress(Exception):
-                    await call.pc.close()
-                call.end("ended")
-                log_event(logger, "webrtc.call_closed", call=call.id, reason=call.end_reason)
+                metrics.unsent_sources.discard(unsent_bytes)
+
+    async def _close(self, call: Call, runner: Runner, tasks: list[asyncio.Task[Any]]) -> None:
+        """The session has ended: its last events leave, then the call lets go of everything."""
+        if runner.close_reason == "outbox_overflow":  # as a socket's close 4002: the caller is not reading
+            self.voice.state.metrics.refused.labels(code="unsent_bytes_exceeded").inc()
+            call.end("outbox_overflow")
+        await call.flush()
+        for task in tasks:
+            task.cancel()
+        self.calls.pop(call.id, None)
+        for watcher in call.watchers:
+            watcher.close()
+        with contextlib.suppress(Exception):
+            await call.pc.close()
+        call.end("ended")
+        log_event(logger, "webrtc.call_closed", reason=call.end_reason)
 
     async def _feed(self, call: Call, runner: Runner) -> None:
         while True:
@@ -462,13 +318,21 @@ class CallService:
         """End a call whose peer has gone quiet (no ICE consent, no packets)."""
         while True:
             await asyncio.sleep(1.0)
-            if time.monotonic() - call.last_media > NO_MEDIA_TIMEOUT_S:
+            if time.monotonic() - call.last_heard > NO_MEDIA_TIMEOUT_S:
                 call.end("peer_silent")
                 return
 
+    def _live_call(self, call_id: str, key: str | None) -> Call | None:
+        """The live call ``call_id`` if ``key`` may touch it (the server's key or the call's own);
+        a call opened with another ephemeral key is, for this key, no call at all."""
+        call = self.calls.get(call_id)
+        if call is None or call.runner is None or not call.may_be_touched_by(key):
+            return None
+        return call
+
     async def hangup(self, request: Request) -> Response:
         call_id = request.path_params["call_id"]
-        call = self.calls.get(call_id)
+        call = self._live_call(call_id, presented_key(request.scope))
         if call is None:
             error = CALL_NOT_FOUND.error(call_id=call_id, param="call_id")
             return error_response(error, 404)
@@ -477,16 +341,16 @@ class CallService:
 
     async def attach(self, websocket: WebSocket, call_id: str) -> None:
         """A server-side WebSocket on a live call: it sees the call's events and may send its own."""
-        call = self.calls.get(call_id)
-        if call is None or call.runner is None:
+        call = self._live_call(call_id, presented_key(websocket.scope))
+        if call is None:
             error = CALL_NOT_FOUND.error(call_id=call_id, param="call_id")
             body = {"type": "error", "event_id": "event_refused", "error": error.to_error_body()}
             await websocket.send_text(wire.encode(body).decode())
             await websocket.close(1008)
             return
-        outbox: asyncio.Queue[str | None] = asyncio.Queue(maxsize=4096)
-        call.watchers.add(outbox)
-        writer = asyncio.create_task(_write(websocket, outbox))
+        watcher = Watcher(self.voice.state.config.max_unsent_bytes)
+        call.watchers.add(watcher)
+        writer = asyncio.create_task(self._write(websocket, watcher))
         try:
             while True:
                 message = await websocket.receive()
@@ -494,17 +358,35 @@ class CallService:
                     break
                 text = message.get("text")
                 if text is not None:
-                    call.put_internal(_decode(text))
+                    call.receive(_decode(text))
         except WebSocketDisconnect:
             pass
         finally:
-            call.watchers.discard(outbox)
+            call.watchers.discard(watcher)
             writer.cancel()
 
     def _refuse(self, error: RemoteProtocolError) -> Response:
         self._count_error(error)
         log_event(logger, "webrtc.call_refused", logging.WARNING, code=error.code)
         return error_response(error, STATUS.get(error.code, 400))
+
+    async def _write(self, websocket: WebSocket, watcher: Watcher) -> None:
+        """The call's events to an attached WebSocket; one that stops reading is closed 4002."""
+        sender = asyncio.create_task(_send_all(websocket, watcher))
+        overflow = asyncio.create_task(watcher.overflow.wait())
+        try:
+            await asyncio.wait({sender, overflow}, return_when="FIRST_COMPLETED")
+        finally:
+            sender.cancel()
+            overflow.cancel()
+        code, reason = 1000, ""
+        if watcher.overflowed:
+            self.voice.state.metrics.refused.labels(code="unsent_bytes_exceeded").inc()
+            code, reason = CLOSE_NOT_READING, NOT_READING_REASON
+        # As a session's socket (the engine's _retire): the close waits until the backend reads again
+        # or goes; what it holds meanwhile is bounded (the socket's buffer, not the events).
+        with contextlib.suppress(Exception):
+            await websocket.close(code, reason)
 
     def _count_error(self, error: RemoteProtocolError) -> None:
         self.voice.state.metrics.errors.labels(kind="voice", code=error.code).inc()
@@ -532,11 +414,9 @@ def _cors(handler: Any) -> Any:
     return endpoint
 
 
-async def _write(websocket: WebSocket, outbox: asyncio.Queue[str | None]) -> None:
-    while (text := await outbox.get()) is not None:
+async def _send_all(websocket: WebSocket, watcher: Watcher) -> None:
+    while (text := await watcher.get()) is not None:
         await websocket.send_text(text)
-    with contextlib.suppress(Exception):
-        await websocket.close(1000)
 
 
 def _decode(text: str) -> wire.ClientEvent | RemoteProtocolError:
@@ -582,13 +462,47 @@ def _track_formats(session: dict[str, Any]) -> dict[str, Any]:
     return {**flat, "audio": audio}
 
 
+#: What a refused offer is told when aiortc cannot negotiate it (its own words are its internals).
+UNNEGOTIABLE = (
+    "the SDP offer could not be negotiated: it must be a WebRTC offer whose audio section offers"
+    " Opus, with ICE credentials, a DTLS fingerprint and a setup role"
+)
+#: Lines a negotiable offer has (RFC 8839, 8842), and what the caller is told when one is missing.
+_REQUIRED_LINES = (
+    ("a=ice-ufrag:", "ICE credentials (a=ice-ufrag and a=ice-pwd)"),
+    ("a=ice-pwd:", "ICE credentials (a=ice-ufrag and a=ice-pwd)"),
+    ("a=fingerprint:", "a DTLS fingerprint (a=fingerprint)"),
+    ("a=setup:", "a DTLS setup role (a=setup)"),
+)
+
+
 def _check_offer(sdp: str) -> None:
+    """Refuse, in words the caller can act on, an offer aiortc could not (or should not) take."""
     if not sdp.lstrip().startswith("v=0"):
         raise INVALID_OFFER.error(
             detail="the body is not an SDP offer (it must start with 'v=0')", param="sdp"
         )
-    if "\nm=audio " not in sdp.replace("\r\n", "\n"):
+    text = "\n" + sdp.replace("\r\n", "\n")
+    sections = text.count("\nm=")
+    if sections > MAX_MEDIA_SECTIONS:
+        detail = f"the SDP offer has {sections} media sections; a call takes at most {MAX_MEDIA_SECTIONS}"
+        raise INVALID_OFFER.error(detail=detail, param="sdp")
+    if "\nm=audio " not in text:
         raise INVALID_OFFER.error(detail="the SDP offer has no audio media section", param="sdp")
+    for line, what in _REQUIRED_LINES:
+        if "\n" + line not in text:
+            raise INVALID_OFFER.error(detail=f"the SDP offer has no {what}", param="sdp")
 
 
-__all__ = ["AnswerTrack", "Call", "CallService", "JSONResponse"]
+def _session_too_large(session: dict[str, Any], model: str, limit: int | None) -> RemoteProtocolError | None:
+    """The refusal of a call whose ``session.updated`` could not go on the caller's channel."""
+    if not session or limit is None:
+        return None
+    shown = session_config(session, model).to_wire("sess_" + "0" * 16)
+    size = len(
+        msgspec.json.encode({"type": "session.updated", "event_id": "event_" + "0" * 16, "session": shown})
+    )
+    return SESSION_TOO_LARGE.error(size=size, limit=limit) if size > limit else None
+
+
+__all__ = ["CallService", "JSONResponse"]
