@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import math
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +47,8 @@ _MIN_TOKENS = 16
 _WORD = re.compile(r"[\w']+")
 #: How much of a client's ``prompt`` is given to Whisper, in tokens (its context holds 224).
 MAX_PROMPT_TOKENS = 100
+#: Tokenised prompts kept (one per session that set one, at most 1024 characters each).
+_PROMPTS_KEPT = 256
 
 
 @dataclass(frozen=True)
@@ -139,6 +143,10 @@ class Recognizer:
         )
         self.is_multilingual = bool(self._whisper.model.is_multilingual)
         self._tokenizers: dict[str, Any] = {}
+        #: Tokenised prompts by (language, prompt), the least recently used dropped first; decodes
+        #: run on several threads at once.
+        self._prompts: OrderedDict[tuple[str, str], tuple[int, ...]] = OrderedDict()
+        self._prompts_lock = threading.Lock()
 
     @classmethod
     def named(cls, name: str, threads: int = 2, workers: int = 1) -> Recognizer:
@@ -184,11 +192,23 @@ class Recognizer:
         return Transcript(text, window)
 
     def _prompt(self, language: str, prompt: str) -> list[int]:
+        """The decoder's start: Whisper's previous-text token and the prompt's last tokens, if any,
+        then its start sequence. A session's prompt is tokenised once, not at every decode."""
         tokenizer = self._tokenizer(language)
         sequence = [*tokenizer.sot_sequence, tokenizer.no_timestamps]
         if not prompt.strip():
             return sequence
-        context = tokenizer.encode(" " + prompt.strip())[-MAX_PROMPT_TOKENS:]
+        key = (language, prompt)
+        with self._prompts_lock:
+            context = self._prompts.get(key)
+            if context is not None:
+                self._prompts.move_to_end(key)
+        if context is None:
+            context = tuple(tokenizer.encode(" " + prompt.strip())[-MAX_PROMPT_TOKENS:])
+            with self._prompts_lock:
+                self._prompts[key] = context
+                while len(self._prompts) > _PROMPTS_KEPT:
+                    self._prompts.popitem(last=False)
         return [tokenizer.sot_prev, *context, *sequence]
 
     def _tokenizer(self, language: str) -> Any:
