@@ -162,6 +162,7 @@ CASES: dict[str, list[dict[str, Any]]] = {
     "vad off then semantic": [{"turn_detection": None}, _ga_in(turn_detection={"type": "semantic_vad"})],
     "transcription ga": [_ga_in(transcription={"model": "whisper-1", "language": "en", "prompt": "names"})],
     "transcription beta": [{"input_audio_transcription": {"model": "gpt-4o-transcribe"}}],
+    "transcription prompt too long": [_ga_in(transcription={"model": "whisper-1", "prompt": "n" * 1025})],
     "transcription empty": [_ga_in(transcription={})],
     "transcription null model": [_ga_in(transcription={"model": None, "language": None})],
     "transcription off": [_ga_in(transcription={"model": "whisper-1"}), _ga_in(transcription=None)],

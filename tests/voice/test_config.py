@@ -140,3 +140,30 @@ def test_bad_noise_reduction_or_include_is_refused_and_leaves_the_config(
     with pytest.raises(InvalidRequest) as caught:
         _apply(before, session)
     assert caught.value.code == code and str(caught.value.param).endswith(param)
+
+
+@pytest.mark.parametrize(
+    ("session", "param"),
+    [
+        (
+            {"audio": {"input": {"transcription": {"model": "whisper-1", "prompt": "x" * 1025}}}},
+            "session.audio.input.transcription.prompt",
+        ),
+        (
+            {"input_audio_transcription": {"model": "whisper-1", "prompt": "x" * 1025}},
+            "session.input_audio_transcription.prompt",
+        ),
+    ],
+)
+def test_a_transcription_prompt_over_openais_1024_characters_is_refused(
+    session: dict[str, object], param: str
+) -> None:
+    prompted = _apply(Config(), {"audio": {"input": {"transcription": {"prompt": "y" * 1024}}}})
+    assert prompted.transcription_prompt == "y" * 1024  # the longest taken
+    with pytest.raises(InvalidRequest) as caught:
+        _apply(prompted, session)
+    assert (caught.value.code, caught.value.param) == ("string_above_max_length", param)
+    assert caught.value.message == (
+        f"Invalid '{param}': string too long. Expected a string with maximum length 1024, "
+        "but got a string with length 1025 instead."
+    )

@@ -16,6 +16,8 @@ checked in):
   forced on (what ``semantic_vad`` sessions get; server VAD here, so that
   only the gate differs), and with each noise reduction (which turns the
   gate on).
+  ``--condition`` and ``--kind`` run only some sessions and sounds (a
+  two-minute run: the gate's real interruptions, or its false barge-ins).
 - **Word error rate with the denoiser**: the recogniser benchmark's held-out
   set (``recognisers.build_set``: 12 sentences x 4 voices, clean and with pink
   noise at 10 dB and 5 dB) decoded by the default recogniser as heard, and
@@ -58,6 +60,9 @@ CONDITIONS: tuple[tuple[str, bool | None, str | None], ...] = (
     ("gate, near_field", None, "near_field"),
     ("gate, far_field", None, "far_field"),
 )
+#: Short names of ``CONDITIONS`` for ``--condition``.
+CONDITION_KEYS = ("none", "gate", "near_field", "far_field")
+KINDS = ("noise", "backchannel", "speech")
 SEED = 15
 
 
@@ -191,13 +196,18 @@ def _lead_s_of(pcm24: bytes) -> float:
     return float(loud[0]) / WIRE_RATE if loud.size else 0.0
 
 
-def over_answer(model: Any, rounds: int) -> list[Trial]:
+def over_answer(
+    model: Any, rounds: int, conditions: tuple[str, ...] = (), kinds: tuple[str, ...] = ()
+) -> list[Trial]:
+    """Each sound of ``kinds`` over an answer under each of ``conditions`` (by key; empty: all)."""
     question = synthesise(model, QUESTION)
-    made = sounds(model)
+    made = [sound for sound in sounds(model) if not kinds or sound.kind in kinds]
     server = ServerTurns(500)
     trials: list[Trial] = []
     try:
-        for condition in CONDITIONS:
+        for key, condition in zip(CONDITION_KEYS, CONDITIONS, strict=True):
+            if conditions and key not in conditions:
+                continue
             with _gate(condition[1]):
                 for _ in range(rounds):
                     for sound in made:
@@ -242,6 +252,8 @@ def summarise(trials: list[Trial]) -> dict[str, dict[str, Any]]:
     summary: dict[str, dict[str, Any]] = {}
     for label, *_ in CONDITIONS:
         mine = [t for t in trials if t.condition == label]
+        if not mine:
+            continue
         row: dict[str, Any] = {}
         for kind in ("noise", "backchannel"):
             of_kind = [t for t in mine if t.kind == kind]
@@ -288,9 +300,25 @@ def render(summary: dict[str, dict[str, Any]], wers: dict[str, Any] | None) -> s
     help="Only the answer's interruptions, or only the WER with the denoiser.",
 )
 @click.option(
+    "--condition",
+    "conditions",
+    multiple=True,
+    type=click.Choice(CONDITION_KEYS),
+    help="Only these sessions (repeatable; default all): no gate, the gate forced on, each noise_reduction.",
+)
+@click.option(
+    "--kind",
+    "kinds",
+    multiple=True,
+    type=click.Choice(KINDS),
+    help="Only these sounds (repeatable; default all): noise, backchannels, real interruptions.",
+)
+@click.option(
     "--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Write results here."
 )
-def command(rounds: int, part: str, json_path: Path | None) -> None:
+def command(
+    rounds: int, part: str, conditions: tuple[str, ...], kinds: tuple[str, ...], json_path: Path | None
+) -> None:
     """Benchmark barge-in over an answer (noise, backchannels, real questions) and the denoiser's WER."""
     from livegen.models.cascade import model as cascade
 
@@ -298,7 +326,7 @@ def command(rounds: int, part: str, json_path: Path | None) -> None:
     loaded = cascade.load()
     loaded.use_llm(None, None)
     try:
-        trials = over_answer(loaded, rounds) if part in ("all", "barge-in") else []
+        trials = over_answer(loaded, rounds, conditions, kinds) if part in ("all", "barge-in") else []
         wers = denoised_wer(loaded) if part in ("all", "wer") else None
     finally:
         loaded.close()

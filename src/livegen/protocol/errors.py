@@ -107,6 +107,13 @@ INVALID_TYPE = WireError(
     "openai code",
     "a field of the wrong type, checked when the event is decoded (`param` is its dotted path)",
 )
+STRING_ABOVE_MAX_LENGTH = WireError(
+    "string_above_max_length",
+    "Invalid '{name}': string too long. Expected a string with maximum length {maximum}, "
+    "but got a string with length {length} instead.",
+    "openai",
+    "a string longer than OpenAI allows (a transcription `prompt` over 1024 characters)",
+)
 MISSING_REQUIRED_PARAMETER = WireError(
     "missing_required_parameter",
     "Missing required parameter: '{name}'.",

@@ -38,6 +38,7 @@ from livegen.protocol.errors import (
     INVALID_TYPE,
     INVALID_VALUE,
     MISSING_REQUIRED_PARAMETER,
+    STRING_ABOVE_MAX_LENGTH,
     UNSUPPORTED_TURN_DETECTION,
 )
 from livegen.protocol.realtime.fields import (
@@ -78,6 +79,10 @@ SEMANTIC_SILENCE_MS = {"low": 1200, "medium": 700, "auto": 700, "high": 350}
 NOISE_REDUCTION_TYPES = ("near_field", "far_field")
 #: The one ``include`` value: transcription events carry ``logprobs``.
 LOGPROBS = "item.input_audio_transcription.logprobs"
+#: The longest transcription ``prompt`` OpenAI takes, in characters. Whisper reads only the last
+#: 224 tokens of it anyway (``models/cascade/asr.py`` keeps fewer); a longer one would only cost
+#: the recogniser time to tokenise.
+MAX_TRANSCRIPTION_PROMPT_CHARS = 1024
 #: The ``idle_timeout_ms`` livegen takes (the wire decoder checks the same range first).
 IDLE_TIMEOUT_MS = (100, 3_600_000)
 
@@ -309,16 +314,28 @@ def apply_update(config: Config, session: SessionShape) -> Config:
     for voice in (audio_out.voice, session.voice):
         if _is_set(voice):
             updates["voice"] = voice
-    for transcription in (audio_in.transcription, session.input_audio_transcription):
+    for param, transcription in (
+        ("session.audio.input.transcription", audio_in.transcription),
+        ("session.input_audio_transcription", session.input_audio_transcription),
+    ):
         if isinstance(transcription, TranscriptionShape):
             updates["transcription_model"] = transcription.model or ""
             updates["transcription_language"] = transcription.language or ""
-            updates["transcription_prompt"] = transcription.prompt or ""
+            updates["transcription_prompt"] = _prompt(transcription.prompt or "", f"{param}.prompt")
     updates.update(_tool_updates(config, session))
     updates.update(_hearing_updates(session, audio_in))
     if session.truncation is not UNSET:
         updates["truncation"] = parse_truncation(session.truncation, "session.truncation")
     return replace(config, **updates)
+
+
+def _prompt(value: str, param: str) -> str:
+    """A transcription ``prompt`` no longer than OpenAI takes (``MAX_TRANSCRIPTION_PROMPT_CHARS``)."""
+    if len(value) > MAX_TRANSCRIPTION_PROMPT_CHARS:
+        raise STRING_ABOVE_MAX_LENGTH.error(
+            name=param, maximum=MAX_TRANSCRIPTION_PROMPT_CHARS, length=len(value), param=param
+        )
+    return value
 
 
 def _hearing_updates(session: SessionShape, audio_in: AudioInputShape) -> dict[str, Any]:

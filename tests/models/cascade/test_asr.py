@@ -105,3 +105,46 @@ def test_logprobs_score_each_token_of_a_transcript_and_the_right_words_score_hig
 
     assert mean(scored) > mean(wrong) + 1.0
     assert recognizer.logprobs(audio, "  ") == []
+
+
+@pytest.mark.parametrize("seconds", [0.0, 0.3, 2.5, 9.4, 9.95, 10.0, 14.0])
+def test_features_of_short_audio_are_those_of_the_whole_padded_window(cascade: Any, seconds: float) -> None:
+    """Only the audio and a little silence are transformed; the rest of the window is the floor."""
+    audio = np.random.default_rng(3).standard_normal(int(seconds * asr.SAMPLE_RATE)).astype(np.float32)
+    for window in asr.WINDOWS_S:
+        padded = np.zeros(window * asr.SAMPLE_RATE, np.float32)
+        padded[: len(audio)] = 0.05 * audio[: len(padded)]
+        whole = cascade.recognizer._whisper.feature_extractor(padded, padding=0)[:, : window * 100]
+        features = cascade.recognizer._features(0.05 * audio, window)
+        assert features.shape == whole.shape
+        np.testing.assert_allclose(features, whole, rtol=0, atol=1e-6)
+
+
+def test_scoring_audio_just_decoded_reuses_its_encoding(
+    cascade: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The barge-in check decodes a held sound, then scores the words against it: one encoder pass."""
+    recognizer = cascade.recognizer
+    audio = _samples(speak_as_user(cascade, "Wait, what time is it?", lead_s=0.0, trail_s=0.0))[:4800]
+    fresh = recognizer.logprobs(audio.copy(), "wait")  # before anything of this audio was kept
+    model = recognizer._whisper.model
+    encodes: list[int] = []
+
+    class Counting:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(model, name)
+
+        def encode(self, features: Any) -> Any:
+            encodes.append(1)
+            return model.encode(features)
+
+    monkeypatch.setattr(recognizer._whisper, "model", Counting())
+    held = audio + np.float32(1e-4)  # audio no decode has seen
+    text = recognizer.transcribe(held).text
+    scored = recognizer.logprobs(held, text)
+    assert len(encodes) == 1 and text.strip(), text
+    again = recognizer.logprobs(audio, "wait")
+    assert len(encodes) == 1  # kept from the first scoring too
+    assert [t.token for t in again] == [t.token for t in fresh]
+    np.testing.assert_allclose([t.logprob for t in again], [t.logprob for t in fresh], atol=1e-3)
+    assert scored

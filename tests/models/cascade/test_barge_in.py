@@ -90,6 +90,14 @@ def test_backchannels_and_sound_labels_are_not_words() -> None:
         assert not barge_in.is_backchannel(text), text
 
 
+def test_whispers_stutter_of_a_hum_is_a_backchannel_and_other_hyphenated_words_are_not() -> None:
+    """What Whisper wrote for espeak's "mm-hmm" and "uh-huh" heard 0.5 s in, over an answer."""
+    for text in ("Mm-mm-mm-mm-", "Mm-m-m-m-", "Mm-huh.", "Mm-hmm. Mm-", "uh-uh-huh"):
+        assert barge_in.is_backchannel(text), text
+    for text in ("A well-known place.", "Mm-hmm, no.", "Uh-oh-stop"):
+        assert not barge_in.is_backchannel(text), text
+
+
 async def test_the_gate_releases_held_speech_only_for_words_whisper_is_sure_of() -> None:
     """Whisper's guesses on a hum are words too ("Damn."), but unsure ones: they do not barge in."""
     heard: dict[str, Any] = {"text": "", "logprob": 0.0}

@@ -101,9 +101,13 @@ def is_wanted(config: StreamConfig) -> bool:
 
 
 def is_backchannel(text: str) -> bool:
-    """``text`` is only backchannel words, sound labels or nothing."""
+    """``text`` is only backchannel words, sound labels or nothing.
+
+    Whisper writes a long hum as a stutter of one ("Mm-mm-mm-mm-", "Mm-m-m-m-",
+    "Mm-huh."): a hyphenated word made only of backchannels is one too.
+    """
     words = _WORD.findall(_SOUND.sub(" ", text.lower()))
-    return all(word in BACKCHANNELS for word in words)
+    return all(word in BACKCHANNELS or set(word.split("-")) <= BACKCHANNELS for word in words)
 
 
 class Gate:
