@@ -191,7 +191,10 @@ class WorldModel(Protocol):
 
         Raises ``StateEvicted`` for a tick with ``chunk_index > 0`` whose
         session state the model no longer holds; any other exception fails
-        the ticks of this batch.
+        the ticks that raise it. A step that raises must leave every
+        session's state as it found it (commit per-session state at the end,
+        as the embedded models do): the runtime steps the ticks again in
+        smaller batches to find the ones that fail, and the others go on.
         """
         ...
 
