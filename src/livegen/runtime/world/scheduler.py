@@ -10,9 +10,13 @@ hands each chunk (or failure) back to its runner. Workers step independently:
 a worker's sessions wait while it is busy (to join its next batch, not queue
 behind it one by one), while a free worker takes its due sessions at once, so
 a slow worker never holds up the others. A
-``StateEvicted`` from a batch is isolated by stepping its ticks one by one, so
-only the session whose state is gone fails, with code ``state_evicted``
-(upstream gap 3), never a silent restart.
+step that raises is isolated by bisection: its ticks are stepped again in
+halves, and halves of the halves that raise, down to single ticks, so only the
+session whose tick fails alone fails (``state_evicted`` where its state is
+gone, upstream gap 3, never a silent restart; else ``chunk_failed``), and the
+others get their chunks from the smaller steps, the same frames a batch gives
+(W6). One client's input the model cannot take (issue 30: a mouse motion no
+float holds) no longer fails every session batched with it.
 
 Admission knows the frame clock: each step's time per tick is measured
 (a batch costs about its size times one tick on a CPU; the median over the last
@@ -252,16 +256,15 @@ class Scheduler:
         started = self.clock()
         try:
             chunks = await self.workers.step(entries[0].worker_index, [entry.tick for entry in entries])
-        except StateEvicted as exc:
-            if len(entries) == 1:
-                self._fail(entries[0], "state_evicted", str(exc))
-                return
-            for entry in entries:  # find whose state is gone; the others go on
-                await self._step([entry])
-            return
         except Exception as exc:
-            for entry in entries:
-                self._fail(entry, "chunk_failed", f"model step failed: {type(exc).__name__}: {exc}")
+            if len(entries) > 1:  # find whose tick fails; the others go on (W6: as they would alone)
+                half = len(entries) // 2
+                await self._step(entries[:half])
+                await self._step(entries[half:])
+            elif isinstance(exc, StateEvicted):
+                self._fail(entries[0], "state_evicted", str(exc))
+            else:
+                self._fail(entries[0], "chunk_failed", f"model step failed: {type(exc).__name__}: {exc}")
             return
         model_ms = (self.clock() - started) * 1000
         self.batch_window_s = model_ms / 1000
