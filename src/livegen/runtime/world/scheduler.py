@@ -18,7 +18,9 @@ others get their chunks from the smaller steps, the same frames a batch gives
 (W6). One client's input the model cannot take (issue 30: a mouse motion no
 float holds) no longer fails every session batched with it.
 
-Admission knows the frame clock: each step's time per tick is measured
+Admission knows the frame clock: each step's time per tick is measured (per
+full-length tick: a session that asked for shorter chunks is charged for its
+frames, the overhead of its extra chunks included, ``_full_ticks``)
 (a batch costs about its size times one tick on a CPU; the median over the last
 ``TICK_COST_STEPS`` steps: a neighbour's burst does not halve the capacity, and
 a neighbour that stays busy lowers it, where the least step time had kept
@@ -50,7 +52,7 @@ from typing import Protocol
 
 from livegen.errors import CapacityExceeded, LivegenError, StateEvicted
 from livegen.logs import log_event
-from livegen.models.world import Chunk, Tick, WorldModel
+from livegen.models.world import Chunk, Tick, WorldModel, WorldSpec
 from livegen.runtime.world.kv_pool import Pool
 from livegen.runtime.world.workers import LocalWorker, Worker, WorkerPool
 from livegen.world import Plan
@@ -71,6 +73,8 @@ class Steppable(Protocol):
     """What the scheduler needs of a runner."""
 
     session_id: str
+    #: The model's spec as the session sees it (its chunk length, ``WorldSpec.for_session``).
+    spec: WorldSpec
 
     def is_due(self, now: float, early_s: float = 0.0) -> bool: ...
     def next_deadline(self) -> float | None: ...
@@ -242,14 +246,25 @@ class Scheduler:
             return None
         if plan is None:
             return None
+        meta, spec = plan.meta, runner.spec
         try:
-            index, context, write = self.workers.plan(runner.session_id, plan.meta.chunk_index)
+            pages = spec.pages_in_chunk(meta.chunk_index)
+            index, context, write = self.workers.plan(runner.session_id, meta.chunk_index, pages)
         except LivegenError as exc:
             runner.tick_failed(plan, "chunk_failed", f"no KV pages: {exc}")
             return None
-        meta = plan.meta
         data = plan.control_data()
-        tick = Tick(meta, plan.seed, plan.prompt, data, context, write, plan.prompt_blend(), plan.seed_image)
+        tick = Tick(
+            meta,
+            plan.seed,
+            plan.prompt,
+            data,
+            context,
+            write,
+            plan.prompt_blend(),
+            plan.seed_image,
+            num_frames=spec.frames_in_chunk(meta.chunk_index),
+        )
         return _Entry(runner, plan, tick, index)
 
     async def _step(self, entries: list[_Entry]) -> None:
@@ -268,7 +283,7 @@ class Scheduler:
             return
         model_ms = (self.clock() - started) * 1000
         self.batch_window_s = model_ms / 1000
-        self._tick_costs.append(model_ms / 1000 / len(entries))
+        self._tick_costs.append(model_ms / 1000 / self._full_ticks(entries))
         self.tick_cost_s = statistics.median(self._tick_costs)
         self.num_steps += 1
         self.num_ticks += len(entries)
@@ -281,14 +296,26 @@ class Scheduler:
             self.workers.commit(entry.runner.session_id)
             entry.runner.tick_done(entry.plan, chunk, model_ms)
 
+    def _full_ticks(self, entries: list[_Entry]) -> float:
+        """A step's ticks counted in full-length chunks: a one-frame tick of a 4-frame model is a
+        quarter, so a session with short chunks is charged for its frames, and the overhead each
+        short chunk adds is in the measured time (the estimate stays per full-length tick)."""
+        spec = self.spec
+        return sum(
+            (e.tick.num_frames or spec.frames_in_chunk(i)) / spec.frames_in_chunk(i)
+            for e in entries
+            for i in (e.tick.meta.chunk_index,)
+        )
+
     def _fail(self, entry: _Entry, code: str, message: str) -> None:
         self.workers.clear(entry.runner.session_id)
         entry.runner.tick_failed(entry.plan, code, message)
 
 
 def _by_worker(entries: list[_Entry]) -> list[list[_Entry]]:
-    """The batch split into one step per worker, each in due order."""
-    groups: dict[int, list[_Entry]] = {}
+    """The batch split into one step per worker and chunk length (a step makes one length), each in
+    due order."""
+    groups: dict[tuple[int, int], list[_Entry]] = {}
     for entry in entries:
-        groups.setdefault(entry.worker_index, []).append(entry)
+        groups.setdefault((entry.worker_index, entry.tick.num_frames), []).append(entry)
     return list(groups.values())
