@@ -313,9 +313,10 @@ class Scheduler:
 
 
 def _by_worker(entries: list[_Entry]) -> list[list[_Entry]]:
-    """The batch split into one step per worker and chunk length (a step makes one length), each in
-    due order."""
+    """The batch split into one step per worker and sessions' chunk length (a step makes one; a
+    model's first chunk of another length, as causal Wan's, still joins its later ones), each in due
+    order."""
     groups: dict[tuple[int, int], list[_Entry]] = {}
     for entry in entries:
-        groups.setdefault((entry.worker_index, entry.tick.num_frames), []).append(entry)
+        groups.setdefault((entry.worker_index, entry.runner.spec.frames_per_chunk), []).append(entry)
     return list(groups.values())
