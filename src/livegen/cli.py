@@ -207,7 +207,8 @@ def main() -> None:
     default=None,
     type=click.IntRange(1, 16),
     help="Frames per chunk of a world model that generates frame by frame (tiny-world): 1 or 2 answer "
-    "input sooner, at more per-chunk work; see docs/world-models.md [default: the model's own, 4].",
+    "input sooner, at more per-chunk work; a session may ask for shorter ones (session.update "
+    "frames_per_chunk; the page asks for 1); see docs/world-models.md [default: the model's own, 4].",
 )
 @click.option(
     "--tts-workers",

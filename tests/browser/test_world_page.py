@@ -11,6 +11,7 @@ on the path too.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any
@@ -122,6 +123,21 @@ def open_world(
     return browser, server
 
 
+def test_the_page_asks_for_one_frame_chunks_from_a_default_server(
+    start_server: Callable[..., ServerThread], open_browser: Callable[..., Browser]
+) -> None:
+    """Issue 30: a page user gets the interactive chunk length without a server flag (4-frame
+    chunks kept an input waiting up to 250 ms for the next chunk)."""
+    from livegen.server.world import WorldService
+
+    browser, server = open_world(start_server, open_browser)
+    [service] = [s for s in server.app.state.livegen.services if isinstance(s, WorldService)]
+    lengths = [c.runner.spec.frames_per_chunk for c in service.connections if c.runner is not None]
+    assert lengths == [1], "the page's session plays one-frame chunks"
+    assert service.engine.scheduler is not None and service.engine.scheduler.spec.frames_per_chunk == 4
+    assert stats(browser)["errors"] == []
+
+
 def test_keys_move_the_world_and_release_stops_it(
     start_server: Callable[..., ServerThread], open_browser: Callable[..., Browser]
 ) -> None:
@@ -230,7 +246,9 @@ class SlowWorld:
 
         self.inner = load()
         self.name = "slow-world"
-        self.spec = self.inner.spec
+        # A step costs its time per chunk, whatever the chunk's length (as causal Wan's): it makes
+        # only the room game's 4 frames, so the page's ask for one-frame chunks gets 4.
+        self.spec = dataclasses.replace(self.inner.spec, min_frames_per_chunk=None)
         self.num_steps = 0
 
     def new_kv_storage(self, num_pages: int) -> object:

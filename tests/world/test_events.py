@@ -11,12 +11,13 @@ from hypothesis import strategies as st
 from livegen.errors import InvalidRequest
 from livegen.models.room.game import ACTION_TRACK
 from livegen.world import ControlInput, Event, FrozenDict, freeze, thaw
+from livegen.world.events import MAX_INTEGER
 from livegen.world.schema import compile_schema, problem
 
 json_values = st.recursive(
     st.none()
     | st.booleans()
-    | st.integers()
+    | st.integers(-MAX_INTEGER, MAX_INTEGER)
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=5),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
@@ -43,7 +44,7 @@ RICH_SCHEMA: dict[str, Any] = {
         optional={
             "action": st.sampled_from(["up", "none", "fly"]),
             "speed": st.integers(-2, 12) | st.booleans(),
-            "keys": st.lists(st.text(max_size=2) | st.integers(), max_size=2),
+            "keys": st.lists(st.text(max_size=2) | st.integers(-MAX_INTEGER, MAX_INTEGER), max_size=2),
             "flag": st.booleans() | st.integers(0, 1),
         },
     )

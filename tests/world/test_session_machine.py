@@ -45,7 +45,16 @@ from livegen.world import (
     Status,
 )
 from livegen.world.flow import FlowControl
-from livegen.world.schema import CAMERA_SCHEMA, CAMERA_V1, KEYS_SCHEMA, KEYS_V1, MOUSE_SCHEMA, MOUSE_V1
+from livegen.world.schema import (
+    CAMERA_SCHEMA,
+    CAMERA_V1,
+    KEYS_SCHEMA,
+    KEYS_V1,
+    MAX_KEYS_PER_EVENT,
+    MAX_TAPS_PER_CHUNK,
+    MOUSE_SCHEMA,
+    MOUSE_V1,
+)
 from livegen.world.session import Transition
 
 MODE = ControlTrack(
@@ -194,10 +203,28 @@ class WorldMachine(RuleBasedStateMachine):
         self.seen_ids.append(event_id)
         self.inputs[event_id] = record
 
-    @rule(gap=st.integers(1, 2), down=st.lists(st.sampled_from(["KeyW", "KeyA", "Space"]), unique=True))
-    def keys_event(self, gap: int, down: list[str]) -> None:
-        control = ControlInput.of("keys", KEYS_V1, {"down": down})
-        self._input_event(gap, control, ("keys", frozenset(down)))
+    @rule(
+        gap=st.integers(1, 2),
+        down=st.lists(st.sampled_from(["KeyW", "KeyA", "Space"]), unique=True),
+        first=st.integers(0, 150),
+        count=st.sampled_from([0, 0, 1, 3, MAX_KEYS_PER_EVENT]),
+    )
+    def keys_event(self, gap: int, down: list[str], first: int, count: int) -> None:
+        """Keys held, and taps (up to an event's bound; four such events pass a chunk's bound)."""
+        taps = [f"T{first + i}" for i in range(count)]
+        control = ControlInput.of("keys", KEYS_V1, {"down": down, "taps": taps} if taps else {"down": down})
+        self._input_event(gap, control, ("keys", (tuple(down), tuple(taps))))
+
+    @rule(gap=st.integers(1, 2), field=st.sampled_from(["down", "taps"]))
+    def keys_event_over_bound(self, gap: int, field: str) -> None:
+        """W9: an event naming more keys than an event may is refused whole, and changes nothing."""
+        self.drain()
+        if self.session.status is not Status.ACTIVE:
+            return  # refused as the session's state says, whatever the event holds (other rules)
+        codes = [f"K{i}" for i in range(MAX_KEYS_PER_EVENT + 1)]
+        event = Event.of(self.next_id + gap, controls=[ControlInput.of("keys", KEYS_V1, {field: codes})])
+        error = self.unchanged_after(lambda: self.session.accept(event), InvalidRequest)
+        assert getattr(error, "code", None) == "invalid_event"
 
     @rule(gap=st.integers(1, 2), dx=st.integers(-5, 5))
     def mouse_event(self, gap: int, dx: int) -> None:
@@ -279,11 +306,15 @@ class WorldMachine(RuleBasedStateMachine):
             cameras[-1] if cameras else self.session.controls["camera"].data
         )
         assert plan.controls["mouse"].data["dx"] == sum(v for kind, v in applied if kind == "mouse")
-        downs = [v for kind, v in applied if kind == "keys"]
+        pressed = [v for kind, v in applied if kind == "keys"]
         keys = plan.controls["keys"].data
-        if downs:
-            assert set(keys["down"]) == downs[-1]
-            assert set(keys["taps"]) == frozenset().union(*downs) - downs[-1]
+        if pressed:
+            held = set(pressed[-1][0])
+            assert set(keys["down"]) == held
+            # taps: codes tapped, or held by some event but not the last, the first distinct ones
+            # in event order up to the chunk's bound
+            codes = [code for down, taps in pressed for code in (*down, *taps) if code not in held]
+            assert keys["taps"] == tuple(sorted(list(dict.fromkeys(codes))[:MAX_TAPS_PER_CHUNK]))
         else:
             assert keys["taps"] == ()
 

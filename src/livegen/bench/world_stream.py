@@ -135,8 +135,19 @@ def _decode_png(data: bytes) -> np.ndarray:
 class Page:
     """One session played like the page plays it (see the module docstring)."""
 
-    def __init__(self, url: str, *, pacing: str, ahead: int, ack_at: str, seed: int) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        pacing: str,
+        ahead: int,
+        ack_at: str,
+        seed: int,
+        frames_per_chunk: int | None = None,
+    ) -> None:
         self.url, self.pacing, self.ahead, self.ack_at, self.seed = url, pacing, ahead, ack_at, seed
+        #: The chunk length the session asks for (``session.update``; the page asks for 1), or None.
+        self.frames_per_chunk = frames_per_chunk
         self.stats = PageStats()
         self.queue: list[tuple[wire.ChunkHeader, list[np.ndarray]]] = []
         self.arrived = asyncio.Event()
@@ -150,6 +161,8 @@ class Page:
         async with websockets.connect(self.url, max_size=16 * 1024 * 1024) as ws:
             session = {"seed": self.seed, "prompt": "a forest room", "pacing": self.pacing}
             session |= {"output": {"format": "png"}, "max_chunks_ahead": self.ahead}
+            if self.frames_per_chunk is not None:
+                session["frames_per_chunk"] = self.frames_per_chunk
             await ws.send(json.dumps({"type": "session.update", "session": session}))
             first = json.loads(await ws.recv())
             if first["type"] == "error":  # refused (e.g. realtime_capacity): counted, not played
@@ -274,9 +287,12 @@ async def served_ms_per_frame(url: str, seconds: float, fpc: int) -> dict[str, A
 
 
 async def realtime_level(
-    url: str, sessions: int, seconds: float, warm_up: float, ahead: int, ack_at: str
+    url: str, sessions: int, seconds: float, warm_up: float, ahead: int, ack_at: str, ask: int | None = None
 ) -> dict[str, Any]:
-    pages = [Page(url, pacing="realtime", ahead=ahead, ack_at=ack_at, seed=100 + i) for i in range(sessions)]
+    pages = [
+        Page(url, pacing="realtime", ahead=ahead, ack_at=ack_at, seed=100 + i, frames_per_chunk=ask)
+        for i in range(sessions)
+    ]
 
     async def arrive(index: int, page: Page) -> PageStats:
         await asyncio.sleep(index * ARRIVAL_GAP_S)
@@ -327,10 +343,11 @@ Setup = tuple[int | None, int | None]
 
 
 def _realtime_row(server: Any, url: str, sessions: int, mode: str, setup: Setup, args: Any) -> dict[str, Any]:
-    seconds, warm_up, ahead = args
+    seconds, warm_up, ahead, ask = args
     cpu_before, wall_before = _cpu_seconds(server.pid), time.perf_counter()
-    level = asyncio.run(realtime_level(url, sessions, seconds, warm_up, ahead, mode))
+    level = asyncio.run(realtime_level(url, sessions, seconds, warm_up, ahead, mode, ask))
     row: dict[str, Any] = {"frames_per_chunk": setup[0], "world_workers": setup[1], "ack_at": mode, **level}
+    row["session_frames_per_chunk"] = ask
     elapsed = time.perf_counter() - wall_before
     # The server's process only: with --world-workers the model's time is spent in Ray's actors.
     row["server_cpu_cores"] = round((_cpu_seconds(server.pid) - cpu_before) / elapsed, 2)
@@ -369,6 +386,7 @@ def measure(
     server_args: list[str],
     chunk_lengths: list[int | None] | None = None,
     worker_counts: list[int | None] | None = None,
+    session_frames_per_chunk: int | None = None,
 ) -> dict[str, Any]:
     """One server per set-up, a chunk length (``None``: the model's own) and a number of world
     workers (``None``: the server's default), all up at once; each level runs on each in turn, so
@@ -388,7 +406,9 @@ def measure(
             )
             model_ms[fpc].append(model_ms_per_frame(models[fpc], model_chunks))
         rows = [
-            _realtime_row(*servers[setup], n, mode, setup, (seconds, warm_up, ahead))
+            _realtime_row(
+                *servers[setup], n, mode, setup, (seconds, warm_up, ahead, session_frames_per_chunk)
+            )
             for n in levels
             for mode in ack_at
             for setup in setups
@@ -414,6 +434,7 @@ def measure(
             "max_chunks_ahead": ahead,
             "ack_at": ack_at,
             "format": "png",
+            "session_frames_per_chunk": session_frames_per_chunk,
             "load_average": os.getloadavg()[0],
             "cpus": os.cpu_count(),
         },
@@ -453,6 +474,13 @@ def measure(
     help="Serve with `--world-workers N` (repeatable: one server each, e.g. 0, the model in the "
     "server's process, as the baseline and 2 Ray actors) [default: the server's default].",
 )
+@click.option(
+    "--session-frames-per-chunk",
+    type=click.IntRange(1, 16),
+    default=None,
+    help="Each realtime session asks for this chunk length in its session.update, as the page asks "
+    "for 1 (docs/world-protocol.md) [default: none asked, the server's length].",
+)
 @click.option("--served-seconds", default=6.0, show_default=True, type=click.FloatRange(2))
 @click.option("--model-chunks", default=40, show_default=True, type=click.IntRange(2))
 @click.option(
@@ -470,6 +498,7 @@ def command(
     ack_at: tuple[str, ...],
     chunk_lengths: tuple[int, ...],
     worker_counts: tuple[int, ...],
+    session_frames_per_chunk: int | None,
     served_seconds: float,
     model_chunks: int,
     server_args: tuple[str, ...],
@@ -491,6 +520,7 @@ def command(
         list(server_args),
         list(chunk_lengths) or None,
         list(worker_counts) or None,
+        session_frames_per_chunk,
     )
     _echo(result, ahead)
     if json_path is not None:
@@ -517,7 +547,9 @@ def _echo(result: dict[str, Any], ahead: int) -> None:
             f"{served['header_model_ms_per_frame']:.2f} ms/frame, encode "
             f"{served['header_encode_ms_per_chunk']:.2f} ms/chunk"
         )
-    click.echo(f"realtime, {ahead} ahead:")
+    asked = result["workload"]["session_frames_per_chunk"]
+    asks = "" if asked is None else f", each session asking for {asked} frame(s) a chunk"
+    click.echo(f"realtime, {ahead} ahead{asks}:")
     click.echo(
         f"{'f/chunk':>8}{'workers':>8}{'ack at':>7}{'sessions':>9}{'refused':>8}{'fps min':>9}{'fps med':>9}"
         f"{'stalls/min':>11}{'p50 ms':>8}{'p95 ms':>8}{'cpu':>6}"

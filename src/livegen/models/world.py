@@ -26,6 +26,7 @@ worker thread (or a Ray actor), never on the event loop.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -100,6 +101,18 @@ class WorldSpec:
     state_bytes_per_session: int = 0
     #: Whether chunk 0 can start from a client's image (``Tick.seed_image``, exactly width x height).
     accepts_seed_image: bool = False
+    #: The shortest chunk a session may ask for (``session.update`` ``frames_per_chunk``), for models
+    #: that generate frame by frame (``Tick.num_frames``); None: every chunk is ``frames_per_chunk``.
+    min_frames_per_chunk: int | None = None
+
+    def for_session(self, frames_per_chunk: int | None) -> WorldSpec:
+        """The spec of a session that asked for ``frames_per_chunk`` frames a chunk (None: the
+        model's): the nearest length the model makes, from ``min_frames_per_chunk`` up to its own
+        ``frames_per_chunk`` (the server's, which its KV pages and admission are sized for)."""
+        if frames_per_chunk is None or self.min_frames_per_chunk is None:
+            return self
+        length = min(max(frames_per_chunk, self.min_frames_per_chunk), self.frames_per_chunk)
+        return self if length == self.frames_per_chunk else dataclasses.replace(self, frames_per_chunk=length)
 
     def track(self, name: str) -> ControlTrack | None:
         return next((t for t in self.controls if t.name == name), None)
@@ -165,6 +178,9 @@ class Tick:
     #: The session's first frame, RGB uint8 (height, width, 3) at the spec's size, on chunk 0 only;
     #: given only to models whose spec says ``accepts_seed_image``.
     seed_image: Frames | None = field(default=None, repr=False)
+    #: Frames to generate: the session's chunk length (``WorldSpec.for_session``); 0: the spec's.
+    #: Only models with ``min_frames_per_chunk`` read it; one step's ticks all have the same.
+    num_frames: int = 0
 
 
 @dataclass(frozen=True)
@@ -191,7 +207,10 @@ class WorldModel(Protocol):
 
         Raises ``StateEvicted`` for a tick with ``chunk_index > 0`` whose
         session state the model no longer holds; any other exception fails
-        the ticks of this batch.
+        the ticks that raise it. A step that raises must leave every
+        session's state as it found it (commit per-session state at the end,
+        as the embedded models do): the runtime steps the ticks again in
+        smaller batches to find the ones that fail, and the others go on.
         """
         ...
 

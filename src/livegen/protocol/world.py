@@ -45,6 +45,8 @@ class SessionConfig(msgspec.Struct, forbid_unknown_fields=True):
     output: OutputConfig | None = None
     max_pending_events: Annotated[int, msgspec.Meta(ge=1, le=1024)] | None = None
     max_chunks_ahead: Annotated[int, msgspec.Meta(ge=1, le=256)] | None = None
+    #: Frames a chunk, at creation only: the model's nearest length is used (``session.created``).
+    frames_per_chunk: Annotated[int, msgspec.Meta(ge=1, le=256)] | None = None
     #: The first frame, PNG or JPEG in base64, at creation only (``world/images.py`` checks it).
     seed_image: str | None = None
 

@@ -53,13 +53,25 @@ class FrozenDict(dict[str, Frozen]):
         return {key: thaw(value) for key, value in self.items()}
 
 
-_SCALARS = (type(None), bool, str, int)
+_SCALARS = (type(None), bool, str)
+#: Integers beyond this (2**53, the range a double and JavaScript hold exactly) are refused: JSON
+#: carries integers of any size, and one no float can hold (``1`` and 400 zeros) fails any model
+#: that computes with it, in a batched step every session shares.
+MAX_INTEGER = 2**53
 
 
 def freeze(value: Any, *, path: str = "data") -> Frozen:
-    """Deep-freeze a JSON value; anything that is not JSON raises ``InvalidRequest``."""
+    """Deep-freeze a JSON value; anything that is not JSON, or not finite and bounded, raises
+    ``InvalidRequest``."""
     if type(value) in _SCALARS or isinstance(value, _SCALARS):
         return value
+    if isinstance(value, int):
+        if -MAX_INTEGER <= value <= MAX_INTEGER:
+            return value
+        raise InvalidRequest(
+            f"{path} is an integer of {value.bit_length()} bits; control values are within +-2**53",
+            code="invalid_event",
+        )
     if isinstance(value, float):
         if not math.isfinite(value):
             raise InvalidRequest(f"{path} is {value}, which JSON cannot carry", code="invalid_event")
@@ -80,8 +92,11 @@ def freeze(value: Any, *, path: str = "data") -> Frozen:
 
 def _is_flat(value: dict[Any, Any]) -> bool:
     # A plain loop on purpose: all() over a generator costs more than the whole check.
-    for key, item in value.items():  # noqa: SIM110
-        if type(key) is not str or type(item) not in _SCALARS:
+    for key, item in value.items():
+        kind = type(item)
+        if type(key) is not str or (
+            kind not in _SCALARS and (kind is not int or not -MAX_INTEGER <= item <= MAX_INTEGER)
+        ):
             return False
     return True
 

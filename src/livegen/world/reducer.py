@@ -21,7 +21,7 @@ from typing import Protocol
 import msgspec
 
 from livegen.world.events import ControlInput, Event, FrozenDict
-from livegen.world.schema import KEYS_V1, MOUSE_V1
+from livegen.world.schema import KEYS_V1, MAX_TAPS_PER_CHUNK, MOUSE_V1
 
 
 class Prepared(msgspec.Struct, frozen=True):
@@ -53,21 +53,26 @@ class LastWriteWins:
     Taps, motion and wheel apply to one chunk: the next chunk starts them at
     zero. Everything here is a pure function of its arguments, so the reducer
     needs no private state and ``prepare`` can run any number of times.
+
+    ``prepare`` runs on the event loop for every chunk, so it is linear in the
+    codes its events name: a chunk's taps are gathered in one set (at most
+    ``MAX_TAPS_PER_CHUNK``, the first distinct ones in event order), never by
+    copying a growing list per event.
     """
 
     def prepare(
         self, current: Mapping[str, ControlInput], events: Sequence[Event], chunk_index: int
     ) -> Prepared:
         controls = {track: _for_next_chunk(control) for track, control in current.items()}
-        pressed: dict[str, set[str]] = {}
+        keys: dict[str, list[ControlInput]] = {}
         for event in events:
             for control in event.controls:
-                controls[control.track] = _merge(controls.get(control.track), control, pressed)
-        for track, keys in pressed.items():
-            control = controls[track]
-            data = control.data
-            taps = sorted(keys.union(data.get("taps", ())) - set(data.get("down", ())))
-            controls[track] = _with(control, {**data, "taps": tuple(taps)})
+                if control.schema == KEYS_V1 and isinstance(control.data, Mapping):
+                    keys.setdefault(control.track, []).append(control)
+                else:
+                    controls[control.track] = _merge(controls.get(control.track), control)
+        for track, given in keys.items():
+            controls[track] = _keys_of_chunk(controls.get(track), given)
         return Prepared(controls)
 
     def commit(self, prepared: Prepared) -> None:
@@ -91,21 +96,31 @@ def _for_next_chunk(control: ControlInput) -> ControlInput:
     return control
 
 
-def _merge(
-    previous: ControlInput | None, control: ControlInput, pressed: dict[str, set[str]]
-) -> ControlInput:
+def _keys_of_chunk(previous: ControlInput | None, given: Sequence[ControlInput]) -> ControlInput:
+    """A chunk's ``livegen.keys.v1`` value from its events' (in order): the last ``down``, and as
+    taps every code tapped, or held by some event but not by the last, in one linear pass."""
+    old = previous.data if previous is not None and previous.schema == KEYS_V1 else None
+    down: Sequence[str] = old.get("down", ()) if isinstance(old, Mapping) else ()
+    for control in given:
+        down = control.data.get("down", down)
+    held = set(down)
+    taps: dict[str, None] = {}  # insertion-ordered: the first distinct codes are the ones kept
+    for control in given:
+        for codes in (control.data.get("down", ()), control.data.get("taps", ())):
+            for code in codes:
+                if code not in held and code not in taps:
+                    if len(taps) == MAX_TAPS_PER_CHUNK:
+                        return _with(given[-1], {"down": down, "taps": tuple(sorted(taps))})
+                    taps[code] = None
+    return _with(given[-1], {"down": down, "taps": tuple(sorted(taps))})
+
+
+def _merge(previous: ControlInput | None, control: ControlInput) -> ControlInput:
     data = control.data
     if previous is None or previous.schema != control.schema or not isinstance(data, Mapping):
-        if control.schema == KEYS_V1 and isinstance(data, Mapping):
-            pressed.setdefault(control.track, set()).update(data.get("down", ()))
         return control
-    old = previous.data
-    if control.schema == KEYS_V1:
-        pressed.setdefault(control.track, set()).update(data.get("down", ()))
-        down = data.get("down", old.get("down", ()))
-        taps = (*old.get("taps", ()), *data.get("taps", ()))
-        return _with(control, {"down": down, "taps": taps})
     if control.schema == MOUSE_V1:
+        old = previous.data
         merged = {name: old.get(name, 0) + data.get(name, 0) for name in _MOTION}
         merged["buttons"] = data.get("buttons", old.get("buttons", 0))
         return _with(control, merged)

@@ -5,8 +5,13 @@ Models describe a track's ``data`` with JSON Schema (shown to clients in
 bad value is refused with the client's event id instead of failing a chunk
 later. Only the keywords our models use are understood: ``type``, ``enum``,
 ``properties``, ``required``, ``additionalProperties``, ``items``,
-``minimum``, ``maximum``, ``minItems``, ``maxItems``, ``minProperties``,
+``minimum``, ``maximum``, ``minItems``, ``maxItems``, ``maxLength``, ``minProperties``,
 ``maxProperties``; unknown keywords are ignored, never guessed at.
+
+Every number and list a control schema takes is bounded: a value a model
+cannot use (a 400-digit integer that no float holds, a list of thousands of
+taps) is refused here, on entry, with ``invalid_event`` for that client alone,
+rather than failing the batched model step that every session shares.
 """
 
 from __future__ import annotations
@@ -38,9 +43,11 @@ def problem(value: Any, schema: Mapping[str, Any], path: str = "data") -> str | 
         return f"{path} must be one of {options}, got {value!r}"
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if "minimum" in schema and value < schema["minimum"]:
-            return f"{path} must be >= {schema['minimum']}, got {value}"
+            return f"{path} must be >= {schema['minimum']}, got {_short(value)}"
         if "maximum" in schema and value > schema["maximum"]:
-            return f"{path} must be <= {schema['maximum']}, got {value}"
+            return f"{path} must be <= {schema['maximum']}, got {_short(value)}"
+    if isinstance(value, str) and "maxLength" in schema and len(value) > schema["maxLength"]:
+        return f"{path} must be at most {schema['maxLength']} characters, got {len(value)}"
     if isinstance(value, Mapping):
         return _object_problem(value, schema, path)
     if isinstance(value, (tuple, list)):
@@ -78,6 +85,13 @@ def _object_problem(value: Mapping[str, Any], schema: Mapping[str, Any], path: s
         elif schema.get("additionalProperties") is False:
             return f"{path} has an unknown field {name!r}"
     return None
+
+
+def _short(number: float) -> str:
+    """A number for a message: a huge integer is shown by its size, not in full."""
+    if isinstance(number, int) and number.bit_length() > 64:
+        return f"an integer of {number.bit_length()} bits"
+    return str(number)
 
 
 def _is_type(value: Any, expected: str) -> bool:
@@ -149,26 +163,42 @@ def compile_schema(schema: Mapping[str, Any]) -> Check:
 #: Keys held down, plus taps: keys pressed and released since the last chunk. Key names are the
 #: browser's ``KeyboardEvent.code`` (``KeyW``, ``Space``, ``ArrowLeft``); a model ignores keys it
 #: does not know. ``down`` holds until changed; ``taps`` act in one chunk only, for at least one frame.
+#: An event names at most ``MAX_KEYS_PER_EVENT`` codes in each list, each at most ``MAX_KEY_CODE_LENGTH``
+#: characters (the longest ``KeyboardEvent.code`` is 18); the reducer keeps at most
+#: ``MAX_TAPS_PER_CHUNK`` taps per chunk (``reducer.py``).
 KEYS_V1 = "livegen.keys.v1"
+MAX_KEYS_PER_EVENT = 64
+MAX_KEY_CODE_LENGTH = 32
+MAX_TAPS_PER_CHUNK = 64
+_CODES: dict[str, Any] = {
+    "type": "array",
+    "items": {"type": "string", "maxLength": MAX_KEY_CODE_LENGTH},
+    "maxItems": MAX_KEYS_PER_EVENT,
+}
 KEYS_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "down": {"type": "array", "items": {"type": "string"}, "description": "keys held down"},
-        "taps": {"type": "array", "items": {"type": "string"}, "description": "keys pressed and released"},
+        "down": {**_CODES, "description": "keys held down"},
+        "taps": {**_CODES, "description": "keys pressed and released"},
     },
     "additionalProperties": False,
 }
 
 #: Pointer motion as ``MouseEvent.movementX/Y`` (CSS pixels), wheel notches (positive: towards the
 #: user, as ``WheelEvent.deltaY``) and ``MouseEvent.buttons``. Motion and wheel are summed over a
-#: chunk's events and apply to that chunk only; ``buttons`` holds until changed.
+#: chunk's events and apply to that chunk only; ``buttons`` holds until changed. Each event's motion is
+#: within +-``MAX_MOUSE_MOTION`` pixels and its wheel within +-``MAX_MOUSE_WHEEL`` notches, so a
+#: chunk's sums stay finite floats a model can take.
 MOUSE_V1 = "livegen.mouse.v1"
+MAX_MOUSE_MOTION = 10_000
+MAX_MOUSE_WHEEL = 1_000
+_MOTION: dict[str, Any] = {"type": "number", "minimum": -MAX_MOUSE_MOTION, "maximum": MAX_MOUSE_MOTION}
 MOUSE_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "dx": {"type": "number"},
-        "dy": {"type": "number"},
-        "wheel": {"type": "number"},
+        "dx": _MOTION,
+        "dy": _MOTION,
+        "wheel": {"type": "number", "minimum": -MAX_MOUSE_WHEEL, "maximum": MAX_MOUSE_WHEEL},
         "buttons": {"type": "integer", "minimum": 0, "maximum": 31},
     },
     "additionalProperties": False,

@@ -15,7 +15,7 @@ pytest.importorskip("torch")
 
 import torch
 
-from livegen.errors import ConfigError
+from livegen.errors import ConfigError, ModelContractError
 from livegen.models import default_registry
 from livegen.models.room import game
 from livegen.models.tinyworld.model import TinyWorld
@@ -123,3 +123,20 @@ def test_one_frame_chunks_in_a_batch_are_what_each_session_gets_alone() -> None:
             together[out.meta.session_id].append(out.frames)
     for frames, expected in zip(together.values(), alone, strict=True):
         assert all(np.array_equal(a, b) for a, b in zip(frames, expected, strict=True))
+
+
+def test_a_session_asking_for_one_frame_chunks_gets_a_one_frame_servers_frames() -> None:
+    """W6 with a per-session chunk length (``session.update`` ``frames_per_chunk``): a 4-frame
+    server's model, given ticks of one frame, makes exactly what a 1-frame server's makes (the
+    chunk length is part of what must match), and refuses a step mixing lengths."""
+    net = random_net()
+    own = play(TinyWorld(net, frames_per_chunk=1), 6)
+    model = TinyWorld(net, frames_per_chunk=4)
+    asked = []
+    for i in range(6):
+        short = Tick(TickMeta("s", f"r{i}", i, ()), 5, "a lava room", tick(i).controls, num_frames=1)
+        asked.append(model.step([short], None)[0].frames)
+    assert all(np.array_equal(a, b) for a, b in zip(asked, own, strict=True))
+    mixed = [tick(0), Tick(TickMeta("t", "t0", 0, ()), 5, "", {}, num_frames=1)]
+    with pytest.raises(ModelContractError, match="share a chunk length"):
+        model.step(mixed, None)

@@ -21,7 +21,7 @@ from livegen.protocol import world as wire
 from livegen.runtime.world.kv_pool import required_bytes
 from livegen.runtime.world.runner import LEAD_FACTOR, LEAD_MARGIN_S, MAX_QUEUED_EVENTS, Options, Runner
 from livegen.runtime.world.scheduler import Scheduler
-from livegen.world import Manager, Status
+from livegen.world import Event, Manager, Status
 from runtime.world.harness import GEOMETRY, RunnerHarness, until
 
 
@@ -61,6 +61,11 @@ class Harness(RunnerHarness):
         self.model = model
 
 
+def settled(runner: Runner, chunks: int) -> bool:
+    """``chunks`` committed and written, none in flight: an ack now counts (W7), and makes it due."""
+    return runner.session.chunk_index == chunks and not runner.flow.unsent and runner._ticking is None
+
+
 async def test_due_sessions_step_together_with_their_kv_pages() -> None:
     harness = Harness(RecordingKVModel())
     await harness.scheduler.start()
@@ -89,7 +94,7 @@ async def test_eviction_fails_only_that_session_and_frees_its_pages() -> None:
     await harness.scheduler.start()
     a = harness.open(max_chunks_ahead=1)
     b = harness.open(max_chunks_ahead=1)
-    await until(lambda: a.session.chunk_index == 1 and b.session.chunk_index == 1)
+    await until(lambda: settled(a, 1) and settled(b, 1))
     model.release(a.session_id)
     a.ack(0)
     b.ack(0)
@@ -107,7 +112,7 @@ async def test_a_failed_step_fails_its_sessions_and_frees_pages() -> None:
     harness = Harness(model)
     await harness.scheduler.start()
     a = harness.open(max_chunks_ahead=1)
-    await until(lambda: a.session.chunk_index == 1)
+    await until(lambda: settled(a, 1))
     model.is_failing = True
     a.ack(0)
     await until(lambda: a.session.status is Status.FAILED)
@@ -268,7 +273,7 @@ async def test_a_bug_in_one_session_stops_only_that_session(monkeypatch: pytest.
     await harness.scheduler.start()
     broken = harness.open(max_chunks_ahead=1)
     healthy = harness.open(max_chunks_ahead=8)
-    await until(lambda: broken.session.chunk_index == 1)
+    await until(lambda: settled(broken, 1))
 
     def bug() -> None:
         raise ZeroDivisionError("a bug")
@@ -315,3 +320,48 @@ async def test_stopping_ends_the_loop_even_while_sessions_keep_waking_it() -> No
     done, _ = await asyncio.wait([stopping], timeout=5)
     waker.cancel()  # with the wake-ups gone, a loop that ran on is cancelled at teardown
     assert stopping in done, "stop() did not return: the loop swallowed its cancel"
+
+
+class PoisonedKVModel(RecordingKVModel):
+    """Raises for a whole batch when any tick runs under the prompt ``poison``: one session's input
+    the model cannot take (issue 30: a mouse motion no float holds, batched with others)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        #: Every batch the model was asked to step, whether it raised or not.
+        self.attempts: list[list[Tick]] = []
+
+    def step(self, ticks: Sequence[Tick], kv_storage: Any) -> list[Chunk]:
+        self.attempts.append(list(ticks))
+        if any(tick.prompt == "poison" for tick in ticks):
+            raise OverflowError("int too large to convert to float")
+        return super().step(ticks, kv_storage)
+
+
+async def test_a_step_failed_by_one_sessions_input_fails_only_that_session() -> None:
+    model = PoisonedKVModel()
+    harness = Harness(model, num_sessions=4)
+    await harness.scheduler.start()
+    runners = [harness.open(max_chunks_ahead=1) for _ in range(4)]
+    # chunk 0 written and settled: each runner is due again as soon as it is acked
+    await until(lambda: all(settled(r, 1) for r in runners))
+    culprit, *others = runners
+    culprit.accept(Event.of(1, prompt="poison"))
+    for runner in runners:  # all due at once: one batch of four
+        runner.ack(0)
+    await until(lambda: culprit.session.status is Status.FAILED)
+    await until(lambda: all(len(harness.chunks(r.session_id)) == 2 for r in others))
+    at = next(i for i, batch in enumerate(model.attempts) if any(t.prompt == "poison" for t in batch))
+    failed = model.attempts[at]
+    assert {t.meta.session_id for t in failed} == {r.session_id for r in runners}, model.attempts
+    assert [e["code"] for e in harness.errors(culprit.session_id)] == ["chunk_failed"]
+    assert "int too large" in harness.errors(culprit.session_id)[0]["message"]
+    for runner in others:
+        assert harness.errors(runner.session_id) == []
+        # The same transaction, stepped apart: the tick the failed batch held is the one committed.
+        tick = next(t for t in failed if t.meta.session_id == runner.session_id)
+        assert harness.chunks(runner.session_id)[1]["request_id"] == tick.meta.request_id
+    assert all(len(batch) < 4 for batch in model.attempts[at + 1 :]), "stepped apart, in halves"
+    await culprit.reset()
+    await until(lambda: culprit.session.chunk_index == 1)
+    await harness.scheduler.stop()

@@ -165,6 +165,7 @@ def room_spec(
         kv=kv,
         description=description,
         accepts_seed_image=accepts_seed_image,
+        min_frames_per_chunk=1,  # both models make any number of frames a chunk
     )
 
 

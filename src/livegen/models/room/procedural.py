@@ -58,7 +58,7 @@ class ProceduralWorld:
         for tick, state in zip(ticks, starts, strict=True):
             state = replace(state, theme=game.theme_from_prompt(tick.prompt, state.theme))
             frames = []
-            for action in game.frame_actions(tick.controls, self.spec.frames_per_chunk):
+            for action in game.frame_actions(tick.controls, tick.num_frames or self.spec.frames_per_chunk):
                 state = game.step(state, action)
                 frames.append(game.render(state))
             ends[tick.meta.session_id] = (state, tick.meta.chunk_index + 1)

@@ -46,6 +46,8 @@ from livegen.models.tinyworld.vocab import ACTION_INDEX, THEME_INDEX
 from livegen.models.world import Chunk, KVGeometry, Tick, TickMeta, WorldSpec
 
 NAME = "tiny-world"
+#: The longest chunk ``--world-frames-per-chunk`` may set (a session may ask for shorter ones).
+MAX_FRAMES_PER_CHUNK = 16
 SINK_FRAMES = 1
 WINDOW_FRAMES = 2
 #: Predicted changes smaller than this (in [-1, 1] units) keep the previous pixel: without it,
@@ -70,7 +72,7 @@ class _Job:
 
     tick: Tick
     session: _Session
-    noise: Tensor  # (frames_per_chunk, 3, 32, 32)
+    noise: Tensor  # (frames in the chunk, 3, 32, 32)
     #: Per frame of the chunk: taps on the first generated frames, then the held action.
     actions: list[int]
     context: list[Tensor]  # per-frame K/V, sinks then window
@@ -91,8 +93,10 @@ class TinyWorld:
         palettes: dict[str, list[list[int]]] | None = None,
         frames_per_chunk: int = game.FRAMES_PER_CHUNK,
     ) -> None:
-        if frames_per_chunk < 1:
-            raise ConfigError(f"tiny-world needs at least 1 frame per chunk, not {frames_per_chunk}")
+        if not 1 <= frames_per_chunk <= MAX_FRAMES_PER_CHUNK:
+            raise ConfigError(
+                f"tiny-world makes 1 to {MAX_FRAMES_PER_CHUNK} frames per chunk, not {frames_per_chunk}"
+            )
         self.net = net
         self.num_steps = num_steps
         self.deadband = deadband
@@ -126,9 +130,13 @@ class TinyWorld:
         self._sessions.pop(session_id, None)
 
     def step(self, ticks: Sequence[Tick], kv_storage: Any) -> list[Chunk]:
-        jobs = [self._start(tick, kv_storage) for tick in ticks]
+        lengths = {tick.num_frames or self.spec.frames_per_chunk for tick in ticks}
+        if len(lengths) > 1:
+            raise ModelContractError(f"one step's ticks must share a chunk length, got {sorted(lengths)}")
+        frames = lengths.pop()
+        jobs = [self._start(tick, kv_storage, frames) for tick in ticks]
         with torch.inference_mode():
-            for k in range(self.spec.frames_per_chunk):
+            for k in range(frames):
                 self._frame(jobs, k, kv_storage)
         chunks = []
         for job in jobs:
@@ -153,14 +161,15 @@ class TinyWorld:
 
     # -- internals --------------------------------------------------------
 
-    def _start(self, tick: Tick, kv_storage: Any) -> _Job:
+    def _start(self, tick: Tick, kv_storage: Any, frames: int) -> _Job:
         meta = tick.meta
-        if kv_storage is not None and len(tick.write_pages) != self.spec.frames_per_chunk:
+        if not 1 <= frames <= MAX_FRAMES_PER_CHUNK:
+            raise ModelContractError(f"tick for chunk {meta.chunk_index} asks for {frames} frames")
+        if kv_storage is not None and len(tick.write_pages) != frames:
             raise ModelContractError(
-                f"tick for chunk {meta.chunk_index} names {len(tick.write_pages)} write pages, "
-                f"needs {self.spec.frames_per_chunk}"
+                f"tick for chunk {meta.chunk_index} names {len(tick.write_pages)} write pages, needs {frames}"
             )
-        actions = _action_indices(tick.controls, self.spec.frames_per_chunk, meta.chunk_index)
+        actions = _action_indices(tick.controls, frames, meta.chunk_index)
         if meta.chunk_index == 0:
             theme = game.theme_from_prompt(tick.prompt)
             first = (
@@ -177,7 +186,7 @@ class TinyWorld:
             session = found
             session.theme = game.theme_from_prompt(tick.prompt, session.theme)
         gen = torch.Generator().manual_seed(_noise_seed(tick.seed, meta.chunk_index))
-        noise = torch.randn(self.spec.frames_per_chunk, 3, game.SIZE, game.SIZE, generator=gen)
+        noise = torch.randn(frames, 3, game.SIZE, game.SIZE, generator=gen)
         if meta.chunk_index == 0:
             context: list[Tensor] = []
             session.pages.clear()

@@ -174,6 +174,7 @@ class WorldEngine:
             format=output.format,
             quality=output.quality,
             max_chunks_ahead=update.max_chunks_ahead or 4,
+            frames_per_chunk=update.frames_per_chunk,
         )
         runner = Runner(
             session,
@@ -217,7 +218,7 @@ class WorldEngine:
 
     def describe(self, runner: Runner) -> dict[str, Any]:
         """The session object of ``session.created`` and ``session.updated``."""
-        spec, session, options = self.scheduler.spec, runner.session, runner.options  # type: ignore[union-attr]
+        spec, session, options = runner.spec, runner.session, runner.options
         return {
             "id": session.session_id,
             "model": self.entry.name,
@@ -255,6 +256,13 @@ def _check_fixed(runner: Runner, update: wire.SessionConfig) -> None:
         "prompt": (update.prompt, session.initial_prompt),
         "max_pending_events": (update.max_pending_events, session.max_pending_events),
     }
+    length = update.frames_per_chunk
+    if length is not None and length not in (runner.options.frames_per_chunk, runner.spec.frames_per_chunk):
+        raise InvalidRequest(
+            "session.frames_per_chunk is fixed once the session exists (give it in the first session.update)",
+            code="invalid_request",
+            param="session.frames_per_chunk",
+        )
     if update.seed_image is not None:
         raise InvalidRequest(
             "session.seed_image is fixed once the session exists (give it in the first session.update)",

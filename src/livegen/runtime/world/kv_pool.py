@@ -117,13 +117,20 @@ class Pool:
         return tuple(self._held(session_id).all())
 
     def plan(
-        self, session_id: str, chunk_index: int | None = None
+        self, session_id: str, chunk_index: int | None = None, pages: int | None = None
     ) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """(context pages: sinks then window, oldest first; pages to write this chunk into)."""
+        """(context pages: sinks then window, oldest first; pages to write this chunk into).
+
+        ``pages``: the chunk's pages where the session asked for shorter chunks than the pool was
+        sized for (``WorldSpec.for_session``); never more than a session was admitted for."""
         held = self._held(session_id)
         if held.writing:
             raise LocalProtocolError(f"session {session_id!r} already has a chunk being written")
         count = self.first_chunk_pages if chunk_index == 0 else self.frames_per_chunk
+        if pages is not None:
+            if not 1 <= pages <= count:
+                raise LocalProtocolError(f"a chunk of {pages} pages, where a session has {count}")
+            count = pages
         held.writing = [self._free.pop() for _ in range(count)]
         return (*held.sink, *held.window), tuple(held.writing)
 

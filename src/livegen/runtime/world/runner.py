@@ -75,6 +75,8 @@ class Options:
     format: str = "jpeg"
     quality: int = 85
     max_chunks_ahead: int = 4
+    #: The chunk length the session asked for at creation (None: the model's); fixed after.
+    frames_per_chunk: int | None = None
 
 
 @dataclass
@@ -104,7 +106,8 @@ class Runner:
         self._send_text = send_text
         self._send_bytes = send_bytes
         self._on_error = on_error
-        spec = scheduler.spec
+        #: The model's spec as this session sees it: its own chunk length (``WorldSpec.for_session``).
+        self.spec = spec = scheduler.spec.for_session(options.frames_per_chunk)
         self._chunk_s = spec.frames_per_chunk / spec.fps
         self._clock = scheduler.clock
         self._anchor = self._clock()
@@ -142,7 +145,7 @@ class Runner:
         the client acks at start, no sooner than its step time before the client will need it."""
         if self.options.pacing == "asap":
             return float("-inf")
-        index, spec = self.session.chunk_index, self._scheduler.spec
+        index, spec = self.session.chunk_index, self.spec
         if index == 0:
             return self._anchor - self._chunk_s
         deadline = self._anchor + spec.media_time_ms(index - 1) / 1000
@@ -176,7 +179,7 @@ class Runner:
         return plan
 
     def tick_done(self, plan: Plan, chunk: Chunk, model_ms: float) -> None:
-        spec = self._scheduler.spec
+        spec = self.spec
         expected = (spec.frames_in_chunk(plan.meta.chunk_index), spec.height, spec.width, 3)
         if tuple(chunk.frames.shape) != expected:
             got = tuple(chunk.frames.shape)
@@ -235,7 +238,7 @@ class Runner:
         now = self._clock()
         if self.flow.ack(chunk_index, self.session.chunk_index, at, now):
             if at == "start":  # when the client began showing it: was that chunk late?
-                self._lead.started(self._scheduler.spec.media_time_ms(self.flow.acked_through) / 1000, now)
+                self._lead.started(self.spec.media_time_ms(self.flow.acked_through) / 1000, now)
             self._ready_since = max(self._ready_since, now)
             self._scheduler.wake()
 
@@ -341,7 +344,7 @@ class Runner:
         frames = await asyncio.to_thread(encode_chunk, chunk.frames, options.format, options.quality)
         encode_ms = (time.perf_counter() - started) * 1000
         self.unsent_bytes += sum(len(frame) for frame in frames) - _raw_bytes(job.output)
-        meta, spec = job.output.meta, self._scheduler.spec
+        meta, spec = job.output.meta, self.spec
         header = wire.ChunkHeader(
             chunk_index=meta.chunk_index,
             request_id=meta.request_id,

@@ -10,11 +10,17 @@ hands each chunk (or failure) back to its runner. Workers step independently:
 a worker's sessions wait while it is busy (to join its next batch, not queue
 behind it one by one), while a free worker takes its due sessions at once, so
 a slow worker never holds up the others. A
-``StateEvicted`` from a batch is isolated by stepping its ticks one by one, so
-only the session whose state is gone fails, with code ``state_evicted``
-(upstream gap 3), never a silent restart.
+step that raises is isolated by bisection: its ticks are stepped again in
+halves, and halves of the halves that raise, down to single ticks, so only the
+session whose tick fails alone fails (``state_evicted`` where its state is
+gone, upstream gap 3, never a silent restart; else ``chunk_failed``), and the
+others get their chunks from the smaller steps, the same frames a batch gives
+(W6). One client's input the model cannot take (issue 30: a mouse motion no
+float holds) no longer fails every session batched with it.
 
-Admission knows the frame clock: each step's time per tick is measured
+Admission knows the frame clock: each step's time per tick is measured (per
+full-length tick: a session that asked for shorter chunks is charged for its
+frames, the overhead of its extra chunks included, ``_full_ticks``)
 (a batch costs about its size times one tick on a CPU; the median over the last
 ``TICK_COST_STEPS`` steps: a neighbour's burst does not halve the capacity, and
 a neighbour that stays busy lowers it, where the least step time had kept
@@ -46,7 +52,7 @@ from typing import Protocol
 
 from livegen.errors import CapacityExceeded, LivegenError, StateEvicted
 from livegen.logs import log_event
-from livegen.models.world import Chunk, Tick, WorldModel
+from livegen.models.world import Chunk, Tick, WorldModel, WorldSpec
 from livegen.runtime.world.kv_pool import Pool
 from livegen.runtime.world.workers import LocalWorker, Worker, WorkerPool
 from livegen.world import Plan
@@ -67,6 +73,8 @@ class Steppable(Protocol):
     """What the scheduler needs of a runner."""
 
     session_id: str
+    #: The model's spec as the session sees it (its chunk length, ``WorldSpec.for_session``).
+    spec: WorldSpec
 
     def is_due(self, now: float, early_s: float = 0.0) -> bool: ...
     def next_deadline(self) -> float | None: ...
@@ -238,34 +246,44 @@ class Scheduler:
             return None
         if plan is None:
             return None
+        meta, spec = plan.meta, runner.spec
         try:
-            index, context, write = self.workers.plan(runner.session_id, plan.meta.chunk_index)
+            pages = spec.pages_in_chunk(meta.chunk_index)
+            index, context, write = self.workers.plan(runner.session_id, meta.chunk_index, pages)
         except LivegenError as exc:
             runner.tick_failed(plan, "chunk_failed", f"no KV pages: {exc}")
             return None
-        meta = plan.meta
         data = plan.control_data()
-        tick = Tick(meta, plan.seed, plan.prompt, data, context, write, plan.prompt_blend(), plan.seed_image)
+        tick = Tick(
+            meta,
+            plan.seed,
+            plan.prompt,
+            data,
+            context,
+            write,
+            plan.prompt_blend(),
+            plan.seed_image,
+            num_frames=spec.frames_in_chunk(meta.chunk_index),
+        )
         return _Entry(runner, plan, tick, index)
 
     async def _step(self, entries: list[_Entry]) -> None:
         started = self.clock()
         try:
             chunks = await self.workers.step(entries[0].worker_index, [entry.tick for entry in entries])
-        except StateEvicted as exc:
-            if len(entries) == 1:
-                self._fail(entries[0], "state_evicted", str(exc))
-                return
-            for entry in entries:  # find whose state is gone; the others go on
-                await self._step([entry])
-            return
         except Exception as exc:
-            for entry in entries:
-                self._fail(entry, "chunk_failed", f"model step failed: {type(exc).__name__}: {exc}")
+            if len(entries) > 1:  # find whose tick fails; the others go on (W6: as they would alone)
+                half = len(entries) // 2
+                await self._step(entries[:half])
+                await self._step(entries[half:])
+            elif isinstance(exc, StateEvicted):
+                self._fail(entries[0], "state_evicted", str(exc))
+            else:
+                self._fail(entries[0], "chunk_failed", f"model step failed: {type(exc).__name__}: {exc}")
             return
         model_ms = (self.clock() - started) * 1000
         self.batch_window_s = model_ms / 1000
-        self._tick_costs.append(model_ms / 1000 / len(entries))
+        self._tick_costs.append(model_ms / 1000 / self._full_ticks(entries))
         self.tick_cost_s = statistics.median(self._tick_costs)
         self.num_steps += 1
         self.num_ticks += len(entries)
@@ -278,14 +296,27 @@ class Scheduler:
             self.workers.commit(entry.runner.session_id)
             entry.runner.tick_done(entry.plan, chunk, model_ms)
 
+    def _full_ticks(self, entries: list[_Entry]) -> float:
+        """A step's ticks counted in full-length chunks: a one-frame tick of a 4-frame model is a
+        quarter, so a session with short chunks is charged for its frames, and the overhead each
+        short chunk adds is in the measured time (the estimate stays per full-length tick)."""
+        spec = self.spec
+        return sum(
+            (e.tick.num_frames or spec.frames_in_chunk(i)) / spec.frames_in_chunk(i)
+            for e in entries
+            for i in (e.tick.meta.chunk_index,)
+        )
+
     def _fail(self, entry: _Entry, code: str, message: str) -> None:
         self.workers.clear(entry.runner.session_id)
         entry.runner.tick_failed(entry.plan, code, message)
 
 
 def _by_worker(entries: list[_Entry]) -> list[list[_Entry]]:
-    """The batch split into one step per worker, each in due order."""
-    groups: dict[int, list[_Entry]] = {}
+    """The batch split into one step per worker and sessions' chunk length (a step makes one; a
+    model's first chunk of another length, as causal Wan's, still joins its later ones), each in due
+    order."""
+    groups: dict[tuple[int, int], list[_Entry]] = {}
     for entry in entries:
-        groups.setdefault(entry.worker_index, []).append(entry)
+        groups.setdefault((entry.worker_index, entry.runner.spec.frames_per_chunk), []).append(entry)
     return list(groups.values())

@@ -210,12 +210,15 @@ class WorkerPool:
         return target
 
     # -- ticks -----------------------------------------------------------------------------
-    def plan(self, session_id: str, chunk_index: int) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
-        """(worker index, context pages, pages to write) for the session's next tick."""
+    def plan(
+        self, session_id: str, chunk_index: int, pages: int | None = None
+    ) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
+        """(worker index, context pages, pages to write) for the session's next tick (of ``pages``
+        pages where the session's chunks are shorter than the model's)."""
         index = self._rebalance(session_id) if chunk_index == 0 else self.worker_index(session_id)
         self._holders.setdefault(session_id, set()).add(index)
         kv = self._slots[index].kv
-        context, write = kv.plan(session_id, chunk_index) if kv is not None else ((), ())
+        context, write = kv.plan(session_id, chunk_index, pages) if kv is not None else ((), ())
         return index, context, write
 
     def commit(self, session_id: str) -> None:

@@ -42,6 +42,10 @@ const SUBPROTOCOL = "livegen.world.v1";
 // one more each time playback stalls a few times, up to 4.
 const MIN_CHUNKS_AHEAD = 1;
 const MAX_CHUNKS_AHEAD = 4;
+// The chunk length the page asks for: an input waits for the next chunk to start, so one frame a
+// chunk answers within about one frame (62.5 ms at 16 fps) plus the server's lead. Models that
+// generate frame by frame make it; others answer with their own length in `session.created`.
+const FRAMES_PER_CHUNK = 1;
 const STALLS_PER_STEP = 3;
 
 /** The model's control tracks in one shape, whatever spelling the server used. */
@@ -191,6 +195,7 @@ export class WorldPanel {
         pacing: this.pacing(),
         output: { format: "png" },
         max_chunks_ahead: this.chunksAhead,
+        frames_per_chunk: FRAMES_PER_CHUNK,
       };
       const prompt = this.el.prompt.value.trim();
       if (prompt) session.prompt = prompt;
