@@ -68,7 +68,9 @@ async def attack(server: ServerThread, chat: ChatServer, name: str) -> None:
         victim_call, other_call = RealtimeCall(victim), RealtimeCall(other)
         await agent(victim, victim_call)
         await agent(other, other_call)
-        baseline = await _waits(other, other_call, asyncio.Event())
+        once = asyncio.Event()
+        once.set()
+        baseline = await _waits(other, other_call, once)  # one answer, before the attack
         before, peak = rss_mib(), Peak()
         peak.start()
         ended = asyncio.Event()

@@ -23,7 +23,6 @@ from typing import Any
 import pytest
 
 from livegen.models.cascade import llm
-from livegen.models.voice import LLMLimits
 from livegen.server import ServerConfig
 from livegen.server.thread import ServerThread
 from models.cascade.support import ChatServer, RealtimeCall
@@ -186,6 +185,8 @@ def _marker(name: str) -> str:
 
 @pytest.mark.parametrize("name", list(FAULTS))
 async def test_each_fault_is_its_typed_error(chat_server: ChatServer, name: str) -> None:
+    from livegen.models.voice import LLMLimits  # here: llm_attacks imports this module on older code too
+
     fault, code = FAULTS[name]
     chat_server.faults[_marker(name)] = fault
     limits = LLMLimits(2.0, 4.0, 64 * 1024, 64 * 1024, 16 * 1024, 8)

@@ -13,7 +13,8 @@ fails that response and nothing else:
 - ``LLMTimeout``: no first words or call within ``first_token_s``, or no end
   within ``answer_s`` (both counted from the request, headers included);
 - ``LLMTooLarge``: a line past ``max_line_bytes``, words past ``max_text_bytes``,
-  arguments past ``max_arguments_bytes``, more calls than ``max_calls``, or a
+  arguments past ``max_arguments_bytes``, more calls than ``max_calls``, more
+  chunks than the ``max_tokens`` asked for allow (``CHUNKS_PER_TOKEN``), or a
   raw stream past ``STREAM_OVERHEAD`` times the caps (keep-alive junk);
 - ``LLMInvalidCall``: a call of a function the request did not declare, or
   arguments that are not a JSON object;
@@ -22,7 +23,8 @@ fails that response and nothing else:
 
 Lines are split from raw bytes as they come (linear, never re-scanned), a
 line's JSON is decoded on a thread when it is large, and the reader yields
-to the event loop after every chunk, so a fast endpoint cannot hold the loop.
+to the event loop after every chunk and every ``YIELD_EVERY_LINES`` lines, so
+a fast endpoint cannot hold the loop.
 A call id that is not a plain token (control characters, 10,000 characters)
 is dropped, and the session gives the call an id of its own.
 """
@@ -44,6 +46,12 @@ INLINE_JSON_BYTES = 64 * 1024
 #: The raw stream may be this many times the answer's caps: each token comes wrapped in about
 #: 200 bytes of JSON, so a legitimate answer at its caps stays under it.
 STREAM_OVERHEAD = 64
+#: The reader lets other tasks run after this many lines (and after every chunk read).
+YIELD_EVERY_LINES = 32
+#: An answer of ``max_tokens`` tokens comes in at most this many chunks per token, plus
+#: ``SPARE_CHUNKS`` (the role, the finish, the usage): endpoints send one chunk a token.
+CHUNKS_PER_TOKEN = 4
+SPARE_CHUNKS = 256
 #: A call id the session passes on; any other is replaced by one of the session's own.
 _CALL_ID = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 _DONE = object()
@@ -107,7 +115,7 @@ def stream_cap(limits: LLMLimits) -> int:
 async def lines(chunks: AsyncIterator[bytes], limits: LLMLimits) -> AsyncIterator[bytes]:
     """The lines of a byte stream (``\\n`` or ``\\r\\n``), each within ``max_line_bytes``."""
     pending = bytearray()
-    total, cap = 0, stream_cap(limits)
+    total, cap, count = 0, stream_cap(limits), 0
     async for chunk in chunks:
         total += len(chunk)
         if total > cap:
@@ -119,6 +127,9 @@ async def lines(chunks: AsyncIterator[bytes], limits: LLMLimits) -> AsyncIterato
             yield bytes(pending).rstrip(b"\r")
             pending.clear()
             start = end + 1
+            count += 1
+            if count % YIELD_EVERY_LINES == 0:
+                await asyncio.sleep(0)
         pending += chunk[start:]
         _check_line(len(pending), limits)
         await asyncio.sleep(0)  # a fast endpoint must not hold the event loop between chunks
@@ -160,9 +171,12 @@ class _Call:
 class Parser:
     """Chunks of one streamed chat completion -> text, whole tool calls, the finish; within caps."""
 
-    def __init__(self, limits: LLMLimits, tools: frozenset[str]) -> None:
+    def __init__(self, limits: LLMLimits, tools: frozenset[str], max_tokens: int) -> None:
         self._limits = limits
         self._tools = tools
+        #: Chunks are counted against the tokens asked for: endless fragments end at once.
+        self._max_chunks = CHUNKS_PER_TOKEN * max_tokens + SPARE_CHUNKS
+        self._num_chunks = 0
         #: index -> the call so far, in the order the calls began.
         self._calls: dict[int, _Call] = {}
         self._text_bytes = 0
@@ -174,6 +188,9 @@ class Parser:
 
     def take(self, chunk: Any) -> list[Event]:
         """The text in one chunk (tool-call fragments are kept)."""
+        self._num_chunks += 1
+        if self._num_chunks > self._max_chunks:
+            raise LLMTooLarge(f"the language model sent more than {self._max_chunks} chunks in one answer")
         try:
             choice = chunk["choices"][0] if chunk.get("choices") else {}
             delta = choice.get("delta") or {}

@@ -210,7 +210,7 @@ class Client:
         import httpx
 
         limits = self.settings.limits
-        parser = chat_stream.Parser(limits, tools)
+        parser = chat_stream.Parser(limits, tools, body["max_tokens"])
         loop = asyncio.get_running_loop()
         started = loop.time()
         try:
