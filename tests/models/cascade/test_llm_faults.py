@@ -299,3 +299,33 @@ async def test_a_call_id_with_control_characters_reaches_the_client_as_the_sessi
     assert done.response.status == "completed"
     [output] = done.response.output
     assert output.name == "get_weather" and re.fullmatch(r"call_[A-Za-z0-9]+", output.call_id)
+
+
+@pytest.mark.slow
+async def test_every_fault_in_a_row_leaves_both_sessions_answering(
+    faulty_server: ServerThread, chat_server: ChatServer
+) -> None:
+    """Churn: one session meets every fault in turn, another is answered after each."""
+    for name, (fault, _) in FAULTS.items():
+        chat_server.faults[_marker(name)] = fault
+    client = sdk(faulty_server)
+    codes: list[str] = []
+    async with (
+        client.realtime.connect(model="gpt-realtime") as victim,
+        client.realtime.connect(model="gpt-realtime") as other,
+    ):
+        victim_call, other_call = RealtimeCall(victim), RealtimeCall(other)
+        await agent(victim, victim_call)
+        await agent(other, other_call)
+        for name in FAULTS:
+            failed = await _question(victim, victim_call, f"Go {_marker(name)}")
+            codes.append(failed.response.status_details.error.code)
+            answered = await _question(other, other_call, "Still there?")
+            assert answered.response.status == "completed"
+        last = await _question(victim, victim_call, "And now?")
+        await victim_call.close()
+        await other_call.close()
+    assert codes == [code for _, code in FAULTS.values()]
+    assert last.response.status == "completed"
+    closing = {"error", "session.closed"}
+    assert [e.type for e in victim_call.events + other_call.events if e.type in closing] == []

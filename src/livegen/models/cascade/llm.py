@@ -69,7 +69,7 @@ class Settings:
     model: str
     api_key: str | None = None
     max_tokens: int = 256
-    #: Seconds to wait for the first byte and between chunks.
+    #: Seconds the endpoint may stay silent between chunks (the answer's deadlines are in ``limits``).
     timeout_s: float = 30.0
     #: The endpoint's context window in tokens (``--llm-context-tokens``); None: never cut.
     context_tokens: int | None = None
