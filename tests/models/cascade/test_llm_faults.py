@@ -117,6 +117,36 @@ def endless_fragments(handler: BaseHTTPRequestHandler, chat: ChatServer) -> None
     _flood(handler, chat, fragment * 1000)
 
 
+def big_fragments(handler: BaseHTTPRequestHandler, chat: ChatServer) -> None:
+    """Few chunks (well within max_tokens), but their arguments pass the arguments cap."""
+    _head(handler)
+    handler.wfile.write(_call(0, "call_b", "get_weather", '{"city": "'))
+    fragment = _chunk(tool_calls=[{"index": 0, "function": {"arguments": "b" * 30_000}}])
+    handler.wfile.write(fragment * 4)
+    _end(handler, "tool_calls")
+
+
+def big_text(handler: BaseHTTPRequestHandler, chat: ChatServer) -> None:
+    """Few chunks, but their words pass the text cap."""
+    _head(handler)
+    handler.wfile.write(_chunk(content="Long words. " * 1000) * 3)
+    _end(handler, "stop")
+
+
+def comment_flood(handler: BaseHTTPRequestHandler, chat: ChatServer) -> None:
+    """Words, then nothing but keep-alive comments, as fast as they are taken."""
+    _head(handler)
+    handler.wfile.write(_chunk(content="Well, "))
+    _flood(handler, chat, b": keep-alive\n" * 5000)
+
+
+def junk_flood(handler: BaseHTTPRequestHandler, chat: ChatServer) -> None:
+    """Words, then long comment lines (each within the line cap), as fast as they are taken."""
+    _head(handler)
+    handler.wfile.write(_chunk(content="Well, "))
+    _flood(handler, chat, b": " + b"j" * 60_000 + b"\n")
+
+
 def endless_text(handler: BaseHTTPRequestHandler, chat: ChatServer) -> None:
     _head(handler)
     _flood(handler, chat, _chunk(content="and on ") * 1000)
@@ -167,11 +197,27 @@ FAULTS: dict[str, tuple[Fault, str]] = {
     "giant_line": (giant_line, "llm_output_too_large"),
     "endless_fragments": (endless_fragments, "llm_output_too_large"),
     "endless_text": (endless_text, "llm_output_too_large"),
+    "big_fragments": (big_fragments, "llm_output_too_large"),
+    "big_text": (big_text, "llm_output_too_large"),
+    "comment_flood": (comment_flood, "llm_output_too_large"),
+    "junk_flood": (junk_flood, "llm_output_too_large"),
     "many_calls": (many_calls, "llm_output_too_large"),
     "huge_arguments": (huge_arguments, "llm_output_too_large"),
     "undeclared": (undeclared, "llm_invalid_tool_call"),
     "long_name": (long_name, "llm_invalid_tool_call"),
     "not_an_object": (not_an_object, "llm_invalid_tool_call"),
+}
+#: Faults of one kind that different caps end: the words of the error that says which.
+CAPPED_BY = {
+    "giant_line": "line longer than",
+    "endless_fragments": "chunks in one answer",
+    "many_calls": "more than 8 calls",
+    "big_fragments": "bytes of arguments",
+    "big_text": "bytes of text",
+    "comment_flood": "lines in one answer",
+    "junk_flood": "stream passed",
+    "hang": "said nothing within 2 s",
+    "trickle": "took longer than 4 s",
 }
 WEATHER_CHAT = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
 
@@ -198,6 +244,8 @@ async def test_each_fault_is_its_typed_error(chat_server: ChatServer, name: str)
         finally:
             await client.aclose()
     assert raised.value.code == code
+    if name in CAPPED_BY:
+        assert CAPPED_BY[name] in str(raised.value)
 
 
 async def test_a_call_id_with_control_characters_is_dropped_for_the_sessions_own(

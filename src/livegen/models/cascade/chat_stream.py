@@ -14,8 +14,9 @@ fails that response and nothing else:
   within ``answer_s`` (both counted from the request, headers included);
 - ``LLMTooLarge``: a line past ``max_line_bytes``, words past ``max_text_bytes``,
   arguments past ``max_arguments_bytes``, more calls than ``max_calls``, more
-  chunks than the ``max_tokens`` asked for allow (``CHUNKS_PER_TOKEN``), or a
-  raw stream past ``STREAM_OVERHEAD`` times the caps (keep-alive junk);
+  chunks or lines than the ``max_tokens`` asked for allow (``CHUNKS_PER_TOKEN``,
+  ``LINES_PER_CHUNK``: endless fragments or keep-alives), or a raw stream past
+  ``STREAM_OVERHEAD`` times the caps (long lines of junk);
 - ``LLMInvalidCall``: a call of a function the request did not declare, or
   arguments that are not a JSON object;
 - ``LLMMalformed``: a ``data:`` line that is not a chat-completion chunk;
@@ -52,6 +53,8 @@ YIELD_EVERY_LINES = 32
 #: ``SPARE_CHUNKS`` (the role, the finish, the usage): endpoints send one chunk a token.
 CHUNKS_PER_TOKEN = 4
 SPARE_CHUNKS = 256
+#: A chunk is a ``data:`` line and a blank one; the third is room for comments (keep-alives).
+LINES_PER_CHUNK = 3
 #: A call id the session passes on; any other is replaced by one of the session's own.
 _CALL_ID = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 _DONE = object()
@@ -112,10 +115,17 @@ def stream_cap(limits: LLMLimits) -> int:
     return STREAM_OVERHEAD * (limits.max_text_bytes + limits.max_arguments_bytes) + limits.max_line_bytes
 
 
-async def lines(chunks: AsyncIterator[bytes], limits: LLMLimits) -> AsyncIterator[bytes]:
-    """The lines of a byte stream (``\\n`` or ``\\r\\n``), each within ``max_line_bytes``."""
+def max_chunks(max_tokens: int) -> int:
+    """The most chunks an answer of ``max_tokens`` tokens may come in."""
+    return CHUNKS_PER_TOKEN * max_tokens + SPARE_CHUNKS
+
+
+async def lines(chunks: AsyncIterator[bytes], limits: LLMLimits, max_tokens: int) -> AsyncIterator[bytes]:
+    """The lines of a byte stream (``\\n`` or ``\\r\\n``), each within ``max_line_bytes``; at most
+    ``LINES_PER_CHUNK`` per chunk the answer may have (keep-alive comments included)."""
     pending = bytearray()
     total, cap, count = 0, stream_cap(limits), 0
+    max_lines = LINES_PER_CHUNK * max_chunks(max_tokens)
     async for chunk in chunks:
         total += len(chunk)
         if total > cap:
@@ -128,6 +138,8 @@ async def lines(chunks: AsyncIterator[bytes], limits: LLMLimits) -> AsyncIterato
             pending.clear()
             start = end + 1
             count += 1
+            if count > max_lines:
+                raise LLMTooLarge(f"the language model sent more than {max_lines} lines in one answer")
             if count % YIELD_EVERY_LINES == 0:
                 await asyncio.sleep(0)
         pending += chunk[start:]
@@ -175,7 +187,7 @@ class Parser:
         self._limits = limits
         self._tools = tools
         #: Chunks are counted against the tokens asked for: endless fragments end at once.
-        self._max_chunks = CHUNKS_PER_TOKEN * max_tokens + SPARE_CHUNKS
+        self._max_chunks = max_chunks(max_tokens)
         self._num_chunks = 0
         #: index -> the call so far, in the order the calls began.
         self._calls: dict[int, _Call] = {}

@@ -217,7 +217,7 @@ class Client:
             async with asyncio.timeout_at(started + min(limits.first_token_s, limits.answer_s)) as deadline:
                 async with self._http.stream("POST", "chat/completions", json=body) as response:
                     await self._check_status(response)
-                    async for line in chat_stream.lines(response.aiter_raw(), limits):
+                    async for line in chat_stream.lines(response.aiter_raw(), limits, body["max_tokens"]):
                         chunk = await chat_stream.decode(line)
                         if chat_stream.is_done(chunk):
                             break
