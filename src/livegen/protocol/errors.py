@@ -319,7 +319,7 @@ LLM_OUTPUT_TOO_LARGE = WireError(
     "livegen",
     "in `response.done` (`failed`): a line, the words, the arguments or the calls of one answer"
     " passed `--llm-max-line-kib`, `--llm-max-text-kib`, `--llm-max-arguments-kib` or"
-    " `--llm-max-tool-calls`",
+    " `--llm-max-tool-calls`, or its chunks passed 4 per token asked for",
     error_type="server_error",
     kind=None,
 )
