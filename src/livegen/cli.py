@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from livegen.models.voice import LLMLimits  # light: the defaults of the --llm-* limits
 from livegen.server.config import ServerConfig  # light: the server's package loads its app lazily
 
 #: Subcommand name -> "module:click_command", loaded on use.
@@ -159,6 +160,53 @@ def main() -> None:
     default=None,
     type=click.IntRange(256),
     help="Context window of --llm-model in tokens; oldest turns leave the prompt first [default: none].",
+)
+@click.option(
+    "--llm-first-token-timeout",
+    "llm_first_token_s",
+    default=LLMLimits.first_token_s,
+    show_default=True,
+    type=click.FloatRange(0, min_open=True),
+    help="Seconds from asking --llm-base-url to its first words or call; past it the response fails "
+    "(llm_timeout).",
+)
+@click.option(
+    "--llm-answer-timeout",
+    "llm_answer_s",
+    default=LLMLimits.answer_s,
+    show_default=True,
+    type=click.FloatRange(0, min_open=True),
+    help="Seconds from asking --llm-base-url to the end of its answer; past it the response fails.",
+)
+@click.option(
+    "--llm-max-line-kib",
+    default=LLMLimits.max_line_bytes // 1024,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Longest line of the language model's event stream; past it the response fails "
+    "(llm_output_too_large).",
+)
+@click.option(
+    "--llm-max-arguments-kib",
+    default=LLMLimits.max_arguments_bytes // 1024,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Function-call arguments of one answer, all calls together; keep it well under "
+    "--max-unsent-bytes (each call's arguments go out about five times).",
+)
+@click.option(
+    "--llm-max-text-kib",
+    default=LLMLimits.max_text_bytes // 1024,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Words of one language-model answer; past it the response fails (llm_output_too_large).",
+)
+@click.option(
+    "--llm-max-tool-calls",
+    default=LLMLimits.max_calls,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Function calls in one language-model answer; past it the response fails.",
 )
 @click.option(
     "--world-workers",

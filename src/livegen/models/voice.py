@@ -214,6 +214,29 @@ class VoiceModel(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class LLMLimits:
+    """What one answer of a language model may cost: past any of these its response ends ``failed``.
+
+    The endpoint is not trusted to end, to end lines, or to keep to ``max_tokens``: every answer
+    has deadlines and caps, so a broken or hostile endpoint costs one response, never the server's
+    memory, its event loop, or a client's connection (``--llm-*`` options of ``livegen serve``).
+    """
+
+    #: Seconds from the request to the first words or call of the answer.
+    first_token_s: float = 30.0
+    #: Seconds from the request to the answer's end.
+    answer_s: float = 300.0
+    #: Longest line of the endpoint's event stream, in bytes.
+    max_line_bytes: int = 1024 * 1024
+    #: Bytes of function-call arguments in one answer, all calls together.
+    max_arguments_bytes: int = 1024 * 1024
+    #: Bytes of words (UTF-8) in one answer.
+    max_text_bytes: int = 64 * 1024
+    #: Function calls in one answer.
+    max_calls: int = 32
+
+
 @runtime_checkable
 class RemoteLLM(Protocol):
     """A voice model that can answer through an OpenAI-compatible chat endpoint
@@ -225,6 +248,7 @@ class RemoteLLM(Protocol):
         model: str | None,
         api_key: str | None = None,
         context_tokens: int | None = None,
+        limits: LLMLimits | None = None,
     ) -> None: ...
 
 

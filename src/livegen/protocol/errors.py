@@ -292,6 +292,58 @@ MODEL_APPEND_FAILED = WireError(
     error_type="server_error",
     kind=None,
 )
+# The language model behind --llm-base-url (models/cascade/chat_stream.py): each ends its response
+# `failed`, with the row's code in `status_details.error`; the session goes on.
+LLM_FAILED = WireError(
+    "llm_failed",
+    "{detail}",
+    "livegen",
+    "in `response.done` (`failed`): the language model answered an error status, could not be"
+    " reached, or broke the connection",
+    error_type="server_error",
+    kind=None,
+)
+LLM_MALFORMED_STREAM = WireError(
+    "llm_malformed_stream",
+    "{detail}",
+    "livegen",
+    "in `response.done` (`failed`): the language model sent an event that is not a chat-completion chunk",
+    error_type="server_error",
+    kind=None,
+)
+LLM_TIMEOUT = WireError(
+    "llm_timeout",
+    "{detail}",
+    "livegen",
+    "in `response.done` (`failed`): no first words or call within `--llm-first-token-timeout`, no"
+    " end within `--llm-answer-timeout`, or a silent stream",
+    error_type="server_error",
+    kind=None,
+)
+LLM_OUTPUT_TOO_LARGE = WireError(
+    "llm_output_too_large",
+    "{detail}",
+    "livegen",
+    "in `response.done` (`failed`): a line, the words, the arguments or the calls of one answer"
+    " passed `--llm-max-line-kib`, `--llm-max-text-kib`, `--llm-max-arguments-kib` or"
+    " `--llm-max-tool-calls`, or its chunks passed 4 per token asked for",
+    error_type="server_error",
+    kind=None,
+)
+LLM_INVALID_TOOL_CALL = WireError(
+    "llm_invalid_tool_call",
+    "{detail}",
+    "livegen",
+    "in `response.done` (`failed`): the language model called a function the response did not"
+    " declare, or with arguments that are not a JSON object",
+    error_type="server_error",
+    kind=None,
+)
+#: Model failures by the code a voice stream reports them with (``VoiceOutput.code``).
+MODEL_FAILURES = {
+    row.code: row
+    for row in (LLM_FAILED, LLM_MALFORMED_STREAM, LLM_TIMEOUT, LLM_OUTPUT_TOO_LARGE, LLM_INVALID_TOOL_CALL)
+}
 OUTPUT_OVERFLOW = WireError(
     "output_overflow",
     "the model made audio faster than it can be paced out",

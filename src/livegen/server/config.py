@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass, field
 
 from livegen.errors import ConfigError
+from livegen.models.voice import LLMLimits
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,13 @@ class ServerConfig:
     llm_model: str | None = None
     #: The endpoint's context window in tokens; the oldest turns leave the prompt to fit (None: never cut).
     llm_context_tokens: int | None = None
+    #: Deadlines and caps of each language-model answer (``LLMLimits``); past one, that response fails.
+    llm_first_token_s: float = LLMLimits.first_token_s
+    llm_answer_s: float = LLMLimits.answer_s
+    llm_max_line_kib: int = LLMLimits.max_line_bytes // 1024
+    llm_max_arguments_kib: int = LLMLimits.max_arguments_bytes // 1024
+    llm_max_text_kib: int = LLMLimits.max_text_bytes // 1024
+    llm_max_tool_calls: int = LLMLimits.max_calls
     #: World workers: 0 steps the world model in this process; N > 0 starts N Ray actors.
     world_workers: int = 0
     #: Share of the world model's measured time realtime sessions may need; past it, a new session
@@ -81,6 +89,17 @@ class ServerConfig:
     #: Speech-synthesis worker processes of the cascade voice model; None: LIVEGEN_TTS_WORKERS, else
     #: the cores (2 to 8). The model is loaded once per process, so the first server's value holds.
     tts_workers: int | None = None
+
+    def llm_limits(self) -> LLMLimits:
+        """What one answer of ``--llm-base-url`` may cost."""
+        return LLMLimits(
+            first_token_s=self.llm_first_token_s,
+            answer_s=self.llm_answer_s,
+            max_line_bytes=self.llm_max_line_kib * 1024,
+            max_arguments_bytes=self.llm_max_arguments_kib * 1024,
+            max_text_bytes=self.llm_max_text_kib * 1024,
+            max_calls=self.llm_max_tool_calls,
+        )
 
     def world_options(self) -> dict[str, str | int]:
         """Keyword options for the world model's loader: only those set, so models without any load."""

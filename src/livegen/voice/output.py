@@ -24,6 +24,7 @@ from livegen.protocol.audio import pcm_ms
 from livegen.protocol.errors import (
     INVALID_VALUE,
     MODEL_FAILED,
+    MODEL_FAILURES,
     OUTBOX_OVERFLOW,
     OUTPUT_OVERFLOW,
     TRUNCATE_BEYOND_AUDIO,
@@ -247,8 +248,9 @@ class Speaker:
                 self._send(ev.ResponseListen(response_id=response.id, reason=output.text or "model_listens"))
             ]
             return effects + self.end(now, "completed", None)
-        if kind is OutputKind.ERROR:
-            details = {"type": "failed", "error": MODEL_FAILED.body(detail=output.text or "the model failed")}
+        if kind is OutputKind.ERROR:  # a failure the table names keeps its code (``llm_timeout``)
+            row = MODEL_FAILURES.get(output.code, MODEL_FAILED)
+            details = {"type": "failed", "error": row.body(detail=output.text or "the model failed")}
             return self.end(now, "failed", details)
         return self._on_done(response, output, now)
 

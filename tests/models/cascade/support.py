@@ -12,7 +12,7 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -84,6 +84,11 @@ class ChatServer:
     status: int = 200
     replies: list[Reply] = field(default_factory=list)
     delay_s: float = 0.0
+    #: Misbehaviour on demand: a request whose last message contains a key is answered by its
+    #: fault (``fault(handler, chat)`` writes the whole HTTP response itself), not by a reply.
+    faults: dict[str, Callable[[BaseHTTPRequestHandler, ChatServer], None]] = field(default_factory=dict)
+    #: Set when the server stops: a fault that hangs or trickles ends then.
+    stopping: threading.Event = field(default_factory=threading.Event)
 
 
 def _chunks(reply: Reply) -> list[dict[str, Any]]:
@@ -114,6 +119,12 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         self.chat.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), **body})
+        last = str((body.get("messages") or [{}])[-1].get("content") or "")
+        fault = next((f for key, f in self.chat.faults.items() if key in last), None)
+        if fault is not None:
+            with contextlib.suppress(OSError):  # the client gave up on it: that is the point
+                fault(self, self.chat)
+            return
         time.sleep(self.chat.delay_s)
         self.send_response(self.chat.status)
         self.send_header("Content-Type", "text/event-stream")
@@ -151,6 +162,7 @@ def serve_chat() -> Iterator[ChatServer]:
     try:
         yield chat
     finally:
+        chat.stopping.set()
         server.shutdown()
         server.server_close()
         thread.join()

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from livegen.errors import CapacityExceeded, InvalidRequest, InvalidState
-from livegen.models.cascade import replies, responder, speaking
+from livegen.models.cascade import responder, speaking
 from livegen.models.cascade import stream as cascade_stream
 from livegen.models.voice import (
     HistoryTurn,
@@ -238,7 +238,7 @@ async def test_asked_to_speak_first_the_assistant_opens(cascade: Any) -> None:
     assert driver.text("resp_2") == responder.NOT_HEARD  # the user spoke, but nothing was understood
 
 
-async def test_an_unreachable_language_model_is_said_plainly(cascade: Any) -> None:
+async def test_an_unreachable_language_model_fails_the_response_with_its_code(cascade: Any) -> None:
     cascade.use_llm("http://127.0.0.1:9/v1", "tiny")
     try:
         stream = await cascade.open("s7", StreamConfig(turn_detection=None))
@@ -248,9 +248,12 @@ async def test_an_unreachable_language_model_is_said_plainly(cascade: Any) -> No
     history = [HistoryTurn("user", "Hello?")]
     await stream.respond(3, ResponseRequest("resp_1", history=history, modalities=("text",)))
     done = await driver.wait_for(OutputKind.RESPONSE_DONE)
+    [error] = driver.of(OutputKind.ERROR)
     await driver.close()
-    assert driver.text("resp_1") == replies.CANT_REACH_LLM
-    assert done.status == "completed" and done.epoch == 3
+    assert driver.text("resp_1") == ""  # no apology that a client would take for an answer
+    assert (error.code, error.response_id, error.epoch) == ("llm_failed", "resp_1", 3)
+    assert "cannot reach" in error.text
+    assert done.status == "failed" and done.epoch == 3
 
 
 async def test_bad_input_is_refused_and_changes_nothing(

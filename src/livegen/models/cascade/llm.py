@@ -12,8 +12,9 @@ stream's event loop.
 Function tools go to the endpoint as ``tools``/``tool_choice``; the model's
 calls come back as ``delta.tool_calls`` fragments keyed by ``index``. vLLM sends
 a call's ``id`` and ``function.name`` first and its ``arguments`` in pieces;
-Ollama sends each call whole in one chunk. ``_Parser`` joins both the same way
-and yields each call whole (``ToolCall``) when the choice finishes. The usage
+Ollama sends each call whole in one chunk. ``chat_stream.Parser`` joins both the
+same way and yields each call whole (``ToolCall``) when the choice finishes;
+``chat_stream`` also holds every answer to its deadlines and caps (``LLMLimits``). The usage
 the endpoint reports (``stream_options.include_usage``) arrives in a last chunk
 without choices, after ``finish_reason``, so the stream is read to ``[DONE]``.
 In history, the calls of one answer become one assistant message with
@@ -22,14 +23,36 @@ In history, the calls of one answer become one assistant message with
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from livegen.errors import ModelError
-from livegen.models.voice import HistoryTurn, Usage
+from livegen.models.cascade import chat_stream
+from livegen.models.cascade.chat_stream import (
+    Event,
+    Finish,
+    LLMFailed,
+    LLMInvalidCall,
+    LLMMalformed,
+    LLMTimeout,
+    LLMTooLarge,
+    ToolCall,
+)
+from livegen.models.voice import HistoryTurn, LLMLimits
+
+__all__ = [
+    "Event",
+    "Finish",
+    "LLMFailed",
+    "LLMInvalidCall",
+    "LLMMalformed",
+    "LLMTimeout",
+    "LLMTooLarge",
+    "ToolCall",
+]
 
 logger = logging.getLogger("livegen.models.cascade")
 
@@ -46,28 +69,14 @@ class Settings:
     model: str
     api_key: str | None = None
     max_tokens: int = 256
-    #: Seconds to wait for the first byte and between chunks.
+    #: Seconds the endpoint may stay silent between chunks (the answer's deadlines are in ``limits``).
     timeout_s: float = 30.0
     #: The endpoint's context window in tokens (``--llm-context-tokens``); None: never cut.
     context_tokens: int | None = None
+    #: Deadlines and caps of one answer (``--llm-*`` of ``livegen serve``).
+    limits: LLMLimits = field(default_factory=LLMLimits)
 
 
-@dataclass(frozen=True)
-class ToolCall:
-    call_id: str
-    name: str
-    arguments: str
-
-
-@dataclass(frozen=True)
-class Finish:
-    """The end of a reply: the endpoint's ``finish_reason`` and its usage, if reported."""
-
-    reason: str
-    usage: Usage | None = None
-
-
-Event = str | ToolCall | Finish
 Chat = list[dict[str, Any]]
 
 
@@ -155,6 +164,8 @@ class Client:
 
         self.settings = settings
         headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
+        # Identity: a compressed stream could expand past every cap within one chunk.
+        headers["Accept-Encoding"] = "identity"
         self._http = httpx.AsyncClient(
             base_url=settings.base_url.rstrip("/") + "/",
             headers=headers,
@@ -168,90 +179,79 @@ class Client:
         tool_choice: Any = "auto",
         max_tokens: int | None = None,
     ) -> AsyncIterator[Event]:
-        """Text deltas as the server sends them, then each tool call whole, then one ``Finish``."""
-        import httpx
+        """Text deltas as the server sends them, then each tool call whole, then one ``Finish``.
 
+        The endpoint is read by a task of its own, under the answer's deadlines (``_read``): the
+        deadlines then never fire while this generator is suspended in its consumer's code.
+        """
         body: dict[str, Any] = {"model": self.settings.model, "messages": chat, "stream": True}
         body["max_tokens"] = min(self.settings.max_tokens, max_tokens or self.settings.max_tokens)
         body["stream_options"] = {"include_usage": True}
         if tools:
             body["tools"] = list(tools)
             body["tool_choice"] = tool_choice
-        parser = _Parser(self._url())
+        events: asyncio.Queue[Event | None] = asyncio.Queue()  # bounded by the answer's caps
+        reader = asyncio.ensure_future(self._read(body, chat_stream.declared(tools), events))
+
+        def ended(task: asyncio.Future[None]) -> None:
+            if not task.cancelled():
+                task.exception()  # retrieved here, raised below, even if no one reads to the end
+            events.put_nowait(None)
+
+        reader.add_done_callback(ended)
         try:
-            async with self._http.stream("POST", "chat/completions", json=body) as response:
-                if response.status_code != 200:
-                    detail = (await response.aread()).decode(errors="replace")[:300]
-                    raise ModelError(f"{self._url()} answered {response.status_code}: {detail}")
-                async for line in response.aiter_lines():
-                    events = parser.feed(line)
-                    if events is None:
-                        break
-                    for event in events:
-                        yield event
+            while (event := await events.get()) is not None:
+                yield event
+            reader.result()  # re-raises the reader's error
+        finally:
+            reader.cancel()
+
+    async def _read(self, body: dict[str, Any], tools: frozenset[str], events: asyncio.Queue[Any]) -> None:
+        import httpx
+
+        limits = self.settings.limits
+        parser = chat_stream.Parser(limits, tools, body["max_tokens"])
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            async with asyncio.timeout_at(started + min(limits.first_token_s, limits.answer_s)) as deadline:
+                async with self._http.stream("POST", "chat/completions", json=body) as response:
+                    await self._check_status(response)
+                    async for line in chat_stream.lines(response.aiter_raw(), limits, body["max_tokens"]):
+                        chunk = await chat_stream.decode(line)
+                        if chat_stream.is_done(chunk):
+                            break
+                        for event in [] if chunk is None else parser.take(chunk):
+                            events.put_nowait(event)
+                        if parser.has_begun:
+                            deadline.reschedule(started + limits.answer_s)
+                for event in await parser.finish():
+                    events.put_nowait(event)
+        except TimeoutError:
+            if parser.has_begun:
+                raise LLMTimeout(
+                    f"the language model's answer took longer than {limits.answer_s:g} s"
+                ) from None
+            raise LLMTimeout(f"the language model said nothing within {limits.first_token_s:g} s") from None
+        except httpx.TimeoutException as exc:
+            raise LLMTimeout(f"the language model sent nothing for {self.settings.timeout_s:g} s") from exc
         except httpx.HTTPError as exc:
-            raise ModelError(f"cannot reach the language model at {self._url()}: {exc!r}") from exc
-        for event in parser.finish():
-            yield event
+            raise LLMFailed(f"cannot reach the language model at {self._url()}: {exc!r}") from exc
+
+    async def _check_status(self, response: Any) -> None:
+        """An error status is an ``LLMFailed`` with the start of the body (never more of it)."""
+        if response.status_code == 200:
+            return
+        detail = b""
+        async for chunk in response.aiter_raw():
+            detail += chunk[: 300 - len(detail)]
+            if len(detail) >= 300:
+                break
+        text = detail.decode(errors="replace")
+        raise LLMFailed(f"{self._url()} answered {response.status_code}: {text}")
 
     async def aclose(self) -> None:
         await self._http.aclose()
 
     def _url(self) -> str:
         return f"{self.settings.base_url.rstrip('/')}/chat/completions"
-
-
-class _Parser:
-    """Server-sent events of one streamed chat completion -> text, whole tool calls, the finish."""
-
-    def __init__(self, url: str) -> None:
-        self._url = url
-        #: index -> [id, name, arguments so far], in the order the calls began.
-        self._calls: dict[int, list[str]] = {}
-        self._reason = ""
-        self._usage: Usage | None = None
-
-    def feed(self, line: str) -> list[Event] | None:
-        """The text in one line (tool-call fragments are kept); None at ``[DONE]``."""
-        if not line.startswith("data:"):
-            return []
-        data = line[len("data:") :].strip()
-        if data == "[DONE]":
-            return None
-        try:
-            chunk: Any = json.loads(data)
-            choice = chunk["choices"][0] if chunk.get("choices") else {}
-            delta = choice.get("delta") or {}
-            self._take_usage(chunk.get("usage"))
-            for fragment in delta.get("tool_calls") or ():
-                self._take_call(fragment)
-        except (ValueError, AttributeError, KeyError, IndexError, TypeError):
-            raise ModelError(f"the language model sent a malformed event: {data[:200]}") from None
-        if choice.get("finish_reason"):
-            self._reason = str(choice["finish_reason"])
-        content = delta.get("content")
-        return [content] if isinstance(content, str) and content else []
-
-    def _take_call(self, fragment: dict[str, Any]) -> None:
-        index = fragment.get("index", len(self._calls))
-        call = self._calls.setdefault(int(index), ["", "", ""])
-        function = fragment.get("function") or {}
-        call[0] = call[0] or str(fragment.get("id") or "")
-        call[1] = call[1] or str(function.get("name") or "")
-        arguments = function.get("arguments")
-        # Ollama (and some servers) send arguments as an object rather than JSON text.
-        call[2] += arguments if isinstance(arguments, str) else json.dumps(arguments) if arguments else ""
-
-    def _take_usage(self, usage: Any) -> None:
-        if not isinstance(usage, dict):
-            return
-        details = usage.get("prompt_tokens_details") or {}
-        self._usage = Usage(
-            int(usage.get("prompt_tokens") or 0),
-            int(usage.get("completion_tokens") or 0),
-            int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0,
-        )
-
-    def finish(self) -> list[Event]:
-        calls: list[Event] = [ToolCall(c[0], c[1], c[2] or "{}") for c in self._calls.values() if c[1]]
-        return [*calls, Finish(self._reason or "stop", self._usage)]

@@ -34,7 +34,7 @@ import numpy as np
 from livegen.errors import ConfigError
 from livegen.models.cascade import asr, asr_batch, assets, endpoint, llm, offline, tts, vad
 from livegen.models.cascade.stream import Stream
-from livegen.models.voice import ClipSegment, ModelHealth, StreamConfig, TurnDetection
+from livegen.models.voice import ClipSegment, LLMLimits, ModelHealth, StreamConfig, TurnDetection
 
 #: What a client's transcription model name means when it is not one of ``asr.CHOICES``
 #: (OpenAI's names, "whisper-1", "gpt-4o-transcribe"...): the server's default recogniser.
@@ -99,11 +99,18 @@ class CascadeModel:
         model: str | None,
         api_key: str | None = None,
         context_tokens: int | None = None,
+        limits: LLMLimits | None = None,
     ) -> None:
         """Answer with this OpenAI-compatible endpoint from now on (None: the built-in responder)."""
         self.llm = None
         if base_url:
-            self.llm = llm.Settings(base_url, model or "default", api_key, context_tokens=context_tokens)
+            self.llm = llm.Settings(
+                base_url,
+                model or "default",
+                api_key,
+                context_tokens=context_tokens,
+                limits=limits or LLMLimits(),
+            )
 
     def size_asr(self, sizing: AsrSizing) -> None:
         """Recognise with this many workers, threads and batch from now on (the benchmark's

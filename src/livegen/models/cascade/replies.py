@@ -36,7 +36,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from livegen.errors import ModelError
 from livegen.models.cascade import llm, responder, sentences
 from livegen.models.cascade.tts import Speech
 from livegen.models.voice import Usage
@@ -47,7 +46,6 @@ Audio = concurrent.futures.Future[Speech]
 #: A piece of the reply and its audio, if already asked for.
 Piece = tuple[str, Audio | None]
 Speak = Callable[[str, str], Audio]
-CANT_REACH_LLM = "Sorry, I can't reach the language model right now."
 NO_TOOLS = (
     "I can't use this session's tools without a language model. "
     "Start livegen with --llm-base-url to let me call them."
@@ -141,22 +139,18 @@ async def _produce(answer: Answer, speak: Speak, texts: AsyncIterator[str]) -> N
 
 
 async def _from_llm(client: llm.Client, ask: Ask, answer: Answer) -> AsyncIterator[str]:
+    """The model's words in pieces; its failure (``llm.LLMFailed``) is the answer's, raised on:
+    the response then ends ``failed`` with the failure's code, never as a spoken apology that a
+    client would take for an answer."""
     splitter = sentences.Splitter()
-    try:
-        async for event in client.stream(ask.chat, ask.tools, ask.tool_choice, ask.max_tokens):
-            if isinstance(event, llm.ToolCall):
-                answer.calls.append(event)
-            elif isinstance(event, llm.Finish):
-                answer.finish_reason, answer.usage = event.reason, event.usage
-            else:
-                for piece in splitter.feed(event):
-                    yield piece
-    except ModelError as exc:
-        # Said aloud rather than failed silently: the user is listening, not reading logs.
-        logger.warning("language model failed: %s", exc)
-        splitter.flush()
-        yield CANT_REACH_LLM
-        return
+    async for event in client.stream(ask.chat, ask.tools, ask.tool_choice, ask.max_tokens):
+        if isinstance(event, llm.ToolCall):
+            answer.calls.append(event)
+        elif isinstance(event, llm.Finish):
+            answer.finish_reason, answer.usage = event.reason, event.usage
+        else:
+            for piece in splitter.feed(event):
+                yield piece
     for piece in splitter.flush():
         yield piece
 

@@ -440,7 +440,8 @@ class Stream:
                 logger.exception("response %s failed", rid)
             self._next_history = None
             code = exc.code if isinstance(exc, ModelError) else "model_error"
-            self._emit(OutputKind.ERROR, epoch, response_id=rid, text=f"{code}: {exc}", code=code)
+            text = str(exc) if isinstance(exc, llm.LLMFailed) else f"{code}: {exc}"
+            self._emit(OutputKind.ERROR, epoch, response_id=rid, text=text, code=code)
             self._emit(OutputKind.RESPONSE_DONE, epoch, response_id=rid, status="failed")
             return
         finally:

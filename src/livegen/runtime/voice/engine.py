@@ -33,7 +33,7 @@ from livegen.errors import ConfigError, RemoteProtocolError
 from livegen.logs import bind_session, log_event
 from livegen.models import Kind, Registry
 from livegen.models.registry import ServedNames
-from livegen.models.voice import RemoteLLM, StreamConfig, VoiceModel, VoiceStream
+from livegen.models.voice import LLMLimits, RemoteLLM, StreamConfig, VoiceModel, VoiceStream
 from livegen.protocol import errors as wire_errors
 from livegen.protocol import realtime as wire
 from livegen.protocol.realtime import server as ev
@@ -66,6 +66,7 @@ class VoiceSettings(Protocol):
     def llm_model(self) -> str | None: ...
     @property
     def llm_context_tokens(self) -> int | None: ...
+    def llm_limits(self) -> LLMLimits: ...
 
 
 class VoiceEngine:
@@ -144,6 +145,7 @@ class VoiceEngine:
                             settings.llm_base_url,
                             settings.llm_model,
                             context_tokens=settings.llm_context_tokens,
+                            limits=settings.llm_limits(),
                         )
                     self.models[entry.name] = model
         return self.models[entry.name]
