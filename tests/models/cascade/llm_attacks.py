@@ -8,7 +8,7 @@ you?" again and again meanwhile. Printed: the RSS growth over the attack (peak
 minus the start), the other session's waits (median and max), how the
 attacked response ended, and how long the attack ran. The attack stops after
 ``ATTACK_S`` whatever the server does (the code before the limits never ends
-it on its own). Run it with ``PYTHONPATH=/work/main/src:tests`` for the code
+it on its own). Point ``PYTHONPATH`` at an older checkout's ``src`` for the code
 before.
 """
 
