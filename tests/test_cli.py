@@ -28,6 +28,31 @@ def test_serve_help_documents_every_option() -> None:
         assert option in result.output
 
 
+def test_serve_takes_every_default_from_server_config() -> None:
+    """A setting's default is stated once, in ``ServerConfig``: an option that restated it
+    differently (or forgot a change there) would serve another value than a test's server."""
+    import dataclasses
+
+    import click
+
+    from livegen.cli import serve
+    from livegen.server.config import ServerConfig
+
+    fields = {f.name: f for f in dataclasses.fields(ServerConfig)}
+    ctx = click.Context(serve)
+    checked = []
+    for param in serve.params:
+        field = fields.get(param.name or "")
+        if field is None or field.default is dataclasses.MISSING or param.envvar:
+            continue  # a factory's default (read from the environment) or an option of the CLI alone
+        value = param.process_value(ctx, param.get_default(ctx))
+        if value is None:
+            continue  # not given: serve parses it (a comma list) or leaves ServerConfig's value
+        assert value == field.default, param.name
+        checked.append(param.name)
+    assert {"max_sessions", "max_parked_bytes", "world_realtime_headroom", "max_unsent_bytes"} <= set(checked)
+
+
 def test_serve_picks_the_voice_activity_detector() -> None:
     help_text = CliRunner().invoke(main, ["serve", "--help"]).output
     assert "--vad [onnx|ggml]" in help_text and "[default: onnx]" in " ".join(help_text.split())

@@ -78,8 +78,10 @@ def main() -> None:
 
 
 @main.command()
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535), help="TCP port.")
+@click.option("--host", default=_default("host"), show_default=True, help="Address to listen on.")
+@click.option(
+    "--port", default=_default("port"), show_default=True, type=click.IntRange(0, 65535), help="TCP port."
+)
 @click.option(
     "--api-key",
     envvar="LIVEGEN_API_KEY",
@@ -88,7 +90,7 @@ def main() -> None:
 )
 @click.option(
     "--voice-model",
-    default="auto",
+    default=_default("voice_model"),
     show_default=True,
     help="Voice model to serve at /v1/realtime: a name from `livegen models`, 'auto' or 'none'.",
 )
@@ -109,31 +111,35 @@ def main() -> None:
 )
 @click.option(
     "--world-model",
-    default="auto",
+    default=_default("world_model"),
     show_default=True,
     help="World model to serve at /v1/worlds: a name from `livegen models`, 'auto' or 'none'.",
 )
 @click.option(
     "--log-level",
-    default="info",
+    default=_default("log_level"),
     show_default=True,
     type=click.Choice(["debug", "info", "warning", "error"]),
     help="Lowest level of log lines written to stderr.",
 )
 @click.option(
-    "--max-sessions", default=64, show_default=True, type=click.IntRange(1), help="Sessions of each kind."
+    "--max-sessions",
+    default=_default("max_sessions"),
+    show_default=True,
+    type=click.IntRange(1),
+    help="Sessions of each kind.",
 )
 @click.option(
     "--resume-grace",
     "resume_grace_s",
-    default=30.0,
+    default=_default("resume_grace_s"),
     show_default=True,
     type=click.FloatRange(0),
     help="Seconds a voice session outlives a lost socket, waiting for session.resume; 0 ends it at once.",
 )
 @click.option(
     "--max-parked-sessions",
-    default=64,
+    default=_default("max_parked_sessions"),
     show_default=True,
     type=click.IntRange(0),
     help="Voice sessions parked for a resume at once, apart from --max-sessions; the oldest go first.",
@@ -141,7 +147,7 @@ def main() -> None:
 @click.option(
     "--max-parked-mib",
     "max_parked_bytes",
-    default=256,
+    default=_default("max_parked_bytes") // (1024 * 1024),
     show_default=True,
     type=click.IntRange(0),
     callback=lambda _ctx, _param, mib: mib * 1024 * 1024,
@@ -210,7 +216,7 @@ def main() -> None:
 )
 @click.option(
     "--world-workers",
-    default=0,
+    default=_default("world_workers"),
     show_default=True,
     type=click.IntRange(0),
     help="World model workers: 0 steps it in this process, on one core; N starts N Ray actors, each "
@@ -219,7 +225,7 @@ def main() -> None:
 )
 @click.option(
     "--world-realtime-headroom",
-    default=0.85,
+    default=_default("world_realtime_headroom"),
     show_default=True,
     type=click.FloatRange(0),
     help="Admit a world session only while every session's chunks need at most this share of the "
@@ -239,14 +245,14 @@ def main() -> None:
 )
 @click.option(
     "--world-dtype",
-    default="auto",
+    default=_default("world_dtype"),
     show_default=True,
     type=click.Choice(["auto", "float32", "bfloat16", "float16"]),
     help="Dtype of --world-model-path weights; auto: bfloat16 on a GPU, float32 on the CPU.",
 )
 @click.option(
     "--world-device",
-    default="auto",
+    default=_default("world_device"),
     show_default=True,
     help="Device of the world model: auto, cpu, cuda, cuda:1.",
 )
@@ -320,7 +326,7 @@ def main() -> None:
 )
 @click.option(
     "--max-unsent-bytes",
-    default=16 * 1024 * 1024,
+    default=_default("max_unsent_bytes"),
     show_default=True,
     type=click.IntRange(1024),
     help="Bytes queued for one socket but not yet written; past it the socket closes with 4002.",
@@ -328,7 +334,7 @@ def main() -> None:
 @click.option(
     "--first-message-timeout",
     "first_message_timeout_s",
-    default=30.0,
+    default=_default("first_message_timeout_s"),
     show_default=True,
     type=click.FloatRange(0),
     help="Seconds a WebSocket may stay silent after connecting; then it closes with 4003 (0: no limit).",
@@ -336,7 +342,7 @@ def main() -> None:
 @click.option(
     "--keep-alive-timeout",
     "keep_alive_timeout_s",
-    default=5,
+    default=_default("keep_alive_timeout_s"),
     show_default=True,
     type=click.IntRange(1),
     help="Seconds an idle HTTP keep-alive connection is kept open.",
@@ -383,7 +389,7 @@ def main() -> None:
 )
 @click.option(
     "--max-audio-bytes",
-    default=25 * 1024 * 1024,
+    default=_default("max_audio_bytes"),
     show_default=True,
     type=click.IntRange(1024),
     help="Largest upload to /v1/audio/transcriptions (OpenAI's 25 MiB); more is refused with HTTP 413.",
@@ -391,14 +397,14 @@ def main() -> None:
 @click.option(
     "--max-audio-seconds",
     "max_audio_s",
-    default=1500.0,
+    default=_default("max_audio_s"),
     show_default=True,
     type=click.FloatRange(1),
     help="Longest audio /v1/audio/transcriptions decodes, in seconds; longer is refused with HTTP 400.",
 )
 @click.option(
     "--max-audio-requests",
-    default=4,
+    default=_default("max_audio_requests"),
     show_default=True,
     type=click.IntRange(1),
     help="/v1/audio/ requests (transcriptions, speech) served at once; more are refused with HTTP 429.",
@@ -422,7 +428,11 @@ def main() -> None:
     "without them only host candidates are offered (loopback, LAN).",
 )
 @click.option(
-    "--webrtc-max-calls", default=32, show_default=True, type=click.IntRange(1), help="WebRTC calls at once."
+    "--webrtc-max-calls",
+    default=_default("webrtc_max_calls"),
+    show_default=True,
+    type=click.IntRange(1),
+    help="WebRTC calls at once.",
 )
 def serve(**options: Any) -> None:
     """Serve voice and world sessions over WebSockets, with the demo page at /."""

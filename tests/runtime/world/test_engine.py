@@ -17,11 +17,20 @@ from livegen.errors import InvalidRequest, InvalidState
 from livegen.models import default_registry
 from livegen.protocol import world as wire
 from livegen.runtime.world.engine import WorldEngine, WorldSettings
+from livegen.server.config import ServerConfig
 
 
 def new_engine() -> WorldEngine:
     registry = default_registry()
-    return WorldEngine(registry, registry.get("procedural-world"), WorldSettings(max_sessions=2))
+    return WorldEngine(
+        registry,
+        registry.get("procedural-world"),
+        WorldSettings(
+            max_sessions=2,
+            max_unsent_bytes=ServerConfig.max_unsent_bytes,
+            realtime_headroom=ServerConfig.world_realtime_headroom,
+        ),
+    )
 
 
 @pytest.fixture

@@ -41,14 +41,15 @@ DEFAULT_MAX_PENDING_EVENTS = 64
 
 @dataclasses.dataclass(frozen=True)
 class WorldSettings:
-    """The server options the engine reads (``server.config.ServerConfig`` gives them)."""
+    """The server options the engine reads: ``server.config.ServerConfig`` gives them, and states
+    their defaults (once, there)."""
 
-    max_sessions: int = 64
-    max_unsent_bytes: int = 16 * 1024 * 1024
+    max_sessions: int
+    max_unsent_bytes: int
+    realtime_headroom: float
     #: Ray actors running the model (``--world-workers``); 0: the model runs in this process.
     world_workers: int = 0
     ray_address: str | None = None
-    realtime_headroom: float = 0.85
     #: Keyword options for the model's loader (a weights path, a device).
     model_options: Mapping[str, str | int] = dataclasses.field(default_factory=dict)
 
