@@ -173,7 +173,7 @@ class CallService:
             answer = await pc.createAnswer()
             await pc.setLocalDescription(answer)
             runner = await self.engine.open_runner(
-                "sess_" + secrets.token_hex(8), name, model, call.send_text, call.outgoing
+                "sess_" + secrets.token_hex(8), name, model, call.send_text, call.outgoing, formats_fixed=True
             )
         except RemoteProtocolError as refused:
             await pc.close()
