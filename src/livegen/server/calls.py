@@ -43,11 +43,10 @@ from livegen.errors import RemoteProtocolError
 from livegen.protocol import realtime as wire
 from livegen.protocol.errors import WireError
 from livegen.protocol.realtime import server as ev
+from livegen.runtime.closes import CLOSE_NOT_READING
 
 if TYPE_CHECKING:
     from aiortc import RTCPeerConnection
-
-    from livegen.runtime.voice.runner import Runner
 
 #: The track's audio: 24 kHz mono PCM16 (the session's output format), 20 ms frames.
 RATE = 24_000
@@ -289,12 +288,15 @@ class Call:
         self.key = key
         #: The caller's largest data-channel message (None: any size).
         self.max_message = max_message
-        self.runner: Runner | None = None
         self.channel: Any = None
         self.watchers: set[Watcher] = set()
-        self.inbox: asyncio.Queue[wire.ClientEvent | RemoteProtocolError] = asyncio.Queue(maxsize=1024)
+        #: The caller's events for its session (channel, track, attached backends), and the close
+        #: code its link reports when the call has ended (``CallLink.receive``).
+        self.inbox: asyncio.Queue[wire.ClientEvent | RemoteProtocolError | int] = asyncio.Queue(maxsize=1024)
         self.ended = asyncio.Event()
         self.end_reason = ""
+        #: Set when the session has let go of the call (its last events have left): tear it down.
+        self.closed = asyncio.Event()
         #: When the caller was last heard: media on its track, or a message on its data channel.
         self.last_heard = time.monotonic()
         self.answer = AnswerTrack(self)
@@ -312,6 +314,13 @@ class Call:
             self.end_reason = reason
             self.ended.set()
             self._room.set()  # a runner waiting for room goes on (its events are dropped at close)
+            # Wakes the session's reader; a full inbox is read up to this (``CallLink.receive``).
+            with contextlib.suppress(asyncio.QueueFull):
+                self.inbox.put_nowait(self.close_code())
+
+    def close_code(self) -> int:
+        """The code the call's link reports to its session once the call has ended."""
+        return 1000
 
     def may_be_touched_by(self, key: str | None) -> bool:
         """Hangup and attach: the server's key (or none, on a server without one) or this call's own."""
@@ -390,6 +399,7 @@ class Call:
 
     # -- in --------------------------------------------------------------------------------------
     def put_internal(self, event: wire.ClientEvent | RemoteProtocolError) -> None:
+        """An event of the call's own (the caller's audio, the track's acks): never refused."""
         with contextlib.suppress(asyncio.QueueFull):
             self.inbox.put_nowait(event)
 
@@ -427,3 +437,36 @@ class Call:
         elif kind == "response.created":
             self._cleared = False
         return event
+
+
+class CallLink:
+    """A call as its session's owner sees it (``runtime.voice.lifecycle.Link``): the session's
+    events out through the call's one writer (the channel, attached backends), the caller's in
+    from the call's inbox (its channel, its track's audio and acks, attached backends), and the
+    call's end as the link's close. The session's owner runs the lifecycle, as for a socket."""
+
+    def __init__(self, call: Call) -> None:
+        self.call = call
+
+    @property
+    def end_reason(self) -> str:
+        """``session.closed``'s reason when the call ends first (``hangup``, ``peer_silent``...)."""
+        return self.call.end_reason or "call_ended"
+
+    async def send_text(self, text: str) -> None:
+        await self.call.send_text(text)
+
+    async def receive(self) -> wire.ClientEvent | RemoteProtocolError | int:
+        call = self.call
+        if call.ended.is_set():
+            return call.close_code()
+        return await call.inbox.get()
+
+    async def close(self, code: int) -> None:
+        """The session let go of the call: its last events leave (bounded), then it is torn down."""
+        call = self.call
+        call.end("outbox_overflow" if code == CLOSE_NOT_READING else "ended")
+        try:
+            await call.flush()
+        finally:
+            call.closed.set()
