@@ -24,6 +24,9 @@ happens inside a live one:
   call goes on.
 - Who may touch the call: it remembers the ephemeral key that opened it, so
   hangup and attach take that key or the server's, never another ``ek_`` key.
+- ``CallLink``: the call as its session's link (``runtime.voice.lifecycle.Link``);
+  the session's owner runs its lifecycle as a socket's, so a call lost without
+  a goodbye parks its session and a WebSocket may resume it.
 """
 
 from __future__ import annotations
@@ -65,6 +68,8 @@ CHANNEL_LOW_WATER = 64 * 1024
 QUEUE_HIGH_WATER = 64 * 1024
 #: Seconds a call's last events (``session.closed``) may take to leave before the connection closes.
 FLUSH_TIMEOUT_S = 5.0
+#: How a call's connection is lost without a goodbye (its session parks; ``close_code``).
+LOST_REASONS = frozenset({"peer_failed", "peer_closed", "peer_track_ended"})
 _MAX_MESSAGE = re.compile(r"^a=max-message-size:(\d+)\s*$", re.MULTILINE)
 
 EVENT_TOO_LARGE = WireError(
@@ -110,6 +115,18 @@ def _event_id() -> str:
 def _event_type(text: str) -> str:
     found = re.match(r'\{"type":"([a-z_.]{1,64})"', text)
     return found.group(1) if found else "server"
+
+
+def _unacked(channel: Any) -> bool:
+    """Whether the channel holds data the peer has not acknowledged: its own buffer, and SCTP's
+    queues (``bufferedAmount`` drops when data reaches SCTP, before it is sent; closing then would
+    lose the call's last events). aiortc 1.16 (pinned) keeps those queues private; if that changes,
+    the channel's own buffer is all that is waited for."""
+    if channel.bufferedAmount > 0:
+        return True
+    sctp = channel.transport
+    queued = (getattr(sctp, name, ()) for name in ("_data_channel_queue", "_outbound_queue", "_sent_queue"))
+    return any(len(queue) > 0 for queue in queued)
 
 
 class AnswerTrack:
@@ -319,8 +336,10 @@ class Call:
                 self.inbox.put_nowait(self.close_code())
 
     def close_code(self) -> int:
-        """The code the call's link reports to its session once the call has ended."""
-        return 1000
+        """The code the call's link reports to its session once the call has ended: a connection
+        lost without a goodbye (1006) parks the session for a resume, as a socket's would; a
+        hangup, ``session.close``, a silent peer (told ``session.closed``) or a shutdown ends it."""
+        return 1006 if self.end_reason in LOST_REASONS else 1000
 
     def may_be_touched_by(self, key: str | None) -> bool:
         """Hangup and attach: the server's key (or none, on a server without one) or this call's own."""
@@ -392,7 +411,7 @@ class Call:
         """Let the call's last events leave (bounded: the peer may be gone)."""
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(FLUSH_TIMEOUT_S):
-                while self._queue or (self.channel is not None and self.channel.bufferedAmount > 0):
+                while self._queue or (self.channel is not None and _unacked(self.channel)):
                     if self.channel is None or self.channel.readyState != "open":
                         return
                     await asyncio.sleep(0.02)

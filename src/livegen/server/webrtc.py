@@ -21,14 +21,17 @@ text:
   what went out on the track.
 
 A call ends on ``POST /v1/realtime/calls/{id}/hangup``, on ``session.close``,
-when the peer's connection fails or closes, or when nothing (no media, no
-data-channel message) has come for ``NO_MEDIA_TIMEOUT_S`` (a vanished peer);
-everything it held is freed. A server-side WebSocket may attach to a live call
-with ``/v1/realtime?call_id=`` to watch its events and send its own (a backend
-running tools for a browser). Hangup and attach take the server's key or the
-call's own ephemeral key. What happens inside a live call (the answer track,
-the channel's writer and its limits, attached sockets) is ``server/calls.py``;
-this module sets calls up, listens to the caller and ends calls.
+or when nothing (no media, no data-channel message) has come for
+``NO_MEDIA_TIMEOUT_S`` (the caller is told ``session.closed``). When the peer's
+connection fails or closes, the call is freed and its session parks for a
+resume, as a lost socket's (``calls.Call.close_code``).
+
+A server-side WebSocket may attach to a live call with ``/v1/realtime?call_id=``
+to watch its events and send its own (a backend running tools for a browser).
+Hangup and attach take the server's key or the call's own ephemeral key. What
+happens inside a live call (the answer track, the channel's writer and its
+limits, attached sockets, its link) is ``server/calls.py``; this module sets
+calls up, listens to the caller and lets calls go.
 
 ICE: aiortc gathers host candidates, enough on loopback and a LAN; behind NAT
 give ``--webrtc-ice-servers`` (STUN/TURN URLs) so it gathers reflexive/relay ones.
