@@ -43,7 +43,10 @@ def captured_logs(caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPa
 
 @pytest.fixture
 def voice_server(start_server: Callable[..., ServerThread]) -> ServerThread:
-    server = start_server(registry=registry(), voice_model="scripted-voice", world_model="none")
+    # A call lost without a goodbye parks its session for the grace period: a short one here.
+    server = start_server(
+        registry=registry(), voice_model="scripted-voice", world_model="none", resume_grace_s=1.0
+    )
     server.wait_ready(timeout=30)
     return server
 

@@ -159,6 +159,46 @@ async def test_a_multipart_offer_configures_its_session_and_the_track_keeps_its_
         await caller.close()
 
 
+async def test_a_call_refuses_a_session_update_that_changes_its_audio_format(
+    voice_server: ServerThread,
+) -> None:
+    # The track is Opus, decoded to and encoded from PCM16 at 24 kHz: a session that took G.711 or
+    # another rate would misread the caller's audio and garble its answers. Such an update is
+    # refused whole (nothing else in it applies), and the call goes on.
+    caller = Caller(voice_server.http_url, None)
+    refused = {
+        "ev_in": ({"audio": {"input": {"format": {"type": "audio/pcmu"}}}}, "session.audio.input.format"),
+        "ev_out": (
+            {"instructions": "never", "audio": {"output": {"format": {"type": "audio/pcm", "rate": 16000}}}},
+            "session.audio.output.format",
+        ),
+        "ev_rate": ({"audio": {"input": {"sample_rate_hz": 16000}}}, "session.audio.input.sample_rate_hz"),
+    }
+    try:
+        await caller.connect()
+        await caller.event("session.created")
+        for event_id, (session, _) in refused.items():
+            caller.send(
+                {"type": "session.update", "event_id": event_id, "session": {"type": "realtime", **session}}
+            )
+        same = {"type": "audio/pcm", "rate": 24000}  # what the call already is: accepted
+        kept = {"type": "realtime", "instructions": "kept", "audio": {"input": {"format": same}}}
+        caller.send({"type": "session.update", "session": kept})
+        updated = await caller.event("session.updated", within=20)
+        errors = {e["error"]["event_id"]: e["error"] for e in caller.events if e["type"] == "error"}
+        for event_id, (_, param) in refused.items():
+            error = errors[event_id]
+            assert error["code"] == "invalid_value" and error["param"] == param, error
+            assert error["type"] == "invalid_request_error" and f"'{param}'" in error["message"], error
+        assert [e["session"]["instructions"] for e in caller.events if e["type"] == "session.updated"] == [
+            "kept"
+        ]
+        audio = updated["session"]["audio"]
+        assert audio["input"]["format"] == audio["output"]["format"] == same
+    finally:
+        await caller.close()
+
+
 async def test_the_official_sdk_mints_a_key_calls_and_hangs_up(voice_server: ServerThread) -> None:
     from aiortc import RTCSessionDescription
     from openai import AsyncOpenAI
@@ -214,13 +254,18 @@ async def test_cancel_stops_the_tracks_audio_at_once(voice_server: ServerThread)
         await caller.close()
 
 
-async def test_a_vanished_peer_ends_its_call(voice_server: ServerThread) -> None:
-    caller = Caller(voice_server.http_url, None)
+async def test_a_vanished_peer_ends_its_call(start_server: Callable[..., ServerThread]) -> None:
+    server = start_server(
+        registry=registry(), voice_model="scripted-voice", world_model="none", resume_grace_s=1.0
+    )
+    server.wait_ready(timeout=30)
+    caller = Caller(server.http_url, None)
     await caller.connect()
     await caller.event("session.created")
-    assert len(voice_service(voice_server).calls.calls) == 1
+    assert len(voice_service(server).calls.calls) == 1
     await caller.pc.close()  # no goodbye: the media stops
-    await until_no_calls(voice_server, within=30)
+    # The call is freed at once; its session parks for the grace period (a resume may come), then ends.
+    await until_no_calls(server, within=30)
 
 
 async def test_a_peer_that_stops_sending_media_is_hung_up(voice_server: ServerThread) -> None:

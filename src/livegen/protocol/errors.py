@@ -150,6 +150,14 @@ MODEL_CHANGE_UNSUPPORTED = WireError(
     "session.model",
     kind=InvalidState,
 )
+AUDIO_FORMAT_FIXED = WireError(
+    "invalid_value",
+    "Invalid value for '{field}': this session's audio is {fixed} and cannot change (a WebRTC"
+    " call's track is Opus, decoded to and encoded from it); this update asked for {asked}."
+    " The session is unchanged.",
+    "openai code",
+    "a WebRTC call's `session.update` that changes an audio format or rate (`param` names it)",
+)
 MODEL_NOT_FOUND = WireError(
     "model_not_found",
     "The model `{model}` does not exist or you do not have access to it.",

@@ -24,6 +24,9 @@ happens inside a live one:
   call goes on.
 - Who may touch the call: it remembers the ephemeral key that opened it, so
   hangup and attach take that key or the server's, never another ``ek_`` key.
+- ``CallLink``: the call as its session's link (``runtime.voice.lifecycle.Link``);
+  the session's owner runs its lifecycle as a socket's, so a call lost without
+  a goodbye parks its session and a WebSocket may resume it.
 """
 
 from __future__ import annotations
@@ -43,11 +46,10 @@ from livegen.errors import RemoteProtocolError
 from livegen.protocol import realtime as wire
 from livegen.protocol.errors import WireError
 from livegen.protocol.realtime import server as ev
+from livegen.runtime.closes import CLOSE_NOT_READING
 
 if TYPE_CHECKING:
     from aiortc import RTCPeerConnection
-
-    from livegen.runtime.voice.runner import Runner
 
 #: The track's audio: 24 kHz mono PCM16 (the session's output format), 20 ms frames.
 RATE = 24_000
@@ -66,6 +68,8 @@ CHANNEL_LOW_WATER = 64 * 1024
 QUEUE_HIGH_WATER = 64 * 1024
 #: Seconds a call's last events (``session.closed``) may take to leave before the connection closes.
 FLUSH_TIMEOUT_S = 5.0
+#: How a call's connection is lost without a goodbye (its session parks; ``close_code``).
+LOST_REASONS = frozenset({"peer_failed", "peer_closed", "peer_track_ended"})
 _MAX_MESSAGE = re.compile(r"^a=max-message-size:(\d+)\s*$", re.MULTILINE)
 
 EVENT_TOO_LARGE = WireError(
@@ -111,6 +115,18 @@ def _event_id() -> str:
 def _event_type(text: str) -> str:
     found = re.match(r'\{"type":"([a-z_.]{1,64})"', text)
     return found.group(1) if found else "server"
+
+
+def _unacked(channel: Any) -> bool:
+    """Whether the channel holds data the peer has not acknowledged: its own buffer, and SCTP's
+    queues (``bufferedAmount`` drops when data reaches SCTP, before it is sent; closing then would
+    lose the call's last events). aiortc 1.16 (pinned) keeps those queues private; if that changes,
+    the channel's own buffer is all that is waited for."""
+    if channel.bufferedAmount > 0:
+        return True
+    sctp = channel.transport
+    queued = (getattr(sctp, name, ()) for name in ("_data_channel_queue", "_outbound_queue", "_sent_queue"))
+    return any(len(queue) > 0 for queue in queued)
 
 
 class AnswerTrack:
@@ -289,12 +305,15 @@ class Call:
         self.key = key
         #: The caller's largest data-channel message (None: any size).
         self.max_message = max_message
-        self.runner: Runner | None = None
         self.channel: Any = None
         self.watchers: set[Watcher] = set()
-        self.inbox: asyncio.Queue[wire.ClientEvent | RemoteProtocolError] = asyncio.Queue(maxsize=1024)
+        #: The caller's events for its session (channel, track, attached backends), and the close
+        #: code its link reports when the call has ended (``CallLink.receive``).
+        self.inbox: asyncio.Queue[wire.ClientEvent | RemoteProtocolError | int] = asyncio.Queue(maxsize=1024)
         self.ended = asyncio.Event()
         self.end_reason = ""
+        #: Set when the session has let go of the call (its last events have left): tear it down.
+        self.closed = asyncio.Event()
         #: When the caller was last heard: media on its track, or a message on its data channel.
         self.last_heard = time.monotonic()
         self.answer = AnswerTrack(self)
@@ -312,6 +331,15 @@ class Call:
             self.end_reason = reason
             self.ended.set()
             self._room.set()  # a runner waiting for room goes on (its events are dropped at close)
+            # Wakes the session's reader; a full inbox is read up to this (``CallLink.receive``).
+            with contextlib.suppress(asyncio.QueueFull):
+                self.inbox.put_nowait(self.close_code())
+
+    def close_code(self) -> int:
+        """The code the call's link reports to its session once the call has ended: a connection
+        lost without a goodbye (1006) parks the session for a resume, as a socket's would; a
+        hangup, ``session.close``, a silent peer (told ``session.closed``) or a shutdown ends it."""
+        return 1006 if self.end_reason in LOST_REASONS else 1000
 
     def may_be_touched_by(self, key: str | None) -> bool:
         """Hangup and attach: the server's key (or none, on a server without one) or this call's own."""
@@ -383,13 +411,14 @@ class Call:
         """Let the call's last events leave (bounded: the peer may be gone)."""
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(FLUSH_TIMEOUT_S):
-                while self._queue or (self.channel is not None and self.channel.bufferedAmount > 0):
+                while self._queue or (self.channel is not None and _unacked(self.channel)):
                     if self.channel is None or self.channel.readyState != "open":
                         return
                     await asyncio.sleep(0.02)
 
     # -- in --------------------------------------------------------------------------------------
     def put_internal(self, event: wire.ClientEvent | RemoteProtocolError) -> None:
+        """An event of the call's own (the caller's audio, the track's acks): never refused."""
         with contextlib.suppress(asyncio.QueueFull):
             self.inbox.put_nowait(event)
 
@@ -427,3 +456,36 @@ class Call:
         elif kind == "response.created":
             self._cleared = False
         return event
+
+
+class CallLink:
+    """A call as its session's owner sees it (``runtime.voice.lifecycle.Link``): the session's
+    events out through the call's one writer (the channel, attached backends), the caller's in
+    from the call's inbox (its channel, its track's audio and acks, attached backends), and the
+    call's end as the link's close. The session's owner runs the lifecycle, as for a socket."""
+
+    def __init__(self, call: Call) -> None:
+        self.call = call
+
+    @property
+    def end_reason(self) -> str:
+        """``session.closed``'s reason when the call ends first (``hangup``, ``peer_silent``...)."""
+        return self.call.end_reason or "call_ended"
+
+    async def send_text(self, text: str) -> None:
+        await self.call.send_text(text)
+
+    async def receive(self) -> wire.ClientEvent | RemoteProtocolError | int:
+        call = self.call
+        if call.ended.is_set():
+            return call.close_code()
+        return await call.inbox.get()
+
+    async def close(self, code: int) -> None:
+        """The session let go of the call: its last events leave (bounded), then it is torn down."""
+        call = self.call
+        call.end("outbox_overflow" if code == CLOSE_NOT_READING else "ended")
+        try:
+            await call.flush()
+        finally:
+            call.closed.set()

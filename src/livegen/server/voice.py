@@ -53,7 +53,7 @@ class WebSocketLink:
     async def close(self, code: int) -> None:
         await self.websocket.close(code)
 
-    async def receive(self) -> str | RemoteProtocolError | int:
+    async def receive(self) -> str | wire.ClientEvent | RemoteProtocolError | int:
         try:
             message = await self.websocket.receive()
         except WebSocketDisconnect as gone:

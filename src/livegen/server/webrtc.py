@@ -1,8 +1,10 @@
 """``/v1/realtime/calls``: voice sessions over WebRTC (aiortc), as OpenAI's browser clients connect.
 
-One engine, two transports: a call is a session of the ``VoiceEngine`` (its
-``admit``, ``open_runner`` and ``enlist``), driven by the same core and runner
-as the WebSocket; this module only moves media and text:
+One engine, two transports: a call is a session of the ``VoiceEngine``,
+admitted, opened, run and ended by the same per-session owner as a socket's
+(``runtime/voice/owner.py``, by the table in ``voice/lifecycle.py``); the call
+is the session's link (``calls.CallLink``). This module only moves media and
+text:
 
 - the caller's Opus audio (one ``sendrecv`` audio track) is decoded by aiortc,
   resampled to 24 kHz PCM16 and fed to the runner as ``input_audio_buffer.append``
@@ -19,14 +21,17 @@ as the WebSocket; this module only moves media and text:
   what went out on the track.
 
 A call ends on ``POST /v1/realtime/calls/{id}/hangup``, on ``session.close``,
-when the peer's connection fails or closes, or when nothing (no media, no
-data-channel message) has come for ``NO_MEDIA_TIMEOUT_S`` (a vanished peer);
-everything it held is freed. A server-side WebSocket may attach to a live call
-with ``/v1/realtime?call_id=`` to watch its events and send its own (a backend
-running tools for a browser). Hangup and attach take the server's key or the
-call's own ephemeral key. What happens inside a live call (the answer track,
-the channel's writer and its limits, attached sockets) is ``server/calls.py``;
-this module sets calls up, listens to the caller and ends calls.
+or when nothing (no media, no data-channel message) has come for
+``NO_MEDIA_TIMEOUT_S`` (the caller is told ``session.closed``). When the peer's
+connection fails or closes, the call is freed and its session parks for a
+resume, as a lost socket's (``calls.Call.close_code``).
+
+A server-side WebSocket may attach to a live call with ``/v1/realtime?call_id=``
+to watch its events and send its own (a backend running tools for a browser).
+Hangup and attach take the server's key or the call's own ephemeral key. What
+happens inside a live call (the answer track, the channel's writer and its
+limits, attached sockets, its link) is ``server/calls.py``; this module sets
+calls up, listens to the caller and lets calls go.
 
 ICE: aiortc gathers host candidates, enough on loopback and a LAN; behind NAT
 give ``--webrtc-ice-servers`` (STUN/TURN URLs) so it gathers reflexive/relay ones.
@@ -55,13 +60,14 @@ from livegen.protocol import errors as wire_errors
 from livegen.protocol import realtime as wire
 from livegen.protocol.errors import WireError
 from livegen.runtime.closes import CLOSE_NOT_READING, NOT_READING_REASON
-from livegen.runtime.voice.runner import Runner
+from livegen.runtime.voice.lifecycle import Handoff, Opening
 from livegen.server.auth import EPHEMERAL_PREFIX, presented_key
 from livegen.server.bodies import json_object, multipart_fields
 from livegen.server.calls import (
     RATE,
     SESSION_TOO_LARGE,
     Call,
+    CallLink,
     Watcher,
     max_message_bytes,
 )
@@ -172,30 +178,46 @@ class CallService:
             pc.addTrack(call.answer.track)  # on the offer's audio transceiver: one track both ways
             answer = await pc.createAnswer()
             await pc.setLocalDescription(answer)
-            runner = await self.engine.open_runner(
-                "sess_" + secrets.token_hex(8), name, model, call.send_text, call.outgoing
-            )
-        except RemoteProtocolError as refused:
-            await pc.close()
-            return error_response(refused, STATUS.get(refused.code, 400))
         except Exception as exc:  # aiortc rejects what it cannot negotiate; its words are its internals
             await pc.close()
             error = INVALID_OFFER.error(detail=UNNEGOTIABLE, param="sdp")
             self._count_error(error)
             log_event(logger, "webrtc.offer_refused", logging.WARNING, error=f"{type(exc).__name__}: {exc}")
             return error_response(error, 400)
-        call.runner = runner
-        if bound:
-            update = {"type": "session.update", "session": bound}
-            await runner.put_client(wire.decode(msgspec.json.encode(update)))
+        session_id = "sess_" + secrets.token_hex(8)
+        refused = await self._open(call, session_id, name, model, bound)
+        if refused is not None:
+            call.end("refused")
+            await pc.close()
+            return error_response(refused, STATUS.get(refused.code, 400))
         self.calls[call.id] = call
-        task = asyncio.create_task(self._serve(call, runner, name))
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        self._spawn(self._serve(call, session_id, name))
         headers = {"Location": f"/v1/realtime/calls/{call.id}"}
         return Response(
             pc.localDescription.sdp, status_code=201, media_type="application/sdp", headers=headers
         )
+
+    async def _open(
+        self, call: Call, session_id: str, name: str, model: Any, bound: dict[str, Any]
+    ) -> RemoteProtocolError | None:
+        """The call's session, opened by the engine's owner (as a socket's) on the call's link;
+        returns the refusal if it could not open (the caller gets it as the HTTP answer)."""
+        update = {"type": "session.update", "session": bound}
+        outcome: asyncio.Future[RemoteProtocolError | None] = asyncio.get_running_loop().create_future()
+        opening = Opening(
+            Handoff(CallLink(call), transport=call.outgoing),
+            session_id,
+            name,
+            model,
+            bound=wire.decode(msgspec.json.encode(update)) if bound else None,
+            formats_fixed=True,
+            outcome=outcome,
+        )
+        self.engine.open(opening)
+        await asyncio.wait({outcome})
+        if outcome.cancelled():  # the owner failed before the session started (a bug, logged)
+            return wire_errors.MODEL_OPEN_FAILED.error(model=name, detail="the session failed to start")
+        return outcome.result()
 
     def _ice_servers(self) -> list[Any]:
         from aiortc import RTCIceServer
@@ -265,10 +287,10 @@ class CallService:
                 piece.clear()
                 call.put_internal(wire.AudioAppend(audio=audio))
 
-    async def _serve(self, call: Call, runner: Runner, name: str) -> None:
-        """Own the call from answer to end: run its session, feed it, then free everything."""
-        with bind_session(runner.session.id):
-            undo = self.engine.enlist(runner)
+    async def _serve(self, call: Call, session_id: str, name: str) -> None:
+        """Carry the call from answer to end: its writer and watchdog run until its session lets
+        go of it (``CallLink.close``), then the call lets go of everything."""
+        with bind_session(session_id):
             metrics = self.voice.state.metrics
 
             def unsent_bytes() -> int:
@@ -277,42 +299,20 @@ class CallService:
             metrics.unsent_sources.add(unsent_bytes)
             # The call's id is its capability on a server without a key: it is never logged.
             log_event(logger, "webrtc.call_opened", model=name)
-            run = asyncio.create_task(runner.run())
-            helpers = [
-                asyncio.create_task(self._feed(call, runner)),
-                asyncio.create_task(self._watch(call)),
-                asyncio.create_task(call.write()),
-            ]
-            ended = asyncio.create_task(call.ended.wait())
+            helpers = [asyncio.create_task(call.write()), asyncio.create_task(self._watch(call))]
             try:
-                await asyncio.wait({run, ended}, return_when="FIRST_COMPLETED")
+                await call.closed.wait()
             finally:
-                await runner.stop(call.end_reason or "call_ended")
+                for task in helpers:
+                    task.cancel()
+                self.calls.pop(call.id, None)
+                for watcher in call.watchers:
+                    watcher.close()
                 with contextlib.suppress(Exception):
-                    await run
-                await self._close(call, runner, [*helpers, ended])
-                undo()
+                    await call.pc.close()
+                call.end("ended")
                 metrics.unsent_sources.discard(unsent_bytes)
-
-    async def _close(self, call: Call, runner: Runner, tasks: list[asyncio.Task[Any]]) -> None:
-        """The session has ended: its last events leave, then the call lets go of everything."""
-        if runner.close_reason == "outbox_overflow":  # as a socket's close 4002: the caller is not reading
-            self.voice.state.metrics.refused.labels(code="unsent_bytes_exceeded").inc()
-            call.end("outbox_overflow")
-        await call.flush()
-        for task in tasks:
-            task.cancel()
-        self.calls.pop(call.id, None)
-        for watcher in call.watchers:
-            watcher.close()
-        with contextlib.suppress(Exception):
-            await call.pc.close()
-        call.end("ended")
-        log_event(logger, "webrtc.call_closed", reason=call.end_reason)
-
-    async def _feed(self, call: Call, runner: Runner) -> None:
-        while True:
-            await runner.put_client(await call.inbox.get())
+                log_event(logger, "webrtc.call_closed", reason=call.end_reason)
 
     async def _watch(self, call: Call) -> None:
         """End a call whose peer has gone quiet (no ICE consent, no packets)."""
@@ -326,7 +326,7 @@ class CallService:
         """The live call ``call_id`` if ``key`` may touch it (the server's key or the call's own);
         a call opened with another ephemeral key is, for this key, no call at all."""
         call = self.calls.get(call_id)
-        if call is None or call.runner is None or not call.may_be_touched_by(key):
+        if call is None or not call.may_be_touched_by(key):
             return None
         return call
 

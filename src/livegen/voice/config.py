@@ -35,6 +35,7 @@ from livegen.protocol.audio import (
     parse_format,
 )
 from livegen.protocol.errors import (
+    AUDIO_FORMAT_FIXED,
     INVALID_TYPE,
     INVALID_VALUE,
     MISSING_REQUIRED_PARAMETER,
@@ -137,6 +138,9 @@ class Config:
     noise_reduction: str | None = None
     #: ``include``: extra fields asked for (``item.input_audio_transcription.logprobs``).
     include: tuple[str, ...] = ()
+    #: The transport fixes the audio formats (a WebRTC call's Opus track is decoded to and encoded
+    #: from PCM16 at 24 kHz): a ``session.update`` that changes one is refused, never half-honoured.
+    formats_fixed: bool = False
 
     @property
     def is_transcription(self) -> bool:
@@ -431,6 +435,7 @@ def _format_updates(
         for param, value in named:
             if (fmt := _format(value, param)) is not None:
                 updates[name] = fmt
+                _check_fixed(config, name, fmt, param)
     input_rates = (
         ("session.sample_rate_hz", session.sample_rate_hz),
         ("session.audio.input.sample_rate_hz", audio_in.sample_rate_hz),
@@ -443,8 +448,23 @@ def _format_updates(
         rate = _sample_rate(sources, explicit)
         if rate is not None:
             fmt = updates.get(name, getattr(config, name))
-            updates[name] = _with_rate(fmt, rate, sources[0][0])
+            param = next(p for p, value in sources if value is not UNSET)
+            updates[name] = _with_rate(fmt, rate, param)
+            _check_fixed(config, name, updates[name], param)
     return updates
+
+
+def _check_fixed(config: Config, name: str, fmt: AudioFormat, param: str) -> None:
+    """Refuse a format change the session's transport cannot honour (``Config.formats_fixed``)."""
+    fixed: AudioFormat = getattr(config, name)
+    if config.formats_fixed and fmt != fixed:
+        raise AUDIO_FORMAT_FIXED.error(
+            field=param, fixed=_format_words(fixed), asked=_format_words(fmt), param=param
+        )
+
+
+def _format_words(fmt: AudioFormat) -> str:
+    return f"{fmt.encoding.value} at {fmt.rate} Hz"
 
 
 def _format(value: AudioFormatShape | str | UnsetType | None, param: str) -> AudioFormat | None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import itertools
 import logging
@@ -174,9 +175,11 @@ class VoiceEngine:
         send_text: Callable[[str], Awaitable[None]],
         dialect: Dialect | None = None,
         session_type: str = "realtime",
+        formats_fixed: bool = False,
     ) -> Runner:
         """The session core, its model stream and its runner, for any transport. Raises
-        OpenAI's error when the model cannot open a stream. ``enlist`` starts the count."""
+        OpenAI's error when the model cannot open a stream. ``enlist`` starts the count.
+        ``formats_fixed``: the transport carries the default formats only (a call's track)."""
         counter = itertools.count(1)
         tag = session_id[5:13]
 
@@ -188,6 +191,8 @@ class VoiceEngine:
         session = Session(
             session_id, facts, ids, self.limits, canonical_name=canonical, session_type=session_type
         )
+        if formats_fixed:
+            session.config = dataclasses.replace(session.config, formats_fixed=True)
         try:
             stream = await model.open(session_id, session.config.stream_config())
         except Exception as exc:  # one model failing to open a stream fails this session only

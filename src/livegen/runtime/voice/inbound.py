@@ -30,7 +30,7 @@ async def read(link: Link, live: LiveSession, events_in: Any) -> int | Exception
             if isinstance(message, int):
                 return message
             events_in.inc()
-            if isinstance(message, RemoteProtocolError):
+            if isinstance(message, RemoteProtocolError | wire.ClientEvent):
                 await live.runner.put_client(message)
             else:
                 await deliver(message, live)

@@ -6,8 +6,11 @@ resuming link, or *ended*. The steps are one table (``voice/lifecycle.py``),
 which the session's owner (``owner.SessionOwner``) runs; this module holds the
 values they pass around, with no transport in them:
 
-- ``Link``: one client connection as the engine sees it (a WebSocket today):
-  send a text event, close with a code, receive the next text message;
+- ``Link``: one client connection as the engine sees it (a WebSocket, or a
+  WebRTC call's data channel): send a text event, close with a code, receive
+  the next message (text, or an event the transport decoded itself: a call's
+  audio); a link may say why it ended (``end_reason``, the ``session.closed``
+  reason);
 - ``Handoff``: a link posted to the session's owner (the opening one, or a
   resuming one), with the event its transport handler waits on until the
   owner is done with it (an ASGI handler that returns closes its socket);
@@ -32,7 +35,7 @@ from livegen.models.voice import VoiceModel
 from livegen.protocol import realtime as wire
 from livegen.protocol.duplex import DuplexDialect
 from livegen.runtime.voice.attachment import Attachment, ResumeCredential
-from livegen.runtime.voice.runner import Runner
+from livegen.runtime.voice.runner import Dialect, Runner
 
 
 class Link(Protocol):
@@ -42,8 +45,9 @@ class Link(Protocol):
 
     async def close(self, code: int) -> None: ...
 
-    async def receive(self) -> str | RemoteProtocolError | int:
-        """The next text message, the error for one that is not text, or the close code."""
+    async def receive(self) -> str | wire.ClientEvent | RemoteProtocolError | int:
+        """The next text message (or event the transport decoded), the error for one it could
+        not decode, or the close code."""
         ...
 
 
@@ -58,6 +62,10 @@ class Handoff:
     duplex: bool = False
     #: Set by the owner when it is done with the link (the transport's handler may then return).
     released: asyncio.Event = field(default_factory=asyncio.Event)
+    #: The link's last word on each outgoing event while it is attached (a WebRTC call's answer
+    #: audio goes to its track, not the channel); None: events go out as the session's dialect
+    #: makes them (and so they are journaled while the session is parked).
+    transport: Dialect | None = None
 
 
 @dataclass
@@ -96,6 +104,11 @@ class Opening:
     first: str | None = None
     #: The configuration the client's ephemeral key was made with, applied first.
     bound: wire.ClientEvent | None = None
+    #: The transport carries the default audio formats only (``Config.formats_fixed``).
+    formats_fixed: bool = False
+    #: Told when the session has started (None) or was refused (the error), for a transport that
+    #: answers before the session's first event (a call's HTTP answer).
+    outcome: asyncio.Future[RemoteProtocolError | None] | None = None
 
 
 def resumed_event(session_id: str, token: str, last_seq: int, seq: int) -> str:

@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -65,6 +65,7 @@ class SessionOwner:
     # One per session, alive as long as it is: no per-instance dict.
     __slots__ = (
         "_ended",
+        "_reason",
         "_refusal",
         "_resuming",
         "_run",
@@ -89,6 +90,8 @@ class SessionOwner:
         self._run: asyncio.Task[None] | None = None
         self._undo: Callable[[], None] | None = None
         self._ended = False
+        #: Why the session ends when its link goes (``session.closed``'s reason): the link may say.
+        self._reason = "client_disconnected"
 
     async def run(self) -> None:
         """Own the session from its opening to its end."""
@@ -101,6 +104,8 @@ class SessionOwner:
                         await getattr(self, _ACTIONS[action])()
                     self.state = after
             finally:  # a bug or a cancellation: the session still ends, and its links are let go
+                if self.opening.outcome is not None and not self.opening.outcome.done():
+                    self.opening.outcome.cancel()
                 if not self._ended:
                     await self._end()
 
@@ -121,6 +126,7 @@ class SessionOwner:
             closed = reader.result()
             if isinstance(closed, Exception):
                 raise closed
+            self._reason = getattr(live.attached.link, "end_reason", None) or self._reason
             return Event.GOODBYE if closed in CLEAN_CLOSE_CODES else Event.LINK_LOST
         finally:
             reader.cancel()
@@ -166,11 +172,14 @@ class SessionOwner:
         attachment = Attachment(opening.handoff.link.send_text, stamp_seq=dialect is not None)
         live: LiveSession | None = None
 
-        def outgoing(event: ev.ServerEvent) -> ev.ServerEvent | None:
+        def outgoing(event: ev.ServerEvent) -> ev.ServerEvent | dict[str, Any] | None:
             if dialect is not None and (event := dialect.outbound(event)) is None:  # type: ignore[assignment]
                 return None
             if isinstance(event, ev.SessionCreated) and live is not None:
                 event = msgspec.structs.replace(event, resume_token=live.credential.token)
+            attached = live.attached if live is not None else opening.handoff
+            if attached is not None and attached.transport is not None:
+                return attached.transport(event)
             return to_beta(event) if opening.beta else event
 
         runner = await self.engine.open_runner(
@@ -180,6 +189,7 @@ class SessionOwner:
             attachment.send,
             outgoing,
             session_type=opening.session_type,
+            formats_fixed=opening.formats_fixed,
         )
         live = LiveSession(runner, attachment, duplex=dialect, attached=opening.handoff)
         kind = "duplex" if dialect is not None else "beta" if opening.beta else "ga"
@@ -217,9 +227,17 @@ class SessionOwner:
             await runner.put_client(self.opening.bound)
         if self.opening.first is not None:
             await inbound.deliver(self.opening.first, live)
+        self._settle(None)
+
+    def _settle(self, refusal: RemoteProtocolError | None) -> None:
+        """Tell a transport that waits for it whether the session started (``Opening.outcome``)."""
+        outcome = self.opening.outcome
+        if outcome is not None and not outcome.done():
+            outcome.set_result(refusal)
 
     async def _refuse(self) -> None:
         assert self._refusal is not None
+        self._settle(self._refusal)
         await self.engine.refuse(self.opening.handoff.link, self._refusal, 1011)
         self.opening.handoff.released.set()
 
@@ -263,7 +281,7 @@ class SessionOwner:
             self.opening.handoff.released.set()
             return
         runner = live.runner
-        await runner.stop("client_disconnected")
+        await runner.stop(self._reason)
         with contextlib.suppress(Exception):
             await run
         if self._undo is not None:
