@@ -7,8 +7,9 @@ step, and the session manager (ids, ``--max-sessions``, tombstones). It opens a
 session's runner from its first ``session.update``, reconfigures it from later
 ones, describes it for ``session.created``/``session.updated``, and reports
 readiness: not ready until the model is loaded, nor while the KV pool or the
-realtime capacity is full. A transport (``server/world.py``) only decodes
-client messages and hands them here or to the session's runner.
+realtime capacity is full. Each socket's ``SessionOwner`` (``owner.py``)
+decodes its client's messages and hands them here or to the session's runner;
+the transport (``server/world.py``) only moves text and bytes.
 """
 
 from __future__ import annotations
