@@ -22,6 +22,8 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from livegen.errors import ConfigError, InvalidRequest, InvalidState, RemoteProtocolError
 from livegen.logs import log_event
 from livegen.models import ModelInfo, Registry
@@ -219,35 +221,39 @@ class WorldEngine:
         self.wake()
 
     def describe(self, runner: Runner) -> dict[str, Any]:
-        """The session object of ``session.created`` and ``session.updated``."""
+        """The session object of ``session.created`` and ``session.updated``, as the events carry it."""
+        return msgspec.to_builtins(self.session_object(runner))  # type: ignore[no-any-return]
+
+    def session_object(self, runner: Runner) -> wire.SessionObject:
+        """The session as its client sees it: what it asked for, as applied, and the model's shape."""
         spec, session, options = runner.spec, runner.session, runner.options
-        return {
-            "id": session.session_id,
-            "model": self.entry.name,
-            "prompt": session.initial_prompt,
-            "seed": session.seed,
-            "seed_image": session.seed_image is not None,
-            "pacing": options.pacing,
-            "output": {"format": options.format, "quality": options.quality},
-            "max_pending_events": session.max_pending_events,
-            "max_chunks_ahead": options.max_chunks_ahead,
-            "width": spec.width,
-            "height": spec.height,
-            "fps": spec.fps,
-            "frames_per_chunk": spec.frames_per_chunk,
-            "first_chunk_frames": spec.frames_in_chunk(0),
-            "controls": [
-                {
-                    "track": track.name,
-                    "schema": track.schema,
-                    "json_schema": dict(track.json_schema),
-                    "default": thaw(track.default),
-                    "is_sticky": track.is_sticky,
-                    "description": track.description,
-                }
+        return wire.SessionObject(
+            id=session.session_id,
+            model=self.entry.name,
+            prompt=session.initial_prompt,
+            seed=session.seed,
+            seed_image=session.seed_image is not None,
+            pacing=options.pacing,
+            output=wire.OutputConfig(options.format, options.quality),  # type: ignore[arg-type]
+            max_pending_events=session.max_pending_events,
+            max_chunks_ahead=options.max_chunks_ahead,
+            width=spec.width,
+            height=spec.height,
+            fps=spec.fps,
+            frames_per_chunk=spec.frames_per_chunk,
+            first_chunk_frames=spec.frames_in_chunk(0),
+            controls=[
+                wire.TrackObject(
+                    track=track.name,
+                    schema=track.schema,
+                    json_schema=dict(track.json_schema),
+                    default=thaw(track.default),
+                    is_sticky=track.is_sticky,
+                    description=track.description,
+                )
                 for track in spec.controls
             ],
-        }
+        )
 
 
 def _check_fixed(runner: Runner, update: wire.SessionConfig) -> None:
