@@ -4,11 +4,12 @@ The transport (``server/world.py``) accepts a socket, wraps it as a ``Link``
 (send text, send bytes, receive, close with a code) and hands it here; from
 then on the owner does the engine's side of the conversation. It reads the
 client's messages in order, decodes them (``protocol/world.py``) and
-dispatches each: the first ``session.update`` opens the session through the
-engine (``WorldEngine.open``), later ones reconfigure it, ``world.event``,
-``chunk.ack``, ``world.reset`` and ``session.close`` go to the session's
-runner. It counts the session's metrics (sessions, events in and out, errors,
-unsent bytes) and closes the session when the socket ends.
+dispatches each as the table of ``world/lifecycle.py`` says: the first
+``session.update`` opens the session through the engine (``WorldEngine.open``),
+later ones reconfigure it, ``world.event``, ``chunk.ack``, ``world.reset`` and
+``session.close`` go to the session's runner. It counts the session's metrics
+(sessions, events in and out, errors, unsent bytes) and closes the session when
+the socket ends.
 
 Bad input never ends a session or the server: each bad message gets an
 ``error`` event (with the client's ``event_id`` where it had one) and the
@@ -31,10 +32,20 @@ from livegen.protocol import world as wire
 from livegen.runtime.closes import CLOSE_NOT_READING, NOT_READING_REASON
 from livegen.runtime.world.engine import logger
 from livegen.world import Status
+from livegen.world.lifecycle import Action, Message, State, dispatch
 
 if TYPE_CHECKING:
     from livegen.runtime.world.engine import WorldEngine
     from livegen.runtime.world.runner import Runner
+
+#: Each client event as ``world/lifecycle.py``'s table tells them apart.
+_MESSAGES: dict[type[wire.ClientEvent], Message] = {
+    wire.SessionUpdate: Message.UPDATE,
+    wire.WorldEvent: Message.EVENT,
+    wire.ChunkAck: Message.ACK,
+    wire.WorldReset: Message.RESET,
+    wire.SessionClose: Message.CLOSE,
+}
 
 #: Close code of a session failed by a bug of ours (RFC 6455 "internal error").
 CLOSE_INTERNAL_ERROR = 1011
@@ -65,6 +76,11 @@ class WorldSession:
 
     runner: Runner | None = None
     is_closed: bool = False
+
+    @property
+    def state(self) -> State:
+        """Where the session is in ``world/lifecycle.py``'s table."""
+        return State.CLOSED if self.is_closed else State.NEW if self.runner is None else State.OPEN
 
 
 class SessionOwner:
@@ -174,12 +190,20 @@ class SessionOwner:
             await self._send_error(InvalidState(f"internal error: {error}", code="internal_error"))
 
     async def _dispatch(self, event: wire.ClientEvent) -> None:
+        action = dispatch(self.session.state, _MESSAGES[type(event)])
+        if action is Action.NOT_CREATED:
+            raise InvalidState("send session.update first to create the session", code="session_not_created")
+        if action is Action.CLOSED:
+            raise InvalidState("the session is closed", code="session_closed")
         if isinstance(event, wire.SessionUpdate):
             self._update(event.session)
-            return
-        if isinstance(event, wire.ChunkAck) and self.session.is_closed:
-            return  # acks of chunks that were in flight at close are moot, not errors
-        runner = self._require_session()
+        elif action is Action.DRIVE:
+            await self._drive(event)
+
+    async def _drive(self, event: wire.ClientEvent) -> None:
+        """A message for the open session's runner."""
+        runner = self.session.runner
+        assert runner is not None
         if isinstance(event, wire.WorldEvent):
             self.engine.accept(runner, event)
         elif isinstance(event, wire.ChunkAck):
@@ -192,18 +216,10 @@ class SessionOwner:
                 self.session.is_closed = True
                 self._closed()
 
-    def _require_session(self) -> Runner:
-        if self.session.is_closed:
-            raise InvalidState("the session is closed", code="session_closed")
-        if self.session.runner is None:
-            raise InvalidState("send session.update first to create the session", code="session_not_created")
-        return self.session.runner
-
     def _update(self, update: wire.SessionConfig) -> None:
-        """``session.update``: the first opens the session, later ones reconfigure it."""
+        """``session.update`` (OPEN or RECONFIGURE): the first opens the session, later ones
+        reconfigure it."""
         session, engine = self.session, self.engine
-        if session.is_closed:
-            raise InvalidState("the session is closed", code="session_closed")
         engine.check_model(update)
         if session.runner is None:
             session.runner = engine.open(update, self._send_text, self.link.send_bytes, self._count_error)
