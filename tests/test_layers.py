@@ -137,6 +137,12 @@ RULES: tuple[Rule, ...] = (
         "nothing that serves imports training code: a training change must not break serving",
         exempt=NOT_SERVING,
     ),
+    Rule(
+        ("livegen.server",),
+        ("livegen.runtime.world.runner", "livegen.world"),
+        "a world transport hands its socket to the engine's session owner (runtime/world/owner.py); "
+        "the runner and the sans-IO core are the engine's (issue 24)",
+    ),
 )
 
 #: Imports that break a rule today, each being fixed under issue #12 by another branch.
@@ -288,6 +294,13 @@ WRONG_IMPORTS = [
     ("livegen/models/__init__.py", "from .cascade import x\n", "livegen.models.cascade", 5),
     ("livegen/client/probe.py", "from livegen.runtime.engine import x\n", "livegen.runtime.engine", 6),
     ("livegen/runtime/probe.py", "from livegen.training.data import Clip\n", "livegen.training.data", 7),
+    (
+        "livegen/server/probe.py",
+        "from livegen.runtime.world.runner import Runner\n",
+        "livegen.runtime.world.runner",
+        8,
+    ),
+    ("livegen/server/probe.py", "from livegen.world import Status\n", "livegen.world", 8),
 ]
 
 

@@ -89,6 +89,39 @@ CLIENT_TYPES = frozenset({"session.update", "world.event", "chunk.ack", "world.r
 
 
 # -- server to client ------------------------------------------------------------------------
+class TrackObject(msgspec.Struct):
+    """One control track of a session object: what a ``world.event`` control may carry."""
+
+    track: str
+    schema: str
+    json_schema: dict[str, Any]
+    default: Any
+    is_sticky: bool
+    description: str
+
+
+class SessionObject(msgspec.Struct):
+    """The session of ``session.created`` and ``session.updated``: what the client asked for,
+    as the server applied it, and the model's shape (docs/world-protocol.md). The server
+    builds this; the events carry it as a plain object, so a client reads it by key."""
+
+    id: str
+    model: str
+    prompt: str
+    seed: int
+    seed_image: bool
+    pacing: str
+    output: OutputConfig
+    max_pending_events: int
+    max_chunks_ahead: int
+    width: int
+    height: int
+    fps: float
+    frames_per_chunk: int
+    first_chunk_frames: int
+    controls: list[TrackObject]
+
+
 class SessionCreated(msgspec.Struct, tag="session.created", tag_field="type"):
     session: dict[str, Any]
 

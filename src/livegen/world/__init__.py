@@ -4,7 +4,8 @@ No asyncio, no clock, no randomness: events are accepted, ticks are planned,
 committed or failed as pure state transitions; ``runtime/`` performs them.
 ``events`` (inputs, frozen), ``reducer`` (controls), ``session`` (one world's
 transactions), ``manager`` (sessions by id, tombstones), ``flow`` (credit: how far
-generation may run ahead of the client).
+generation may run ahead of the client), ``lifecycle`` (what a socket's message does to
+its session).
 """
 
 from livegen.world.events import ControlInput, Event, FrozenDict, freeze, thaw

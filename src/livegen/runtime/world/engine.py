@@ -7,8 +7,9 @@ step, and the session manager (ids, ``--max-sessions``, tombstones). It opens a
 session's runner from its first ``session.update``, reconfigures it from later
 ones, describes it for ``session.created``/``session.updated``, and reports
 readiness: not ready until the model is loaded, nor while the KV pool or the
-realtime capacity is full. A transport (``server/world.py``) only decodes
-client messages and hands them here or to the session's runner.
+realtime capacity is full. Each socket's ``SessionOwner`` (``owner.py``)
+decodes its client's messages and hands them here or to the session's runner;
+the transport (``server/world.py``) only moves text and bytes.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from livegen.errors import ConfigError, InvalidRequest, InvalidState, RemoteProtocolError
 from livegen.logs import log_event
@@ -218,35 +221,39 @@ class WorldEngine:
         self.wake()
 
     def describe(self, runner: Runner) -> dict[str, Any]:
-        """The session object of ``session.created`` and ``session.updated``."""
+        """The session object of ``session.created`` and ``session.updated``, as the events carry it."""
+        return msgspec.to_builtins(self.session_object(runner))  # type: ignore[no-any-return]
+
+    def session_object(self, runner: Runner) -> wire.SessionObject:
+        """The session as its client sees it: what it asked for, as applied, and the model's shape."""
         spec, session, options = runner.spec, runner.session, runner.options
-        return {
-            "id": session.session_id,
-            "model": self.entry.name,
-            "prompt": session.initial_prompt,
-            "seed": session.seed,
-            "seed_image": session.seed_image is not None,
-            "pacing": options.pacing,
-            "output": {"format": options.format, "quality": options.quality},
-            "max_pending_events": session.max_pending_events,
-            "max_chunks_ahead": options.max_chunks_ahead,
-            "width": spec.width,
-            "height": spec.height,
-            "fps": spec.fps,
-            "frames_per_chunk": spec.frames_per_chunk,
-            "first_chunk_frames": spec.frames_in_chunk(0),
-            "controls": [
-                {
-                    "track": track.name,
-                    "schema": track.schema,
-                    "json_schema": dict(track.json_schema),
-                    "default": thaw(track.default),
-                    "is_sticky": track.is_sticky,
-                    "description": track.description,
-                }
+        return wire.SessionObject(
+            id=session.session_id,
+            model=self.entry.name,
+            prompt=session.initial_prompt,
+            seed=session.seed,
+            seed_image=session.seed_image is not None,
+            pacing=options.pacing,
+            output=wire.OutputConfig(options.format, options.quality),  # type: ignore[arg-type]
+            max_pending_events=session.max_pending_events,
+            max_chunks_ahead=options.max_chunks_ahead,
+            width=spec.width,
+            height=spec.height,
+            fps=spec.fps,
+            frames_per_chunk=spec.frames_per_chunk,
+            first_chunk_frames=spec.frames_in_chunk(0),
+            controls=[
+                wire.TrackObject(
+                    track=track.name,
+                    schema=track.schema,
+                    json_schema=dict(track.json_schema),
+                    default=thaw(track.default),
+                    is_sticky=track.is_sticky,
+                    description=track.description,
+                )
                 for track in spec.controls
             ],
-        }
+        )
 
 
 def _check_fixed(runner: Runner, update: wire.SessionConfig) -> None:
