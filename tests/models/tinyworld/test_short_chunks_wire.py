@@ -25,7 +25,11 @@ ACTIONS = ["right", "down", "left", "up", "right"]
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[ServerThread]:
-    config = ServerConfig(voice_model="none", api_key=None, world_frames_per_chunk=1)
+    # No frame-clock admission (headroom 0): these tests are about pacing and determinism, and on a
+    # busy machine admission refused the replay's second session (realtime_capacity).
+    config = ServerConfig(
+        voice_model="none", api_key=None, world_frames_per_chunk=1, world_realtime_headroom=0.0
+    )
     with ServerThread(config) as thread:
         thread.wait_ready()
         yield thread
