@@ -218,6 +218,11 @@ CASES: dict[str, list[dict[str, Any]]] = {
     "include transcription": [
         {"type": "transcription", "include": ["item.input_audio_transcription.logprobs"]}
     ],
+    "reasoning effort": [{"reasoning": {"effort": "low"}}],
+    "reasoning effort xhigh then null": [{"reasoning": {"effort": "xhigh"}}, {"reasoning": None}],
+    "reasoning effort kept": [{"reasoning": {"effort": "minimal"}}, {"instructions": "x"}],
+    "reasoning empty": [{"reasoning": {}}],
+    "reasoning effort unknown": [{"reasoning": {"effort": "maximal"}}],
     "two bad fields": [{"instructions": 5, "modalities": "audio"}],
     "bad then semantic error": [{"truncation": "never", "output_modalities": []}],
     "type error beats value error": [{"output_modalities": [], "voice": 5}],
@@ -238,6 +243,8 @@ CASES: dict[str, list[dict[str, Any]]] = {
     **_top("temperature"),
     **_top("include"),
     **_top("input_audio_noise_reduction"),
+    **_top("reasoning"),
+    **_kinds("reasoning.effort", lambda v: {"reasoning": {"effort": v}}),
     **_kinds("audio.input", lambda v: {"audio": {"input": v}}),
     **_kinds("audio.output", lambda v: {"audio": {"output": v}}),
     **_kinds("audio.input.format", lambda v: _ga_in(format=v)),

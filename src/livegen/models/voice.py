@@ -114,6 +114,8 @@ class StreamConfig:
     noise_reduction: str = ""
     #: Transcription outputs carry token log probabilities (``include`` asked for them).
     transcription_logprobs: bool = False
+    #: ``reasoning.effort`` ("minimal" .. "xhigh") for a reasoning language model; None: its own.
+    reasoning_effort: str | None = None
 
 
 @dataclass(frozen=True)
@@ -147,6 +149,8 @@ class ResponseRequest:
     max_output_tokens: int | None = None
     #: How the history is cut to the model's context: "auto", "disabled", or a retention ratio.
     truncation: str | float = "auto"
+    #: ``reasoning.effort`` for a reasoning language model; None: the endpoint's own.
+    reasoning_effort: str | None = None
 
 
 @runtime_checkable

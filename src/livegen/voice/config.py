@@ -47,6 +47,7 @@ from livegen.protocol.realtime.fields import (
     AudioOutputShape,
     AudioShape,
     NoiseReductionShape,
+    ReasoningShape,
     SessionShape,
     TranscriptionShape,
     TurnDetectionShape,
@@ -58,6 +59,7 @@ from livegen.protocol.realtime.session import (
     AudioInputObject,
     AudioOutputObject,
     NoiseReductionObject,
+    ReasoningObject,
     SemanticVadObject,
     ServerVadObject,
     SessionAudio,
@@ -83,6 +85,10 @@ LOGPROBS = "item.input_audio_transcription.logprobs"
 #: 224 tokens of it anyway (``models/cascade/asr.py`` keeps fewer); a longer one would only cost
 #: the recogniser time to tokenise.
 MAX_TRANSCRIPTION_PROMPT_CHARS = 1024
+#: OpenAI's ``reasoning.effort`` values. Effort is a hint to a reasoning model, passed on as chat
+#: completions' ``reasoning_effort``; the built-in responder (no ``--llm-base-url``) does not
+#: reason, so any effort is already met there: it is accepted and echoed (docs/voice-protocol.md).
+REASONING_EFFORTS = ("minimal", "low", "medium", "high", "xhigh")
 #: The ``idle_timeout_ms`` livegen takes (the wire decoder checks the same range first).
 IDLE_TIMEOUT_MS = (100, 3_600_000)
 
@@ -137,6 +143,8 @@ class Config:
     noise_reduction: str | None = None
     #: ``include``: extra fields asked for (``item.input_audio_transcription.logprobs``).
     include: tuple[str, ...] = ()
+    #: ``reasoning.effort`` (one of ``REASONING_EFFORTS``), or None: the language model's own.
+    reasoning_effort: str | None = None
 
     @property
     def is_transcription(self) -> bool:
@@ -158,6 +166,7 @@ class Config:
             tool_choice=fn.chat_tool_choice(self.tool_choice),
             noise_reduction=self.noise_reduction or "",
             transcription_logprobs=LOGPROBS in self.include,
+            reasoning_effort=self.reasoning_effort,
         )
 
     def _transcription_object(self) -> TranscriptionObject | None:
@@ -195,6 +204,7 @@ class Config:
             tool_choice=fn.choice_to_wire(self.tool_choice),
             truncation=_truncation_to_wire(self.truncation),
             include=list(self.include) if self.include else UNSET,
+            reasoning=UNSET if self.reasoning_effort is None else ReasoningObject(self.reasoning_effort),
         )
 
     def to_wire(self, session_id: str) -> dict[str, Any]:
@@ -326,7 +336,16 @@ def apply_update(config: Config, session: SessionShape) -> Config:
     updates.update(_hearing_updates(session, audio_in))
     if session.truncation is not UNSET:
         updates["truncation"] = parse_truncation(session.truncation, "session.truncation")
+    if session.reasoning is not UNSET:
+        updates["reasoning_effort"] = reasoning_effort(session.reasoning, "session.reasoning")
     return replace(config, **updates)
+
+
+def reasoning_effort(value: ReasoningShape | None, param: str) -> str | None:
+    """``reasoning``'s effort (``session.update``'s or ``response.create``'s); null: none named."""
+    if value is None or value.effort is UNSET or value.effort is None:
+        return None
+    return _one_of(value.effort, REASONING_EFFORTS, f"{param}.effort")
 
 
 def _prompt(value: str, param: str) -> str:

@@ -17,6 +17,8 @@ same way and yields each call whole (``ToolCall``) when the choice finishes;
 ``chat_stream`` also holds every answer to its deadlines and caps (``LLMLimits``). The usage
 the endpoint reports (``stream_options.include_usage``) arrives in a last chunk
 without choices, after ``finish_reason``, so the stream is read to ``[DONE]``.
+A session's ``reasoning.effort`` goes as ``reasoning_effort``; the model's
+thinking never comes back as text (``chat_stream.ThinkFilter``).
 In history, the calls of one answer become one assistant message with
 ``tool_calls``, and each output a ``tool`` message (OpenAI's chat format).
 """
@@ -178,6 +180,7 @@ class Client:
         tools: Sequence[Any] = (),
         tool_choice: Any = "auto",
         max_tokens: int | None = None,
+        reasoning_effort: str | None = None,
     ) -> AsyncIterator[Event]:
         """Text deltas as the server sends them, then each tool call whole, then one ``Finish``.
 
@@ -187,6 +190,8 @@ class Client:
         body: dict[str, Any] = {"model": self.settings.model, "messages": chat, "stream": True}
         body["max_tokens"] = min(self.settings.max_tokens, max_tokens or self.settings.max_tokens)
         body["stream_options"] = {"include_usage": True}
+        if reasoning_effort is not None:  # the session's ``reasoning.effort``, as chat completions names it
+            body["reasoning_effort"] = reasoning_effort
         if tools:
             body["tools"] = list(tools)
             body["tool_choice"] = tool_choice

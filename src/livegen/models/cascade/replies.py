@@ -60,6 +60,8 @@ class Ask:
     tools: tuple[Any, ...] = ()
     tool_choice: Any = "auto"
     max_tokens: int | None = None
+    #: ``reasoning.effort`` for a reasoning model (``reasoning_effort``); None: the endpoint's own.
+    reasoning_effort: str | None = None
 
 
 @dataclass
@@ -143,7 +145,9 @@ async def _from_llm(client: llm.Client, ask: Ask, answer: Answer) -> AsyncIterat
     the response then ends ``failed`` with the failure's code, never as a spoken apology that a
     client would take for an answer."""
     splitter = sentences.Splitter()
-    async for event in client.stream(ask.chat, ask.tools, ask.tool_choice, ask.max_tokens):
+    async for event in client.stream(
+        ask.chat, ask.tools, ask.tool_choice, ask.max_tokens, ask.reasoning_effort
+    ):
         if isinstance(event, llm.ToolCall):
             answer.calls.append(event)
         elif isinstance(event, llm.Finish):

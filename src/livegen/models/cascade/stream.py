@@ -390,7 +390,12 @@ class Stream:
         user_text = " ".join(part for part in parts if part)
         config = self._config
         request = ResponseRequest(
-            "", (), config.instructions, tools=config.tools, tool_choice=config.tool_choice
+            "",
+            (),
+            config.instructions,
+            tools=config.tools,
+            tool_choice=config.tool_choice,
+            reasoning_effort=config.reasoning_effort,
         )
         ask = self._ask(self._next_history or [], user_text, request)
         return replies.start(self._say, self._llm, user_text, voice, ask, has_tools=bool(config.tools))
@@ -403,7 +408,13 @@ class Stream:
             return None
         chat = llm.messages(history, user_text, request.instructions or self._config.instructions)
         chat = llm.fit(chat, request.tools, self._llm.settings, request.truncation)
-        return replies.Ask(chat, tuple(request.tools), request.tool_choice, request.max_output_tokens)
+        return replies.Ask(
+            chat,
+            tuple(request.tools),
+            request.tool_choice,
+            request.max_output_tokens,
+            request.reasoning_effort,
+        )
 
     async def _respond(self, epoch: int, request: ResponseRequest) -> None:
         rid = request.response_id

@@ -81,6 +81,11 @@ class NoiseReductionShape(_Patch, kw_only=True):
     type: str | Opt = UNSET
 
 
+class ReasoningShape(_Patch, kw_only=True):
+    #: "minimal" .. "xhigh" (``voice/config.py`` checks the value); null: the model's own.
+    effort: str | Opt | None = UNSET
+
+
 class AudioInputShape(_Patch, kw_only=True):
     format: AudioFormatShape | str | Opt | None = UNSET
     turn_detection: TurnDetectionShape | Opt | None = UNSET
@@ -127,6 +132,8 @@ class SessionShape(_Patch, kw_only=True):
     max_response_output_tokens: int | Literal["inf"] | Opt | None = UNSET
     sample_rate_hz: Any = UNSET
     truncation: Any = UNSET
+    #: gpt-realtime-2's ``reasoning``: its ``effort`` goes to the language model.
+    reasoning: ReasoningShape | Opt | None = UNSET
 
 
 def decode_session(session: object, event_id: str | None = None) -> SessionShape:
@@ -180,6 +187,7 @@ class ResponseShape(_Shape, kw_only=True):
     conversation: str | None = None
     voice: str | None = None
     metadata: dict[str, Any] | None = None
+    reasoning: ReasoningShape | None = None
 
 
 #: Field of a client event -> the shape its dict must have.
