@@ -132,6 +132,8 @@ class HistoryTurn:
     kind: str = "message"
     call_id: str = ""
     name: str = ""
+    #: A user message's images: ``(data URI, detail)``, for a vision-capable language model.
+    images: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -105,13 +105,28 @@ def messages(history: Sequence[HistoryTurn], user_text: str, instructions: str) 
                 result.append({"role": "assistant", "content": None, "tool_calls": [call]})
         elif turn.kind == "function_call_output":
             result.append({"role": "tool", "tool_call_id": turn.call_id, "content": turn.text})
+        elif turn.images and turn.role == "user":  # OpenAI's chat image parts, after the words
+            parts: list[dict[str, Any]] = [{"type": "text", "text": turn.text}] if turn.text else []
+            parts += [{"type": "image_url", "image_url": {"url": u, "detail": d}} for u, d in turn.images]
+            result.append({"role": "user", "content": parts})
         elif turn.role in ("user", "assistant", "system") and turn.text:
             result.append({"role": turn.role, "content": turn.text})
     return result
 
 
+#: What an image costs a prompt, for budgeting: OpenAI's high detail is 85 tokens plus 170 a
+#: 512-pixel tile, so about a thousand covers a large one (its base64 would count hundreds of times that).
+IMAGE_TOKENS = 1105
+
+
 def estimate_tokens(value: Any) -> int:
-    """About a token per four characters of JSON: a bound for budgeting, not a tokenizer."""
+    """About a token per four characters of JSON (an image a fixed ``IMAGE_TOKENS``): a bound for
+    budgeting, not a tokenizer."""
+    if isinstance(value, dict) and isinstance(value.get("content"), list):
+        parts = value["content"]
+        images = sum(1 for part in parts if isinstance(part, dict) and part.get("type") == "image_url")
+        words = [part for part in parts if not (isinstance(part, dict) and part.get("type") == "image_url")]
+        return estimate_tokens({**value, "content": words}) + images * IMAGE_TOKENS
     return len(json.dumps(value, ensure_ascii=False)) // 4 + 1
 
 
@@ -154,7 +169,7 @@ def filled(history: Sequence[HistoryTurn], user_text: str) -> list[HistoryTurn]:
     if turns and turns[-1].kind == "function_call_output":
         return turns
     if turns and turns[-1].role == "user":
-        turns[-1] = HistoryTurn("user", turns[-1].text or user_text)
+        turns[-1] = HistoryTurn("user", turns[-1].text or user_text, images=turns[-1].images)
     elif user_text:
         turns.append(HistoryTurn("user", user_text))
     return turns

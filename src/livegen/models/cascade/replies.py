@@ -52,6 +52,13 @@ NO_TOOLS = (
 )
 
 
+#: The built-in responder's answer to a message with images: it has no eyes.
+NO_IMAGES = (
+    "I can't see images without a language model. "
+    "Start livegen with --llm-base-url and a vision model to let me look at them."
+)
+
+
 @dataclass(frozen=True)
 class Ask:
     """What a language model is asked: the conversation, the tools, the output limit."""
@@ -110,6 +117,7 @@ def start(
     ask: Ask | None,
     has_tools: bool = False,
     max_words: int | None = None,
+    has_images: bool = False,
 ) -> Answer:
     """Start making the answer to ``user_text``; read it with ``Answer.pieces``."""
     answer = Answer(user_text, voice, ask)
@@ -118,6 +126,8 @@ def start(
         text = responder.OPENING if user_text is None else responder.reply(user_text, now)
         if has_tools and text == responder.FALLBACK:
             text = NO_TOOLS
+        if has_images:  # whatever the words asked, they asked about what it cannot see
+            text = NO_IMAGES
         if max_words is not None and len(text.split()) > max_words:  # the built-in "tokens" are words
             text = " ".join(text.split()[:max_words])
             answer.finish_reason = "length"

@@ -425,14 +425,18 @@ class Stream:
         try:
             user_text = await asyncio.shield(unanswered) if unanswered else _last_user_text(request.history)
             ask = self._ask(request.history, user_text or "", request)
-            if request.max_output_tokens is not None and ask is None:
-                self._drop_prepared(prepared)  # prepared without the limit: the built-in one cuts words
+            has_images = ask is None and _last_user_has_images(request.history)
+            if (request.max_output_tokens is not None or has_images) and ask is None:
+                # Prepared without the limit (the built-in one cuts words) or without the images.
+                self._drop_prepared(prepared)
                 prepared = None
             answer = await self._use_prepared(prepared, user_text, voice, ask)
             if answer is None:
                 has_tools = bool(request.tools)
                 max_words = request.max_output_tokens
-                answer = replies.start(self._say, self._llm, user_text, voice, ask, has_tools, max_words)
+                answer = replies.start(
+                    self._say, self._llm, user_text, voice, ask, has_tools, max_words, has_images
+                )
             # The calls go out as soon as the model has made them, while its words are being spoken.
             calls = self._spawn(self._emit_calls(epoch, rid, answer))
             try:
@@ -594,6 +598,11 @@ def _last_user_text(history: Sequence[HistoryTurn]) -> str | None:
     if not any(turn.role == "user" for turn in history):
         return None
     return next((t.text for t in reversed(history) if t.role == "user" and t.text), "")
+
+
+def _last_user_has_images(history: Sequence[HistoryTurn]) -> bool:
+    """Whether the user's last message holds images (the built-in responder cannot see them)."""
+    return next((bool(t.images) for t in reversed(history) if t.role == "user"), False)
 
 
 def _ms(sample: int) -> int:

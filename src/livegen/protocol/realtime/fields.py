@@ -169,6 +169,9 @@ class ContentPartShape(_Shape, kw_only=True):
     text: str | None = None
     transcript: str | None = None
     audio: str | None = None
+    #: ``input_image``'s data URI and detail (``voice/conversation.py`` checks the values).
+    image_url: str | None = None
+    detail: str | None = None
 
 
 class ItemShape(_Shape, kw_only=True):
