@@ -108,8 +108,10 @@ class StreamConfig:
     tool_choice: str | Mapping[str, Any] = "auto"
     #: ISO-639-1, for a multilingual recogniser; "" lets the model assume English.
     transcription_language: str = ""
-    #: Context for the recogniser: names, spellings, the previous sentence.
+    #: Context for the recogniser: names, spellings, the previous sentence (and ``keywords``).
     transcription_prompt: str = ""
+    #: ``transcription.delay`` ("minimal" .. "xhigh"): how often live captions are cut; "": the default.
+    transcription_delay: str = ""
     #: "near_field" or "far_field": denoise the input before VAD and recognition; "" off.
     noise_reduction: str = ""
     #: Transcription outputs carry token log probabilities (``include`` asked for them).

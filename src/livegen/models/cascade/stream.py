@@ -40,6 +40,7 @@ from livegen.errors import CapacityExceeded, InvalidRequest, InvalidState, Model
 from livegen.models.cascade import (
     asr,
     barge_in,
+    captions,
     denoise,
     endpoint,
     incomplete,
@@ -379,7 +380,8 @@ class Stream:
         if not self._config.transcription_model or self._config.turn_detection is None:
             return
         if self._detector.turns.is_speaking and self._speculation is None:
-            self._transcripts.caption(epoch, self._buffer_end(), self._audio)
+            step_s = captions.DELAY_STEP_S.get(self._config.transcription_delay, captions.STEP_S)
+            self._transcripts.caption(epoch, self._buffer_end(), self._audio, step_s)
 
     # -- responses -------------------------------------------------------------------------------
 

@@ -74,6 +74,10 @@ class TranscriptionShape(_Patch, kw_only=True):
     model: str | Opt | None = UNSET
     language: str | Opt | None = UNSET
     prompt: str | Opt | None = UNSET
+    #: Words or phrases that steer the recogniser (``voice/config.py`` bounds them).
+    keywords: list[str] | Opt | None = UNSET
+    #: How long live captions wait: "minimal" .. "xhigh" (checked in ``voice/config.py``).
+    delay: str | Opt | None = UNSET
 
 
 class NoiseReductionShape(_Patch, kw_only=True):

@@ -52,6 +52,8 @@ class TranscriptionObject(msgspec.Struct):
     model: str
     language: str | UnsetType = UNSET
     prompt: str | UnsetType = UNSET
+    keywords: list[str] | UnsetType = UNSET
+    delay: str | UnsetType = UNSET
 
 
 class NoiseReductionObject(msgspec.Struct):
