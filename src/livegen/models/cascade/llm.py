@@ -175,6 +175,11 @@ def filled(history: Sequence[HistoryTurn], user_text: str) -> list[HistoryTurn]:
     return turns
 
 
+def has_images(history: Sequence[HistoryTurn]) -> bool:
+    """Whether the user's last message holds images (the built-in responder cannot see them)."""
+    return next((bool(turn.images) for turn in reversed(history) if turn.role == "user"), False)
+
+
 class Client:
     def __init__(self, settings: Settings) -> None:
         import httpx

@@ -410,13 +410,8 @@ class Stream:
             return None
         chat = llm.messages(history, user_text, request.instructions or self._config.instructions)
         chat = llm.fit(chat, request.tools, self._llm.settings, request.truncation)
-        return replies.Ask(
-            chat,
-            tuple(request.tools),
-            request.tool_choice,
-            request.max_output_tokens,
-            request.reasoning_effort,
-        )
+        tools, choice = tuple(request.tools), request.tool_choice
+        return replies.Ask(chat, tools, choice, request.max_output_tokens, request.reasoning_effort)
 
     async def _respond(self, epoch: int, request: ResponseRequest) -> None:
         rid = request.response_id
@@ -427,7 +422,7 @@ class Stream:
         try:
             user_text = await asyncio.shield(unanswered) if unanswered else _last_user_text(request.history)
             ask = self._ask(request.history, user_text or "", request)
-            has_images = ask is None and _last_user_has_images(request.history)
+            has_images = ask is None and llm.has_images(request.history)
             if (request.max_output_tokens is not None or has_images) and ask is None:
                 # Prepared without the limit (the built-in one cuts words) or without the images.
                 self._drop_prepared(prepared)
@@ -600,11 +595,6 @@ def _last_user_text(history: Sequence[HistoryTurn]) -> str | None:
     if not any(turn.role == "user" for turn in history):
         return None
     return next((t.text for t in reversed(history) if t.role == "user" and t.text), "")
-
-
-def _last_user_has_images(history: Sequence[HistoryTurn]) -> bool:
-    """Whether the user's last message holds images (the built-in responder cannot see them)."""
-    return next((bool(t.images) for t in reversed(history) if t.role == "user"), False)
 
 
 def _ms(sample: int) -> int:
