@@ -30,6 +30,9 @@ CAPABILITIES: dict[str, str] = {
     "transcription-session": "`session.type: transcription`: live transcription deltas, no responses",
     "audio-transcriptions": "`POST /v1/audio/transcriptions`: json, verbose_json, text, streamed events",
     "audio-speech": "`POST /v1/audio/speech`: streamed speech; unknown model or voice refused by name",
+    "reasoning": "`reasoning.effort` reaches the language model; its thinking never reaches the client",
+    "image-input": "an `input_image` in a user message reaches a vision chat endpoint as an image part",
+    "transcription-keywords": "`audio.input.transcription.keywords` steer the recogniser",
 }
 
 #: Worst first: a cell shows the worst outcome of its tests.

@@ -218,6 +218,21 @@ CASES: dict[str, list[dict[str, Any]]] = {
     "include transcription": [
         {"type": "transcription", "include": ["item.input_audio_transcription.logprobs"]}
     ],
+    "reasoning effort": [{"reasoning": {"effort": "low"}}],
+    "reasoning effort xhigh then null": [{"reasoning": {"effort": "xhigh"}}, {"reasoning": None}],
+    "reasoning effort kept": [{"reasoning": {"effort": "minimal"}}, {"instructions": "x"}],
+    "reasoning empty": [{"reasoning": {}}],
+    "reasoning effort unknown": [{"reasoning": {"effort": "maximal"}}],
+    "transcription keywords": [_ga_in(transcription={"model": "m", "keywords": ["Siobhan", " ", "Helm"]})],
+    "transcription keywords too long": [_ga_in(transcription={"model": "m", "keywords": ["x" * 1025]})],
+    "transcription keywords and prompt too long": [
+        _ga_in(transcription={"model": "m", "prompt": "p" * 1000, "keywords": ["x" * 30]})
+    ],
+    "transcription delay": [_ga_in(transcription={"model": "m", "delay": "minimal"})],
+    "transcription delay unknown": [_ga_in(transcription={"model": "m", "delay": "slow"})],
+    "transcription delay kept by transcription": [
+        {"type": "transcription", **_ga_in(transcription={"model": "m", "delay": "xhigh", "keywords": ["a"]})}
+    ],
     "two bad fields": [{"instructions": 5, "modalities": "audio"}],
     "bad then semantic error": [{"truncation": "never", "output_modalities": []}],
     "type error beats value error": [{"output_modalities": [], "voice": 5}],
@@ -238,6 +253,8 @@ CASES: dict[str, list[dict[str, Any]]] = {
     **_top("temperature"),
     **_top("include"),
     **_top("input_audio_noise_reduction"),
+    **_top("reasoning"),
+    **_kinds("reasoning.effort", lambda v: {"reasoning": {"effort": v}}),
     **_kinds("audio.input", lambda v: {"audio": {"input": v}}),
     **_kinds("audio.output", lambda v: {"audio": {"output": v}}),
     **_kinds("audio.input.format", lambda v: _ga_in(format=v)),
@@ -253,6 +270,14 @@ CASES: dict[str, list[dict[str, Any]]] = {
         "audio.input.transcription.language", lambda v: _ga_in(transcription={"model": "m", "language": v})
     ),
     **_kinds("audio.input.transcription.prompt", lambda v: _ga_in(transcription={"model": "m", "prompt": v})),
+    **_kinds(
+        "audio.input.transcription.keywords", lambda v: _ga_in(transcription={"model": "m", "keywords": v})
+    ),
+    **_kinds(
+        "audio.input.transcription.keywords[0]",
+        lambda v: _ga_in(transcription={"model": "m", "keywords": [v]}),
+    ),
+    **_kinds("audio.input.transcription.delay", lambda v: _ga_in(transcription={"model": "m", "delay": v})),
     **_kinds("audio.input.noise_reduction", lambda v: _ga_in(noise_reduction=v)),
     **_kinds("audio.input.noise_reduction.type", lambda v: _ga_in(noise_reduction={"type": v})),
     **_kinds("session.sample_rate_hz", lambda v: {"sample_rate_hz": v}),

@@ -63,3 +63,14 @@ def test_instructions_of_the_wrong_type_are_still_refused() -> None:
     with pytest.raises(RemoteProtocolError) as refused:
         drive(session.receive, wire.ResponseCreate(response={"instructions": 3}), 0.0)
     assert refused.value.param == "response.instructions"
+
+
+def test_an_unknown_reasoning_effort_is_refused_by_name_and_no_response_starts() -> None:
+    session = new_session()
+    with pytest.raises(RemoteProtocolError) as refused:
+        drive(session.receive, wire.ResponseCreate(response={"reasoning": {"effort": "maximal"}}), 0.0)
+    assert (refused.value.code, refused.value.param) == ("invalid_value", "response.reasoning.effort")
+    assert "'maximal'" in refused.value.message and "'xhigh'" in refused.value.message
+    assert session.response is None
+    created, _ = created_and_done({"reasoning": {"effort": "high"}})
+    assert created["status"] == "in_progress"

@@ -108,12 +108,16 @@ class StreamConfig:
     tool_choice: str | Mapping[str, Any] = "auto"
     #: ISO-639-1, for a multilingual recogniser; "" lets the model assume English.
     transcription_language: str = ""
-    #: Context for the recogniser: names, spellings, the previous sentence.
+    #: Context for the recogniser: names, spellings, the previous sentence (and ``keywords``).
     transcription_prompt: str = ""
+    #: ``transcription.delay`` ("minimal" .. "xhigh"): how often live captions are cut; "": the default.
+    transcription_delay: str = ""
     #: "near_field" or "far_field": denoise the input before VAD and recognition; "" off.
     noise_reduction: str = ""
     #: Transcription outputs carry token log probabilities (``include`` asked for them).
     transcription_logprobs: bool = False
+    #: ``reasoning.effort`` ("minimal" .. "xhigh") for a reasoning language model; None: its own.
+    reasoning_effort: str | None = None
 
 
 @dataclass(frozen=True)
@@ -130,6 +134,8 @@ class HistoryTurn:
     kind: str = "message"
     call_id: str = ""
     name: str = ""
+    #: A user message's images: ``(data URI, detail)``, for a vision-capable language model.
+    images: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -147,6 +153,8 @@ class ResponseRequest:
     max_output_tokens: int | None = None
     #: How the history is cut to the model's context: "auto", "disabled", or a retention ratio.
     truncation: str | float = "auto"
+    #: ``reasoning.effort`` for a reasoning language model; None: the endpoint's own.
+    reasoning_effort: str | None = None
 
 
 @runtime_checkable

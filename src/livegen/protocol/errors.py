@@ -126,6 +126,20 @@ INVALID_BASE64 = WireError(
 INVALID_AUDIO_FORMAT = WireError(
     "invalid_audio_format", "{detail}", "livegen", "an unknown audio format or rate"
 )
+INVALID_IMAGE_FORMAT = WireError(
+    "invalid_image_format",
+    "You uploaded an unsupported image. Please make sure your image has of one the following "
+    "formats: ['png', 'jpeg'].",
+    "openai",
+    "an `input_image` whose data URI is not base64 PNG or JPEG (the types Realtime takes)",
+)
+INVALID_IMAGE = WireError(
+    "invalid_image",
+    "The image data you provided does not represent a valid image. Please check your input and "
+    "try again with one of the supported image formats: ['image/jpeg', 'image/png'].",
+    "openai",
+    "an `input_image` whose bytes are not the PNG or JPEG its data URI names",
+)
 
 # --- session.update (voice/config.py, voice/session.py) ----------------------------------
 UNSUPPORTED_TURN_DETECTION = WireError(

@@ -48,6 +48,7 @@ from livegen.protocol.realtime.fields import (
     AudioOutputShape,
     AudioShape,
     NoiseReductionShape,
+    ReasoningShape,
     SessionShape,
     TranscriptionShape,
     TurnDetectionShape,
@@ -59,6 +60,7 @@ from livegen.protocol.realtime.session import (
     AudioInputObject,
     AudioOutputObject,
     NoiseReductionObject,
+    ReasoningObject,
     SemanticVadObject,
     ServerVadObject,
     SessionAudio,
@@ -84,6 +86,12 @@ LOGPROBS = "item.input_audio_transcription.logprobs"
 #: 224 tokens of it anyway (``models/cascade/asr.py`` keeps fewer); a longer one would only cost
 #: the recogniser time to tokenise.
 MAX_TRANSCRIPTION_PROMPT_CHARS = 1024
+#: OpenAI's ``reasoning.effort`` values. Effort is a hint to a reasoning model, passed on as chat
+#: completions' ``reasoning_effort``; the built-in responder (no ``--llm-base-url``) does not
+#: reason, so any effort is already met there: it is accepted and echoed (docs/voice-protocol.md).
+REASONING_EFFORTS = ("minimal", "low", "medium", "high", "xhigh")
+#: OpenAI's ``transcription.delay`` values (``models/cascade/captions.py`` maps each to a step).
+TRANSCRIPTION_DELAYS = ("minimal", "low", "medium", "high", "xhigh")
 #: The ``idle_timeout_ms`` livegen takes (the wire decoder checks the same range first).
 IDLE_TIMEOUT_MS = (100, 3_600_000)
 
@@ -132,6 +140,10 @@ class Config:
     #: ``audio.input.transcription``'s ISO-639-1 language and context prompt, for the recogniser.
     transcription_language: str = ""
     transcription_prompt: str = ""
+    #: ``transcription.keywords``: words that steer the recogniser (added to its prompt).
+    transcription_keywords: tuple[str, ...] = ()
+    #: ``transcription.delay``: how often live captions are cut ("" the default step).
+    transcription_delay: str = ""
     #: "realtime", or "transcription": audio in, transcripts out, no responses.
     session_type: str = "realtime"
     #: ``audio.input.noise_reduction.type`` ("near_field", "far_field"), or None: off.
@@ -141,6 +153,8 @@ class Config:
     #: The transport fixes the audio formats (a WebRTC call's Opus track is decoded to and encoded
     #: from PCM16 at 24 kHz): a ``session.update`` that changes one is refused, never half-honoured.
     formats_fixed: bool = False
+    #: ``reasoning.effort`` (one of ``REASONING_EFFORTS``), or None: the language model's own.
+    reasoning_effort: str | None = None
 
     @property
     def is_transcription(self) -> bool:
@@ -157,11 +171,13 @@ class Config:
             # A transcription session always transcribes: unnamed, the server's recogniser does.
             transcription_model=self.transcription_model or ("default" if self.is_transcription else ""),
             transcription_language=self.transcription_language,
-            transcription_prompt=self.transcription_prompt,
+            transcription_prompt=recogniser_prompt(self.transcription_prompt, self.transcription_keywords),
+            transcription_delay=self.transcription_delay,
             tools=() if self.tool_choice == "none" else tuple(t.to_chat() for t in self.tools),
             tool_choice=fn.chat_tool_choice(self.tool_choice),
             noise_reduction=self.noise_reduction or "",
             transcription_logprobs=LOGPROBS in self.include,
+            reasoning_effort=self.reasoning_effort,
         )
 
     def _transcription_object(self) -> TranscriptionObject | None:
@@ -172,6 +188,10 @@ class Config:
             transcription.language = self.transcription_language
         if self.transcription_prompt:
             transcription.prompt = self.transcription_prompt
+        if self.transcription_keywords:
+            transcription.keywords = list(self.transcription_keywords)
+        if self.transcription_delay:
+            transcription.delay = self.transcription_delay
         return transcription
 
     def _input_object(self) -> AudioInputObject:
@@ -199,6 +219,7 @@ class Config:
             tool_choice=fn.choice_to_wire(self.tool_choice),
             truncation=_truncation_to_wire(self.truncation),
             include=list(self.include) if self.include else UNSET,
+            reasoning=UNSET if self.reasoning_effort is None else ReasoningObject(self.reasoning_effort),
         )
 
     def to_wire(self, session_id: str) -> dict[str, Any]:
@@ -326,11 +347,43 @@ def apply_update(config: Config, session: SessionShape) -> Config:
             updates["transcription_model"] = transcription.model or ""
             updates["transcription_language"] = transcription.language or ""
             updates["transcription_prompt"] = _prompt(transcription.prompt or "", f"{param}.prompt")
+            updates.update(_steering(transcription, param))
     updates.update(_tool_updates(config, session))
     updates.update(_hearing_updates(session, audio_in))
     if session.truncation is not UNSET:
         updates["truncation"] = parse_truncation(session.truncation, "session.truncation")
+    if session.reasoning is not UNSET:
+        updates["reasoning_effort"] = reasoning_effort(session.reasoning, "session.reasoning")
     return replace(config, **updates)
+
+
+def reasoning_effort(value: ReasoningShape | None, param: str) -> str | None:
+    """``reasoning``'s effort (``session.update``'s or ``response.create``'s); null: none named."""
+    if value is None or value.effort is UNSET or value.effort is None:
+        return None
+    return _one_of(value.effort, REASONING_EFFORTS, f"{param}.effort")
+
+
+def _steering(transcription: TranscriptionShape, param: str) -> dict[str, Any]:
+    """``keywords`` (their prompt within ``MAX_TRANSCRIPTION_PROMPT_CHARS``) and ``delay``."""
+    keywords = tuple(word.strip() for word in transcription.keywords or () if word.strip())
+    length = len(recogniser_prompt(transcription.prompt or "", keywords))
+    if length > MAX_TRANSCRIPTION_PROMPT_CHARS:
+        detail = (
+            f"Invalid '{param}.keywords': with the prompt they are {length} characters; "
+            f"the recogniser takes at most {MAX_TRANSCRIPTION_PROMPT_CHARS}."
+        )
+        raise INVALID_VALUE.error(detail=detail, param=f"{param}.keywords")
+    delay = transcription.delay or ""
+    if delay:
+        _one_of(delay, TRANSCRIPTION_DELAYS, f"{param}.delay")
+    return {"transcription_keywords": keywords, "transcription_delay": delay}
+
+
+def recogniser_prompt(prompt: str, keywords: tuple[str, ...]) -> str:
+    """The recogniser's prompt: the client's, then its keywords (Whisper reads a prompt as words
+    it has just heard, so the keywords' spellings become the likely ones)."""
+    return ", ".join(part for part in (prompt, ", ".join(keywords)) if part)
 
 
 def _prompt(value: str, param: str) -> str:

@@ -7,16 +7,27 @@ bounded in items (``MAX_ITEMS``) and in text (``MAX_HISTORY_CHARS``, about a
 megabyte): the oldest items leave first, as a model's context would drop them,
 and a client item longer than the whole budget is refused. A session, live or
 parked for a resume, so never holds more than about a megabyte of history.
+
+A user message may carry images (``input_image`` parts after its text or
+audio part), for a vision-capable language model. An image is a ``data:`` URI
+of PNG or JPEG (what OpenAI's Realtime takes), and counts against the same
+budget: one larger than the whole history holds is refused as too large, and a
+URI of another type (or bytes that are not the image it names) with OpenAI's
+``invalid_image_format`` / ``invalid_image``.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from livegen.models.voice import HistoryTurn
 from livegen.protocol.errors import (
+    INVALID_IMAGE,
+    INVALID_IMAGE_FORMAT,
     INVALID_VALUE,
     ITEM_CREATE_DUPLICATE_ITEM_ID,
     ITEM_DELETE_INVALID_ITEM_ID,
@@ -25,8 +36,10 @@ from livegen.protocol.errors import (
     WireError,
 )
 from livegen.protocol.realtime.items import (
+    ContentPart,
     FunctionCallItem,
     FunctionCallOutputItem,
+    InputImagePart,
     ItemObject,
     MessageItem,
     content_part,
@@ -36,6 +49,11 @@ from livegen.protocol.realtime.server import as_dict
 MAX_ITEMS = 512
 #: Characters of text (transcripts and text parts) a session's history holds at most.
 MAX_HISTORY_CHARS = 1024 * 1024
+#: The image types OpenAI's Realtime takes, with the bytes each file starts with.
+IMAGE_TYPES = {"image/png": b"\x89PNG\r\n\x1a\n", "image/jpeg": b"\xff\xd8\xff"}
+IMAGE_DETAILS = ("auto", "low", "high")
+#: At most this many images in one message.
+MAX_IMAGES_PER_ITEM = 16
 
 
 @dataclass(eq=False)
@@ -54,6 +72,13 @@ class Item:
     type: str = "message"
     call_id: str = ""
     name: str = ""
+    #: A user message's images: ``(data URI, detail)``.
+    images: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def chars(self) -> int:
+        """What the item costs the history's budget: its text and its images' URIs."""
+        return len(self.text or "") + sum(len(url) for url, _ in self.images)
 
     def to_object(self) -> ItemObject:
         """The item as the wire carries it."""
@@ -66,8 +91,9 @@ class Item:
             return FunctionCallOutputItem(
                 id=self.id, status=self.status, call_id=self.call_id, output=self.text or ""
             )
-        part = content_part(self.content_type, self.text)
-        return MessageItem(id=self.id, role=self.role, status=self.status, content=[part])
+        parts: list[ContentPart] = [content_part(self.content_type, self.text)] if self.content_type else []
+        parts += [InputImagePart(url, detail) for url, detail in self.images]
+        return MessageItem(id=self.id, role=self.role, status=self.status, content=parts)
 
     def to_wire(self) -> dict[str, Any]:
         return as_dict(self.to_object())
@@ -93,6 +119,11 @@ def item_from_wire(raw: dict[str, Any], item_id: str) -> Item:
         detail = f"item.role must be user, assistant or system, got {role!r}"
         raise INVALID_VALUE.error(detail=detail, param="item.role")
     content = raw.get("content")
+    images: tuple[tuple[str, str], ...] = ()
+    if role == "user" and isinstance(content, list):
+        content, images = _images(content)
+        if not content and images:  # an image alone: the message has no text part
+            return Item(id=item_id, role=role, content_type="", images=images)
     if not isinstance(content, list) or len(content) != 1 or not isinstance(content[0], dict):
         raise INVALID_VALUE.error(
             detail="item.content must hold exactly one content part", param="item.content"
@@ -110,7 +141,59 @@ def item_from_wire(raw: dict[str, Any], item_id: str) -> Item:
         raise INVALID_VALUE.error(detail=detail, param="item.content")
     if content_type == "text":
         content_type = "output_text"
-    return Item(id=item_id, role=role, content_type=content_type, text=text)
+    if text is not None and len(text) + sum(len(url) for url, _ in images) > MAX_HISTORY_CHARS:
+        detail = f"the item's text and images pass a session's history ({MAX_HISTORY_CHARS} chars)"
+        raise INVALID_VALUE.error(detail=detail, param="item.content")
+    return Item(id=item_id, role=role, content_type=content_type, text=text, images=images)
+
+
+def _images(content: list[Any]) -> tuple[list[Any], tuple[tuple[str, str], ...]]:
+    """A user message's ``input_image`` parts, checked, and its other parts."""
+    others: list[Any] = []
+    images: list[tuple[str, str]] = []
+    for index, part in enumerate(content):
+        if isinstance(part, dict) and part.get("type") == "input_image":
+            images.append(_image(part, f"item.content[{index}]"))
+        else:
+            others.append(part)
+    if len(images) > MAX_IMAGES_PER_ITEM:
+        detail = f"a message holds at most {MAX_IMAGES_PER_ITEM} images, got {len(images)}"
+        raise INVALID_VALUE.error(detail=detail, param="item.content")
+    if sum(len(url) for url, _ in images) > MAX_HISTORY_CHARS:
+        detail = f"the item's images pass a session's history ({MAX_HISTORY_CHARS} chars of URI)"
+        raise INVALID_VALUE.error(detail=detail, param="item.content")
+    return others, tuple(images)
+
+
+def _image(part: dict[str, Any], param: str) -> tuple[str, str]:
+    """One ``input_image``: a base64 ``data:`` URI of PNG or JPEG, and its detail."""
+    url, detail = part.get("image_url"), part.get("detail") or "auto"
+    if not isinstance(url, str) or not url.startswith("data:"):
+        raise INVALID_VALUE.error(
+            detail=(
+                f"Invalid image URL: '{param}.image_url'. Expected a base64-encoded data URL with an image "
+                "MIME type (e.g. 'data:image/png;base64,aW1nIGJ5dGVzIGhlcmU='), but got a value without "
+                "the 'data:' prefix."
+            ),
+            param=f"{param}.image_url",
+        )
+    if len(url) > MAX_HISTORY_CHARS:
+        detail = f"{param}.image_url is {len(url)} characters; a session's history holds {MAX_HISTORY_CHARS}"
+        raise INVALID_VALUE.error(detail=detail, param=f"{param}.image_url")
+    if detail not in IMAGE_DETAILS:
+        detail_text = f"Invalid value: '{detail}'. Supported values are: 'auto', 'low', and 'high'."
+        raise INVALID_VALUE.error(detail=detail_text, param=f"{param}.detail")
+    mime, _, data = url[len("data:") :].partition(",")
+    kind, _, encoding = mime.partition(";")
+    if kind.lower() not in IMAGE_TYPES or encoding.lower() != "base64":
+        raise INVALID_IMAGE_FORMAT.error(param=f"{param}.image_url")
+    try:
+        head = base64.b64decode(data[:64] + "=" * (-len(data[:64]) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        head = b""
+    if not head.startswith(IMAGE_TYPES[kind.lower()]):
+        raise INVALID_IMAGE.error(param=f"{param}.image_url")
+    return url, str(detail)
 
 
 def _call_item(raw: dict[str, Any], item_id: str, kind: str) -> Item:
@@ -171,12 +254,12 @@ class Conversation:
         chars = self.chars()
         while len(self._items) > MAX_ITEMS or (chars > MAX_HISTORY_CHARS and len(self._items) > 1):
             oldest = self._items.pop(next(iter(self._items)))
-            chars -= len(oldest.text or "")
+            chars -= oldest.chars
         return before
 
     def chars(self) -> int:
         """Characters of text the history holds (what a parked session keeps, with its journal)."""
-        return sum(len(item.text or "") for item in self._items.values())
+        return sum(item.chars for item in self._items.values())
 
     def get(self, item_id: str, missing: WireError = ITEM_RETRIEVE_INVALID_ITEM_ID) -> Item:
         """The item; an unknown id raises ``missing``, the error of the event that named it."""
@@ -209,8 +292,8 @@ def history_of(items_: Iterable[Item]) -> list[HistoryTurn]:
     turns: list[HistoryTurn] = []
     for item in items:
         if item.type == "message":
-            if item.text:
-                turns.append(HistoryTurn(item.role, item.text))
+            if item.text or item.images:
+                turns.append(HistoryTurn(item.role, item.text or "", images=item.images))
         elif item.call_id in calls and item.call_id in outputs:
             turns.append(HistoryTurn(item.role, item.text or "", item.type, item.call_id, item.name))
     return turns

@@ -19,10 +19,11 @@ from typing import Any
 from livegen.models.voice import HistoryTurn, ResponseRequest
 from livegen.protocol.audio import OutputEncoder
 from livegen.protocol.errors import INVALID_VALUE
+from livegen.protocol.realtime.fields import ReasoningShape
 from livegen.protocol.realtime.session import format_object
 from livegen.voice import tools as fn
 from livegen.voice import usage
-from livegen.voice.config import Config
+from livegen.voice.config import Config, reasoning_effort
 from livegen.voice.conversation import Conversation, Item, history_of, item_from_wire
 from livegen.voice.response import Response
 
@@ -41,6 +42,8 @@ class ResponseOptions:
     max_output_tokens: int | None = None
     #: The history to give the model instead of the conversation's (``input``), if given.
     input: tuple[HistoryTurn, ...] | None = None
+    #: ``reasoning.effort`` for this response (the session's unless it names its own).
+    reasoning_effort: str | None = None
 
 
 def _refuse(detail: str, param: str) -> Exception:
@@ -85,7 +88,15 @@ def response_options(
             overrides.get("max_output_tokens", overrides.get("max_response_output_tokens"))
         ),
         input=None if overrides.get("input") is None else _input(overrides["input"], conversation, ids),
+        reasoning_effort=_effort(overrides.get("reasoning"), config),
     )
+
+
+def _effort(value: Any, config: Config) -> str | None:
+    """``response.reasoning.effort`` (its type is checked at decode); else the session's."""
+    if not isinstance(value, dict) or value.get("effort") is None:
+        return config.reasoning_effort
+    return reasoning_effort(ReasoningShape(effort=value["effort"]), "response.reasoning")
 
 
 def _max_output_tokens(value: Any) -> int | None:
@@ -138,7 +149,12 @@ def _metadata(value: object) -> dict[str, str] | None:
 def session_options(config: Config) -> ResponseOptions:
     """What a response the session starts itself (server VAD, the idle timeout) is made with."""
     return ResponseOptions(
-        config.instructions, config.output_modalities, None, config.tools, config.tool_choice
+        config.instructions,
+        config.output_modalities,
+        None,
+        config.tools,
+        config.tool_choice,
+        reasoning_effort=config.reasoning_effort,
     )
 
 
@@ -175,5 +191,6 @@ def plan_response(
         tool_choice=fn.chat_tool_choice(choice),
         max_output_tokens=response.max_output_tokens,
         truncation=config.truncation,
+        reasoning_effort=options.reasoning_effort,
     )
     return response, request

@@ -68,6 +68,9 @@ class Reply:
     finish_reason: str | None = None
     #: (prompt_tokens, completion_tokens, cached_tokens), sent when the client asks for usage.
     usage: tuple[int, int, int] = (17, 5, 0)
+    #: A reasoning model's thinking, streamed as ``reasoning_content`` deltas before the text
+    #: (vLLM with a reasoning parser, DeepSeek).
+    thinking: tuple[str, ...] = ()
 
 
 @dataclass
@@ -99,6 +102,7 @@ def _chunks(reply: Reply) -> list[dict[str, Any]]:
         }
 
     chunks = [choice({"role": "assistant", "content": ""})]
+    chunks += [choice({"reasoning_content": delta}) for delta in reply.thinking]
     chunks += [choice({"content": delta}) for delta in reply.text]
     for index, (call_id, name, arguments) in enumerate(reply.calls):
         function = {"name": name, "arguments": arguments if reply.style == "ollama" else ""}

@@ -19,6 +19,9 @@ import re
 
 #: New audio between two live decodes of a turn.
 STEP_S = 0.5
+#: ``transcription.delay`` -> the step: a longer wait sends captions less often, each decoded
+#: over more new audio (fewer revisions of the last words, and less recogniser time).
+DELAY_STEP_S = {"minimal": 0.25, "low": STEP_S, "medium": 1.0, "high": 1.5, "xhigh": 2.0}
 #: Turns longer than this get no more live decodes: each would cost a full 30 s window.
 MAX_LIVE_S = 28.0
 _PUNCTUATION = re.compile(r"[^\w']+")

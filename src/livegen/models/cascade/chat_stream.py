@@ -22,6 +22,13 @@ fails that response and nothing else:
 - ``LLMMalformed``: a ``data:`` line that is not a chat-completion chunk;
 - ``LLMFailed``: an error status, a refused or broken connection.
 
+A reasoning model's thinking is not the answer: a ``reasoning_content`` (or
+``reasoning``) delta, as vLLM's reasoning parsers and DeepSeek send it, is
+never read as text, and ``<think>…</think>`` inline in ``content`` (a model
+served without a reasoning parser) is cut out by ``ThinkFilter``, even when a
+tag is split across chunks. Neither reaches speech, the transcript or the
+history; thinking still counts as the endpoint having begun (it is answering).
+
 Lines are split from raw bytes as they come (linear, never re-scanned), a
 line's JSON is decoded on a thread when it is large, and the reader yields
 to the event loop after every chunk and every ``YIELD_EVERY_LINES`` lines, so
@@ -173,6 +180,61 @@ def is_done(chunk: Any) -> bool:
     return chunk is _DONE
 
 
+#: The tags a reasoning model wraps its thinking in when no reasoning parser strips them.
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+
+
+class ThinkFilter:
+    """``content`` deltas with ``<think>…</think>`` spans removed, tags split across deltas included.
+
+    Text that may be the start of a tag is held back until the next delta says; ``flush`` gives
+    it back at the end (unless it was inside an unclosed span: thinking cut off is still thinking).
+    """
+
+    def __init__(self) -> None:
+        self._inside = False
+        self._held = ""
+        #: After a closing tag, the blank lines a model puts before its answer are not the answer.
+        self._trim = False
+
+    def feed(self, text: str) -> str:
+        buffer, out = self._held + text, []
+        self._held = ""
+        while buffer:
+            tag = THINK_CLOSE if self._inside else THINK_OPEN
+            at = buffer.find(tag)
+            if at == -1:
+                keep = _partial_tag(buffer, tag)
+                if not self._inside:
+                    out.append(buffer[: len(buffer) - keep])
+                self._held = buffer[len(buffer) - keep :]
+                break
+            if not self._inside:
+                out.append(buffer[:at])
+            buffer = buffer[at + len(tag) :]
+            self._inside = not self._inside
+            self._trim = self._trim or not self._inside
+        return self._trimmed("".join(out))
+
+    def flush(self) -> str:
+        held, self._held = self._held, ""
+        return "" if self._inside else self._trimmed(held)
+
+    def _trimmed(self, text: str) -> str:
+        if self._trim and text:
+            text = text.lstrip()
+            self._trim = not text
+        return text
+
+
+def _partial_tag(text: str, tag: str) -> int:
+    """How many characters at the end of ``text`` could begin ``tag``."""
+    for size in range(min(len(tag) - 1, len(text)), 0, -1):
+        if tag.startswith(text[-size:]):
+            return size
+    return 0
+
+
 @dataclass
 class _Call:
     call_id: str = ""
@@ -195,6 +257,7 @@ class Parser:
         self._arguments_bytes = 0
         self._reason = ""
         self._usage: Usage | None = None
+        self._thinking = ThinkFilter()
         #: Whether any words or call fragment came yet (the first-token deadline is met).
         self.has_begun = False
 
@@ -211,10 +274,13 @@ class Parser:
                 self._take_call(fragment)
             reason = choice.get("finish_reason")
             content = delta.get("content")
+            thought = delta.get("reasoning_content") or delta.get("reasoning")
         except (ValueError, AttributeError, KeyError, IndexError, TypeError):
             raise LLMMalformed(f"the language model sent a malformed event: {str(chunk)[:200]!r}") from None
         if reason:
             self._reason = str(reason)[:64]
+        if thought:  # thinking: the endpoint is answering, but none of it is the answer
+            self.has_begun = True
         if not isinstance(content, str) or not content:
             return []
         self._text_bytes += len(content.encode())
@@ -223,7 +289,8 @@ class Parser:
                 f"the language model's answer passed {self._limits.max_text_bytes} bytes of text"
             )
         self.has_begun = True
-        return [content]
+        said = self._thinking.feed(content)
+        return [said] if said else []
 
     def _take_call(self, fragment: dict[str, Any]) -> None:
         index = int(fragment.get("index", len(self._calls)))
@@ -269,7 +336,8 @@ class Parser:
             await _check_arguments(call.name, arguments)
             call_id = call.call_id if _CALL_ID.fullmatch(call.call_id) else ""
             calls.append(ToolCall(call_id, call.name, arguments))
-        return [*calls, Finish(self._reason or "stop", self._usage)]
+        held = self._thinking.flush()
+        return [*([held] if held else []), *calls, Finish(self._reason or "stop", self._usage)]
 
 
 async def _check_arguments(name: str, arguments: str) -> None:

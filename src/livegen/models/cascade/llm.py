@@ -17,6 +17,8 @@ same way and yields each call whole (``ToolCall``) when the choice finishes;
 ``chat_stream`` also holds every answer to its deadlines and caps (``LLMLimits``). The usage
 the endpoint reports (``stream_options.include_usage``) arrives in a last chunk
 without choices, after ``finish_reason``, so the stream is read to ``[DONE]``.
+A session's ``reasoning.effort`` goes as ``reasoning_effort``; the model's
+thinking never comes back as text (``chat_stream.ThinkFilter``).
 In history, the calls of one answer become one assistant message with
 ``tool_calls``, and each output a ``tool`` message (OpenAI's chat format).
 """
@@ -103,13 +105,28 @@ def messages(history: Sequence[HistoryTurn], user_text: str, instructions: str) 
                 result.append({"role": "assistant", "content": None, "tool_calls": [call]})
         elif turn.kind == "function_call_output":
             result.append({"role": "tool", "tool_call_id": turn.call_id, "content": turn.text})
+        elif turn.images and turn.role == "user":  # OpenAI's chat image parts, after the words
+            parts: list[dict[str, Any]] = [{"type": "text", "text": turn.text}] if turn.text else []
+            parts += [{"type": "image_url", "image_url": {"url": u, "detail": d}} for u, d in turn.images]
+            result.append({"role": "user", "content": parts})
         elif turn.role in ("user", "assistant", "system") and turn.text:
             result.append({"role": turn.role, "content": turn.text})
     return result
 
 
+#: What an image costs a prompt, for budgeting: OpenAI's high detail is 85 tokens plus 170 a
+#: 512-pixel tile, so about a thousand covers a large one (its base64 would count hundreds of times that).
+IMAGE_TOKENS = 1105
+
+
 def estimate_tokens(value: Any) -> int:
-    """About a token per four characters of JSON: a bound for budgeting, not a tokenizer."""
+    """About a token per four characters of JSON (an image a fixed ``IMAGE_TOKENS``): a bound for
+    budgeting, not a tokenizer."""
+    if isinstance(value, dict) and isinstance(value.get("content"), list):
+        parts = value["content"]
+        images = sum(1 for part in parts if isinstance(part, dict) and part.get("type") == "image_url")
+        words = [part for part in parts if not (isinstance(part, dict) and part.get("type") == "image_url")]
+        return estimate_tokens({**value, "content": words}) + images * IMAGE_TOKENS
     return len(json.dumps(value, ensure_ascii=False)) // 4 + 1
 
 
@@ -152,10 +169,15 @@ def filled(history: Sequence[HistoryTurn], user_text: str) -> list[HistoryTurn]:
     if turns and turns[-1].kind == "function_call_output":
         return turns
     if turns and turns[-1].role == "user":
-        turns[-1] = HistoryTurn("user", turns[-1].text or user_text)
+        turns[-1] = HistoryTurn("user", turns[-1].text or user_text, images=turns[-1].images)
     elif user_text:
         turns.append(HistoryTurn("user", user_text))
     return turns
+
+
+def has_images(history: Sequence[HistoryTurn]) -> bool:
+    """Whether the user's last message holds images (the built-in responder cannot see them)."""
+    return next((bool(turn.images) for turn in reversed(history) if turn.role == "user"), False)
 
 
 class Client:
@@ -178,6 +200,7 @@ class Client:
         tools: Sequence[Any] = (),
         tool_choice: Any = "auto",
         max_tokens: int | None = None,
+        reasoning_effort: str | None = None,
     ) -> AsyncIterator[Event]:
         """Text deltas as the server sends them, then each tool call whole, then one ``Finish``.
 
@@ -187,6 +210,8 @@ class Client:
         body: dict[str, Any] = {"model": self.settings.model, "messages": chat, "stream": True}
         body["max_tokens"] = min(self.settings.max_tokens, max_tokens or self.settings.max_tokens)
         body["stream_options"] = {"include_usage": True}
+        if reasoning_effort is not None:  # the session's ``reasoning.effort``, as chat completions names it
+            body["reasoning_effort"] = reasoning_effort
         if tools:
             body["tools"] = list(tools)
             body["tool_choice"] = tool_choice

@@ -52,6 +52,13 @@ NO_TOOLS = (
 )
 
 
+#: The built-in responder's answer to a message with images: it has no eyes.
+NO_IMAGES = (
+    "I can't see images without a language model. "
+    "Start livegen with --llm-base-url and a vision model to let me look at them."
+)
+
+
 @dataclass(frozen=True)
 class Ask:
     """What a language model is asked: the conversation, the tools, the output limit."""
@@ -60,6 +67,8 @@ class Ask:
     tools: tuple[Any, ...] = ()
     tool_choice: Any = "auto"
     max_tokens: int | None = None
+    #: ``reasoning.effort`` for a reasoning model (``reasoning_effort``); None: the endpoint's own.
+    reasoning_effort: str | None = None
 
 
 @dataclass
@@ -108,6 +117,7 @@ def start(
     ask: Ask | None,
     has_tools: bool = False,
     max_words: int | None = None,
+    has_images: bool = False,
 ) -> Answer:
     """Start making the answer to ``user_text``; read it with ``Answer.pieces``."""
     answer = Answer(user_text, voice, ask)
@@ -116,6 +126,8 @@ def start(
         text = responder.OPENING if user_text is None else responder.reply(user_text, now)
         if has_tools and text == responder.FALLBACK:
             text = NO_TOOLS
+        if has_images:  # whatever the words asked, they asked about what it cannot see
+            text = NO_IMAGES
         if max_words is not None and len(text.split()) > max_words:  # the built-in "tokens" are words
             text = " ".join(text.split()[:max_words])
             answer.finish_reason = "length"
@@ -143,7 +155,9 @@ async def _from_llm(client: llm.Client, ask: Ask, answer: Answer) -> AsyncIterat
     the response then ends ``failed`` with the failure's code, never as a spoken apology that a
     client would take for an answer."""
     splitter = sentences.Splitter()
-    async for event in client.stream(ask.chat, ask.tools, ask.tool_choice, ask.max_tokens):
+    async for event in client.stream(
+        ask.chat, ask.tools, ask.tool_choice, ask.max_tokens, ask.reasoning_effort
+    ):
         if isinstance(event, llm.ToolCall):
             answer.calls.append(event)
         elif isinstance(event, llm.Finish):

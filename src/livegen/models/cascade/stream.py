@@ -40,6 +40,7 @@ from livegen.errors import CapacityExceeded, InvalidRequest, InvalidState, Model
 from livegen.models.cascade import (
     asr,
     barge_in,
+    captions,
     denoise,
     endpoint,
     incomplete,
@@ -379,7 +380,8 @@ class Stream:
         if not self._config.transcription_model or self._config.turn_detection is None:
             return
         if self._detector.turns.is_speaking and self._speculation is None:
-            self._transcripts.caption(epoch, self._buffer_end(), self._audio)
+            step_s = captions.DELAY_STEP_S.get(self._config.transcription_delay, captions.STEP_S)
+            self._transcripts.caption(epoch, self._buffer_end(), self._audio, step_s)
 
     # -- responses -------------------------------------------------------------------------------
 
@@ -390,7 +392,12 @@ class Stream:
         user_text = " ".join(part for part in parts if part)
         config = self._config
         request = ResponseRequest(
-            "", (), config.instructions, tools=config.tools, tool_choice=config.tool_choice
+            "",
+            (),
+            config.instructions,
+            tools=config.tools,
+            tool_choice=config.tool_choice,
+            reasoning_effort=config.reasoning_effort,
         )
         ask = self._ask(self._next_history or [], user_text, request)
         return replies.start(self._say, self._llm, user_text, voice, ask, has_tools=bool(config.tools))
@@ -403,7 +410,8 @@ class Stream:
             return None
         chat = llm.messages(history, user_text, request.instructions or self._config.instructions)
         chat = llm.fit(chat, request.tools, self._llm.settings, request.truncation)
-        return replies.Ask(chat, tuple(request.tools), request.tool_choice, request.max_output_tokens)
+        tools, choice = tuple(request.tools), request.tool_choice
+        return replies.Ask(chat, tools, choice, request.max_output_tokens, request.reasoning_effort)
 
     async def _respond(self, epoch: int, request: ResponseRequest) -> None:
         rid = request.response_id
@@ -414,14 +422,18 @@ class Stream:
         try:
             user_text = await asyncio.shield(unanswered) if unanswered else _last_user_text(request.history)
             ask = self._ask(request.history, user_text or "", request)
-            if request.max_output_tokens is not None and ask is None:
-                self._drop_prepared(prepared)  # prepared without the limit: the built-in one cuts words
+            has_images = ask is None and llm.has_images(request.history)
+            if (request.max_output_tokens is not None or has_images) and ask is None:
+                # Prepared without the limit (the built-in one cuts words) or without the images.
+                self._drop_prepared(prepared)
                 prepared = None
             answer = await self._use_prepared(prepared, user_text, voice, ask)
             if answer is None:
                 has_tools = bool(request.tools)
                 max_words = request.max_output_tokens
-                answer = replies.start(self._say, self._llm, user_text, voice, ask, has_tools, max_words)
+                answer = replies.start(
+                    self._say, self._llm, user_text, voice, ask, has_tools, max_words, has_images
+                )
             # The calls go out as soon as the model has made them, while its words are being spoken.
             calls = self._spawn(self._emit_calls(epoch, rid, answer))
             try:

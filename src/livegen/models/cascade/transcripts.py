@@ -69,12 +69,12 @@ class Transcripts:
         if self._decoding is not None:
             self._decoding.cancel()
 
-    def caption(self, epoch: int, end: int, audio_of: AudioOf) -> None:
-        """Decode the turn up to ``end`` once ``captions.STEP_S`` of new speech came since the last
+    def caption(self, epoch: int, end: int, audio_of: AudioOf, step_s: float = captions.STEP_S) -> None:
+        """Decode the turn up to ``end`` once ``step_s`` of new speech came since the last
         decode, one decode at a time (the caller says whether the session wants captions now)."""
         if self._decoding is not None and not self._decoding.done():
             return
-        if end - self._decoded_to < captions.STEP_S * SAMPLE_RATE:
+        if end - self._decoded_to < step_s * SAMPLE_RATE:
             return
         if end - self.turn_start > captions.MAX_LIVE_S * SAMPLE_RATE:
             return

@@ -74,11 +74,20 @@ class TranscriptionShape(_Patch, kw_only=True):
     model: str | Opt | None = UNSET
     language: str | Opt | None = UNSET
     prompt: str | Opt | None = UNSET
+    #: Words or phrases that steer the recogniser (``voice/config.py`` bounds them).
+    keywords: list[str] | Opt | None = UNSET
+    #: How long live captions wait: "minimal" .. "xhigh" (checked in ``voice/config.py``).
+    delay: str | Opt | None = UNSET
 
 
 class NoiseReductionShape(_Patch, kw_only=True):
     #: "near_field" or "far_field" (``voice/config.py`` checks the value).
     type: str | Opt = UNSET
+
+
+class ReasoningShape(_Patch, kw_only=True):
+    #: "minimal" .. "xhigh" (``voice/config.py`` checks the value); null: the model's own.
+    effort: str | Opt | None = UNSET
 
 
 class AudioInputShape(_Patch, kw_only=True):
@@ -127,6 +136,8 @@ class SessionShape(_Patch, kw_only=True):
     max_response_output_tokens: int | Literal["inf"] | Opt | None = UNSET
     sample_rate_hz: Any = UNSET
     truncation: Any = UNSET
+    #: gpt-realtime-2's ``reasoning``: its ``effort`` goes to the language model.
+    reasoning: ReasoningShape | Opt | None = UNSET
 
 
 def decode_session(session: object, event_id: str | None = None) -> SessionShape:
@@ -162,6 +173,9 @@ class ContentPartShape(_Shape, kw_only=True):
     text: str | None = None
     transcript: str | None = None
     audio: str | None = None
+    #: ``input_image``'s data URI and detail (``voice/conversation.py`` checks the values).
+    image_url: str | None = None
+    detail: str | None = None
 
 
 class ItemShape(_Shape, kw_only=True):
@@ -180,6 +194,7 @@ class ResponseShape(_Shape, kw_only=True):
     conversation: str | None = None
     voice: str | None = None
     metadata: dict[str, Any] | None = None
+    reasoning: ReasoningShape | None = None
 
 
 #: Field of a client event -> the shape its dict must have.

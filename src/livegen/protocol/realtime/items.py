@@ -1,6 +1,6 @@
 """Conversation items and content parts as the Realtime wire carries them (server to client).
 
-An item is a message (one content part), a function call or a function
+An item is a message (one content part, and a user's images after it), a function call or a function
 call's output. Field order follows OpenAI's objects, so the encoded JSON is
 the same bytes livegen sent when these were dicts. Content parts are tagged by
 ``type``: the GA part types name the direction (``output_audio``), beta's the
@@ -18,6 +18,13 @@ class InputTextPart(msgspec.Struct, tag="input_text", tag_field="type"):
 
 class InputAudioPart(msgspec.Struct, tag="input_audio", tag_field="type"):
     transcript: str | None
+
+
+class InputImagePart(msgspec.Struct, tag="input_image", tag_field="type"):
+    """An image in a user message: a ``data:image/png`` or ``image/jpeg`` base64 URI."""
+
+    image_url: str
+    detail: str = "auto"
 
 
 class OutputTextPart(msgspec.Struct, tag="output_text", tag_field="type"):
@@ -40,9 +47,11 @@ class AudioPart(msgspec.Struct, tag="audio", tag_field="type"):
     transcript: str | None
 
 
-ContentPart = InputTextPart | InputAudioPart | OutputTextPart | OutputAudioPart | TextPart | AudioPart
+#: The parts that hold words (as ``text`` or ``transcript``).
+WordsPart = InputTextPart | InputAudioPart | OutputTextPart | OutputAudioPart | TextPart | AudioPart
+ContentPart = WordsPart | InputImagePart
 
-_PARTS: dict[str, type[ContentPart]] = {
+_PARTS: dict[str, type[WordsPart]] = {
     "input_text": InputTextPart,
     "input_audio": InputAudioPart,
     "output_text": OutputTextPart,
@@ -52,7 +61,7 @@ _PARTS: dict[str, type[ContentPart]] = {
 }
 
 
-def content_part(kind: str, text: str | None) -> ContentPart:
+def content_part(kind: str, text: str | None) -> WordsPart:
     """The part of type ``kind`` holding ``text`` (as ``text`` or ``transcript``, as the type has it)."""
     return _PARTS[kind](text)
 

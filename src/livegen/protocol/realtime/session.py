@@ -52,6 +52,8 @@ class TranscriptionObject(msgspec.Struct):
     model: str
     language: str | UnsetType = UNSET
     prompt: str | UnsetType = UNSET
+    keywords: list[str] | UnsetType = UNSET
+    delay: str | UnsetType = UNSET
 
 
 class NoiseReductionObject(msgspec.Struct):
@@ -81,6 +83,10 @@ class TranscriptionAudio(msgspec.Struct):
     input: AudioInputObject
 
 
+class ReasoningObject(msgspec.Struct):
+    effort: str
+
+
 class SessionObject(msgspec.Struct, kw_only=True):
     id: str
     object: str = "realtime.session"
@@ -96,6 +102,8 @@ class SessionObject(msgspec.Struct, kw_only=True):
     truncation: Any = "auto"
     #: What the client's ``include`` asked for; omitted when it asked for nothing.
     include: list[str] | UnsetType = UNSET
+    #: ``reasoning`` (gpt-realtime-2's); omitted until the client sets an effort.
+    reasoning: ReasoningObject | UnsetType = UNSET
 
 
 class TranscriptionSessionObject(msgspec.Struct, kw_only=True):

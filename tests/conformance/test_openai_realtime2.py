@@ -1,0 +1,116 @@
+"""The Python ``openai`` SDK (GA) and gpt-realtime-2's additions: reasoning, images, keywords.
+
+Driven as the SDK's users drive it (``client.realtime.connect``), against
+``livegen serve``: with ``--llm-base-url`` pointing at ``ChatServer`` (a
+scripted OpenAI-compatible chat endpoint on loopback, playing a reasoning,
+vision-capable model) for reasoning and images, and the suite's plain server
+for transcription keywords. Each test is one capability of
+docs/compatibility.md; ``tests/models/cascade/test_reasoning.py``,
+``test_images.py`` and ``test_transcription_keywords.py`` cover the refusals.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from openai import AsyncOpenAI
+
+from conformance.conftest import API_KEY, _serve
+from conformance.test_openai_sdk import GA
+from livegen.models import Registry
+from livegen.server.thread import ServerThread
+from models.cascade.support import ChatServer, RealtimeCall, Reply, serve_chat, speak_afresh
+from models.cascade.test_images import data_uri, png
+
+#: Words only the model's thinking holds.
+SECRET = "zanzibar"
+
+
+def _mark(capability: str) -> pytest.MarkDecorator:
+    return pytest.mark.conformance(client=GA.client, capability=capability)
+
+
+@pytest.fixture
+def chat() -> Iterator[ChatServer]:
+    with serve_chat() as server:
+        yield server
+
+
+@pytest.fixture
+def llm_server(voice_registry: Registry, chat: ChatServer) -> Iterator[ServerThread]:
+    server = _serve(voice_registry, llm_base_url=chat.url, llm_model="tiny")
+    try:
+        server.wait_ready(timeout=300)
+        yield server
+    finally:
+        server.stop()
+        voice_registry.load("cascade").use_llm(None, None)  # the suite's other servers have none
+
+
+def _sdk(server: ServerThread) -> AsyncOpenAI:
+    return AsyncOpenAI(
+        api_key=API_KEY, base_url=f"{server.http_url}/v1", websocket_base_url=f"{server.ws_url}/v1"
+    )
+
+
+async def _turn(server: ServerThread, session: dict[str, Any], content: list[dict[str, Any]]) -> RealtimeCall:
+    """One text turn, turn detection off: the session, a user message, a response."""
+    async with _sdk(server).realtime.connect(model="gpt-realtime-2") as connection:
+        call = RealtimeCall(connection)
+        turn_detection = {"audio": {"input": {"turn_detection": None}}}
+        await connection.session.update(session={"type": "realtime", **turn_detection, **session})
+        await call.wait_for("session.updated")
+        item = {"type": "message", "role": "user", "content": content}
+        await connection.conversation.item.create(item=item)  # type: ignore[arg-type]
+        await connection.response.create()
+        await call.wait_for("response.done")
+        await call.close()
+    return call
+
+
+def _said(call: RealtimeCall) -> str:
+    return "".join(e.delta for e in call.of(GA.transcript_delta))
+
+
+@_mark("reasoning")
+async def test_reasoning(llm_server: ServerThread, chat: ChatServer) -> None:
+    chat.replies = [Reply(("<think>", f"{SECRET}</think>", "\n\nParis."), thinking=(f"{SECRET}.",))]
+    text = [{"type": "input_text", "text": "The capital of France?"}]
+    call = await _turn(llm_server, {"reasoning": {"effort": "low"}}, text)
+    assert _said(call) == "Paris."
+    assert SECRET not in json.dumps([e.model_dump() for e in call.events])
+    assert chat.requests[-1]["reasoning_effort"] == "low"
+
+
+@_mark("image-input")
+async def test_image_input(llm_server: ServerThread, chat: ChatServer) -> None:
+    chat.replies = [Reply(("A black square.",))]
+    uri = data_uri(png())
+    content = [{"type": "input_text", "text": "What is this?"}, {"type": "input_image", "image_url": uri}]
+    call = await _turn(llm_server, {}, content)
+    assert _said(call) == "A black square."
+    parts = chat.requests[-1]["messages"][-1]["content"]
+    assert parts[1] == {"type": "image_url", "image_url": {"url": uri, "detail": "auto"}}
+
+
+@_mark("transcription-keywords")
+async def test_transcription_keywords(plain_server: ServerThread) -> None:
+    speech = speak_afresh("Please call Siobhan tomorrow.", rate=24_000)
+    transcription = {"model": "whisper-1", "keywords": ["Siobhan"]}
+    session = {
+        "type": "realtime",
+        "audio": {"input": {"transcription": transcription, "turn_detection": None}},
+    }
+    async with _sdk(plain_server).realtime.connect(model="gpt-realtime-2") as connection:
+        await connection.session.update(session=session)  # type: ignore[arg-type]
+        await connection.input_audio_buffer.append(audio=base64.b64encode(speech).decode())
+        await connection.input_audio_buffer.commit()
+        async for event in connection:
+            assert event.type != "error", event
+            if event.type == "conversation.item.input_audio_transcription.completed":
+                break
+    assert "siobhan" in event.transcript.lower(), event.transcript
