@@ -26,6 +26,7 @@ from livegen.protocol.errors import (
     MODEL_FAILED,
     OUTBOX_OVERFLOW,
     OUTPUT_OVERFLOW,
+    STAGE_FAILURES,
     TRUNCATE_BEYOND_AUDIO,
     UNKNOWN_RESPONSE,
 )
@@ -248,7 +249,8 @@ class Speaker:
             ]
             return effects + self.end(now, "completed", None)
         if kind is OutputKind.ERROR:
-            details = {"type": "failed", "error": MODEL_FAILED.body(detail=output.text or "the model failed")}
+            row = STAGE_FAILURES.get(output.code, MODEL_FAILED)  # a remote stage's failure says which
+            details = {"type": "failed", "error": row.body(detail=output.text or "the model failed")}
             return self.end(now, "failed", details)
         return self._on_done(response, output, now)
 

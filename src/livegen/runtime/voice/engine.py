@@ -33,7 +33,14 @@ from livegen.errors import ConfigError, RemoteProtocolError
 from livegen.logs import bind_session, log_event
 from livegen.models import Kind, Registry
 from livegen.models.registry import ServedNames
-from livegen.models.voice import RemoteLLM, StreamConfig, VoiceModel, VoiceStream
+from livegen.models.voice import (
+    RemoteLLM,
+    RemoteSpeech,
+    SpeechStack,
+    StreamConfig,
+    VoiceModel,
+    VoiceStream,
+)
 from livegen.protocol import errors as wire_errors
 from livegen.protocol import realtime as wire
 from livegen.protocol.realtime import server as ev
@@ -66,6 +73,7 @@ class VoiceSettings(Protocol):
     def llm_model(self) -> str | None: ...
     @property
     def llm_context_tokens(self) -> int | None: ...
+    def speech_stack(self) -> SpeechStack: ...
 
 
 class VoiceEngine:
@@ -115,8 +123,22 @@ class VoiceEngine:
                     await runner.done.wait()
         if self.owners:  # parked sessions end with their runners; let them clean up
             await asyncio.wait(set(self.owners), timeout=5.0)
+        for model in self.models.values():  # this server's remote stages' connections
+            if self.settings.speech_stack().is_remote and isinstance(model, RemoteSpeech):
+                await model.close_speech()
 
     def health(self) -> dict[str, Any]:
+        report = self._health()
+        if (
+            model := self.models.get(self.default_model)
+        ) is not None and self.settings.speech_stack().is_remote:
+            health = model.health()  # this server's remote stages (the shared model has none)
+            report["stages"] = health.detail.get("stages", {})
+            if not health.ready:
+                report.update(ready=False, reason=health.reason)
+        return report
+
+    def _health(self) -> dict[str, Any]:
         return {
             "ready": self.default_model in self.models,
             "model": self.default_model,
@@ -145,6 +167,9 @@ class VoiceEngine:
                             settings.llm_model,
                             context_tokens=settings.llm_context_tokens,
                         )
+                    stack = settings.speech_stack()
+                    if stack.is_remote and isinstance(model, RemoteSpeech):  # this server's sessions only
+                        model = model.with_speech(stack)
                     self.models[entry.name] = model
         return self.models[entry.name]
 
