@@ -45,6 +45,7 @@ from livegen.models.cascade import (
     remote_tts,
     tts,
     vad,
+    voices,
 )
 from livegen.models.cascade.stream import Stream
 from livegen.models.voice import ClipSegment, ModelHealth, SpeechStack, StreamConfig, TurnDetection
@@ -228,12 +229,14 @@ class CascadeModel:
     def speak(
         self, text: str, voice: str = "", owner: Hashable | None = None, speed: float = 1.0
     ) -> concurrent.futures.Future[tts.Speech]:
-        """Synthesise one piece in the assistant's voice; "espeak" or "espeak:VOICE" picks espeak-ng.
+        """Synthesise one piece in the assistant's voice: an OpenAI name (``voices``), "joe", or
+        "espeak" or "espeak:VOICE" for espeak-ng.
 
         ``owner`` is the session (or request) asking: owners share the speech workers fairly.
         """
         if self.remote_voice is not None and not voice.startswith("espeak"):
             return self.remote_voice.speak(text, voice, speed)  # on the event loop, as sessions call it
+        voice = voices.resolve(voice)  # OpenAI's names: distinct voices of the model's own
         engine, _, espeak_voice = voice.partition(":") if voice.startswith("espeak") else ("piper", "", "")
         started = time.perf_counter()
         future = self.worker.speak(text, engine, espeak_voice, speed, owner=owner)
