@@ -7,6 +7,7 @@ ones (alloy: Piper's joe; ash, echo) well below.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import itertools
 from typing import Any
@@ -80,3 +81,26 @@ async def test_a_session_speaks_with_the_voice_it_names(default_server: ServerTh
                 break
     assert event.response.status == "completed"
     assert pitch_hz(bytes(audio)) > 150  # coral, not the default (alloy: Piper's joe, ~90 Hz)
+
+
+async def test_an_unknown_voice_is_refused_by_name_at_session_update(default_server: ServerThread) -> None:
+    client = AsyncOpenAI(
+        api_key="unused",
+        base_url=f"{default_server.http_url}/v1",
+        websocket_base_url=f"{default_server.ws_url}/v1",
+    )
+    async with client.realtime.connect(model="gpt-realtime") as connection, asyncio.timeout(60):
+        await connection.session.update(session={"type": "realtime", "audio": {"output": {"voice": "bob"}}})
+        refused = await connection.recv()
+        while refused.type not in ("error", "session.updated"):
+            refused = await connection.recv()
+        assert refused.type == "error", refused
+        await connection.session.update(
+            session={"type": "realtime", "audio": {"output": {"voice": "shimmer"}}}
+        )
+        updated = await connection.recv()
+        while updated.type != "session.updated":
+            updated = await connection.recv()
+    assert (refused.error.code, refused.error.param) == ("invalid_value", "session.audio.output.voice")
+    assert "'bob'" in refused.error.message and "'alloy'" in refused.error.message
+    assert updated.session.audio.output.voice == "shimmer"  # the session goes on, and takes a known one

@@ -250,7 +250,7 @@ class CascadeModel:
 
     # -- whole clips (``ClipAudio``: the server's /v1/audio/ endpoints) -------------------------
     def accepts_voice(self, voice: str) -> bool:
-        return offline.accepts_voice(voice)
+        return voice in voices.OPENAI_VOICES or offline.accepts_voice(voice)
 
     def transcribe_clip(
         self, pcm: bytes, model: str = "", language: str = "", prompt: str = "", logprobs: bool = False

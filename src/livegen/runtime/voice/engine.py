@@ -34,6 +34,7 @@ from livegen.logs import bind_session, log_event
 from livegen.models import Kind, Registry
 from livegen.models.registry import ServedNames
 from livegen.models.voice import (
+    ClipAudio,
     RemoteLLM,
     RemoteSpeech,
     SpeechStack,
@@ -50,6 +51,7 @@ from livegen.runtime.voice.owner import SessionOwner
 from livegen.runtime.voice.parking import ParkingBudget
 from livegen.runtime.voice.runner import Dialect, Runner, RunnerLimits
 from livegen.voice.session import Limits, ModelFacts, Session
+from livegen.voice.settings import REALTIME_VOICES
 
 logger = logging.getLogger("livegen.runtime.voice")
 
@@ -206,7 +208,7 @@ class VoiceEngine:
         def ids(prefix: str) -> str:
             return f"{prefix}_{tag}{next(counter):x}"
 
-        facts = ModelFacts(name, model.input_rate, model.output_rate, model.has_vad)
+        facts = ModelFacts(name, model.input_rate, model.output_rate, model.has_vad, self._voices(model))
         canonical = self.names.canonical
         session = Session(
             session_id, facts, ids, self.limits, canonical_name=canonical, session_type=session_type
@@ -266,7 +268,20 @@ class VoiceEngine:
         except Exception as exc:
             failed = wire_errors.MODEL_OPEN_FAILED
             raise failed.error(model=name, detail=exc, param="session.model") from exc
-        return ModelFacts(name, model.input_rate, model.output_rate, model.has_vad), stream
+        facts = ModelFacts(name, model.input_rate, model.output_rate, model.has_vad, self._voices(model))
+        return facts, stream
+
+    def _voices(self, model: VoiceModel) -> Callable[[str], bool] | None:
+        """Which voice names a session may pick: OpenAI's and the model's own; None (any) when the
+        model does not say, or a remote voice (``--tts-base-url``) speaks and decides."""
+        if self.settings.speech_stack().tts_base_url or not isinstance(model, ClipAudio):
+            return None
+        clips = model
+
+        def accepts(voice: str) -> bool:
+            return voice in REALTIME_VOICES or clips.accepts_voice(voice)
+
+        return accepts
 
     # -- refusals outside any session ------------------------------------------------------
     async def refuse(self, link: Link, error: RemoteProtocolError, close_code: int) -> None:
