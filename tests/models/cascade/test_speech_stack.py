@@ -280,3 +280,22 @@ async def test_one_livegen_speaks_and_hears_for_another(
         stages = (await http.get(f"{front.http_url}/health")).json()["services"]["voice"]["stages"]
     assert stages["tts"]["ok"] and stages["asr"]["ok"]
     assert stages["tts"]["url"].startswith(backend.http_url)
+
+
+async def test_health_is_ready_again_once_the_stage_answers(
+    serve: Callable[..., ServerThread], speech_server: SpeechServer
+) -> None:
+    speech_server.mode = "error"
+    server = serve(tts_base_url=speech_server.url, speech_timeout_s=1.0)
+    async with session(server) as call:
+        await ask_in_text(call, "What is two plus two?")
+        failed = await call.wait_for("response.done")
+    speech_server.mode = "ok"
+    async with session(server) as call:
+        await ask_in_text(call, "What is two plus two?")
+        done = await call.wait_for("response.done")
+    async with httpx.AsyncClient() as http:
+        answer = await http.get(f"{server.http_url}/health")
+    assert (failed.response.status, done.response.status) == ("failed", "completed")
+    tts = answer.json()["services"]["voice"]["stages"]["tts"]
+    assert answer.status_code == 200 and tts["ok"] and tts["failures"] >= 1

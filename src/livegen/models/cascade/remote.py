@@ -5,7 +5,8 @@ through another server's OpenAI-compatible ``/v1/audio/`` endpoints
 (``remote_tts``, ``remote_asr``). Each stage keeps one ``Stage``: its client,
 made on first use on the server's event loop (an httpx pool belongs to one
 loop), and what ``/health`` says of it, the last failure until a request
-succeeds again, so an operator sees which stage is failing and why.
+succeeds again (``/health`` is 503 for ``FAILING_S`` after it), so an operator
+sees which stage is failing and why.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import httpx
 
+#: Seconds ``/health`` reports a stage failing after its last failed request (unless one succeeds).
+FAILING_S = 30.0
 #: Most bytes of one answer a stage reads (an error text, a transcript): more is garbage.
 MAX_TEXT_BYTES = 1024 * 1024
 
@@ -66,11 +69,13 @@ class Stage:
 
     @property
     def is_failing(self) -> bool:
-        return bool(self.error)
+        """Whether its last request failed, within ``FAILING_S``: past it the server is ready
+        again, so a balancer that took it out of rotation sends sessions that try the stage anew."""
+        return bool(self.error) and time.time() - self.failed_at < FAILING_S
 
     def report(self) -> dict[str, Any]:
         report: dict[str, Any] = {"url": self.base_url, "ok": not self.is_failing, "failures": self.failures}
-        if self.is_failing:
+        if self.error:
             report.update(error=self.error, failed_at=self.failed_at)
         return report
 
