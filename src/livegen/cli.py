@@ -215,6 +215,49 @@ def main() -> None:
     help="Function calls in one language-model answer; past it the response fails.",
 )
 @click.option(
+    "--tts-base-url",
+    envvar="LIVEGEN_TTS_BASE_URL",
+    default=None,
+    help="OpenAI-compatible speech endpoint that speaks for the voice sessions (POST "
+    "{url}/audio/speech, streamed pcm), e.g. another livegen's http://host:8000/v1 [default: own voice].",
+)
+@click.option(
+    "--tts-api-key", envvar="LIVEGEN_TTS_API_KEY", default=None, help="Bearer key of --tts-base-url."
+)
+@click.option(
+    "--tts-model",
+    envvar="LIVEGEN_TTS_MODEL",
+    default=_default("tts_model"),
+    show_default=True,
+    help="The model asked of --tts-base-url.",
+)
+@click.option(
+    "--asr-base-url",
+    envvar="LIVEGEN_ASR_BASE_URL",
+    default=None,
+    help="OpenAI-compatible transcription endpoint for the turn transcript (POST "
+    "{url}/audio/transcriptions, stream=true where offered); live captions stay local [default: own].",
+)
+@click.option(
+    "--asr-api-key", envvar="LIVEGEN_ASR_API_KEY", default=None, help="Bearer key of --asr-base-url."
+)
+@click.option(
+    "--asr-remote-model",
+    envvar="LIVEGEN_ASR_REMOTE_MODEL",
+    default=_default("asr_remote_model"),
+    show_default=True,
+    help="The model asked of --asr-base-url.",
+)
+@click.option(
+    "--speech-timeout",
+    "speech_timeout_s",
+    default=_default("speech_timeout_s"),
+    show_default=True,
+    type=click.FloatRange(0.1),
+    help="Seconds --tts-base-url or --asr-base-url may take to connect, to answer and between two pieces "
+    "of an answer; then that response fails (tts_unavailable, asr_unavailable) and /health says so.",
+)
+@click.option(
     "--world-workers",
     default=_default("world_workers"),
     show_default=True,

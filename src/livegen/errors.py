@@ -128,6 +128,19 @@ class ModelError(LivegenError):
     code: ClassVar[str] = "model_error"
 
 
+class StageUnavailable(ModelError):
+    """A remote speech stage (``--tts-base-url``, ``--asr-base-url``) was down, too slow, or
+    answered an error or garbage: the response that needed it fails with the stage's code."""
+
+
+class AsrUnavailable(StageUnavailable):
+    code = "asr_unavailable"
+
+
+class TtsUnavailable(StageUnavailable):
+    code = "tts_unavailable"
+
+
 class ModelContractError(ModelError):
     """A model broke its contract: a wrong metadata echo, a bad shape or rate."""
 

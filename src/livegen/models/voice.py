@@ -261,6 +261,41 @@ class RemoteLLM(Protocol):
 
 
 @dataclass(frozen=True)
+class SpeechStack:
+    """Remote speech stages of a server (``--tts-base-url``, ``--asr-base-url``): OpenAI-compatible
+    ``/v1/audio/speech`` and ``/v1/audio/transcriptions`` endpoints that speak and hear for its
+    sessions in place of the model's own voice and recogniser."""
+
+    tts_base_url: str | None = None
+    tts_api_key: str | None = None
+    #: The ``model`` sent with each speech request.
+    tts_model: str = "tts-1"
+    asr_base_url: str | None = None
+    asr_api_key: str | None = None
+    #: The ``model`` sent with each transcription request.
+    asr_model: str = "whisper-1"
+    #: Seconds a stage may take to connect, to answer, and between two pieces of its answer.
+    timeout_s: float = 10.0
+
+    @property
+    def is_remote(self) -> bool:
+        return bool(self.tts_base_url or self.asr_base_url)
+
+
+@runtime_checkable
+class RemoteSpeech(Protocol):
+    """A voice model whose sessions can speak and hear through remote stages; the engine asks
+    it once, after loading, for a copy bound to the server's ``SpeechStack`` (the model itself
+    is shared by every server of the process, so it is never changed)."""
+
+    def with_speech(self, stack: SpeechStack) -> VoiceModel: ...
+
+    async def close_speech(self) -> None:
+        """Close the remote stages' connections (the server is stopping)."""
+        ...
+
+
+@dataclass(frozen=True)
 class ClipSegment:
     """A piece of a whole clip's transcript, ``start`` to ``end`` in seconds of the clip."""
 

@@ -306,6 +306,24 @@ MODEL_FAILED = WireError(
     error_type="server_error",
     kind=None,
 )
+ASR_UNAVAILABLE = WireError(
+    "asr_unavailable",
+    "{detail}",
+    "livegen",
+    "in `response.done` (`failed`): the remote recogniser (`--asr-base-url`) was down, too slow, "
+    "answered an error or no transcript, so the turn has none",
+    error_type="server_error",
+    kind=None,
+)
+TTS_UNAVAILABLE = WireError(
+    "tts_unavailable",
+    "{detail}",
+    "livegen",
+    "in `response.done` (`failed`): the remote voice (`--tts-base-url`) was down, too slow, "
+    "answered an error or no audio",
+    error_type="server_error",
+    kind=None,
+)
 MODEL_APPEND_FAILED = WireError(
     "model_append_failed",
     "{detail}",
@@ -498,6 +516,8 @@ SESSION_RESUME_CONFLICT = WireError(
 TABLE: tuple[WireError, ...] = tuple(v for v in dict(globals()).values() if isinstance(v, WireError))
 #: Every code livegen can send on the voice wire.
 CODES: frozenset[str] = frozenset(row.code for row in TABLE)
+#: A model failure whose code names a remote stage that failed, by that code (else ``MODEL_FAILED``).
+STAGE_FAILURES: dict[str, WireError] = {row.code: row for row in (ASR_UNAVAILABLE, TTS_UNAVAILABLE)}
 
 
 def markdown_table() -> str:

@@ -14,8 +14,8 @@ status codes (``audio_requests.py`` checks the fields).
   and ``stream=true`` for server-sent ``transcript.text.delta`` events, one
   per piece (at most 30 s) as it is decoded, then ``transcript.text.done``.
 - Speech takes OpenAI's JSON: ``model`` (OpenAI's speech names or the voice
-  model's served names), ``voice`` (OpenAI's names, each the model's default
-  voice, or the model's own), ``input`` (at most 4096 characters),
+  model's served names), ``voice`` (OpenAI's names, each mapped by the model
+  to a distinct voice of its own, or the model's own), ``input`` (at most 4096 characters),
   ``response_format``, ``speed`` and ``stream_format`` (``audio`` or
   ``sse``). The audio streams a piece at a time as it is synthesised; the
   first piece is synthesised before the status line goes, so a voice the

@@ -30,7 +30,7 @@ OPENAI_TRANSCRIPTION_MODELS = (
 )
 #: OpenAI's speech models: each means the voice model's speech.
 OPENAI_SPEECH_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts", "gpt-4o-mini-tts-2025-12-15")
-#: OpenAI's built-in voices: each is the voice model's default voice.
+#: OpenAI's built-in voices: the voice model maps each to a voice of its own.
 OPENAI_VOICES = (
     "alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer", "verse", "marin",
     "cedar",
@@ -195,13 +195,12 @@ class SpeechRequest:
 
 
 def _voice(voice: object, model: ClipAudio) -> str:
-    """The model's name for ``voice`` (a name, or OpenAI's ``{"id": name}``): "" for OpenAI's voices."""
+    """The voice's name (a name, or OpenAI's ``{"id": name}``): one of OpenAI's, each of which the
+    model maps to a voice of its own, or the model's own."""
     if isinstance(voice, dict):
         voice = voice.get("id")
     if not isinstance(voice, str) or not voice:
         raise missing("voice")
-    if voice in OPENAI_VOICES:
-        return ""
-    if model.accepts_voice(voice):
+    if voice in OPENAI_VOICES or model.accepts_voice(voice):
         return voice
     raise unsupported("voice", voice, OPENAI_VOICES)

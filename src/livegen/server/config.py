@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, field
 
 from livegen.errors import ConfigError
-from livegen.models.voice import LLMLimits
+from livegen.models.voice import LLMLimits, SpeechStack
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,19 @@ class ServerConfig:
     llm_max_arguments_kib: int = LLMLimits.max_arguments_bytes // 1024
     llm_max_text_kib: int = LLMLimits.max_text_bytes // 1024
     llm_max_tool_calls: int = LLMLimits.max_calls
+    #: OpenAI-compatible speech endpoint (``POST {url}/audio/speech``) that speaks for the sessions
+    #: in place of the voice model's own voice, and the ``model`` asked of it (optional).
+    tts_base_url: str | None = None
+    tts_api_key: str | None = field(default_factory=lambda: os.environ.get("LIVEGEN_TTS_API_KEY") or None)
+    tts_model: str = "tts-1"
+    #: OpenAI-compatible transcription endpoint (``POST {url}/audio/transcriptions``) for the turn
+    #: transcript, in place of the voice model's own recogniser, and the ``model`` asked of it.
+    asr_base_url: str | None = None
+    asr_api_key: str | None = field(default_factory=lambda: os.environ.get("LIVEGEN_ASR_API_KEY") or None)
+    asr_remote_model: str = "whisper-1"
+    #: Seconds a remote speech stage may take to connect, to answer and between two pieces of its
+    #: answer (a turn's transcript may take its audio's length more); then the response fails.
+    speech_timeout_s: float = 10.0
     #: World workers: 0 steps the world model in this process; N > 0 starts N Ray actors.
     world_workers: int = 0
     #: Share of the world model's measured time realtime sessions may need; past it, a new session
@@ -131,6 +144,18 @@ class ServerConfig:
     def __post_init__(self) -> None:
         if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
             raise ConfigError("TLS needs both --ssl-certfile and --ssl-keyfile")
+
+    def speech_stack(self) -> SpeechStack:
+        """The remote speech stages of the voice model's sessions (none set: its own)."""
+        return SpeechStack(
+            self.tts_base_url,
+            self.tts_api_key,
+            self.tts_model,
+            self.asr_base_url,
+            self.asr_api_key,
+            self.asr_remote_model,
+            self.speech_timeout_s,
+        )
 
     @property
     def tls(self) -> bool:

@@ -27,6 +27,7 @@ from livegen.protocol.errors import (
     MODEL_FAILURES,
     OUTBOX_OVERFLOW,
     OUTPUT_OVERFLOW,
+    STAGE_FAILURES,
     TRUNCATE_BEYOND_AUDIO,
     UNKNOWN_RESPONSE,
 )
@@ -248,8 +249,9 @@ class Speaker:
                 self._send(ev.ResponseListen(response_id=response.id, reason=output.text or "model_listens"))
             ]
             return effects + self.end(now, "completed", None)
-        if kind is OutputKind.ERROR:  # a failure the table names keeps its code (``llm_timeout``)
-            row = MODEL_FAILURES.get(output.code, MODEL_FAILED)
+        if kind is OutputKind.ERROR:  # a failure the table names keeps its code (``llm_timeout``,
+            # ``tts_unavailable``: a remote stage's failure says which)
+            row = MODEL_FAILURES.get(output.code) or STAGE_FAILURES.get(output.code, MODEL_FAILED)
             details = {"type": "failed", "error": row.body(detail=output.text or "the model failed")}
             return self.end(now, "failed", details)
         return self._on_done(response, output, now)

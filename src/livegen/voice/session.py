@@ -78,7 +78,7 @@ from livegen.voice.ledger import InputLedger, Playback
 from livegen.voice.options import ResponseOptions, plan_response, response_options, session_options
 from livegen.voice.output import Speaker
 from livegen.voice.response import Response
-from livegen.voice.settings import IdFactory, Limits, ModelFacts
+from livegen.voice.settings import REALTIME_VOICES, IdFactory, Limits, ModelFacts
 from livegen.voice.turns import TurnPolicy, TurnStep
 from livegen.voice.vad import Edge
 
@@ -236,6 +236,8 @@ class Session:
             return self._switch_model(config, event.event_id)
         if config.voice != self.config.voice and any(p.generated_ms for p in self.playbacks.values()):
             raise CANNOT_UPDATE_VOICE.error()
+        if config.voice != self.config.voice:
+            self._check_voice(config.voice)
         if config.input_format != self.config.input_format:
             self._decoder = InputDecoder(config.input_format, self.model.input_rate)
         old_vad = self.config.turn_detection
@@ -244,6 +246,16 @@ class Session:
             self._reset_vad()
         effects = self._control(AttemptKind.UPDATE, now, config=config.stream_config())
         return [*effects, self._send(ev.SessionUpdated(session=config.to_object(self.id)))]
+
+    def _check_voice(self, voice: str) -> None:
+        """OpenAI's ``invalid_value`` for a voice the model cannot speak with, naming it."""
+        accepts = self.model.accepts_voice
+        if accepts is not None and not accepts(voice):
+            listed = (
+                ", ".join(f"'{name}'" for name in REALTIME_VOICES[:-1]) + f", and '{REALTIME_VOICES[-1]}'"
+            )
+            detail = f"Invalid value: '{voice}'. Supported values are: {listed}."
+            raise INVALID_VALUE.error(detail=detail, param="session.audio.output.voice")
 
     def _switch_model(self, config: Config, event_id: str | None) -> list[Effect]:
         """A new model, allowed until the current one has been given input or asked to respond."""

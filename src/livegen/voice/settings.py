@@ -25,9 +25,15 @@ class Limits:
     input_burst_ms: float = 60_000.0
 
 
+#: OpenAI's Realtime voices, as its ``invalid_value`` lists them.
+REALTIME_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "sage", "shimmer", "verse", "marin", "cedar")
+
+
 @dataclass(frozen=True)
 class ModelFacts:
     name: str
     input_rate: int
     output_rate: int
     has_vad: bool
+    #: Whether the model can speak with a voice of that name (a pure lookup, injected); None: any.
+    accepts_voice: Callable[[str], bool] | None = None

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import copy
 import os
 import threading
 import time
@@ -32,9 +33,29 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from livegen.errors import ConfigError
-from livegen.models.cascade import asr, asr_batch, assets, endpoint, llm, offline, tts, vad
+from livegen.models.cascade import (
+    asr,
+    asr_batch,
+    assets,
+    endpoint,
+    llm,
+    offline,
+    remote,
+    remote_asr,
+    remote_tts,
+    tts,
+    vad,
+    voices,
+)
 from livegen.models.cascade.stream import Stream
-from livegen.models.voice import ClipSegment, LLMLimits, ModelHealth, StreamConfig, TurnDetection
+from livegen.models.voice import (
+    ClipSegment,
+    LLMLimits,
+    ModelHealth,
+    SpeechStack,
+    StreamConfig,
+    TurnDetection,
+)
 
 #: What a client's transcription model name means when it is not one of ``asr.CHOICES``
 #: (OpenAI's names, "whisper-1", "gpt-4o-transcribe"...): the server's default recogniser.
@@ -89,6 +110,9 @@ class CascadeModel:
         self._asr_thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="livegen-asr")
         self.batcher = self._batcher(self.asr_sizing)
         self.is_closed = False
+        #: Remote stages of one server's sessions (``with_speech``); None: the model's own.
+        self.remote_voice: remote_tts.RemoteVoice | None = None
+        self.remote_recognizer: remote_asr.RemoteRecognizer | None = None
 
     async def open(self, session_id: str, config: StreamConfig) -> Stream:
         return Stream(self, session_id, config)
@@ -111,6 +135,26 @@ class CascadeModel:
                 context_tokens=context_tokens,
                 limits=limits or LLMLimits(),
             )
+
+    def with_speech(self, stack: SpeechStack) -> CascadeModel:
+        """This model, for one server's sessions, speaking and hearing through ``stack``'s remote
+        stages: a shallow copy, so the recognisers, speech workers and stats stay shared, while the
+        model every server of the process shares (and its /v1/audio/ endpoints) keeps its own."""
+        view = copy.copy(self)
+        if stack.tts_base_url:
+            stage = remote.Stage("tts", stack.tts_base_url, stack.tts_api_key, stack.timeout_s)
+            view.remote_voice = remote_tts.RemoteVoice(stage, stack.tts_model)
+        if stack.asr_base_url:
+            stage = remote.Stage("asr", stack.asr_base_url, stack.asr_api_key, stack.timeout_s)
+            view.remote_recognizer = remote_asr.RemoteRecognizer(stage, stack.asr_model)
+        return view
+
+    async def close_speech(self) -> None:
+        for stage in self.remote_stages():
+            await stage.aclose()
+
+    def remote_stages(self) -> list[remote.Stage]:
+        return [part.stage for part in (self.remote_recognizer, self.remote_voice) if part is not None]
 
     def size_asr(self, sizing: AsrSizing) -> None:
         """Recognise with this many workers, threads and batch from now on (the benchmark's
@@ -137,7 +181,10 @@ class CascadeModel:
         options: asr.Options | None = None,
         priority: asr_batch.Priority = asr_batch.Priority.FINAL,
     ) -> str:
-        """Text of ``audio``; a ``CAPTION`` decode waits behind every final and may be cancelled."""
+        """Text of ``audio``; a ``CAPTION`` decode waits behind every final and may be cancelled.
+        With a remote recogniser, finals (the turn's transcript) are its; captions stay local."""
+        if self.remote_recognizer is not None and priority is asr_batch.Priority.FINAL:
+            return await self.remote_recognizer.transcribe(audio, options or asr.Options())
         if self.batcher is None:
             loop = asyncio.get_running_loop()
             queued = time.perf_counter()
@@ -196,10 +243,14 @@ class CascadeModel:
     def speak(
         self, text: str, voice: str = "", owner: Hashable | None = None, speed: float = 1.0
     ) -> concurrent.futures.Future[tts.Speech]:
-        """Synthesise one piece in the assistant's voice; "espeak" or "espeak:VOICE" picks espeak-ng.
+        """Synthesise one piece in the assistant's voice: an OpenAI name (``voices``), "joe", or
+        "espeak" or "espeak:VOICE" for espeak-ng.
 
         ``owner`` is the session (or request) asking: owners share the speech workers fairly.
         """
+        if self.remote_voice is not None and not voice.startswith("espeak"):
+            return self.remote_voice.speak(text, voice, speed)  # on the event loop, as sessions call it
+        voice = voices.resolve(voice)  # OpenAI's names: distinct voices of the model's own
         engine, _, espeak_voice = voice.partition(":") if voice.startswith("espeak") else ("piper", "", "")
         started = time.perf_counter()
         future = self.worker.speak(text, engine, espeak_voice, speed, owner=owner)
@@ -213,7 +264,7 @@ class CascadeModel:
 
     # -- whole clips (``ClipAudio``: the server's /v1/audio/ endpoints) -------------------------
     def accepts_voice(self, voice: str) -> bool:
-        return offline.accepts_voice(voice)
+        return voice in voices.OPENAI_VOICES or offline.accepts_voice(voice)
 
     def transcribe_clip(
         self, pcm: bytes, model: str = "", language: str = "", prompt: str = "", logprobs: bool = False
@@ -225,7 +276,13 @@ class CascadeModel:
 
     def health(self) -> ModelHealth:
         is_ready, reason, workers = self.worker.health()
-        return ModelHealth(is_ready, reason, {"tts_workers": workers})
+        detail: dict[str, object] = {"tts_workers": workers}
+        stages = self.remote_stages()
+        if stages:  # which remote stage fails, and why: the server is not ready while one does
+            detail["stages"] = {stage.name: stage.report() for stage in stages}
+            for stage in (stage for stage in stages if stage.is_failing):
+                is_ready, reason = False, f"the remote {stage.name} stage is failing: {stage.error}"
+        return ModelHealth(is_ready, reason, detail)
 
     def close(self) -> None:
         self.is_closed = True

@@ -45,6 +45,7 @@ from livegen.models.cascade import (
     endpoint,
     incomplete,
     llm,
+    remote_tts,
     replies,
     speaking,
     transcripts,
@@ -538,6 +539,13 @@ class Stream:
         self, epoch: int, rid: str, text: str, audio: concurrent.futures.Future[Speech]
     ) -> float:
         """Emit one piece's audio; its length in seconds."""
+        if isinstance(audio, remote_tts.StreamedSpeech):  # a remote voice's: each chunk as it comes
+            size = 0
+            async for pcm in audio.chunks():
+                size += len(pcm)
+                for chunk in speaking.audio_deltas(pcm):
+                    self._emit(OutputKind.AUDIO_DELTA, epoch, response_id=rid, audio=chunk)
+            return size / 2 / tts.SAMPLE_RATE
         speech = await speaking.speech_of(audio, text, self._say)
         for chunk in speaking.audio_deltas(speech.pcm):
             self._emit(OutputKind.AUDIO_DELTA, epoch, response_id=rid, audio=chunk)

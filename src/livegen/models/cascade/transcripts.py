@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from livegen.errors import StageUnavailable
 from livegen.models.cascade import asr, captions, vad
 from livegen.models.cascade.asr_batch import Priority
 from livegen.models.voice import OutputKind
@@ -117,6 +118,10 @@ class Transcripts:
                 rest = caption[0].rest(text)
             if caption is not None and rest is not None:
                 text = caption[0].text + rest  # the words as sent, where only punctuation differed
+        except StageUnavailable as exc:  # a remote recogniser: the turn's response fails with its code
+            logger.warning("transcription of %s failed: %s", item_id, exc)
+            self._emit(OutputKind.ERROR, epoch, item_id=item_id, text=f"transcription failed: {exc}")
+            raise
         except Exception as exc:
             logger.exception("transcription of %s failed", item_id)
             self._emit(OutputKind.ERROR, epoch, item_id=item_id, text=f"transcription failed: {exc}")

@@ -34,7 +34,16 @@ from livegen.errors import ConfigError, RemoteProtocolError
 from livegen.logs import bind_session, log_event
 from livegen.models import Kind, Registry
 from livegen.models.registry import ServedNames
-from livegen.models.voice import LLMLimits, RemoteLLM, StreamConfig, VoiceModel, VoiceStream
+from livegen.models.voice import (
+    ClipAudio,
+    LLMLimits,
+    RemoteLLM,
+    RemoteSpeech,
+    SpeechStack,
+    StreamConfig,
+    VoiceModel,
+    VoiceStream,
+)
 from livegen.protocol import errors as wire_errors
 from livegen.protocol import realtime as wire
 from livegen.protocol.realtime import server as ev
@@ -44,6 +53,7 @@ from livegen.runtime.voice.owner import SessionOwner
 from livegen.runtime.voice.parking import ParkingBudget
 from livegen.runtime.voice.runner import Dialect, Runner, RunnerLimits
 from livegen.voice.session import Limits, ModelFacts, Session
+from livegen.voice.settings import REALTIME_VOICES
 
 logger = logging.getLogger("livegen.runtime.voice")
 
@@ -68,6 +78,7 @@ class VoiceSettings(Protocol):
     @property
     def llm_context_tokens(self) -> int | None: ...
     def llm_limits(self) -> LLMLimits: ...
+    def speech_stack(self) -> SpeechStack: ...
 
 
 class VoiceEngine:
@@ -117,8 +128,22 @@ class VoiceEngine:
                     await runner.done.wait()
         if self.owners:  # parked sessions end with their runners; let them clean up
             await asyncio.wait(set(self.owners), timeout=5.0)
+        for model in self.models.values():  # this server's remote stages' connections
+            if self.settings.speech_stack().is_remote and isinstance(model, RemoteSpeech):
+                await model.close_speech()
 
     def health(self) -> dict[str, Any]:
+        report = self._health()
+        if (
+            model := self.models.get(self.default_model)
+        ) is not None and self.settings.speech_stack().is_remote:
+            health = model.health()  # this server's remote stages (the shared model has none)
+            report["stages"] = health.detail.get("stages", {})
+            if not health.ready:
+                report.update(ready=False, reason=health.reason)
+        return report
+
+    def _health(self) -> dict[str, Any]:
         return {
             "ready": self.default_model in self.models,
             "model": self.default_model,
@@ -148,6 +173,9 @@ class VoiceEngine:
                             context_tokens=settings.llm_context_tokens,
                             limits=settings.llm_limits(),
                         )
+                    stack = settings.speech_stack()
+                    if stack.is_remote and isinstance(model, RemoteSpeech):  # this server's sessions only
+                        model = model.with_speech(stack)
                     self.models[entry.name] = model
         return self.models[entry.name]
 
@@ -186,7 +214,7 @@ class VoiceEngine:
         def ids(prefix: str) -> str:
             return f"{prefix}_{tag}{next(counter):x}"
 
-        facts = ModelFacts(name, model.input_rate, model.output_rate, model.has_vad)
+        facts = ModelFacts(name, model.input_rate, model.output_rate, model.has_vad, self._voices(model))
         canonical = self.names.canonical
         session = Session(
             session_id, facts, ids, self.limits, canonical_name=canonical, session_type=session_type
@@ -248,7 +276,20 @@ class VoiceEngine:
         except Exception as exc:
             failed = wire_errors.MODEL_OPEN_FAILED
             raise failed.error(model=name, detail=exc, param="session.model") from exc
-        return ModelFacts(name, model.input_rate, model.output_rate, model.has_vad), stream
+        facts = ModelFacts(name, model.input_rate, model.output_rate, model.has_vad, self._voices(model))
+        return facts, stream
+
+    def _voices(self, model: VoiceModel) -> Callable[[str], bool] | None:
+        """Which voice names a session may pick: OpenAI's and the model's own; None (any) when the
+        model does not say, or a remote voice (``--tts-base-url``) speaks and decides."""
+        if self.settings.speech_stack().tts_base_url or not isinstance(model, ClipAudio):
+            return None
+        clips = model
+
+        def accepts(voice: str) -> bool:
+            return voice in REALTIME_VOICES or clips.accepts_voice(voice)
+
+        return accepts
 
     # -- refusals outside any session ------------------------------------------------------
     async def refuse(self, link: Link, error: RemoteProtocolError, close_code: int) -> None:
