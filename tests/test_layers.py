@@ -143,6 +143,12 @@ RULES: tuple[Rule, ...] = (
         "a world transport hands its socket to the engine's session owner (runtime/world/owner.py); "
         "the runner and the sans-IO core are the engine's (issue 24)",
     ),
+    Rule(
+        ("livegen.server",),
+        ("livegen.runtime.voice.runner", "livegen.voice"),
+        "a voice transport hands its link to the engine's session owner, and checks a key's or a "
+        "call's configuration through the engine (configured_session), never the runner or the core",
+    ),
 )
 
 #: Imports that break a rule today, each being fixed under issue #12 by another branch.

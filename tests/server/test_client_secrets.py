@@ -15,7 +15,8 @@ import json
 import pytest
 
 from livegen.errors import RemoteProtocolError
-from livegen.server.client_secrets import ClientSecrets, session_config
+from livegen.runtime.voice.engine import configured_session
+from livegen.server.client_secrets import ClientSecrets
 from protocol.session_update_cases import CASES, outcome
 
 SINGLE = sorted(name for name, updates in CASES.items() if len(updates) == 1)
@@ -23,10 +24,10 @@ SINGLE = sorted(name for name, updates in CASES.items() if len(updates) == 1)
 
 def _minted(session: object) -> dict[str, object]:
     try:
-        config = session_config(json.loads(json.dumps(session)), "m")
+        shown = configured_session(json.loads(json.dumps(session)), "m", "sess_table")
     except RemoteProtocolError as error:
         return {"error": [error.code, error.message, error.param]}
-    return {"session": config.to_wire("sess_table")}
+    return {"session": shown}
 
 
 @pytest.mark.parametrize("name", SINGLE)

@@ -34,9 +34,8 @@ from livegen.errors import CapacityExceeded, RemoteProtocolError
 from livegen.protocol import errors as wire_errors
 from livegen.protocol import realtime as wire
 from livegen.protocol.errors import WireError
-from livegen.protocol.realtime.fields import decode_session
+from livegen.runtime.voice.engine import configured_session
 from livegen.server.bodies import json_object
-from livegen.voice.config import Config, apply_update
 
 PREFIX = "ek_"
 DEFAULT_TTL_S = 600
@@ -123,17 +122,9 @@ def _ttl(body: dict[str, Any]) -> float:
     return float(seconds)
 
 
-def session_config(session: object, model: str) -> Config:
-    """The configuration ``session`` gives a session of ``model``, decoded and checked as a
-    ``session.update`` of it would be (the same errors); raises if invalid."""
-    if not isinstance(session, dict):
-        raise wire_errors.INVALID_VALUE.error(detail="session must be an object", param="session")
-    return apply_update(Config(model=model), decode_session(session))
-
-
 def validated_session(session: object, model: str) -> dict[str, Any]:
     """``session`` checked as a ``session.update`` would be (OpenAI's errors); raises if invalid."""
-    session_config(session, model)
+    configured_session(session, model, "sess_check")
     assert isinstance(session, dict)
     return session
 
@@ -157,10 +148,9 @@ def routes_for(store: ClientSecrets, default_model: Callable[[], str]) -> list[A
     ) -> tuple[str, ClientSecret, dict[str, Any]]:
         ttl = _ttl(body)
         checked = session if session is not None else {}
-        config = session_config(checked, default_model())
+        shown = configured_session(checked, default_model(), "sess_ephemeral")
         assert isinstance(checked, dict)
         value, secret = store.mint(checked, ttl, size)
-        shown = config.to_wire("sess_ephemeral")
         shown.pop("id", None)
         return value, secret, shown
 

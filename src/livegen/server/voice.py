@@ -34,7 +34,6 @@ from livegen.server.auth import offered_subprotocols, presented_key, select_subp
 from livegen.server.client_secrets import ClientSecrets
 from livegen.server.client_secrets import routes_for as client_secrets_routes
 from livegen.server.resume import first_text, read_resume
-from livegen.voice.session import Limits
 
 if TYPE_CHECKING:
     from livegen.server.app import State
@@ -69,7 +68,7 @@ class WebSocketLink:
 class VoiceService:
     name = "voice"
 
-    def __init__(self, state: State, limits: Limits | None = None) -> None:
+    def __init__(self, state: State) -> None:
         self.state = state
         assert state.voice_model is not None
         config = state.config
@@ -77,7 +76,7 @@ class VoiceService:
         names = ServedNames(
             state.registry, state.voice_model.name, tuple(config.served_model_names), patterns
         )
-        self.engine = VoiceEngine(state.registry, names, config, state.metrics, limits)
+        self.engine = VoiceEngine(state.registry, names, config, state.metrics)
         #: Ephemeral client keys (``/v1/realtime/client_secrets``), shared with the auth middleware.
         self.client_secrets: ClientSecrets = state.client_secrets
         #: The WebRTC transport (``server/webrtc.py``), when aiortc is installed (the ``webrtc`` extra).

@@ -60,6 +60,7 @@ from livegen.protocol import errors as wire_errors
 from livegen.protocol import realtime as wire
 from livegen.protocol.errors import WireError
 from livegen.runtime.closes import CLOSE_NOT_READING, NOT_READING_REASON
+from livegen.runtime.voice.engine import configured_session
 from livegen.runtime.voice.lifecycle import Handoff, Opening
 from livegen.server.auth import EPHEMERAL_PREFIX, presented_key
 from livegen.server.bodies import json_object, multipart_fields
@@ -71,7 +72,7 @@ from livegen.server.calls import (
     Watcher,
     max_message_bytes,
 )
-from livegen.server.client_secrets import error_response, session_config, validated_session
+from livegen.server.client_secrets import error_response, validated_session
 
 if TYPE_CHECKING:
     from livegen.server.voice import VoiceService
@@ -498,7 +499,7 @@ def _session_too_large(session: dict[str, Any], model: str, limit: int | None) -
     """The refusal of a call whose ``session.updated`` could not go on the caller's channel."""
     if not session or limit is None:
         return None
-    shown = session_config(session, model).to_wire("sess_" + "0" * 16)
+    shown = configured_session(session, model, "sess_" + "0" * 16)
     size = len(
         msgspec.json.encode({"type": "session.updated", "event_id": "event_" + "0" * 16, "session": shown})
     )

@@ -47,11 +47,13 @@ from livegen.models.voice import (
 from livegen.protocol import errors as wire_errors
 from livegen.protocol import realtime as wire
 from livegen.protocol.realtime import server as ev
+from livegen.protocol.realtime.fields import decode_session
 from livegen.runtime.voice import handoff as handoffs
 from livegen.runtime.voice.lifecycle import Handoff, Link, LiveSession, Opening
 from livegen.runtime.voice.owner import SessionOwner
 from livegen.runtime.voice.parking import ParkingBudget
 from livegen.runtime.voice.runner import Dialect, Runner, RunnerLimits
+from livegen.voice.config import Config, apply_update
 from livegen.voice.session import Limits, ModelFacts, Session
 from livegen.voice.settings import REALTIME_VOICES
 
@@ -325,3 +327,12 @@ class VoiceEngine:
         owner (``handoff.hand_over``); return when the owner is done with the link."""
         live = self.live.get(session_id)
         await handoffs.hand_over(live, handoff, session_id, resume_token, self.send_error)
+
+
+def configured_session(session: object, model: str, session_id: str) -> dict[str, Any]:
+    """The session object ``session`` (a key's or a call's configuration) gives a session of
+    ``model``, decoded and checked as a ``session.update`` of it would be (the same errors, raised
+    if invalid): the transports check configurations through the engine, never the core."""
+    if not isinstance(session, dict):
+        raise wire_errors.INVALID_VALUE.error(detail="session must be an object", param="session")
+    return apply_update(Config(model=model), decode_session(session)).to_wire(session_id)
