@@ -22,7 +22,6 @@ from starlette.routing import BaseRoute, Route
 
 from livegen.logs import log_event, quiet_client_faults
 from livegen.models import Kind, ModelInfo, Registry, default_registry
-from livegen.models.voice import VoiceModel
 from livegen.server import audio, page
 from livegen.server.auth import APIKeyMiddleware
 from livegen.server.bodies import BodyLimitMiddleware, BodyLimits
@@ -143,24 +142,10 @@ async def _health(request: Request) -> Response:
         report = dict(service.health())
         if service.name in state.failed:
             report.update(ready=False, error=state.failed[service.name])
-        if service.name == "voice":
-            _add_voice_model_health(state, report)
         services[service.name] = report
     is_ready = all(report.get("ready") for report in services.values())
     body = {"status": "ok" if is_ready else "unavailable", "services": services}
     return JSONResponse(body, status_code=200 if is_ready else 503)
-
-
-def _add_voice_model_health(state: State, report: dict[str, Any]) -> None:
-    """The loaded voice model's own health (its workers): a stuck or restarting one makes it not ready."""
-    entry = state.voice_model
-    if entry is None or not state.registry.is_loaded(entry.name):
-        return
-    model: VoiceModel = state.registry.load(entry.name)  # loaded: this only looks it up
-    health = model.health()
-    report.update(health.detail)
-    if not health.ready:
-        report.update(ready=False, reason=health.reason)
 
 
 async def _list_models(request: Request) -> Response:

@@ -136,11 +136,11 @@ class VoiceEngine:
 
     def health(self) -> dict[str, Any]:
         report = self._health()
-        if (
-            model := self.models.get(self.default_model)
-        ) is not None and self.settings.speech_stack().is_remote:
-            health = model.health()  # this server's remote stages (the shared model has none)
-            report["stages"] = health.detail.get("stages", {})
+        if (model := self.models.get(self.default_model)) is not None:
+            # The model's own health: its workers (a stuck or restarting one makes it not ready),
+            # and this server's remote stages where it speaks or hears through them.
+            health = model.health()
+            report.update(health.detail)
             if not health.ready:
                 report.update(ready=False, reason=health.reason)
         return report
