@@ -68,7 +68,7 @@ def test_io_layers_may_use_asyncio(layer: str) -> None:
 # --- which layer imports which ---------------------------------------------------------
 
 CORES = ("livegen.protocol", "livegen.voice", "livegen.world")
-CONTRACTS = ("livegen.models.voice", "livegen.models.world")
+CONTRACTS = ("livegen.models.voice", "livegen.models.world", "livegen.models.controls")
 #: The training package: shipped for `livegen train-world`, never imported by what serves.
 TRAINING = ("livegen.training",)
 #: What does not serve: the load generators, the command line, the training code.
@@ -148,6 +148,12 @@ RULES: tuple[Rule, ...] = (
         ("livegen.runtime.voice.runner", "livegen.voice"),
         "a voice transport hands its link to the engine's session owner, and checks a key's or a "
         "call's configuration through the engine (configured_session), never the runner or the core",
+    ),
+    Rule(
+        ("livegen.models",),
+        ("livegen.world", "livegen.voice"),
+        "a model describes its controls with the contracts (models/controls.py), never the cores that "
+        "check them: models/ and world/ import each other only through the contracts (issue 24)",
     ),
 )
 
@@ -307,6 +313,14 @@ WRONG_IMPORTS = [
         8,
     ),
     ("livegen/server/probe.py", "from livegen.world import Status\n", "livegen.world", 8),
+    ("livegen/server/probe.py", "from livegen.voice.session import Limits\n", "livegen.voice.session", 9),
+    (
+        "livegen/server/probe.py",
+        "from livegen.runtime.voice.runner import Runner\n",
+        "livegen.runtime.voice.runner",
+        9,
+    ),
+    ("livegen/models/probe.py", "from livegen.world.schema import KEYS_V1\n", "livegen.world.schema", 10),
 ]
 
 

@@ -21,9 +21,9 @@ import numpy as np
 
 from livegen.errors import StateEvicted
 from livegen.models import ModelInfo, Registry
+from livegen.models.controls import CAMERA_SCHEMA, CAMERA_V1, KEYS_SCHEMA, KEYS_V1, MOUSE_SCHEMA, MOUSE_V1
 from livegen.models.registry import Kind
 from livegen.models.world import Chunk, ControlTrack, Tick, WorldSpec
-from livegen.world.schema import CAMERA_SCHEMA, CAMERA_V1, KEYS_SCHEMA, KEYS_V1, MOUSE_SCHEMA, MOUSE_V1
 
 NAME = "controlled-world"
 KEYS = ("KeyW", "KeyA", "KeyS", "KeyD", "Space")

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from livegen.models.controls import KEYS_V1, MAX_KEYS_PER_EVENT, MAX_TAPS_PER_CHUNK
 from livegen.world import ControlInput, Event, LastWriteWins, reducer
-from livegen.world.schema import KEYS_V1, MAX_KEYS_PER_EVENT, MAX_TAPS_PER_CHUNK
 
 DEFAULT = {"keys": ControlInput.of("keys", KEYS_V1, {"down": [], "taps": []})}
 

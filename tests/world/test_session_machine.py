@@ -28,6 +28,16 @@ from livegen.errors import (
     ModelContractError,
     ModelError,
 )
+from livegen.models.controls import (
+    CAMERA_SCHEMA,
+    CAMERA_V1,
+    KEYS_SCHEMA,
+    KEYS_V1,
+    MAX_KEYS_PER_EVENT,
+    MAX_TAPS_PER_CHUNK,
+    MOUSE_SCHEMA,
+    MOUSE_V1,
+)
 from livegen.models.world import ControlTrack, TickMeta
 from livegen.world import (
     AcceptStatus,
@@ -45,16 +55,6 @@ from livegen.world import (
     Status,
 )
 from livegen.world.flow import FlowControl
-from livegen.world.schema import (
-    CAMERA_SCHEMA,
-    CAMERA_V1,
-    KEYS_SCHEMA,
-    KEYS_V1,
-    MAX_KEYS_PER_EVENT,
-    MAX_TAPS_PER_CHUNK,
-    MOUSE_SCHEMA,
-    MOUSE_V1,
-)
 from livegen.world.session import Transition
 
 MODE = ControlTrack(

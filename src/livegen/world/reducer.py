@@ -20,8 +20,8 @@ from typing import Protocol
 
 import msgspec
 
+from livegen.models.controls import KEYS_V1, MAX_TAPS_PER_CHUNK, MOUSE_V1
 from livegen.world.events import ControlInput, Event, FrozenDict
-from livegen.world.schema import KEYS_V1, MAX_TAPS_PER_CHUNK, MOUSE_V1
 
 
 class Prepared(msgspec.Struct, frozen=True):

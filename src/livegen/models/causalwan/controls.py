@@ -30,8 +30,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from livegen.models.controls import CAMERA_SCHEMA, CAMERA_V1, KEYS_SCHEMA, KEYS_V1, MOUSE_SCHEMA, MOUSE_V1
 from livegen.models.world import ControlTrack
-from livegen.world.schema import CAMERA_SCHEMA, CAMERA_V1, KEYS_SCHEMA, KEYS_V1, MOUSE_SCHEMA, MOUSE_V1
 
 #: The tiny model's key vocabulary (``KeyboardEvent.code``): WASD, arrows, jump, run.
 DEFAULT_KEYS = (

@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from livegen.models.controls import KEYS_SCHEMA, KEYS_V1
 from livegen.models.world import ControlTrack, KVGeometry, WorldSpec
-from livegen.world.schema import KEYS_SCHEMA, KEYS_V1
 
 SIZE = 32
 WALL = 2
