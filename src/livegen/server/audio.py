@@ -55,7 +55,7 @@ from livegen.logs import log_event
 from livegen.models.voice import ClipAudio, ClipSegment
 from livegen.protocol import errors as wire_errors
 from livegen.server import audio_codec, transcript_formats
-from livegen.server.audio_requests import AudioError, SpeechRequest, TranscriptionRequest, missing, too_large
+from livegen.server.audio_requests import AudioError, SpeechRequest, TranscriptionRequest, missing
 from livegen.server.bodies import BodyRefused
 
 if TYPE_CHECKING:
@@ -63,8 +63,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("livegen.server.audio")
 
-#: Largest JSON body of a speech request: 4096 characters, escaped, and the other fields.
-MAX_SPEECH_BODY_BYTES = 64 * 1024
 #: Largest form field but the file (model, language, prompt...).
 MAX_FIELD_BYTES = 64 * 1024
 #: ``ModelError.code`` of a text or voice the speech engine refuses (the cascade's ``SynthesisError``):
@@ -178,11 +176,8 @@ class AudioRoutes:
     async def transcriptions(
         self, request: Request, model: ClipAudio, held: contextlib.AsyncExitStack
     ) -> Response:
-        limit = self.state.config.max_audio_bytes
-        length = request.headers.get("content-length", "")
-        if length.isdigit() and int(length) > limit:
-            raise too_large(limit)
-        form = await read_form(Request(request.scope, capped(request.receive, limit)), limit)
+        # The body's size (--max-audio-bytes) and time are bounded where it arrives (server/bodies.py).
+        form = await read_form(request)
         try:
             ask = TranscriptionRequest.parse(form, model.transcription_models)
             upload = form.get("file")
@@ -291,31 +286,10 @@ def model_rate(model: ClipAudio, which: str) -> int:
     return rate
 
 
-class BodyTooLarge(Exception):
-    """The request body passed its cap while it was being read."""
-
-
-def capped(receive: Receive, limit: int) -> Receive:
-    """``receive``, raising ``BodyTooLarge`` once the body passes ``limit`` bytes (chunked uploads too)."""
-    seen = 0
-
-    async def read() -> Message:
-        nonlocal seen
-        message = await receive()
-        seen += len(message.get("body", b""))
-        if seen > limit:
-            raise BodyTooLarge
-        return message
-
-    return read
-
-
-async def read_form(request: Request, limit: int) -> FormData:
-    """The multipart form, its file spooled to disk past 1 MiB; 413 past ``limit``, 400 if malformed."""
+async def read_form(request: Request) -> FormData:
+    """The multipart form, its file spooled to disk past 1 MiB; 400 if malformed."""
     try:
         return await request.form(max_files=1, max_fields=64, max_part_size=MAX_FIELD_BYTES)
-    except BodyTooLarge:
-        raise too_large(limit) from None
     except (HTTPException, MultiPartException) as bad:
         detail = getattr(bad, "detail", None) or getattr(bad, "message", str(bad))
         raise AudioError(
@@ -324,13 +298,10 @@ async def read_form(request: Request, limit: int) -> FormData:
 
 
 async def read_json(request: Request) -> dict[str, Any]:
-    try:
-        raw = await Request(request.scope, capped(request.receive, MAX_SPEECH_BODY_BYTES)).body()
-    except BodyTooLarge:
-        raise too_large(MAX_SPEECH_BODY_BYTES) from None
+    raw = await request.body()  # at most MAX_SPEECH_BODY_BYTES (server/bodies.py)
     try:
         body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as bad:
+    except (ValueError, UnicodeDecodeError, RecursionError) as bad:  # deep nesting: 400, never a 500
         raise AudioError(
             400, f"We could not parse the JSON body of your request. ({bad})", code=None
         ) from None

@@ -80,10 +80,6 @@ def model_not_found(name: str) -> AudioError:
     return AudioError(404, message, param="model", code="model_not_found")
 
 
-def too_large(limit: int) -> AudioError:
-    return AudioError(413, f"Maximum content size limit ({limit}) exceeded.", code="request_too_large")
-
-
 def _flag(value: str, param: str) -> bool:
     if value.lower() in ("true", "1"):
         return True

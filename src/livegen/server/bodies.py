@@ -140,6 +140,8 @@ def multipart_fields(body: bytes, content_type: str, max_parts: int = MAX_PARTS)
 #: An upload may take the time a slow link (1 Mbit/s) needs for its largest size, never less
 #: than ``body_timeout_s``: a 25 MiB audio file cannot arrive in the 30 s a call offer gets.
 SLOW_LINK_BYTES_PER_S = 128 * 1024
+#: Largest JSON body of a ``/v1/audio/speech`` request: 4096 characters, escaped, and the other fields.
+MAX_SPEECH_BODY_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -148,16 +150,18 @@ class BodyLimits:
 
     max_bytes: int
     timeout_s: float
-    #: path -> (bytes, seconds), for the routes whose bodies are uploads.
+    #: path -> (bytes, seconds), for the routes whose bodies are larger or smaller than the rest.
     uploads: dict[str, tuple[int, float]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, config: ServerConfig) -> BodyLimits:
         audio = config.max_audio_bytes
         audio_s = max(config.body_timeout_s, audio / SLOW_LINK_BYTES_PER_S)
-        return cls(
-            config.max_body_bytes, config.body_timeout_s, {"/v1/audio/transcriptions": (audio, audio_s)}
-        )
+        uploads = {
+            "/v1/audio/transcriptions": (audio, audio_s),
+            "/v1/audio/speech": (MAX_SPEECH_BODY_BYTES, config.body_timeout_s),
+        }
+        return cls(config.max_body_bytes, config.body_timeout_s, uploads)
 
     def for_path(self, path: str) -> tuple[int, float]:
         return self.uploads.get(path, (self.max_bytes, self.timeout_s))
