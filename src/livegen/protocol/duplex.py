@@ -114,9 +114,20 @@ def parse_resume(text: str) -> Resume:
     return Resume(session_id, token, seq, event_id)
 
 
-def resync_required(session_id: str) -> dict[str, Any]:
+# vllm-omni's own server events: no event_id (its client does not read one).
+class Resumed(msgspec.Struct, tag_field="type", tag="session.resumed", kw_only=True):
+    """The greeting on a resuming duplex link: the session as it stands and the next token."""
+
+    session_id: str
+    session: AnySessionObject
+    resume_token: str
+
+
+class ResyncRequired(msgspec.Struct, tag_field="type", tag="session.resync_required", kw_only=True):
     """The answer to a resume the journal can no longer bridge: the client must start over."""
-    return {"type": "session.resync_required", "session_id": session_id, "reason": "journal_gap"}
+
+    session_id: str
+    reason: str = "journal_gap"
 
 
 @dataclass

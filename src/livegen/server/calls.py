@@ -188,7 +188,7 @@ class AnswerTrack:
     def _stopped(self, response_id: str) -> None:
         self.playing = None
         self._finished.discard(response_id)
-        self._call.send_side({"type": "output_audio_buffer.stopped", "response_id": response_id})
+        self._call.send_side(ev.OutputAudioBufferStopped(response_id=response_id))
 
     def _take(self) -> tuple[bytes, str | None]:
         out = bytearray()
@@ -365,9 +365,10 @@ class Call:
             self._room.clear()
         self._queued.set()
 
-    def send_side(self, event: dict[str, Any]) -> None:
+    def send_side(self, event: ev.ServerEvent) -> None:
         """A transport event (``output_audio_buffer.*``), written beside the runner's."""
-        self.emit(wire.encode({"type": event["type"], "event_id": _event_id(), **event}).decode())
+        event.event_id = _event_id()
+        self.emit(wire.encode(event).decode())
 
     def open_channel(self, channel: Any) -> None:
         self.channel = channel
@@ -403,7 +404,7 @@ class Call:
         # UTF-8 takes at most 4 bytes a character: most events need no encoding to be measured.
         if limit is not None and len(text) * 4 > limit and (size := len(text.encode())) > limit:
             body = EVENT_TOO_LARGE.event_body(event_type=_event_type(text), size=size, limit=limit)
-            text = wire.encode({"type": "error", "event_id": _event_id(), "error": body}).decode()
+            text = wire.encode(ev.Error(event_id=_event_id(), error=body)).decode()
         with contextlib.suppress(Exception):  # the channel closed under us: the call is ending
             self.channel.send(text)
 
@@ -431,29 +432,27 @@ class Call:
             event_id = getattr(event, "event_id", None)
             body = TOO_MANY_EVENTS.body(limit=self.inbox.maxsize)
             error = {**body, "param": None, "event_id": event_id if isinstance(event_id, str) else None}
-            self.emit(wire.encode({"type": "error", "event_id": _event_id(), "error": error}).decode())
+            self.emit(wire.encode(ev.Error(event_id=_event_id(), error=error)).decode())
 
-    def outgoing(self, typed: ev.ServerEvent) -> dict[str, Any] | None:
+    def outgoing(self, event: ev.ServerEvent) -> ev.ServerEvent | None:
         """The runner's events as WebRTC carries them: answer audio to the track, not the channel."""
-        event = ev.as_dict(typed)
-        kind = event["type"]
-        if kind == "response.output_audio.delta":
-            rid = event["response_id"]
-            if self.answer.push(rid, base64.b64decode(event["delta"])):
-                return {"type": "output_audio_buffer.started", "event_id": _event_id(), "response_id": rid}
+        if isinstance(event, ev.OutputAudioDelta):
+            rid = event.response_id
+            if self.answer.push(rid, base64.b64decode(event.delta)):
+                return ev.OutputAudioBufferStarted(event_id=_event_id(), response_id=rid)
             return None
-        if kind == "response.done":
-            response = event["response"]
-            if response.get("status") == "cancelled" and self.answer.clear():
+        if isinstance(event, ev.ResponseDone):
+            response = event.response
+            if response.status == "cancelled" and self.answer.clear():
                 self._cleared = True
-                self.send_side({"type": "output_audio_buffer.cleared", "response_id": response["id"]})
+                self.send_side(ev.OutputAudioBufferCleared(response_id=response.id))
             else:
-                self.answer.finish(response["id"])
-        elif kind == "output_audio_buffer.cleared":
+                self.answer.finish(response.id)
+        elif isinstance(event, ev.OutputAudioBufferCleared):
             if self._cleared:  # already said, with the cancelled response's id
                 self._cleared = False
                 return None
-        elif kind == "response.created":
+        elif isinstance(event, ev.ResponseCreated):
             self._cleared = False
         return event
 

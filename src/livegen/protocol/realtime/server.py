@@ -52,6 +52,16 @@ class SessionUpdated(ServerEvent, tag="session.updated", kw_only=True):
     resume_token: str | UnsetType = UNSET
 
 
+class SessionResumed(ServerEvent, tag="session.resumed", kw_only=True):
+    """livegen's greeting on a resuming link, before the replay (not itself numbered)."""
+
+    session_id: str
+    resume_token: str
+    last_event_seq: int
+    replay_from_seq: int
+    latest_seq: int
+
+
 class SessionClosed(ServerEvent, tag="session.closed", kw_only=True):
     session_id: str
     reason: str
@@ -92,6 +102,15 @@ class TimeoutTriggered(ServerEvent, tag="input_audio_buffer.timeout_triggered", 
 
 class OutputAudioBufferCleared(ServerEvent, tag="output_audio_buffer.cleared", kw_only=True):
     response_id: str | None
+
+
+# A WebRTC call's answer track says when a response's audio starts and stops playing.
+class OutputAudioBufferStarted(ServerEvent, tag="output_audio_buffer.started", kw_only=True):
+    response_id: str
+
+
+class OutputAudioBufferStopped(ServerEvent, tag="output_audio_buffer.stopped", kw_only=True):
+    response_id: str
 
 
 # --- the conversation --------------------------------------------------------------------
@@ -254,8 +273,9 @@ class FunctionCallArgumentsDone(ServerEvent, tag="response.function_call_argumen
 _encoder = msgspec.json.Encoder()
 
 
-def encode(event: ServerEvent | dict[str, Any]) -> bytes:
-    """One server event as JSON bytes (sent as a text message); a dict is an endpoint's own event."""
+def encode(event: msgspec.Struct | dict[str, Any]) -> bytes:
+    """One server event as JSON bytes (sent as a text message): a struct of this module or of a
+    dialect's (``protocol/duplex.py``); a dict is an endpoint's own event."""
     return _encoder.encode(event)
 
 

@@ -302,7 +302,7 @@ class VoiceEngine:
     async def send_error(self, link: Link, error: RemoteProtocolError) -> None:
         """An OpenAI-shaped error outside any session, counted."""
         self.metrics.errors.labels(kind="voice", code=error.code).inc()
-        event = {"type": "error", "event_id": "event_refused", "error": error.to_error_body()}
+        event = ev.Error(event_id="event_refused", error=error.to_error_body())
         await link.send_text(wire.encode(event).decode())
 
     # -- the sessions' lifecycles ---------------------------------------------------------

@@ -63,9 +63,9 @@ async def take_over(live: LiveSession, handoff: Handoff, send_error: SendError) 
     session_id = live.runner.session.id
     token = new_token()
     if handoff.duplex:
-        session = live.runner.session.config.to_wire(session_id)
-        resumed = {"type": "session.resumed", "session_id": session_id, "session": session}
-        greeting = wire.encode({**resumed, "resume_token": token}).decode()
+        session = live.runner.session.config.to_object(session_id)
+        resumed = duplex.Resumed(session_id=session_id, session=session, resume_token=token)
+        greeting = wire.encode(resumed).decode()
     else:
         greeting = resumed_event(session_id, token, handoff.last_seq, live.attachment.seq)
     try:
@@ -86,7 +86,7 @@ async def take_over(live: LiveSession, handoff: Handoff, send_error: SendError) 
 
 async def _refuse_replay(handoff: Handoff, exc: Exception, session_id: str, send_error: SendError) -> None:
     if handoff.duplex and isinstance(exc, JournalGap):
-        await handoff.link.send_text(wire.encode(duplex.resync_required(session_id)).decode())
+        await handoff.link.send_text(wire.encode(duplex.ResyncRequired(session_id=session_id)).decode())
         return
     if handoff.duplex:  # a seq never sent: the gap went to resync_required above
         error = wire_errors.SESSION_RESUME_CONFLICT.error(detail=exc, event_id=handoff.event_id)

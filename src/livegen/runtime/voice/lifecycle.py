@@ -34,6 +34,7 @@ from livegen.errors import RemoteProtocolError
 from livegen.models.voice import VoiceModel
 from livegen.protocol import realtime as wire
 from livegen.protocol.duplex import DuplexDialect
+from livegen.protocol.realtime import server as ev
 from livegen.runtime.voice.attachment import Attachment, ResumeCredential
 from livegen.runtime.voice.runner import Dialect, Runner
 
@@ -113,14 +114,12 @@ class Opening:
 
 def resumed_event(session_id: str, token: str, last_seq: int, seq: int) -> str:
     """The greeting on the new link, before the replay (not itself numbered in the stream)."""
-    return wire.encode(
-        {
-            "type": "session.resumed",
-            "event_id": "event_resumed_" + secrets.token_hex(4),
-            "session_id": session_id,
-            "resume_token": token,
-            "last_event_seq": last_seq,
-            "replay_from_seq": last_seq + 1,
-            "latest_seq": seq,
-        }
-    ).decode()
+    greeting = ev.SessionResumed(
+        event_id="event_resumed_" + secrets.token_hex(4),
+        session_id=session_id,
+        resume_token=token,
+        last_event_seq=last_seq,
+        replay_from_seq=last_seq + 1,
+        latest_seq=seq,
+    )
+    return wire.encode(greeting).decode()

@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -172,7 +172,7 @@ class SessionOwner:
         attachment = Attachment(opening.handoff.link.send_text, stamp_seq=dialect is not None)
         live: LiveSession | None = None
 
-        def outgoing(event: ev.ServerEvent) -> ev.ServerEvent | dict[str, Any] | None:
+        def outgoing(event: ev.ServerEvent) -> ev.ServerEvent | None:
             if dialect is not None and (event := dialect.outbound(event)) is None:  # type: ignore[assignment]
                 return None
             if isinstance(event, ev.SessionCreated) and live is not None:

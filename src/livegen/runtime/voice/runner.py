@@ -34,7 +34,6 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
 from livegen.errors import RemoteProtocolError
 from livegen.logs import log_event
@@ -102,7 +101,7 @@ class _Stop:
 _Item = _ClientItem | _Settled | _Output | _Stop
 SendText = Callable[[str], Awaitable[None]]
 #: Rewrites one outgoing server event for the client's dialect (None: hold it back).
-Dialect = Callable[[ev.ServerEvent], ev.ServerEvent | dict[str, Any] | None]
+Dialect = Callable[[ev.ServerEvent], ev.ServerEvent | None]
 #: Opens a stream of the named model (``session.update`` with another model); raises
 #: ``RemoteProtocolError`` for a name the server does not serve.
 OpenModel = Callable[[str, StreamConfig], Awaitable[tuple[ModelFacts, VoiceStream]]]
