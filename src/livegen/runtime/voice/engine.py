@@ -3,9 +3,8 @@
 As nano-vllm's ``LLMEngine`` owns its scheduler, the engine owns what every
 transport (the WebSocket route, WebRTC calls) shares:
 
-- the model cache: a voice model is loaded once per process (``--llm-base-url``
-  configures it through the ``RemoteLLM`` contract), another one on the first
-  session that asks for it;
+- the model cache (``models.VoiceModels``): a voice model is loaded once per
+  process, another one on the first session that asks for it;
 - admission: the model has loaded, the name is served, and there is room under
   ``--max-sessions`` (which counts live sessions only), else OpenAI's error;
 - the sessions: each one's core, model stream and runner (``open_runner``),
@@ -32,17 +31,10 @@ from typing import Any, Protocol
 
 from livegen.errors import ConfigError, RemoteProtocolError
 from livegen.logs import bind_session, log_event
-from livegen.models import Kind, Registry
+from livegen.models import Registry
 from livegen.models.registry import ServedNames
 from livegen.models.voice import (
-    ClipAudio,
-    LLMLimits,
-    RemoteLLM,
-    RemoteSpeech,
-    SpeechStack,
-    StreamConfig,
     VoiceModel,
-    VoiceStream,
 )
 from livegen.protocol import errors as wire_errors
 from livegen.protocol import realtime as wire
@@ -50,17 +42,17 @@ from livegen.protocol.realtime import server as ev
 from livegen.protocol.realtime.fields import decode_session
 from livegen.runtime.voice import handoff as handoffs
 from livegen.runtime.voice.lifecycle import Handoff, Link, LiveSession, Opening
+from livegen.runtime.voice.models import ModelSettings, VoiceModels
 from livegen.runtime.voice.owner import SessionOwner
 from livegen.runtime.voice.parking import ParkingBudget
 from livegen.runtime.voice.runner import Dialect, Runner, RunnerLimits
 from livegen.voice.config import Config, apply_update
-from livegen.voice.session import Limits, ModelFacts, Session
-from livegen.voice.settings import REALTIME_VOICES
+from livegen.voice.session import Limits, Session
 
 logger = logging.getLogger("livegen.runtime.voice")
 
 
-class VoiceSettings(Protocol):
+class VoiceSettings(ModelSettings, Protocol):
     """The server options the engine reads (``server.config.ServerConfig`` has them all)."""
 
     @property
@@ -73,14 +65,6 @@ class VoiceSettings(Protocol):
     def max_parked_sessions(self) -> int: ...
     @property
     def max_parked_bytes(self) -> int: ...
-    @property
-    def llm_base_url(self) -> str | None: ...
-    @property
-    def llm_model(self) -> str | None: ...
-    @property
-    def llm_context_tokens(self) -> int | None: ...
-    def llm_limits(self) -> LLMLimits: ...
-    def speech_stack(self) -> SpeechStack: ...
 
 
 class VoiceEngine:
@@ -100,7 +84,9 @@ class VoiceEngine:
         #: The server's Prometheus metrics (``server/metrics.py``).
         self.metrics = metrics
         self.limits = limits or Limits()
-        self.models: dict[str, VoiceModel] = {}
+        self.cache = VoiceModels(registry, names, settings)
+        #: Loaded models by registry name (the cache's own dict).
+        self.models: dict[str, VoiceModel] = self.cache.loaded
         self.runners: set[Runner] = set()
         #: Sessions by id, for resuming links, and the tasks that own them.
         self.live: dict[str, LiveSession] = {}
@@ -110,7 +96,6 @@ class VoiceEngine:
         self.parked: dict[str, LiveSession] = self.parking.sessions
         #: The owners' tasks (``owner.SessionOwner.run``), one per session, until it ends.
         self.owners: set[asyncio.Task[None]] = set()
-        self._load_lock = asyncio.Lock()
         # Labelled children looked up once: a label lookup per event was a measurable share of
         # the hot path (issue #19's profile).
         self.events_in = metrics.events.labels(kind="voice", direction="in")
@@ -130,9 +115,7 @@ class VoiceEngine:
                     await runner.done.wait()
         if self.owners:  # parked sessions end with their runners; let them clean up
             await asyncio.wait(set(self.owners), timeout=5.0)
-        for model in self.models.values():  # this server's remote stages' connections
-            if self.settings.speech_stack().is_remote and isinstance(model, RemoteSpeech):
-                await model.close_speech()
+        await self.cache.close()
 
     def health(self) -> dict[str, Any]:
         report = self._health()
@@ -160,26 +143,7 @@ class VoiceEngine:
 
     async def model(self, name: str) -> VoiceModel:
         """The voice model ``name`` answers to, loaded once per process."""
-        entry = self.registry.get(self.names.resolve(name))
-        if entry.kind is not Kind.VOICE:
-            raise ConfigError(f"model {name!r} is a {entry.kind} model, not a voice model")
-        if entry.name not in self.models:
-            async with self._load_lock:
-                if entry.name not in self.models:
-                    model = await asyncio.to_thread(self.registry.load, entry.name)
-                    settings = self.settings
-                    if settings.llm_base_url and isinstance(model, RemoteLLM):
-                        model.use_llm(
-                            settings.llm_base_url,
-                            settings.llm_model,
-                            context_tokens=settings.llm_context_tokens,
-                            limits=settings.llm_limits(),
-                        )
-                    stack = settings.speech_stack()
-                    if stack.is_remote and isinstance(model, RemoteSpeech):  # this server's sessions only
-                        model = model.with_speech(stack)
-                    self.models[entry.name] = model
-        return self.models[entry.name]
+        return await self.cache.get(name)
 
     # -- admission and the session's parts -------------------------------------------------
     async def admit(self, requested: str) -> tuple[str, VoiceModel]:
@@ -216,7 +180,7 @@ class VoiceEngine:
         def ids(prefix: str) -> str:
             return f"{prefix}_{tag}{next(counter):x}"
 
-        facts = ModelFacts(name, model.input_rate, model.output_rate, model.has_vad, self._voices(model))
+        facts = self.cache.facts(name, model)
         canonical = self.names.canonical
         session = Session(
             session_id, facts, ids, self.limits, canonical_name=canonical, session_type=session_type
@@ -234,7 +198,7 @@ class VoiceEngine:
             send_text,
             limits=RunnerLimits(outbox_bytes=self.settings.max_unsent_bytes),
             on_sent=self._on_sent,
-            open_model=functools.partial(self._open_model, session_id),
+            open_model=functools.partial(self.cache.open_stream, session_id),
             dialect=dialect,
         )
 
@@ -264,34 +228,6 @@ class VoiceEngine:
             if (errors := self._errors_by_code.get(code)) is None:
                 errors = self._errors_by_code[code] = self.metrics.errors.labels(kind="voice", code=code)
             errors.inc()
-
-    async def _open_model(
-        self, session_id: str, name: str, config: StreamConfig
-    ) -> tuple[ModelFacts, VoiceStream]:
-        """Another model's stream for a session (``session.update`` with a new model)."""
-        try:
-            model = await self.model(name)
-        except ConfigError:
-            raise wire_errors.MODEL_NOT_FOUND.error(model=name, param="session.model") from None
-        try:
-            stream = await model.open(session_id, config)
-        except Exception as exc:
-            failed = wire_errors.MODEL_OPEN_FAILED
-            raise failed.error(model=name, detail=exc, param="session.model") from exc
-        facts = ModelFacts(name, model.input_rate, model.output_rate, model.has_vad, self._voices(model))
-        return facts, stream
-
-    def _voices(self, model: VoiceModel) -> Callable[[str], bool] | None:
-        """Which voice names a session may pick: OpenAI's and the model's own; None (any) when the
-        model does not say, or a remote voice (``--tts-base-url``) speaks and decides."""
-        if self.settings.speech_stack().tts_base_url or not isinstance(model, ClipAudio):
-            return None
-        clips = model
-
-        def accepts(voice: str) -> bool:
-            return voice in REALTIME_VOICES or clips.accepts_voice(voice)
-
-        return accepts
 
     # -- refusals outside any session ------------------------------------------------------
     async def refuse(self, link: Link, error: RemoteProtocolError, close_code: int) -> None:

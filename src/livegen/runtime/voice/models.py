@@ -1,0 +1,121 @@
+"""``VoiceModels``: the voice models a server has loaded, and what a session needs of one.
+
+A voice model is loaded once per process, on the server's start (the default)
+or on the first session that asks for another, then shared by every session;
+``--llm-base-url`` configures it through the ``RemoteLLM`` contract and the
+server's remote speech stages (``--asr-base-url``, ``--tts-base-url``) through
+``RemoteSpeech``. The cache is the engine's, kept in a module of its own so
+that the engine holds sessions and the cache holds models: a session's parts
+(``ModelFacts``, a stream) come from here, on its opening and on a
+``session.update`` that switches model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from livegen.errors import ConfigError
+from livegen.models import Kind, Registry
+from livegen.models.registry import ServedNames
+from livegen.models.voice import (
+    ClipAudio,
+    LLMLimits,
+    RemoteLLM,
+    RemoteSpeech,
+    SpeechStack,
+    StreamConfig,
+    VoiceModel,
+    VoiceStream,
+)
+from livegen.protocol import errors as wire_errors
+from livegen.voice.session import ModelFacts
+from livegen.voice.settings import REALTIME_VOICES
+
+
+class ModelSettings(Protocol):
+    """What the cache reads of the server's settings (``server.config.ServerConfig``)."""
+
+    @property
+    def llm_base_url(self) -> str | None: ...
+    @property
+    def llm_model(self) -> str | None: ...
+    @property
+    def llm_context_tokens(self) -> int | None: ...
+    def llm_limits(self) -> LLMLimits: ...
+    def speech_stack(self) -> SpeechStack: ...
+
+
+class VoiceModels:
+    def __init__(self, registry: Registry, names: ServedNames, settings: ModelSettings) -> None:
+        self.registry = registry
+        #: Requested model names -> the model that answers (``--served-model-name``, ``--model-alias``).
+        self.names = names
+        self.settings = settings
+        #: Loaded models by their registry name.
+        self.loaded: dict[str, VoiceModel] = {}
+        self._load_lock = asyncio.Lock()
+
+    async def get(self, name: str) -> VoiceModel:
+        """The voice model ``name`` answers to, loaded once per process."""
+        entry = self.registry.get(self.names.resolve(name))
+        if entry.kind is not Kind.VOICE:
+            raise ConfigError(f"model {name!r} is a {entry.kind} model, not a voice model")
+        if entry.name not in self.loaded:
+            async with self._load_lock:
+                if entry.name not in self.loaded:
+                    model = await asyncio.to_thread(self.registry.load, entry.name)
+                    self.loaded[entry.name] = self._configured(model)
+        return self.loaded[entry.name]
+
+    def _configured(self, model: Any) -> VoiceModel:
+        settings = self.settings
+        if settings.llm_base_url and isinstance(model, RemoteLLM):
+            model.use_llm(
+                settings.llm_base_url,
+                settings.llm_model,
+                context_tokens=settings.llm_context_tokens,
+                limits=settings.llm_limits(),
+            )
+        stack = settings.speech_stack()
+        if stack.is_remote and isinstance(model, RemoteSpeech):  # this server's sessions only
+            model = model.with_speech(stack)
+        return model  # type: ignore[no-any-return]
+
+    def facts(self, name: str, model: VoiceModel) -> ModelFacts:
+        """What a session's core knows of its model: rates, whether it detects speech, its voices."""
+        return ModelFacts(name, model.input_rate, model.output_rate, model.has_vad, self._voices(model))
+
+    async def open_stream(
+        self, session_id: str, name: str, config: StreamConfig
+    ) -> tuple[ModelFacts, VoiceStream]:
+        """Another model's stream for a session (``session.update`` with a new model)."""
+        try:
+            model = await self.get(name)
+        except ConfigError:
+            raise wire_errors.MODEL_NOT_FOUND.error(model=name, param="session.model") from None
+        try:
+            stream = await model.open(session_id, config)
+        except Exception as exc:
+            failed = wire_errors.MODEL_OPEN_FAILED
+            raise failed.error(model=name, detail=exc, param="session.model") from exc
+        return self.facts(name, model), stream
+
+    def _voices(self, model: VoiceModel) -> Callable[[str], bool] | None:
+        """Which voice names a session may pick: OpenAI's and the model's own; None (any) when the
+        model does not say, or a remote voice (``--tts-base-url``) speaks and decides."""
+        if self.settings.speech_stack().tts_base_url or not isinstance(model, ClipAudio):
+            return None
+        clips = model
+
+        def accepts(voice: str) -> bool:
+            return voice in REALTIME_VOICES or clips.accepts_voice(voice)
+
+        return accepts
+
+    async def close(self) -> None:
+        """Close this server's remote stages' connections (the models themselves stay loaded)."""
+        for model in self.loaded.values():
+            if self.settings.speech_stack().is_remote and isinstance(model, RemoteSpeech):
+                await model.close_speech()
