@@ -5,7 +5,7 @@ The client module is loaded from the files of the wheel published on PyPI
 world-session`` does; vllm itself is not installed): ``vllm_omni.clients`` is
 an empty package here, and ``clients/duplex.py`` and ``clients/utils.py`` are
 executed as they are. The client speaks vllm-omni's duplex dialect
-(``/v1/realtime?duplex=1``, ``protocol/duplex.py``) with its stock settings:
+(``/v1/realtime?duplex=1``, ``protocol/realtime/duplex.py``) with its stock settings:
 16 kHz input, ``turn_detection: null``, ``extra_body.auto_response``, a
 heartbeat, event acks and transparent resume. The server runs the scripted
 test model, which transcribes a turn as the milliseconds of audio it heard.

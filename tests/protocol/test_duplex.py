@@ -10,8 +10,8 @@ import pytest
 from livegen.errors import InvalidRequest
 from livegen.protocol import realtime as wire
 from livegen.protocol.audio import AudioFormat
-from livegen.protocol.duplex import DuplexDialect, EventAck, Heartbeat, parse_resume, wants_duplex
 from livegen.protocol.realtime import server as ev
+from livegen.protocol.realtime.duplex import DuplexDialect, EventAck, Heartbeat, parse_resume, wants_duplex
 from livegen.voice.config import Config, ServerVad
 
 

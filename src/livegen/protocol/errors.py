@@ -479,7 +479,7 @@ RESUME_GAP = WireError(
     "last_event_seq",
 )
 
-# --- vllm-omni's duplex dialect (protocol/duplex.py, server/voice.py) -----------------
+# --- vllm-omni's duplex dialect (protocol/realtime/duplex.py, server/voice.py) -----------------
 UNSUPPORTED_PARAMETER = WireError(
     "unsupported_parameter",
     "unsupported parameter {name!r}: {detail}",

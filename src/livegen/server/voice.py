@@ -24,9 +24,9 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from livegen.errors import RemoteProtocolError
 from livegen.logs import bind_session, log_event
 from livegen.models.registry import OPENAI_REALTIME_PATTERNS, ServedNames
-from livegen.protocol import duplex
 from livegen.protocol import errors as wire_errors
 from livegen.protocol import realtime as wire
+from livegen.protocol.realtime import duplex
 from livegen.protocol.realtime.beta import wants_beta
 from livegen.runtime.voice.engine import VoiceEngine, logger
 from livegen.runtime.voice.lifecycle import Handoff, Opening

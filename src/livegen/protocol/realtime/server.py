@@ -275,7 +275,7 @@ _encoder = msgspec.json.Encoder()
 
 def encode(event: msgspec.Struct | dict[str, Any]) -> bytes:
     """One server event as JSON bytes (sent as a text message): a struct of this module or of a
-    dialect's (``protocol/duplex.py``); a dict is an endpoint's own event."""
+    dialect's (``protocol/realtime/duplex.py``); a dict is an endpoint's own event."""
     return _encoder.encode(event)
 
 

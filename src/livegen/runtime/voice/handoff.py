@@ -23,9 +23,9 @@ from collections.abc import Awaitable, Callable
 
 from livegen.errors import RemoteProtocolError
 from livegen.logs import bind_session, log_event
-from livegen.protocol import duplex
 from livegen.protocol import errors as wire_errors
 from livegen.protocol import realtime as wire
+from livegen.protocol.realtime import duplex
 from livegen.runtime.voice.attachment import JournalGap, new_token
 from livegen.runtime.voice.lifecycle import Handoff, Link, LiveSession, resumed_event
 

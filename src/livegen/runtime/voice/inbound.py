@@ -2,7 +2,7 @@
 
 While a session is live its owner runs ``read`` on the attached link: each text
 message goes to the runner in the session's dialect (GA and beta decode as
-Realtime events; the duplex dialect, ``protocol/duplex.py``, turns its own
+Realtime events; the duplex dialect, ``protocol/realtime/duplex.py``, turns its own
 messages into them and takes its ``session.event_ack`` for the journal), a
 message the transport could not decode goes to the runner as its error (the
 client gets it, the session goes on), and the link's close code ends the read.
@@ -13,9 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 from livegen.errors import RemoteProtocolError
-from livegen.protocol import duplex
 from livegen.protocol import errors as wire_errors
 from livegen.protocol import realtime as wire
+from livegen.protocol.realtime import duplex
 from livegen.runtime.voice.lifecycle import Link, LiveSession
 
 

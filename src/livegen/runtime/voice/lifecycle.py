@@ -33,8 +33,8 @@ from typing import Protocol
 from livegen.errors import RemoteProtocolError
 from livegen.models.voice import VoiceModel
 from livegen.protocol import realtime as wire
-from livegen.protocol.duplex import DuplexDialect
 from livegen.protocol.realtime import server as ev
+from livegen.protocol.realtime.duplex import DuplexDialect
 from livegen.runtime.voice.attachment import Attachment, ResumeCredential
 from livegen.runtime.voice.runner import Dialect, Runner
 
@@ -59,7 +59,7 @@ class Handoff:
     link: Link
     last_seq: int = 0
     event_id: str | None = None
-    #: A duplex client (``protocol/duplex.py``): its greeting and refusals are vllm-omni's.
+    #: A duplex client (``protocol/realtime/duplex.py``): its greeting and refusals are vllm-omni's.
     duplex: bool = False
     #: Set by the owner when it is done with the link (the transport's handler may then return).
     released: asyncio.Event = field(default_factory=asyncio.Event)

@@ -29,7 +29,7 @@ import msgspec
 
 from livegen.errors import RemoteProtocolError
 from livegen.logs import log_event
-from livegen.protocol import duplex
+from livegen.protocol.realtime import duplex
 from livegen.protocol.realtime import server as ev
 from livegen.protocol.realtime.beta import to_beta
 from livegen.runtime.closes import CLOSE_NOT_READING

@@ -122,7 +122,7 @@ class Runner:
     ) -> None:
         self.session = session
         #: Rewrites each outgoing GA event for the client's dialect (``protocol/realtime/beta.py``,
-        #: ``protocol/duplex.py``); None: the event is not sent in that dialect.
+        #: ``protocol/realtime/duplex.py``); None: the event is not sent in that dialect.
         self._dialect = dialect
         self.stream = stream
         self.limits = limits or RunnerLimits()
