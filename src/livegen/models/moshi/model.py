@@ -235,13 +235,18 @@ class MoshiLockstep:
         return hidden, model.decoder.lm_head(hidden)[:, -1]
 
     def _depth(self, hidden: Tensor, text: Tensor, noise: Tensor) -> Tensor:
-        from transformers import DynamicCache
-
+        """The stock depth decoder's maths (``MoshiDepthDecoder.forward``, one codebook a call), its
+        layers called directly: the wrapper's per-call bookkeeping cost more than the tiny layers."""
         depth = self.model.depth_decoder
-        cache = DynamicCache(config=depth.config)
+        cache = _FrameCache()
         token, codes = text[:, None], []
         for i in range(self.num_codebooks):
-            logits = depth(input_ids=token, last_hidden_state=hidden, cache=cache, use_cache=True).logits
+            index = torch.tensor([i], device=self.device)
+            embed = depth.text_embed_tokens if i == 0 else depth.embed_tokens[i - 1]
+            states = embed(token) + depth.input_projections(hidden, index)
+            for layer in depth.layers:
+                states = layer(states, cache=cache, codebook_idx=index)
+            logits = depth.lm_heads(states, index)
             token = self._sample(
                 logits[:, -1], noise[:, i], self.sampling.audio_temperature, self.sampling.audio_top_k
             )[:, None]
@@ -286,3 +291,19 @@ class MoshiLockstep:
                 LockstepFrame(audio=pcm, text=self.vocab.decode(token) if word else "", speaking=speaking)
             )
         return out
+
+
+class _FrameCache:
+    """The depth decoder's K/V within one frame (at most ``num_codebooks`` positions, same for all rows)."""
+
+    def __init__(self) -> None:
+        self.kv: dict[int, tuple[Tensor, Tensor]] = {}
+
+    def update(
+        self, key: Tensor, value: Tensor, layer_idx: int, *args: Any, **kwargs: Any
+    ) -> tuple[Tensor, Tensor]:
+        if layer_idx in self.kv:
+            old_key, old_value = self.kv[layer_idx]
+            key, value = torch.cat([old_key, key], dim=2), torch.cat([old_value, value], dim=2)
+        self.kv[layer_idx] = (key, value)
+        return key, value
