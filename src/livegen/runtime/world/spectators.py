@@ -199,11 +199,13 @@ class Spectators:
         log_event(logger, "world.spectator_joined", session=session_id, spectators=len(watched.spectators))
         spectator.put(wire.encode(wire.SpectateStarted(describe(watched.runner))).decode())
         try:
-            await self._watch(spectator, link)
+            sender = await self._watch(spectator, link)
         finally:
-            self.leave(watched, spectator)
+            self.leave(watched, spectator)  # its place is free now, even while its socket lingers
+        await _goodbye(spectator, sender, link)
 
-    async def _watch(self, spectator: Spectator, link: Link) -> None:
+    async def _watch(self, spectator: Spectator, link: Link) -> asyncio.Future[None]:
+        """Until the session ends, the spectator leaves, or it falls too far behind."""
         sender = asyncio.ensure_future(spectator.send_all(link))
         reader = asyncio.ensure_future(_refuse_input(spectator, link))
         overflow = asyncio.ensure_future(spectator.overflowed.wait())
@@ -212,15 +214,20 @@ class Spectators:
         finally:
             for task in (sender, reader, overflow):
                 task.cancel()
-        if spectator.overflowed.is_set():
-            log_event(logger, "world.spectator_not_reading", logging.WARNING)
-            error = InvalidState(NOT_READING_REASON, code="unsent_bytes_exceeded")
-            with contextlib.suppress(Exception):  # written once the spectator reads, if it ever does
-                await link.send_text(wire.encode(wire.error_event(error)).decode())
-                await link.close(CLOSE_NOT_READING, NOT_READING_REASON)
-        elif sender.done() and not sender.cancelled() and sender.exception() is None:
-            with contextlib.suppress(Exception):  # the session ended: say goodbye
-                await link.close(1000)
+        return sender
+
+
+async def _goodbye(spectator: Spectator, sender: asyncio.Future[None], link: Link) -> None:
+    """Close a spectator that fell behind with 4002, or one whose session ended with 1000."""
+    if spectator.overflowed.is_set():
+        log_event(logger, "world.spectator_not_reading", logging.WARNING)
+        error = InvalidState(NOT_READING_REASON, code="unsent_bytes_exceeded")
+        with contextlib.suppress(Exception):  # written once the spectator reads, if it ever does
+            await link.send_text(wire.encode(wire.error_event(error)).decode())
+            await link.close(CLOSE_NOT_READING, NOT_READING_REASON)
+    elif sender.done() and not sender.cancelled() and sender.exception() is None:
+        with contextlib.suppress(Exception):  # the session ended: say goodbye
+            await link.close(1000)
 
 
 async def _refuse_input(spectator: Spectator, link: Link) -> None:
