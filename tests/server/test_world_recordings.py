@@ -223,3 +223,21 @@ async def test_a_disk_error_ends_the_recording_and_the_session_goes_on(
         assert accepted.status == "accepted"
     lines = await until_ended(tmp_path / client.recording.recording_id)
     assert lines[-1]["type"] == "recording.failed" and lines[-1]["code"] == "recording_write_failed"
+
+
+async def test_a_recording_that_cannot_keep_up_ends_and_the_session_goes_on(
+    start_server: StartServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(recording, "MAX_QUEUED_BYTES", 1024)  # less than one chunk of frames
+    server = start_server(world_model="procedural-world", voice_model="none", world_recordings=str(tmp_path))
+    server.wait_ready()
+    client = await WorldClient.connect(server.ws_url)
+    async with client:
+        await client.create(pacing="asap", recording=True)
+        assert client.recording is not None
+        failed = await client.expect(wire.RecordingFailed, wait_s=30)
+        assert failed.code == "recording_too_slow"
+        for index in range(5):
+            assert (await client.next_chunk()).header.chunk_index == index
+    lines = await until_ended(tmp_path / client.recording.recording_id)
+    assert lines[-1]["type"] == "recording.failed" and lines[-1]["code"] == "recording_too_slow"

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib.util
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-import av
 import numpy as np
 
+from livegen.errors import ConfigError
 from livegen.models.world import Frames
 
 #: Constant rate factor of libx264 / libvpx: 18 is visually lossless for most content.
@@ -40,6 +41,10 @@ class VideoFormat:
 @functools.cache
 def best_format() -> VideoFormat:
     """H.264 in MP4 where PyAV can encode it, else VP9 or VP8 in WebM."""
+    if importlib.util.find_spec("av") is None:  # PyAV comes with aiortc; the world engine runs without
+        raise ConfigError("--world-recordings needs PyAV: pip install 'livegen[webrtc]'")
+    import av
+
     for codec, fmt in (
         ("libx264", VideoFormat("libx264", "mp4", ".mp4", "video/mp4")),
         ("libvpx-vp9", VideoFormat("libvpx-vp9", "webm", ".webm", "video/webm")),
@@ -57,6 +62,8 @@ class VideoWriter:
     """One recording's video; ``write`` and ``close`` run on the recording's writer thread."""
 
     def __init__(self, path: Path, width: int, height: int, fps: float, fmt: VideoFormat) -> None:
+        import av
+
         options = {"movflags": "frag_keyframe+empty_moov+default_base_moof"} if fmt.container == "mp4" else {}
         self._container: Any = av.open(str(path), mode="w", format=fmt.container, options=options)
         rate = Fraction(fps).limit_denominator(1000)
@@ -75,6 +82,8 @@ class VideoWriter:
         self.num_frames = 0
 
     def write(self, frames: Frames) -> None:
+        import av
+
         stream = self._stream
         for frame in frames:
             pad = ((0, stream.height - frame.shape[0]), (0, stream.width - frame.shape[1]), (0, 0))
@@ -96,5 +105,7 @@ class VideoWriter:
 
 def read_frames(path: Path) -> list[np.ndarray]:
     """Every frame of a recording's video, RGB (for tests and checks)."""
+    import av
+
     with av.open(str(path)) as container:
         return [frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)]
