@@ -24,6 +24,9 @@ TOOLS: dict[str, str] = {
     "train-world": "livegen.training.tinyworld.train:command",
 }
 
+#: Subcommands added to a tool's group when it loads: tool -> {name: "module:click_command"}.
+SUBTOOLS: dict[str, dict[str, str]] = {"world": {"replay": "livegen.runtime.world.replay_cli:replay"}}
+
 #: ``livegen bench <name>`` -> "module:click_command", loaded on use.
 BENCHES: dict[str, str] = {
     "voice-model": "livegen.bench.voice_model:command",
@@ -61,10 +64,18 @@ class LazyGroup(click.Group):
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in self.lazy:
-            module_name, _, attribute = self.lazy[cmd_name].partition(":")
-            command: click.Command = getattr(importlib.import_module(module_name), attribute)
+            command = _load(self.lazy[cmd_name])
+            if isinstance(command, click.Group):
+                for name, target in SUBTOOLS.get(cmd_name, {}).items():
+                    command.add_command(_load(target), name)
             return command
         return super().get_command(ctx, cmd_name)
+
+
+def _load(target: str) -> click.Command:
+    module_name, _, attribute = target.partition(":")
+    command: click.Command = getattr(importlib.import_module(module_name), attribute)
+    return command
 
 
 @click.group(cls=LazyGroup, lazy=TOOLS, context_settings={"help_option_names": ["-h", "--help"]})
@@ -307,6 +318,52 @@ def main() -> None:
     help="Frames per chunk of a world model that generates frame by frame (tiny-world): 1 or 2 answer "
     "input sooner, at more per-chunk work; a session may ask for shorter ones (session.update "
     "frames_per_chunk; the page asks for 1); see docs/world-models.md [default: the model's own, 4].",
+)
+@click.option(
+    "--world-recordings",
+    default=None,
+    type=click.Path(file_okay=False),
+    help="Directory where world sessions that ask for it (session.update recording: true) are recorded: "
+    "a video, an events log and the model, weights digest and seed, served at "
+    "/v1/worlds/recordings/{id}; replay one with `livegen world replay` [default: off].",
+)
+@click.option(
+    "--world-recordings-max-count",
+    default=_default("world_recordings_max_count"),
+    show_default=True,
+    type=click.IntRange(1),
+    help="Recordings kept; past it the oldest finished one is deleted.",
+)
+@click.option(
+    "--world-recordings-max-mib",
+    "world_recordings_max_bytes",
+    default=_default("world_recordings_max_bytes") // (1024 * 1024),
+    show_default=True,
+    type=click.IntRange(1),
+    callback=lambda _ctx, _param, mib: mib * 1024 * 1024,
+    help="MiB all recordings take together; past it the oldest finished ones are deleted.",
+)
+@click.option(
+    "--world-max-spectators-per-session",
+    default=_default("world_max_spectators_per_session"),
+    show_default=True,
+    type=click.IntRange(0),
+    help="Spectators (/v1/worlds?spectate=ID) one world session may have at once; more are refused.",
+)
+@click.option(
+    "--world-max-spectators",
+    default=_default("world_max_spectators"),
+    show_default=True,
+    type=click.IntRange(0),
+    help="Spectators of all world sessions together; more are refused.",
+)
+@click.option(
+    "--world-spectate-token-ttl",
+    "world_spectate_token_ttl_s",
+    default=_default("world_spectate_token_ttl_s"),
+    show_default=True,
+    type=click.FloatRange(1),
+    help="Seconds a spectate token (session.spectate_token) lets spectators join.",
 )
 @click.option(
     "--tts-workers",

@@ -70,6 +70,8 @@ class WorldClient:
         self.events: asyncio.Queue[wire.ServerEvent | None] = asyncio.Queue()
         self.chunks: asyncio.Queue[ChunkOut | None] = asyncio.Queue()
         self.session: dict[str, Any] = {}
+        #: ``recording.started`` of a session created with ``recording=True``.
+        self.recording: wire.RecordingStarted | None = None
         #: Why the reader stopped early, when the stream could not be followed.
         self.failure: StreamError | None = None
         self._reader = asyncio.create_task(self._read())
@@ -158,6 +160,8 @@ class WorldClient:
         await self.send({"type": "session.update", "session": session})
         created = await self.expect(wire.SessionCreated)
         self.session = created.session
+        if session.get("recording"):  # announced right after session.created
+            self.recording = await self.expect(wire.RecordingStarted)
         return self.session
 
     async def event(

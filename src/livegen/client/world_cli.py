@@ -107,7 +107,7 @@ def save(frames: list[np.ndarray], out: Path, *, fps: float, scale: int, is_gif:
     return paths
 
 
-@click.command()
+@click.group(invoke_without_command=True)
 @click.option(
     "--url", default="ws://127.0.0.1:8000", show_default=True, help="Server address (ws:// or wss://)."
 )
@@ -141,7 +141,9 @@ def save(frames: list[np.ndarray], out: Path, *, fps: float, scale: int, is_gif:
     help="Pixel upscaling of saved frames.",
 )
 @click.option("--gif/--no-gif", default=True, show_default=True, help="Also write an animated world.gif.")
+@click.pass_context
 def world(
+    ctx: click.Context,
     url: str,
     api_key: str | None,
     script_path: Path | None,
@@ -152,7 +154,13 @@ def world(
     scale: int,
     gif: bool,
 ) -> None:
-    """Play a scripted world session against a server and save its frames (PNG files and a GIF)."""
+    """Play a scripted world session against a server and save its frames (PNG files and a GIF).
+
+    `livegen world replay RECORDING` re-runs a server-side recording against its model instead
+    (a subcommand the `livegen` command adds, as it runs the engine in this process).
+    """
+    if ctx.invoked_subcommand is not None:
+        return
     raw = json.loads(script_path.read_text()) if script_path else DEMO_SCRIPT
     if not isinstance(raw, list):
         raise click.BadParameter("the script must be a JSON list of steps", param_hint="--script")

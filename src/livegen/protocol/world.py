@@ -49,6 +49,8 @@ class SessionConfig(msgspec.Struct, forbid_unknown_fields=True):
     frames_per_chunk: Annotated[int, msgspec.Meta(ge=1, le=256)] | None = None
     #: The first frame, PNG or JPEG in base64, at creation only (``world/images.py`` checks it).
     seed_image: str | None = None
+    #: Record the session (video and events log) in ``--world-recordings``; at creation only.
+    recording: bool | None = None
 
 
 # -- client to server ------------------------------------------------------------------------
@@ -84,8 +86,17 @@ class SessionClose(msgspec.Struct, tag="session.close", tag_field="type", forbid
     pass
 
 
-ClientEvent = SessionUpdate | WorldEvent | ChunkAck | WorldReset | SessionClose
-CLIENT_TYPES = frozenset({"session.update", "world.event", "chunk.ack", "world.reset", "session.close"})
+class SpectateToken(
+    msgspec.Struct, tag="session.spectate_token", tag_field="type", forbid_unknown_fields=True
+):
+    """Ask for a token that lets spectators join (``/v1/worlds?spectate=ID&token=T``); a new one
+    replaces the last."""
+
+
+ClientEvent = SessionUpdate | WorldEvent | ChunkAck | WorldReset | SessionClose | SpectateToken
+CLIENT_TYPES = frozenset(
+    {"session.update", "world.event", "chunk.ack", "world.reset", "session.close", "session.spectate_token"}
+)
 
 
 # -- server to client ------------------------------------------------------------------------
@@ -164,6 +175,38 @@ class SessionClosed(msgspec.Struct, tag="session.closed", tag_field="type"):
     pass
 
 
+class RecordingStarted(msgspec.Struct, tag="recording.started", tag_field="type"):
+    """The session is being recorded: fetch it at ``/v1/worlds/recordings/{recording_id}``."""
+
+    recording_id: str
+    video_format: str
+
+
+class RecordingFailed(msgspec.Struct, tag="recording.failed", tag_field="type"):
+    """The recording ended early (a disk that fills, a writer that cannot keep up); the session goes on."""
+
+    recording_id: str
+    code: str
+    message: str
+
+
+class SpectateTokenCreated(msgspec.Struct, tag="session.spectate_token.created", tag_field="type"):
+    """The answer to ``session.spectate_token``: who holds ``token`` may watch until ``expires_at``."""
+
+    session_id: str
+    token: str
+    #: Unix time, seconds: joins after it are refused (spectators already in stay).
+    expires_at: float
+    #: The path (and query) a spectator opens.
+    url: str
+
+
+class SpectateStarted(msgspec.Struct, tag="spectate.started", tag_field="type"):
+    """A spectator's first event: the session it watches; chunks follow from the next one."""
+
+    session: dict[str, Any]
+
+
 class ErrorBody(msgspec.Struct):
     type: str
     code: str
@@ -177,7 +220,17 @@ class Error(msgspec.Struct, tag="error", tag_field="type"):
 
 
 ServerEvent = (
-    SessionCreated | SessionUpdated | EventAccepted | ChunkHeader | ResetDone | SessionClosed | Error
+    SessionCreated
+    | SessionUpdated
+    | EventAccepted
+    | ChunkHeader
+    | ResetDone
+    | SessionClosed
+    | Error
+    | RecordingStarted
+    | RecordingFailed
+    | SpectateTokenCreated
+    | SpectateStarted
 )
 
 _client_decoder = msgspec.json.Decoder(ClientEvent)

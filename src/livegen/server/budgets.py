@@ -136,7 +136,7 @@ class ConnectionBudgetMiddleware:
         self._peak = max(self._peak, self.num_open)
         self.metrics.connections_open.set(self.num_open)
         try:
-            if self.first_message_timeout_s > 0:
+            if self.first_message_timeout_s > 0 and not _is_spectator(scope):
                 guard = _FirstMessageDeadline(receive, send, self.first_message_timeout_s, self.metrics)
                 await self.app(scope, guard.receive, guard.send)
             else:
@@ -165,6 +165,12 @@ class ConnectionBudgetMiddleware:
             {"error": {"type": "server_error", "code": code, "message": message, "param": None}}
         ).encode()
         await send_denial(scope, receive, send, 503, body)
+
+
+def _is_spectator(scope: Scope) -> bool:
+    """A world spectator (``/v1/worlds?spectate=ID``) only watches: it never has to speak first."""
+    query = scope.get("query_string", b"")
+    return scope["path"] == "/v1/worlds" and any(p.startswith(b"spectate=") for p in query.split(b"&"))
 
 
 class _FirstMessageDeadline:

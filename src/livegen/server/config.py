@@ -99,6 +99,16 @@ class ServerConfig:
     world_device: str = "auto"
     #: Frames per chunk of a world model that generates frame by frame (tiny-world); None: its own.
     world_frames_per_chunk: int | None = None
+    #: Directory of world-session recordings (``session.update`` ``recording: true``); None: off.
+    world_recordings: str | None = None
+    #: Most recordings kept, and most bytes they take together; past either the oldest go first.
+    world_recordings_max_count: int = 100
+    world_recordings_max_bytes: int = 2 * 1024 * 1024 * 1024
+    #: Spectators of one world session, and of all world sessions together.
+    world_max_spectators_per_session: int = 8
+    world_max_spectators: int = 64
+    #: Seconds a spectate token (``session.spectate_token``) lets a spectator join.
+    world_spectate_token_ttl_s: float = 600.0
     #: Speech-synthesis worker processes of the cascade voice model; None: LIVEGEN_TTS_WORKERS, else
     #: the cores (2 to 8). The model is loaded once per process, so the first server's value holds.
     tts_workers: int | None = None

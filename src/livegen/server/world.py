@@ -17,7 +17,9 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from livegen.runtime.world.engine import WorldEngine, WorldSettings
 from livegen.runtime.world.owner import LinkClosed, SessionOwner
+from livegen.runtime.world.spectators import SpectatorLimits
 from livegen.server.auth import select_subprotocol
+from livegen.server.recordings import recording_routes, recording_settings
 
 if TYPE_CHECKING:
     from livegen.server.app import State
@@ -71,12 +73,19 @@ class WorldService:
             ray_address=config.ray_address,
             realtime_headroom=config.world_realtime_headroom,
             model_options=config.world_options(),
+            recordings=recording_settings(config),
+            spectators=SpectatorLimits(
+                per_session=config.world_max_spectators_per_session,
+                total=config.world_max_spectators,
+                token_ttl_s=config.world_spectate_token_ttl_s,
+                max_unsent_bytes=config.max_unsent_bytes,
+            ),
         )
         self.engine = WorldEngine(state.registry, state.world_model, settings)
         self.connections: set[SessionOwner] = set()
 
     def routes(self) -> list[BaseRoute]:
-        return [WebSocketRoute("/v1/worlds", self._endpoint)]
+        return [WebSocketRoute("/v1/worlds", self._endpoint), *recording_routes(self.engine)]
 
     async def start(self) -> None:
         await self.engine.start()
@@ -91,6 +100,13 @@ class WorldService:
 
     async def _endpoint(self, websocket: WebSocket) -> None:
         await websocket.accept(subprotocol=select_subprotocol(websocket.scope))
+        spectated = websocket.query_params.get("spectate")
+        if spectated is not None and self.engine.spectators is not None:  # read-only: spectators.py
+            token = websocket.query_params.get("token", "")
+            await self.engine.spectators.serve(
+                spectated, token, WebSocketLink(websocket), self.engine.describe
+            )
+            return
         owner = SessionOwner(self.engine, WebSocketLink(websocket), self.state.metrics)
         self.connections.add(owner)
         try:

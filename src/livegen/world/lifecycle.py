@@ -9,7 +9,8 @@ a pair that is not in the table is a bug of ours (``LocalProtocolError``).
 The states, and what each client message does in them::
 
     NEW      session.update: OPEN         anything else: NOT_CREATED (an error, the socket reads on)
-    OPEN     session.update: RECONFIGURE  world.event, chunk.ack, world.reset, session.close: DRIVE
+    OPEN     session.update: RECONFIGURE  world.event, chunk.ack, world.reset, session.close,
+                                          session.spectate_token: DRIVE
     CLOSED   chunk.ack: IGNORE            anything else: CLOSED (an error, the socket reads on)
 
 A successful OPEN moves NEW to OPEN; a ``session.close`` that closes the
@@ -41,6 +42,7 @@ class Message(StrEnum):
     ACK = "chunk.ack"
     RESET = "world.reset"
     CLOSE = "session.close"
+    SPECTATE_TOKEN = "session.spectate_token"
 
 
 class Action(StrEnum):
@@ -59,7 +61,7 @@ class Action(StrEnum):
 
 
 _N, _O, _C = State.NEW, State.OPEN, State.CLOSED
-_DRIVEN = (Message.EVENT, Message.ACK, Message.RESET, Message.CLOSE)
+_DRIVEN = (Message.EVENT, Message.ACK, Message.RESET, Message.CLOSE, Message.SPECTATE_TOKEN)
 
 #: The whole table: (state, message) -> action. Any other pair is a bug.
 DISPATCH: dict[tuple[State, Message], Action] = {

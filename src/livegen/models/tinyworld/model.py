@@ -119,6 +119,8 @@ class TinyWorld:
         )
         self.spec: WorldSpec = dataclasses.replace(room, frames_per_chunk=frames_per_chunk)
         self._sessions: dict[str, _Session] = {}
+        #: The sha256 of the weights file (``load`` sets it), for recordings to name what made them.
+        self.weights_digest: str | None = None
 
     # -- contract ---------------------------------------------------------
 
@@ -310,5 +312,6 @@ def load(frames_per_chunk: int | None = None) -> TinyWorld:
     deadband = manifest.get("deadband", 0.0 if palettes else DEADBAND)
     fpc = game.FRAMES_PER_CHUNK if frames_per_chunk is None else frames_per_chunk
     model = TinyWorld(net, palettes=palettes, deadband=deadband, frames_per_chunk=fpc)
+    model.weights_digest = str(manifest["sha256"])
     model.warm_up()
     return model

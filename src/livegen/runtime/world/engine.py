@@ -29,10 +29,12 @@ from livegen.logs import log_event
 from livegen.models import ModelInfo, Registry
 from livegen.models.world import WorldModel
 from livegen.protocol import world as wire
+from livegen.runtime.world.recording import Recordings, RecordingSettings
 from livegen.runtime.world.runner import Options, Runner
 from livegen.runtime.world.scheduler import Scheduler
+from livegen.runtime.world.spectators import SpectatorLimits, Spectators
 from livegen.runtime.world.workers import Worker
-from livegen.world import ControlInput, Event, Manager, thaw
+from livegen.world import AcceptStatus, ControlInput, Event, Manager, thaw
 from livegen.world.images import decode_seed_image
 
 if TYPE_CHECKING:
@@ -55,6 +57,10 @@ class WorldSettings:
     ray_address: str | None = None
     #: Keyword options for the model's loader (a weights path, a device).
     model_options: Mapping[str, str | int] = dataclasses.field(default_factory=dict)
+    #: ``--world-recordings`` and its retention; None: sessions may not ask to be recorded.
+    recordings: RecordingSettings | None = None
+    #: Spectator bounds; None: no spectators (``session.spectate_token`` is refused).
+    spectators: SpectatorLimits | None = None
 
 
 class WorldEngine:
@@ -69,6 +75,9 @@ class WorldEngine:
         self.cluster: Cluster | None = None
         if settings.world_workers > 0 and importlib.util.find_spec("ray") is None:
             raise ConfigError("--world-workers needs Ray: pip install 'livegen[ray]'")
+        #: The recordings directory (``recording.py``), or None when recordings are off.
+        self.recordings = Recordings(settings.recordings) if settings.recordings is not None else None
+        self.spectators = Spectators(settings.spectators) if settings.spectators is not None else None
 
     # -- the engine ------------------------------------------------------------------------
     async def start(self) -> None:
@@ -163,6 +172,12 @@ class WorldEngine:
         manager, scheduler = self.manager, self.scheduler
         if manager is None or scheduler is None:
             raise InvalidState("the world model is still loading; retry shortly", code="not_ready")
+        if update.recording and self.recordings is None:
+            raise InvalidRequest(
+                "recording is off on this server: start it with --world-recordings DIR",
+                code="recordings_disabled",
+                param="session.recording",
+            )
         seed_image = None
         if update.seed_image is not None:  # checked before anything is created: a refusal leaves no trace
             seed_image = decode_seed_image(update.seed_image, scheduler.spec, self.entry.name)
@@ -179,6 +194,7 @@ class WorldEngine:
             quality=output.quality,
             max_chunks_ahead=update.max_chunks_ahead or 4,
             frames_per_chunk=update.frames_per_chunk,
+            recording=bool(update.recording),
         )
         runner = Runner(
             session,
@@ -199,7 +215,46 @@ class WorldEngine:
             runner.abort_sending()
             raise
         log_event(logger, "world.session_created", session=session.session_id, seed=session.seed)
+        if update.recording:
+            self._record(runner, update)
         return runner
+
+    def _record(self, runner: Runner, update: wire.SessionConfig) -> None:
+        """Start the session's recording (``recording.py``) and say so with ``recording.started``."""
+        assert self.recordings is not None
+        spec, session = runner.spec, runner.session
+        header = {
+            "session_id": runner.session_id,
+            "model": self.entry.name,
+            "weights_digest": getattr(self.model, "weights_digest", None),
+            "model_options": dict(self.settings.model_options),
+            "seed": session.seed,
+            "prompt": session.initial_prompt,
+            "seed_image": update.seed_image,
+            "max_pending_events": session.max_pending_events,
+            "frames_per_chunk": spec.frames_per_chunk,
+            "width": spec.width,
+            "height": spec.height,
+            "fps": spec.fps,
+        }
+
+        def failed(code: str, message: str) -> None:
+            if recorder in runner.taps:
+                runner.taps.remove(recorder)
+            runner.send(wire.RecordingFailed(recorder.recording_id, code, message))
+
+        recorder = self.recordings.start(header, spec.width, spec.height, spec.fps, failed)
+        runner.taps.append(recorder)
+        runner.send(wire.RecordingStarted(recorder.recording_id, self.recordings.format.container))
+        log_event(
+            logger, "world.recording_started", session=runner.session_id, recording=recorder.recording_id
+        )
+
+    def spectate_token(self, runner: Runner) -> None:
+        """``session.spectate_token``: a token spectators join with (``spectators.py``)."""
+        if self.spectators is None or self.spectators.limits.per_session == 0:
+            raise InvalidRequest("spectators are off on this server", code="spectators_disabled")
+        runner.send(self.spectators.mint(runner))
 
     def reconfigure(self, runner: Runner, update: wire.SessionConfig) -> None:
         """A later ``session.update``: output and pacing change; what made the world is fixed."""
@@ -217,7 +272,13 @@ class WorldEngine:
     def accept(self, runner: Runner, event: wire.WorldEvent) -> None:
         """A ``world.event`` for the session's next chunks."""
         controls = [ControlInput.of(c.track, c.schema, c.data) for c in event.controls or ()]
-        runner.accept(Event.of(event.event_id, event.prompt, controls, event.transition_chunks or 0))
+        acceptance = runner.accept(
+            Event.of(event.event_id, event.prompt, controls, event.transition_chunks or 0)
+        )
+        if acceptance.status is AcceptStatus.ACCEPTED and runner.taps:
+            logged = msgspec.to_builtins(event)
+            for tap in list(runner.taps):
+                tap.event(logged)
         self.wake()
 
     def describe(self, runner: Runner) -> dict[str, Any]:
@@ -270,6 +331,12 @@ def _check_fixed(runner: Runner, update: wire.SessionConfig) -> None:
             "session.frames_per_chunk is fixed once the session exists (give it in the first session.update)",
             code="invalid_request",
             param="session.frames_per_chunk",
+        )
+    if update.recording is not None and update.recording != runner.options.recording:
+        raise InvalidRequest(
+            "session.recording is fixed once the session exists (give it in the first session.update)",
+            code="invalid_request",
+            param="session.recording",
         )
     if update.seed_image is not None:
         raise InvalidRequest(

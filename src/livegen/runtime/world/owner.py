@@ -45,6 +45,7 @@ _MESSAGES: dict[type[wire.ClientEvent], Message] = {
     wire.ChunkAck: Message.ACK,
     wire.WorldReset: Message.RESET,
     wire.SessionClose: Message.CLOSE,
+    wire.SpectateToken: Message.SPECTATE_TOKEN,
 }
 
 #: Close code of a session failed by a bug of ours (RFC 6455 "internal error").
@@ -210,6 +211,8 @@ class SessionOwner:
             runner.ack(event.chunk_index, event.at)
         elif isinstance(event, wire.WorldReset):
             await runner.reset()
+        elif isinstance(event, wire.SpectateToken):
+            self.engine.spectate_token(runner)
         elif isinstance(event, wire.SessionClose):
             await runner.close()
             if runner.session.status is Status.CLOSED:

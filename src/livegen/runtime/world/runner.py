@@ -41,6 +41,7 @@ from livegen.models.world import Chunk
 from livegen.protocol import world as wire
 from livegen.protocol.frames import encode_chunk
 from livegen.runtime.world.scheduler import Scheduler
+from livegen.runtime.world.taps import Tap
 from livegen.world import (
     Acceptance,
     Event,
@@ -77,6 +78,8 @@ class Options:
     max_chunks_ahead: int = 4
     #: The chunk length the session asked for at creation (None: the model's); fixed after.
     frames_per_chunk: int | None = None
+    #: Whether the session asked to be recorded (``session.update`` ``recording``); fixed after.
+    recording: bool = False
 
 
 @dataclass
@@ -131,6 +134,8 @@ class Runner:
         self.overflowed = asyncio.Event()
         self.unsent_bytes = 0
         self._max_unsent_bytes = max_unsent_bytes
+        #: Who else sees the session's output: its recording, its spectators (``taps.py``).
+        self.taps: list[Tap] = []
 
     def start(self) -> None:
         self._scheduler.add(self)  # first: a full KV pool refuses before anything starts
@@ -263,12 +268,17 @@ class Runner:
         self._lead.reset()
         self._anchor = self._ready_since = self._clock()
         self.send(wire.ResetDone())
+        for tap in list(self.taps):
+            tap.reset()
         self._scheduler.wake()
 
     async def close(self, *, is_sending: bool = True) -> None:
         """Close the session (``session.close`` or disconnect); a failed cleanup leaves a tombstone."""
         await self._hold()
         if self.session.begin_close():
+            taps, self.taps = self.taps, []
+            for tap in taps:
+                tap.closed()
             is_released = await self._release()
             self._manager.finish_close(self.session_id, is_released)
             log_event(logger, "world.session_closed", session=self.session_id, is_released=is_released)
@@ -357,6 +367,8 @@ class Runner:
             timings=wire.Timings(round(job.queue_ms, 3), round(job.model_ms, 3), round(encode_ms, 3)),
             prompt_transition=job.output.prompt_transition(),
         )
+        for tap in list(self.taps):  # before the player's socket, which may be slow
+            tap.chunk(header, chunk.frames, frames)
         await self._send_text(wire.encode(header).decode())
         for frame in frames:
             await self._send_bytes(frame)
