@@ -158,7 +158,10 @@ class Supervisor:
         ray = import_ray()
         options: dict[str, Any] = {"namespace": NAMESPACE, "log_to_driver": False}
         if self.config.ray_address is None:
-            options.update(num_cpus=os.cpu_count() or 1, include_dashboard=False)
+            # CPUs for the world workers every process starts, and no more: Ray starts an idle
+            # worker process per CPU it is given, ~100 MiB each, which nothing here would use.
+            num_cpus = self.config.workers * self.config.world_workers
+            options.update(num_cpus=num_cpus, include_dashboard=False)
         ray.init(address=self.config.ray_address, **options)
         self.ray = ray
         self.ray_address = self.config.ray_address or ray.get_runtime_context().gcs_address
