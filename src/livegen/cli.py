@@ -290,7 +290,29 @@ def main() -> None:
     "--ray-address",
     envvar="RAY_ADDRESS",
     default=None,
-    help="Ray cluster for --world-workers, e.g. 'auto' or 'ray://head:10001' [default: start a local Ray].",
+    help="Ray cluster to join, e.g. 'head:6379' or 'auto': this server's processes register there and "
+    "resume any process's sessions (one per machine, all behind one proxy: README, 'Several machines'); "
+    "--world-workers are placed there [default: a local Ray, started only for --workers > 1 or "
+    "--world-workers].",
+)
+@click.option(
+    "--workers",
+    default=_default("workers"),
+    show_default=True,
+    type=click.IntRange(1, 256),
+    help="Server processes on the one port (SO_REUSEPORT), each its own event loop, sharing "
+    "--max-sessions through a local Ray. One process's loop is the ceiling (about 50 us of CPU per "
+    "wire event: 200-300 streaming voice sessions): use about one per core when one process's CPU "
+    "nears 100%. Each loads its own voice model (docs/capacity.md).",
+)
+@click.option(
+    "--drain-timeout",
+    "drain_timeout_s",
+    default=_default("drain_timeout_s"),
+    show_default=True,
+    type=click.FloatRange(0),
+    help="On SIGTERM: refuse new sessions (/health 503 draining), let live ones finish for this many "
+    "seconds, then end the rest with session.closed (server_shutdown).",
 )
 @click.option(
     "--world-model-path",
@@ -542,12 +564,9 @@ def serve(**options: Any) -> None:
     from livegen.server.budgets import limit_malloc_arenas
 
     limit_malloc_arenas()  # before any model or server thread exists: arenas are taken per thread
-    import uvicorn
-
     from livegen import logs
     from livegen.errors import ConfigError
-    from livegen.server import create_app
-    from livegen.server.budgets import uvicorn_options
+    from livegen.server import create_app, workers
     from livegen.server.origins import parse_list
 
     logs.configure(options["log_level"])
@@ -563,17 +582,10 @@ def serve(**options: Any) -> None:
         config = ServerConfig(**options)
         if config.tts_workers is not None:  # read by the voice model's loader, which takes no arguments
             os.environ["LIVEGEN_TTS_WORKERS"] = str(config.tts_workers)
-        app = create_app(config)
+        app = create_app(config)  # a bad option fails here, before anything listens or starts
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from exc
-    uvicorn.run(
-        app,
-        host=config.host,
-        port=config.port,
-        log_config=None,
-        log_level=config.log_level,
-        **uvicorn_options(config),  # type: ignore[arg-type]
-    )
+    workers.run(config, app=app)
 
 
 @main.command()

@@ -61,3 +61,20 @@ def test_voice_session_bench_measures_each_level_again_beside_a_busy_neighbour(
     assert all(level["append_to_model_ms"]["p50"] > 0 for level in report["levels_with_neighbour"])
     assert report["sessions_per_core_with_neighbour"] in (0, 1, 2)
     assert "sessions_per_core" in report
+
+
+def test_voice_session_bench_compares_one_process_with_two_side_by_side(tmp_path: Path) -> None:
+    pytest.importorskip("ray")
+    out = tmp_path / "out.json"
+    args = ["bench", "voice-session", "--workers", "1", "--workers", "2", "--levels", "1,4"]
+    args += ["--seconds", "1", "--idle-sessions", "2", "--runs", "1", "--busy-neighbour", "--json", str(out)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    one, two = json.loads(out.read_text())["runs"]
+    assert (one["workers"], two["workers"]) == (1, 2)
+    assert len(one["server_rss_mib"]) == 1 and len(two["server_rss_mib"]) == 2
+    for run in (one, two):
+        assert [level["sessions"] for level in run["levels"]] == [1, 4]
+        assert [level["sessions"] for level in run["levels_with_busy_neighbour"]] == [1, 4]
+        assert all(level["appends"] == level["sessions"] * (50 - 10) for level in run["levels"])
+    assert two["memory_per_extra_process_mib"] > 0 and two["supervisor_and_ray_rss_mib"] > 0

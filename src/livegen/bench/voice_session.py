@@ -247,16 +247,22 @@ def _collect(out_dir: Path, session_ids: list[str], timeout: float = 10.0) -> di
     return {sid: json.loads(p.read_text()) for sid, p in paths.items() if p.exists()}
 
 
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def _cpu_seconds(pids: list[int]) -> float:
+    """User and system CPU seconds of the server's processes, together."""
+    total = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
-def _rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
+def _rss_kib(pids: list[int]) -> int:
+    total = 0
+    for pid in pids:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                total += int(line.split()[1])
+    return total
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -264,16 +270,16 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 async def _level(
-    url: str, pid: int, out_dir: Path, num_sessions: int, seconds: float, aligned: bool
+    url: str, pids: list[int], out_dir: Path, num_sessions: int, seconds: float, aligned: bool
 ) -> dict[str, Any]:
     await asyncio.to_thread(_clean, out_dir)
     sends: dict[str, list[float]] = {}
     counts = [0, 0]
     connected = asyncio.Barrier(num_sessions)
     phases = [0.0 if aligned else i / num_sessions for i in range(num_sessions)]
-    cpu_before, wall_before = _cpu_seconds(pid), time.monotonic()
+    cpu_before, wall_before = _cpu_seconds(pids), time.monotonic()
     await asyncio.gather(*(_client(url, seconds, sends, counts, p, connected) for p in phases))
-    cpu = _cpu_seconds(pid) - cpu_before
+    cpu = _cpu_seconds(pids) - cpu_before
     wall = time.monotonic() - wall_before
     arrivals = await asyncio.to_thread(_collect, out_dir, list(sends))
     latencies: list[float] = []
@@ -310,16 +316,16 @@ def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-async def _memory_per_idle_session(url: str, pid: int, num_sessions: int) -> float:
+async def _memory_per_idle_session(url: str, pids: list[int], num_sessions: int) -> float:
     await asyncio.sleep(0.5)
-    before = _rss_kib(pid)
+    before = _rss_kib(pids)
     release = asyncio.Event()
     events = [asyncio.Event() for _ in range(num_sessions)]
     tasks = [asyncio.create_task(_idle(url, e, release)) for e in events]
     for event in events:
         await event.wait()
     await asyncio.sleep(0.5)
-    after = _rss_kib(pid)
+    after = _rss_kib(pids)
     release.set()
     await asyncio.gather(*tasks, return_exceptions=True)
     return (after - before) / num_sessions
@@ -381,6 +387,18 @@ def _free_port() -> int:
     type=click.Choice(["auto", "websockets", "websockets-sansio", "wsproto"]),
     help="The server's WebSocket implementation (uvicorn's ws option), to compare their cost.",
 )
+@click.option(
+    "--workers",
+    multiple=True,
+    type=click.IntRange(1, 64),
+    help="Compare servers of this many processes (repeatable: --workers 1 --workers 2), side by side "
+    "in one run, unpinned: sessions per machine (bench/voice_session_workers.py).",
+)
+@click.option(
+    "--busy-neighbour",
+    is_flag=True,
+    help="With --workers: measure every level again beside an unpinned process spinning on the CPU.",
+)
 @click.option("--serve", "serve_port", type=int, default=None, hidden=True)
 @click.option("--cpu", type=int, default=None, hidden=True)
 def voice_session(
@@ -394,10 +412,19 @@ def voice_session(
     neighbour: float,
     neighbour_on: str,
     ws: str,
+    workers: tuple[int, ...],
+    busy_neighbour: bool,
     serve_port: int | None,
     cpu: int | None,
 ) -> None:
     """N concurrent voice sessions streaming 20 ms appends in real time to one pinned server core."""
+    if workers:
+        from livegen.bench import voice_session_workers
+
+        options = {"levels": levels, "seconds": seconds, "idle_sessions": idle_sessions, "runs": runs}
+        report = voice_session_workers.compare(workers, {**options, "busy_neighbour": busy_neighbour})
+        _write(report, json_path)
+        return
     if serve_port is not None:
         _serve(serve_port, cpu, niceness, ws)
         return
@@ -431,13 +458,13 @@ def voice_session(
             with contextlib.suppress(PermissionError):  # the clients keep real time under the same shield
                 os.setpriority(os.PRIO_PROCESS, 0, priority + niceness)
             report = asyncio.run(
-                _measure(port, server.pid, Path(tmp), levels, seconds, idle_sessions, aligned, runs, tqdm)
+                _measure(port, [server.pid], Path(tmp), levels, seconds, idle_sessions, aligned, runs, tqdm)
             )
             if neighbour > 0:
                 neighbour_cpu = server_cpu if neighbour_on == "server" else min(client_cpus)
                 with _neighbour(neighbour_cpu, neighbour):
                     busy = asyncio.run(
-                        _measure(port, server.pid, Path(tmp), levels, seconds, 0, aligned, runs, tqdm)
+                        _measure(port, [server.pid], Path(tmp), levels, seconds, 0, aligned, runs, tqdm)
                     )
                 report["neighbour_share"] = neighbour
                 report["neighbour_cpu"] = neighbour_cpu
@@ -454,6 +481,10 @@ def voice_session(
     report["server_niceness_change"] = niceness
     report["ws"] = ws
     report["client_cpus"] = sorted(client_cpus)
+    _write(report, json_path)
+
+
+def _write(report: dict[str, Any], json_path: str | None) -> None:
     text = json.dumps(report, indent=2)
     click.echo(text)
     if json_path:
@@ -505,7 +536,7 @@ def _wait_healthy(port: int) -> None:
 
 async def _measure(
     port: int,
-    pid: int,
+    pids: list[int],
     out_dir: Path,
     levels: str,
     seconds: float,
@@ -516,11 +547,13 @@ async def _measure(
 ) -> dict[str, Any]:
     url = f"ws://127.0.0.1:{port}/v1/realtime"
     # Memory first, while the process has not yet grown pools that idle sessions could reuse.
-    memory = await _memory_per_idle_session(url, pid, idle_sessions) if idle_sessions else 0.0
+    memory = await _memory_per_idle_session(url, pids, idle_sessions) if idle_sessions else 0.0
     results = []
     counts = [int(n) for n in levels.split(",") if n.strip()]
     for num_sessions in tqdm(counts, desc="voice-session levels", unit="level"):
-        runs_of_level = [await _level(url, pid, out_dir, num_sessions, seconds, aligned) for _ in range(runs)]
+        runs_of_level = [
+            await _level(url, pids, out_dir, num_sessions, seconds, aligned) for _ in range(runs)
+        ]
         results.append(_median_run(runs_of_level))
     baseline = results[0]["append_to_model_ms"]["p99"]
     for result in results:

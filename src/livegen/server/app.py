@@ -28,6 +28,7 @@ from livegen.server.bodies import BodyLimitMiddleware, BodyLimits
 from livegen.server.budgets import ConnectionBudgetMiddleware, export_budgets
 from livegen.server.client_secrets import ClientSecrets
 from livegen.server.config import ServerConfig
+from livegen.server.gate import Gate, GateMiddleware
 from livegen.server.metrics import CONTENT_TYPE_LATEST, Metrics
 from livegen.server.origins import OriginMiddleware, OriginPolicy
 from livegen.server.service import Service
@@ -51,6 +52,17 @@ class State:
         self.world_model: ModelInfo | None = None
         #: Ephemeral client keys, minted by the voice service and checked by the auth middleware.
         self.client_secrets = ClientSecrets(max_bytes=config.max_client_secret_bytes)
+        #: Draining, the server-wide session count and resumes owned elsewhere (``server/gate.py``).
+        self.gate = Gate(config.max_sessions)
+        self.stopped = False
+
+    async def stop_services(self) -> None:
+        """End every session (each with its terminal event) and stop the services, once."""
+        if self.stopped:
+            return
+        self.stopped = True
+        for service in self.services:
+            await service.stop()
 
 
 def create_app(config: ServerConfig | None = None, registry: Registry | None = None) -> Starlette:
@@ -71,8 +83,7 @@ def create_app(config: ServerConfig | None = None, registry: Registry | None = N
             state.starting.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await state.starting
-            for service in state.services:
-                await service.stop()
+            await state.stop_services()
 
     routes: list[BaseRoute] = [
         Route("/health", _health, methods=["GET"]),
@@ -102,6 +113,7 @@ def _middleware(state: State) -> list[Middleware]:
         Middleware(BodyLimitMiddleware, limits=BodyLimits.of(config)),
         Middleware(OriginMiddleware, policy=policy, on_refused=on_refused),
         Middleware(ConnectionBudgetMiddleware, config=config, metrics=metrics),
+        Middleware(GateMiddleware, gate=state.gate),
         Middleware(APIKeyMiddleware, api_key=config.api_key, client_secrets=state.client_secrets),
     ]
 
@@ -143,8 +155,11 @@ async def _health(request: Request) -> Response:
         if service.name in state.failed:
             report.update(ready=False, error=state.failed[service.name])
         services[service.name] = report
-    is_ready = all(report.get("ready") for report in services.values())
-    body = {"status": "ok" if is_ready else "unavailable", "services": services}
+    is_ready = all(report.get("ready") for report in services.values()) and not state.gate.draining
+    status = "draining" if state.gate.draining else "ok" if is_ready else "unavailable"
+    body: dict[str, Any] = {"status": status, "services": services}
+    if state.gate.member is not None:  # a process of a cluster: the cluster's services too
+        body["cluster"] = await state.gate.member.report()
     return JSONResponse(body, status_code=200 if is_ready else 503)
 
 

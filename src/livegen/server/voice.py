@@ -65,6 +65,13 @@ class WebSocketLink:
             return error
 
 
+def new_session_id(state: State) -> str:
+    """``sess_`` and 16 hex digits; in a cluster the first four are this process's tag, so that
+    any process can tell where a resume belongs (``server/cluster.py``)."""
+    member = state.gate.member
+    return "sess_" + (member.tag + secrets.token_hex(6) if member is not None else secrets.token_hex(8))
+
+
 class VoiceService:
     name = "voice"
 
@@ -142,7 +149,7 @@ class VoiceService:
             close_code = 1008 if error.code == wire_errors.MODEL_NOT_FOUND.code else 1013
             await self.engine.refuse(link, error, close_code)
             return
-        session_id = "sess_" + secrets.token_hex(8)
+        session_id = new_session_id(self.state)
         with bind_session(session_id):
             log_event(logger, "voice.model_resolved", requested=requested, model=name)
         # ?intent=transcription opens a transcription session (audio in, transcripts out).

@@ -1,0 +1,138 @@
+"""Relay a resuming socket to the process that owns its session (``server/gate.py`` calls it).
+
+A parked voice session cannot move between processes (it holds its model's
+stream), so the process that accepted the resume opens a WebSocket to the
+owner's private address with the same path, query, key and subprotocols, and
+relays frames both ways until either side closes. The owner does the rest as
+for any resume: it claims the single-use token (of two relayed resumes, one
+wins) and replays the journal. Close codes pass through; a client that
+vanished (no close frame) vanishes for the owner too, so the session parks
+again, as it would without the relay.
+
+An owner that is gone (no address, or its address refuses within
+``CONNECT_TIMEOUT_S``) is OpenAI's ``session_not_found`` on the client's
+socket, then close 1008, never a hang.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from typing import Any
+
+from starlette.types import Receive, Scope, Send
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
+
+from livegen.logs import log_event
+from livegen.protocol import errors as wire_errors
+from livegen.server.auth import offered_subprotocols, select_subprotocol
+from livegen.server.origins import send_denial
+
+logger = logging.getLogger("livegen.server")
+
+#: How long the owner may take to accept the relayed socket before the resume is refused.
+CONNECT_TIMEOUT_S = 3.0
+#: Headers the owner needs to see as the client sent them.
+PASSED_HEADERS = ("authorization", "openai-beta", "origin")
+#: The mark of a relayed connection, honoured on the owner's private port only (``server/gate.py``).
+RELAYED_HEADER = b"x-livegen-relayed"
+#: Close codes that may not be sent in a close frame: the relay aborts instead.
+UNSENDABLE = frozenset({1005, 1006, 1015})
+
+
+async def forward(scope: Scope, receive: Receive, send: Send, address: str | None) -> None:
+    """Relay this socket to ``address`` (``ws://host:port``), or refuse with ``session_not_found``."""
+    headers = [
+        (k.decode("latin-1"), v.decode("latin-1"))
+        for k, v in scope.get("headers", [])
+        if k.decode("latin-1").lower() in PASSED_HEADERS
+    ]
+    headers.append((RELAYED_HEADER.decode(), "1"))
+    query = scope.get("query_string", b"").decode("latin-1")
+    upstream: ClientConnection | None = None
+    if address is not None:
+        try:
+            upstream = await connect(
+                f"{address}{scope['path']}?{query}",
+                additional_headers=headers,
+                subprotocols=offered_subprotocols(scope) or None,  # type: ignore[arg-type]
+                open_timeout=CONNECT_TIMEOUT_S,
+                max_size=None,
+                compression=None,
+                ping_interval=None,
+                proxy=None,
+            )
+        except InvalidStatus as refused:  # the owner refused the handshake itself: pass it on
+            response = refused.response
+            await send_denial(scope, receive, send, response.status_code, bytes(response.body or b""))
+            return
+        except (OSError, TimeoutError, InvalidHandshake) as exc:
+            log_event(logger, "cluster.owner_unreachable", logging.WARNING, address=address, error=repr(exc))
+    if upstream is None:
+        await _not_found(scope, receive, send)
+        return
+    await receive()  # websocket.connect
+    await send({"type": "websocket.accept", "subprotocol": upstream.subprotocol})
+    await _relay(upstream, receive, send)
+
+
+async def _relay(upstream: ClientConnection, receive: Receive, send: Send) -> None:
+    inbound = asyncio.create_task(_client_to_owner(upstream, receive))
+    try:
+        await _owner_to_client(upstream, send)
+    finally:
+        inbound.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await inbound
+        upstream.transport.abort()
+
+
+async def _client_to_owner(upstream: ClientConnection, receive: Receive) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "websocket.disconnect":
+            code = int(message.get("code", 1006))
+            if code in UNSENDABLE:
+                upstream.transport.abort()  # the owner sees the client vanish: the session parks
+            else:
+                with contextlib.suppress(Exception):
+                    await upstream.close(code)
+            return
+        data: Any = message.get("text")
+        if data is None:
+            data = message.get("bytes") or b""
+        try:
+            await upstream.send(data)
+        except ConnectionClosed:
+            return
+
+
+async def _owner_to_client(upstream: ClientConnection, send: Send) -> None:
+    try:
+        async for data in upstream:
+            key = "text" if isinstance(data, str) else "bytes"
+            await send({"type": "websocket.send", key: data})
+    except ConnectionClosed:
+        pass
+    code = upstream.close_code
+    # An owner that vanished (its process died) is a server error for the client: 1011.
+    close_code = 1011 if code is None or code in UNSENDABLE else code
+    with contextlib.suppress(Exception):
+        await send({"type": "websocket.close", "code": close_code, "reason": upstream.close_reason or ""})
+
+
+async def _not_found(scope: Scope, receive: Receive, send: Send) -> None:
+    error = wire_errors.SESSION_NOT_FOUND.error(detail="no live session with that id")
+    await receive()  # websocket.connect
+    await send({"type": "websocket.accept", "subprotocol": select_subprotocol(scope)})
+    # As the owner would: the refusal answers the client's session.resume (read, not checked).
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(CONNECT_TIMEOUT_S):
+            if (await receive())["type"] == "websocket.disconnect":
+                return
+    event = {"type": "error", "event_id": "event_refused", "error": error.to_error_body()}
+    await send({"type": "websocket.send", "text": json.dumps(event)})
+    await send({"type": "websocket.close", "code": 1008})

@@ -1,0 +1,146 @@
+"""The session gate: draining, server-wide session counts, and resumes owned by another process.
+
+``GateMiddleware`` sits in front of the session routes (``/v1/realtime``,
+``/v1/worlds``) of every server, one process or many:
+
+- *draining* (``SIGTERM``, ``server/workers.py``): a new session is refused at
+  the handshake with HTTP 503 ``server_draining`` and ``/health`` answers 503
+  ``draining``; resumes still attach, so a parked session may finish;
+- in a cluster (``--workers``, ``--ray-address``; ``server/cluster.py``) a new
+  session takes one of its ``livegen serve``'s ``--max-sessions`` from the
+  coordinator before it opens (the process's own engines still count their
+  own), and gives it back when its socket ends; a resumed socket is counted
+  again, never refused for room;
+- a resume (``?session_id=``) of a session another process owns is relayed to
+  that process's private address (``server/forward.py``); connections to this
+  process's private address by the relay (marked ``x-livegen-relayed``) are
+  never relayed again nor counted twice.
+
+It also counts the session sockets open here, which a drain waits on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+from urllib.parse import parse_qs
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from livegen.protocol import errors as wire_errors
+from livegen.server.auth import select_subprotocol
+from livegen.server.forward import RELAYED_HEADER, forward
+from livegen.server.origins import send_denial
+
+if TYPE_CHECKING:
+    from livegen.server.cluster import Member
+
+#: Session routes and the kind of session each opens.
+KINDS = {"/v1/realtime": "voice", "/v1/worlds": "world"}
+
+
+@dataclass
+class Gate:
+    """What the gate middleware and the drain share, one per app."""
+
+    max_sessions: int
+    #: This process in its cluster; None for a server of one process.
+    member: Member | None = None
+    #: The port of this process's private listener (forwarded resumes arrive there).
+    private_port: int | None = None
+    draining: bool = False
+    #: Session sockets open here (new, resumed and relayed).
+    open_sessions: int = 0
+    #: Set whenever no session socket is open.
+    idle: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        self.idle.set()
+
+
+class GateMiddleware:
+    def __init__(self, app: ASGIApp, gate: Gate) -> None:
+        self.app = app
+        self.gate = gate
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = KINDS.get(scope.get("path", "")) if scope["type"] == "websocket" else None
+        if kind is None:
+            await self.app(scope, receive, send)
+            return
+        gate, member = self.gate, self.gate.member
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        session_id = (query.get("session_id") or [None])[0]
+        is_relayed = _is_relayed(scope, gate.private_port)
+        if kind == "voice" and "call_id" in query:
+            await self.app(scope, receive, send)
+            return
+        if session_id is None and gate.draining:
+            await _refuse_draining(scope, receive, send)
+            return
+        counted = member is not None and not is_relayed
+        if counted and member is not None:
+            if session_id is not None and not member.owns(session_id):
+                await self._relay(scope, receive, send, session_id)
+                return
+            limit = None if session_id is not None else gate.max_sessions
+            if not await member.acquire(kind, limit):
+                await _refuse_full(scope, receive, send, kind, gate.max_sessions)
+                return
+        try:
+            await self._count(self.app, scope, receive, send)
+        finally:
+            if counted and member is not None:
+                member.release(kind)
+
+    async def _relay(self, scope: Scope, receive: Receive, send: Send, session_id: str) -> None:
+        assert self.gate.member is not None
+        address = await self.gate.member.address_of(session_id)
+
+        async def relay(scope: Scope, receive: Receive, send: Send) -> None:
+            await forward(scope, receive, send, address)
+
+        await self._count(relay, scope, receive, send)
+
+    async def _count(self, app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
+        gate = self.gate
+        gate.open_sessions += 1
+        gate.idle.clear()
+        try:
+            await app(scope, receive, send)
+        finally:
+            gate.open_sessions -= 1
+            if gate.open_sessions == 0:
+                gate.idle.set()
+
+
+def _is_relayed(scope: Scope, private_port: int | None) -> bool:
+    """A resume another process relayed here: it arrives on the private port, marked (a client may
+    connect to the private port too, and is then served as on the public one)."""
+    port = (scope.get("server") or ("", 0))[1]
+    if private_port is None or port != private_port:
+        return False
+    return any(key == RELAYED_HEADER for key, _ in scope.get("headers", []))
+
+
+async def _refuse_draining(scope: Scope, receive: Receive, send: Send) -> None:
+    message = "the server is draining for a shutdown; connect to another"
+    error = {"type": "server_error", "code": "server_draining", "message": message, "param": None}
+    await send_denial(scope, receive, send, 503, json.dumps({"error": error}).encode())
+
+
+async def _refuse_full(scope: Scope, receive: Receive, send: Send, kind: str, limit: int) -> None:
+    """The server-wide count is full: a voice client gets OpenAI's error event then close 1013,
+    as a full process answers it; a world client a refused handshake."""
+    error = wire_errors.TOO_MANY_SESSIONS.error(limit=limit)
+    if kind != "voice":
+        body = {"error": {**error.to_error_body(), "message": f"the server holds {limit} world sessions"}}
+        await send_denial(scope, receive, send, 503, json.dumps(body).encode())
+        return
+    await receive()  # websocket.connect
+    await send({"type": "websocket.accept", "subprotocol": select_subprotocol(scope)})
+    event = {"type": "error", "event_id": "event_refused", "error": error.to_error_body()}
+    await send({"type": "websocket.send", "text": json.dumps(event)})
+    await send({"type": "websocket.close", "code": 1013})

@@ -1,0 +1,281 @@
+"""``livegen serve``'s processes: one server, or N on one port joined in a Ray cluster; and the drain.
+
+One process (the default, ``--workers 1`` without ``--ray-address``) is the
+app under uvicorn, as before, on one event loop. That loop is the ceiling
+(about 50 µs of CPU per wire event: a few hundred streaming voice sessions
+per process, whatever the cores), so ``--workers N`` runs N server
+processes instead, each its own uvicorn and event loop:
+
+- the parent (``Supervisor``) starts a local Ray, or joins ``--ray-address``,
+  creates the cluster's coordinator actor (``server/cluster.py``), and starts
+  the N processes (``python -m livegen.server.workers``); it restarts one that
+  dies (its counts and address are dropped from the coordinator first) and
+  passes ``SIGTERM`` on to all of them;
+- each process binds the public port with ``SO_REUSEPORT`` (the kernel spreads
+  new connections over the processes) and a private port of its own, which
+  resumes of its sessions are relayed to from the other processes
+  (``server/gate.py``, ``server/forward.py``); it joins Ray as a driver, takes
+  a tag from the coordinator and registers its private address.
+
+Every server, one process or many, drains on ``SIGTERM`` (``DrainingServer``):
+new sessions are refused (HTTP 503 ``server_draining``; ``/health`` 503
+``draining``), live ones may finish for up to ``--drain-timeout`` seconds,
+then the rest end with their terminal event (``session.closed``, reason
+``server_shutdown``) and the process exits. A second signal exits at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import importlib
+import json
+import logging
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+import uvicorn
+
+from livegen.logs import log_event
+from livegen.server.budgets import uvicorn_options
+from livegen.server.config import ServerConfig
+
+if TYPE_CHECKING:
+    from livegen.models import Registry
+    from livegen.server.app import State
+
+logger = logging.getLogger("livegen.server")
+
+#: The environment variable that carries a server process's assignment from the parent.
+ASSIGNMENT = "LIVEGEN_WORKER_ASSIGNMENT"
+#: Seconds past ``--drain-timeout`` the parent waits for its processes before it kills them.
+KILL_AFTER_S = 20.0
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn's server, whose first ``SIGTERM`` drains the app's sessions before it exits."""
+
+    def __init__(self, config: uvicorn.Config, state: State) -> None:
+        super().__init__(config)
+        self.state = state
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._draining: asyncio.Task[None] | None = None
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        self._loop = asyncio.get_running_loop()
+        await super().startup(sockets)
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if (
+            sig == signal.SIGTERM
+            and self._draining is None
+            and self._loop is not None
+            and not self.should_exit
+        ):
+            self._captured_signals.append(sig)
+            self._loop.call_soon_threadsafe(self._start_drain)
+            return
+        super().handle_exit(sig, frame)
+
+    def _start_drain(self) -> None:
+        self._draining = asyncio.get_running_loop().create_task(self.drain())
+
+    async def drain(self) -> None:
+        """Refuse new sessions, wait for the live ones up to the drain timeout, end the rest."""
+        state = self.state
+        gate, timeout_s = state.gate, state.config.drain_timeout_s
+        gate.draining = True
+        log_event(logger, "server.draining", sessions=gate.open_sessions, timeout_s=timeout_s)
+        try:
+            async with asyncio.timeout(timeout_s):
+                await gate.idle.wait()
+        except TimeoutError:
+            log_event(logger, "server.drain_timeout", logging.WARNING, sessions=gate.open_sessions)
+        await state.stop_services()  # the rest: session.closed, reason server_shutdown
+        self.should_exit = True
+
+
+def run(config: ServerConfig, registry_spec: str | None = None, app: Any = None) -> None:
+    """``livegen serve``: one process here (``app``, if built already), or a supervisor of
+    ``--workers`` processes (each builds its own app)."""
+    if config.workers > 1 or config.ray_address is not None:
+        Supervisor(config, registry_spec).run()
+        return
+    from livegen.server.app import create_app
+
+    app = app or create_app(config, load_registry(registry_spec))
+    server = DrainingServer(_uvicorn_config(app, config), app.state.livegen)
+    server.run()
+
+
+def _uvicorn_config(app: Any, config: ServerConfig) -> uvicorn.Config:
+    return uvicorn.Config(
+        app,
+        host=config.host,
+        port=config.port,
+        log_config=None,
+        log_level=config.log_level,
+        **uvicorn_options(config),  # type: ignore[arg-type]
+    )
+
+
+def load_registry(spec: str | None) -> Registry | None:
+    """A registry from ``module:function`` (benches and tests serve their own models); None: the default."""
+    if spec is None:
+        return None
+    module, _, name = spec.partition(":")
+    registry: Registry = getattr(importlib.import_module(module), name)()
+    return registry
+
+
+def import_ray() -> Any:
+    from livegen.runtime.world.ray_worker import import_ray as imported
+
+    return imported()
+
+
+class Supervisor:
+    """The parent of ``--workers`` server processes: Ray, the coordinator, the processes."""
+
+    def __init__(self, config: ServerConfig, registry_spec: str | None) -> None:
+        self.config = config
+        self.registry_spec = registry_spec
+        self.group = secrets.token_hex(4)
+        self.children: dict[int, tuple[subprocess.Popen[bytes], str]] = {}
+        self.stopping = False
+        self._reserved: socket.socket | None = None
+
+    def run(self) -> None:
+        from livegen.server.cluster import NAMESPACE, coordinator
+
+        ray = import_ray()
+        options: dict[str, Any] = {"namespace": NAMESPACE, "log_to_driver": False}
+        if self.config.ray_address is None:
+            # CPUs for the world workers every process starts, and no more: Ray starts an idle
+            # worker process per CPU it is given, ~100 MiB each, which nothing here would use.
+            num_cpus = self.config.workers * self.config.world_workers
+            options.update(num_cpus=num_cpus, include_dashboard=False)
+        ray.init(address=self.config.ray_address, **options)
+        self.ray = ray
+        self.ray_address = self.config.ray_address or ray.get_runtime_context().gcs_address
+        self.actor = coordinator(ray)
+        port = self._reserve_port()
+        log_event(logger, "server.workers", workers=self.config.workers, port=port, group=self.group)
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self._on_signal)
+        try:
+            for index in range(self.config.workers):
+                self._start(index, port)
+            self._watch(port)
+        finally:
+            self._stop_all()
+            if self.config.ray_address is None:
+                ray.shutdown()
+
+    def _reserve_port(self) -> int:
+        """The public port: the configured one, or (port 0) one chosen here and held bound (not
+        listening) so that no other program takes it while the processes bind it too."""
+        self._reserved = reuse_port_socket(self.config.host, self.config.port)
+        port: int = self._reserved.getsockname()[1]
+        return port
+
+    def _start(self, index: int, port: int) -> None:
+        tag = str(self.ray.get(self.actor.new_tag.remote()))
+        assignment = {
+            "config": {**dataclasses.asdict(self.config), "port": port},
+            "index": index,
+            "tag": tag,
+            "group": self.group,
+            "ray_address": self.ray_address,
+            "registry": self.registry_spec,
+        }
+        env = {**os.environ, ASSIGNMENT: json.dumps(assignment)}
+        child = subprocess.Popen([sys.executable, "-m", "livegen.server.workers"], env=env)
+        self.children[index] = (child, tag)
+        log_event(logger, "server.worker_started", index=index, pid=child.pid, tag=tag)
+
+    def _watch(self, port: int) -> None:
+        while self.children:
+            time.sleep(0.2)
+            for index, (child, tag) in list(self.children.items()):
+                if child.poll() is None:
+                    continue
+                del self.children[index]
+                self.ray.get(self.actor.forget.remote(tag))  # its counts and address go with it
+                if not self.stopping:
+                    log_event(logger, "server.worker_died", logging.ERROR, index=index, code=child.returncode)
+                    self._start(index, port)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        first = not self.stopping
+        self.stopping = True
+        for child, _ in self.children.values():
+            # The first SIGTERM drains each process; a second signal (or SIGINT) ends them now.
+            child.send_signal(signal.SIGTERM if first and signum == signal.SIGTERM else signal.SIGINT)
+
+    def _stop_all(self) -> None:
+        self.stopping = True
+        deadline = time.monotonic() + self.config.drain_timeout_s + KILL_AFTER_S
+        for child, tag in list(self.children.values()):
+            try:
+                child.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+            self.ray.get(self.actor.forget.remote(tag))
+        if self._reserved is not None:
+            self._reserved.close()
+
+
+def reuse_port_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` with ``SO_REUSEPORT``: every process of the server binds
+    one, and the kernel spreads new connections over those listening."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    return sock
+
+
+def _child() -> None:
+    """One server process of ``--workers``: join Ray, register, serve both ports."""
+    from livegen import logs
+    from livegen.server.app import create_app
+    from livegen.server.budgets import limit_malloc_arenas
+    from livegen.server.cluster import COORDINATOR, NAMESPACE, Member
+
+    limit_malloc_arenas()
+    assignment = json.loads(os.environ.pop(ASSIGNMENT))
+    fields: dict[str, Any] = {
+        k: tuple(v) if isinstance(v, list) else v for k, v in assignment["config"].items()
+    }
+    config = ServerConfig(**fields)
+    logs.configure(config.log_level)
+    ray = import_ray()
+    ray.init(address=assignment["ray_address"], namespace=NAMESPACE, log_to_driver=False)
+    app = create_app(config, load_registry(assignment["registry"]))
+    state: State = app.state.livegen
+    public = reuse_port_socket(config.host, config.port)
+    private = socket.socket(public.family, socket.SOCK_STREAM)
+    private.bind((config.host, 0))
+    host = config.host if config.host not in ("0.0.0.0", "::", "") else ray.util.get_node_ip_address()
+    scheme = "wss" if config.tls else "ws"
+    address = f"{scheme}://{host}:{private.getsockname()[1]}"
+    actor = ray.get_actor(COORDINATOR, namespace=NAMESPACE)
+    member = Member(assignment["tag"], assignment["group"], actor, address)
+    state.gate.member, state.gate.private_port = member, private.getsockname()[1]
+    info = {"pid": os.getpid(), "index": assignment["index"], "port": config.port, "node": host}
+    ray.get(actor.register.remote(member.tag, {**info, "address": address, "group": member.group}))
+    DrainingServer(_uvicorn_config(app, config), state).run(sockets=[public, private])
+
+
+if __name__ == "__main__":
+    _child()

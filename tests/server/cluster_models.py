@@ -1,0 +1,32 @@
+"""Models for the cluster tests' server processes: the scripted voice and the procedural world.
+
+The processes are started by ``server/workers.py`` in their own interpreters, so their registry is
+named by import path (``cluster_models:registry``, with ``tests/server`` on ``PYTHONPATH``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from livegen.models import Kind, ModelInfo, Registry, default_registry
+from livegen.server.config import ServerConfig
+from livegen.server.workers import run
+from voice.scripted import ScriptedVoice, load
+
+
+def load_long() -> ScriptedVoice:
+    """The scripted voice with answers long enough (1.5 s) to drop a socket in the middle of one."""
+    model = load()
+    model.script.reply_ms = 1500
+    return model
+
+
+def registry() -> Registry:
+    world = [entry for entry in default_registry().entries() if entry.name == "procedural-world"]
+    voice = ModelInfo("scripted-voice", Kind.VOICE, "cluster_models:load_long", "a scripted test double")
+    return Registry([voice, *world])
+
+
+if __name__ == "__main__":  # python cluster_models.py '{"workers": 2, ...}': a server of these models
+    run(ServerConfig(**json.loads(sys.argv[1])), "cluster_models:registry")

@@ -1,0 +1,277 @@
+"""Many server processes on one Ray cluster (``--workers``, ``--ray-address``), and the drain.
+
+Real processes: ``livegen serve``'s supervisor (``server/workers.py``, started
+through ``cluster_models.py`` so that it serves the scripted voice and the
+procedural world) with two server processes on one port, joined to a Ray
+cluster of two nodes (Ray's own ``cluster_utils.Cluster``). Each process also
+listens on a private port, which its ``/health`` names; the tests drive each
+process through its own private port, so which one a connection reaches is
+never left to the kernel, and resumes owned by the other process are relayed.
+The drain test runs a single process without Ray.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import websockets
+
+from livegen.client.world import WorldClient
+
+HERE = Path(__file__).parent
+#: The cluster's server-wide --max-sessions (each process alone would admit this many).
+MAX_SESSIONS = 3
+OPENED: list[Any] = []
+
+pytest.importorskip("ray")
+
+
+@pytest.fixture(autouse=True)
+async def close_clients() -> AsyncIterator[None]:
+    yield
+    while OPENED:
+        with contextlib.suppress(Exception):
+            await OPENED.pop().close()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def start_serve(**config: Any) -> subprocess.Popen[bytes]:
+    """A ``livegen serve`` (workers.run) of the test models, in its own process group."""
+    paths = [str(HERE.parents[1] / "src"), str(HERE.parent), str(HERE)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+    options = {"api_key": None, "voice_model": "scripted-voice", "world_model": "procedural-world", **config}
+    command = [sys.executable, str(HERE / "cluster_models.py"), json.dumps(options)]
+    return subprocess.Popen(command, env=env, start_new_session=True)
+
+
+def health(port: int) -> httpx.Response:
+    return httpx.get(f"http://127.0.0.1:{port}/health", timeout=10)
+
+
+def wait_for(port: int, ready: Any, timeout: float = 180.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(httpx.HTTPError):
+            answer = health(port)
+            if answer.status_code == 200 and ready(body := answer.json()):
+                return dict(body)
+        time.sleep(0.3)
+    raise RuntimeError("the servers did not become ready")
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(60)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+class Cluster:
+    """The supervisor's port and its processes' private addresses, by tag."""
+
+    def __init__(self, port: int, group: str, serve: subprocess.Popen[bytes]) -> None:
+        self.port, self.group, self.serve = port, group, serve
+
+    def processes(self) -> list[dict[str, Any]]:
+        report = health(self.port).json()["cluster"]
+        return [p for p in report["processes"] if p["group"] == self.group]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    from ray.cluster_utils import Cluster as RayCluster
+
+    nodes = RayCluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    nodes.add_node(num_cpus=1)
+    port = free_port()
+    serve = start_serve(
+        workers=2, port=port, ray_address=nodes.address, max_sessions=MAX_SESSIONS, drain_timeout_s=1.0
+    )
+    try:
+        body = wait_for(port, lambda b: len(b["cluster"]["processes"]) == 2)
+        yield Cluster(port, body["cluster"]["group"], serve)
+    finally:
+        stop(serve)
+        nodes.shutdown()
+
+
+async def recv(ws: Any) -> dict[str, Any]:
+    return dict(json.loads(await asyncio.wait_for(ws.recv(), 20)))
+
+
+async def until(ws: Any, kind: str, into: list[dict[str, Any]]) -> dict[str, Any]:
+    while True:
+        event = await recv(ws)
+        into.append(event)
+        if event["type"] == kind:
+            return event
+
+
+async def open_voice(address: str) -> tuple[Any, list[dict[str, Any]]]:
+    ws = await websockets.connect(f"{address}/v1/realtime?model=scripted-voice")
+    OPENED.append(ws)
+    seen: list[dict[str, Any]] = []
+    await until(ws, "session.created", seen)
+    return ws, seen
+
+
+async def start_answer(address: str) -> tuple[Any, list[dict[str, Any]]]:
+    ws, seen = await open_voice(address)
+    await ws.send(json.dumps({"type": "response.create"}))
+    for _ in range(3):
+        await until(ws, "response.output_audio.delta", seen)
+    return ws, seen
+
+
+async def resume(address: str, session_id: str, token: str, last_seq: int) -> Any:
+    ws = await websockets.connect(f"{address}/v1/realtime?session_id={session_id}")
+    OPENED.append(ws)
+    message = {"type": "session.resume", "session_id": session_id, "resume_token": token}
+    await ws.send(json.dumps({**message, "last_event_seq": last_seq}))
+    return ws
+
+
+async def drop(ws: Any) -> None:
+    """Lose the connection without a close frame, as a network drop does."""
+    ws.transport.abort()
+    with contextlib.suppress(Exception):
+        await ws.wait_closed()
+
+
+def audio_bytes(events: list[dict[str, Any]]) -> int:
+    deltas = [e["delta"] for e in events if e["type"] == "response.output_audio.delta"]
+    return sum(len(base64.b64decode(delta)) for delta in deltas)
+
+
+async def test_a_session_opened_on_one_process_resumes_through_the_other(cluster: Cluster) -> None:
+    one, other = cluster.processes()
+    ws, before = await start_answer(one["address"])
+    session_id, token = before[0]["session"]["id"], before[0]["resume_token"]
+    assert session_id[5:9] == one["tag"]  # the owner is in the id
+    await drop(ws)
+    ws2 = await resume(other["address"], session_id, token, last_seq=len(before))
+    greeting = await recv(ws2)
+    assert greeting["type"] == "session.resumed", greeting
+    assert greeting["last_event_seq"] == len(before)
+    after: list[dict[str, Any]] = []
+    await until(ws2, "response.done", after)
+    stream = before + after
+    assert [e["type"] for e in stream].count("response.done") == 1
+    assert len({e["event_id"] for e in stream}) == len(stream)  # nothing twice
+    assert audio_bytes(stream) == 2 * 24 * 1500  # the scripted answer whole: nothing missing
+    # the session goes on through the relay: a client event reaches it and is answered
+    await ws2.send(json.dumps({"type": "response.cancel", "event_id": "c1"}))
+    assert (await until(ws2, "error", []))["error"]["code"] == "response_cancel_not_active"
+    await ws2.close()
+
+
+async def test_a_token_resumes_once_when_two_resumes_race_on_two_processes(cluster: Cluster) -> None:
+    one, other = cluster.processes()
+    ws, before = await start_answer(one["address"])
+    session_id, token = before[0]["session"]["id"], before[0]["resume_token"]
+    await drop(ws)
+    racers = await asyncio.gather(
+        *(resume(p["address"], session_id, token, len(before)) for p in (one, other))
+    )
+    firsts = [await recv(racer) for racer in racers]
+    assert sorted(first["type"] for first in firsts) == ["error", "session.resumed"]
+
+
+async def test_max_sessions_holds_for_all_processes_together(cluster: Cluster) -> None:
+    """Through the shared port (the kernel picks the process): the cap is the server's, not each
+    process's, so the one past it is refused wherever it lands."""
+    public = f"ws://127.0.0.1:{cluster.port}"
+    for _ in range(MAX_SESSIONS):
+        await open_voice(public)
+    refused = await websockets.connect(f"{public}/v1/realtime?model=scripted-voice")
+    OPENED.append(refused)
+    assert (await recv(refused))["error"]["code"] == "too_many_sessions"
+    while OPENED:  # ending them gives their room back
+        await OPENED.pop().close()
+    for _ in range(50):
+        with contextlib.suppress(Exception):
+            ws, _seen = await open_voice(public)
+            await ws.close()
+            return
+        await asyncio.sleep(0.1)
+    pytest.fail("the room of closed sessions never came back")
+
+
+async def world_chunks(client: WorldClient, count: int) -> list[Any]:
+    return [(await client.next_chunk(wait_s=30)).header for _ in range(count)]
+
+
+async def test_killing_one_process_ends_only_its_sessions(cluster: Cluster) -> None:
+    one, other = cluster.processes()
+    doomed, doomed_seen = await open_voice(one["address"])
+    survivor, _seen = await open_voice(other["address"])
+    world = await WorldClient.connect(other["address"])
+    created = await world.create(seed=3, pacing="realtime")
+    chunk_ms = 1000 * created["frames_per_chunk"] / created["fps"]
+    headers = await world_chunks(world, 3)
+    os.kill(one["pid"], signal.SIGKILL)
+    with pytest.raises(websockets.ConnectionClosed):  # its client sees the socket close
+        while True:
+            await asyncio.wait_for(doomed.recv(), 20)
+    headers += await world_chunks(world, 8)
+    # the world session on the other process kept its frame clock: every chunk, none restarted
+    assert [h.chunk_index for h in headers] == list(range(len(headers)))
+    assert [h.media_time_ms for h in headers] == [i * chunk_ms for i in range(len(headers))]
+    await world.close()
+    # the other process's voice session goes on
+    await survivor.send(json.dumps({"type": "response.create"}))
+    assert (await until(survivor, "response.done", []))["response"]["status"] == "completed"
+    # and a resume of the dead process's session is refused, not hung
+    session_id, token = doomed_seen[0]["session"]["id"], doomed_seen[0]["resume_token"]
+    late = await resume(other["address"], session_id, token, last_seq=1)
+    assert (await recv(late))["error"]["code"] == "session_not_found"
+
+
+async def test_sigterm_drains_then_ends_the_rest_with_server_shutdown() -> None:
+    port = free_port()
+    serve = start_serve(port=port, drain_timeout_s=3.0)
+    try:
+        wait_for(port, lambda b: True)
+        live, _seen = await open_voice(f"ws://127.0.0.1:{port}")
+        os.kill(serve.pid, signal.SIGTERM)
+        for _ in range(100):
+            if health(port).status_code == 503:
+                break
+            await asyncio.sleep(0.05)
+        answer = health(port)
+        assert answer.status_code == 503 and answer.json()["status"] == "draining"
+        with pytest.raises(websockets.InvalidStatus) as refused:
+            await websockets.connect(f"ws://127.0.0.1:{port}/v1/realtime?model=scripted-voice")
+        assert refused.value.response.status_code == 503
+        # the live session goes on while the server drains...
+        await live.send(json.dumps({"type": "response.create"}))
+        assert (await until(live, "response.done", []))["response"]["status"] == "completed"
+        # ...until the drain timeout, when it ends with its terminal event
+        closed = await until(live, "session.closed", [])
+        assert closed.get("reason") == "server_shutdown"
+        assert serve.wait(30) is not None
+    finally:
+        stop(serve)
