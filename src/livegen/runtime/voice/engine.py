@@ -30,9 +30,10 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from livegen.errors import ConfigError, RemoteProtocolError
+from livegen.errors import CapacityExceeded, ConfigError, RemoteProtocolError
 from livegen.logs import bind_session, log_event
 from livegen.models import Kind, Registry
+from livegen.models.lockstep import LockstepModel
 from livegen.models.registry import ServedNames
 from livegen.models.voice import (
     ClipAudio,
@@ -50,6 +51,8 @@ from livegen.protocol.realtime import server as ev
 from livegen.protocol.realtime.fields import decode_session
 from livegen.runtime.voice import handoff as handoffs
 from livegen.runtime.voice.lifecycle import Handoff, Link, LiveSession, Opening
+from livegen.runtime.voice.lockstep import FrameClock
+from livegen.runtime.voice.lockstep_voice import LockstepVoice
 from livegen.runtime.voice.owner import SessionOwner
 from livegen.runtime.voice.parking import ParkingBudget
 from livegen.runtime.voice.runner import Dialect, Runner, RunnerLimits
@@ -81,6 +84,10 @@ class VoiceSettings(Protocol):
     def llm_context_tokens(self) -> int | None: ...
     def llm_limits(self) -> LLMLimits: ...
     def speech_stack(self) -> SpeechStack: ...
+    @property
+    def duplex_yield_ms(self) -> float: ...
+    @property
+    def duplex_realtime_headroom(self) -> float: ...
 
 
 class VoiceEngine:
@@ -130,7 +137,9 @@ class VoiceEngine:
                     await runner.done.wait()
         if self.owners:  # parked sessions end with their runners; let them clean up
             await asyncio.wait(set(self.owners), timeout=5.0)
-        for model in self.models.values():  # this server's remote stages' connections
+        for model in self.models.values():  # this server's remote stages' connections, frame clocks
+            if isinstance(model, LockstepVoice):
+                await model.close()
             if self.settings.speech_stack().is_remote and isinstance(model, RemoteSpeech):
                 await model.close_speech()
 
@@ -168,6 +177,8 @@ class VoiceEngine:
                 if entry.name not in self.models:
                     model = await asyncio.to_thread(self.registry.load, entry.name)
                     settings = self.settings
+                    if isinstance(model, LockstepModel):  # served at its frame clock, batched
+                        model = self._lockstep(entry.name, model)
                     if settings.llm_base_url and isinstance(model, RemoteLLM):
                         model.use_llm(
                             settings.llm_base_url,
@@ -180,6 +191,12 @@ class VoiceEngine:
                         model = model.with_speech(stack)
                     self.models[entry.name] = model
         return self.models[entry.name]
+
+    def _lockstep(self, name: str, model: LockstepModel) -> LockstepVoice:
+        """A lockstep model as a voice model, with its own frame clock (``runtime/voice/lockstep.py``)."""
+        clock = FrameClock(model, headroom=self.settings.duplex_realtime_headroom)
+        yield_frames = round(self.settings.duplex_yield_ms / model.spec.frame_ms)
+        return LockstepVoice(name, model, clock, yield_frames)
 
     # -- admission and the session's parts -------------------------------------------------
     async def admit(self, requested: str) -> tuple[str, VoiceModel]:
@@ -216,15 +233,19 @@ class VoiceEngine:
         def ids(prefix: str) -> str:
             return f"{prefix}_{tag}{next(counter):x}"
 
-        facts = ModelFacts(name, model.input_rate, model.output_rate, model.has_vad, self._voices(model))
+        facts = self._facts(name, model)
         canonical = self.names.canonical
         session = Session(
             session_id, facts, ids, self.limits, canonical_name=canonical, session_type=session_type
         )
         if formats_fixed:
             session.config = dataclasses.replace(session.config, formats_fixed=True)
+        session.is_resumable = self.settings.resume_grace_s > 0
         try:
             stream = await model.open(session_id, session.config.stream_config())
+        except CapacityExceeded as exc:  # a duplex model's frame clock is full
+            log_event(logger, "voice.realtime_capacity", logging.WARNING, error=exc.message)
+            raise wire_errors.REALTIME_CAPACITY.error(detail=exc.message) from exc
         except Exception as exc:  # one model failing to open a stream fails this session only
             log_event(logger, "voice.open_failed", logging.ERROR, error=str(exc))
             raise wire_errors.MODEL_OPEN_FAILED.error(model=name, detail=exc) from exc
@@ -278,8 +299,12 @@ class VoiceEngine:
         except Exception as exc:
             failed = wire_errors.MODEL_OPEN_FAILED
             raise failed.error(model=name, detail=exc, param="session.model") from exc
-        facts = ModelFacts(name, model.input_rate, model.output_rate, model.has_vad, self._voices(model))
-        return facts, stream
+        return self._facts(name, model), stream
+
+    def _facts(self, name: str, model: VoiceModel) -> ModelFacts:
+        frame_ms = model.frame_ms if isinstance(model, LockstepVoice) else 0.0
+        voices = self._voices(model)
+        return ModelFacts(name, model.input_rate, model.output_rate, model.has_vad, voices, frame_ms)
 
     def _voices(self, model: VoiceModel) -> Callable[[str], bool] | None:
         """Which voice names a session may pick: OpenAI's and the model's own; None (any) when the
