@@ -51,7 +51,10 @@ class LockstepDouble:
         self.spec = LockstepSpec(sample_rate=RATE, frame_samples=FRAME_SAMPLES, max_sessions=max_sessions)
         self.slots: dict[int, SlotState] = {}
         self.step_delay_s = step_delay_s
-        #: The slots of every step, in order.
+        #: The slots of every step asked for, and of every step that answered, in order.
+        self.attempts: list[tuple[int, ...]] = []
+        #: The slots of every step that raised.
+        self.raised: list[tuple[int, ...]] = []
         self.batches: list[tuple[int, ...]] = []
         self.threads: set[str] = set()
         self._lock = threading.Lock()
@@ -76,8 +79,10 @@ class LockstepDouble:
 
     def step(self, slots: Sequence[int], frames: Sequence[bytes]) -> list[LockstepFrame]:
         self.threads.add(threading.current_thread().name)
+        self.attempts.append(tuple(slots))
         arrays = [np.frombuffer(frame, "<i2") for frame in frames]
         if any(len(a) and a[0] == POISON for a in arrays):
+            self.raised.append(tuple(slots))
             raise ValueError("a poisoned input frame")
         if self.step_delay_s:
             time.sleep(self.step_delay_s)
