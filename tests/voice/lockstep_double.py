@@ -50,6 +50,8 @@ class LockstepDouble:
     def __init__(self, max_sessions: int = 4, step_delay_s: float = 0.0) -> None:
         self.spec = LockstepSpec(sample_rate=RATE, frame_samples=FRAME_SAMPLES, max_sessions=max_sessions)
         self.slots: dict[int, SlotState] = {}
+        #: The input frames of each closed slot, by slot (the last session to hold it).
+        self.closed: dict[int, list[bytes]] = {}
         self.step_delay_s = step_delay_s
         #: The slots of every step asked for, and of every step that answered, in order.
         self.attempts: list[tuple[int, ...]] = []
@@ -72,7 +74,9 @@ class LockstepDouble:
 
     def close_slot(self, slot: int) -> None:
         with self._lock:
-            self.slots.pop(slot, None)
+            state = self.slots.pop(slot, None)
+            if state is not None:
+                self.closed[slot] = state.frames
 
     def health(self) -> ModelHealth:
         return ModelHealth(detail={"double_slots": len(self.slots)})
