@@ -270,6 +270,22 @@ def main() -> None:
     "of an answer; then that response fails (tts_unavailable, asr_unavailable) and /health says so.",
 )
 @click.option(
+    "--duplex-yield-ms",
+    default=_default("duplex_yield_ms"),
+    show_default=True,
+    type=click.FloatRange(1),
+    help="A native duplex voice model (moshi) has yielded its turn after this long not speaking: its "
+    "response ends completed (shorter cuts answers at pauses; longer holds the turn past them).",
+)
+@click.option(
+    "--duplex-realtime-headroom",
+    default=_default("duplex_realtime_headroom"),
+    show_default=True,
+    type=click.FloatRange(0),
+    help="Admit a native duplex voice session only while the model's measured batched step takes at "
+    "most this share of its frame period (0: admit up to the model's slots).",
+)
+@click.option(
     "--world-workers",
     default=_default("world_workers"),
     show_default=True,

@@ -449,6 +449,13 @@ TOO_MANY_SESSIONS = WireError(
     "livegen",
     "at connect, over `--max-sessions`: the socket closes (1013)",
 )
+REALTIME_CAPACITY = WireError(
+    "realtime_capacity",
+    "{detail}",
+    "livegen",
+    "at connect, a native duplex model's frame clock is full (its state pool, or its step already"
+    " takes the frame period): the socket closes (1013)",
+)
 MODEL_OPEN_FAILED = WireError(
     "model_error",
     "the voice model {model!r} could not open a stream: {detail}",
@@ -485,6 +492,13 @@ UNSUPPORTED_PARAMETER = WireError(
     "unsupported parameter {name!r}: {detail}",
     "livegen",
     "duplex dialect: a field livegen cannot honour (`param` names it); refused, never ignored",
+)
+DUPLEX_UNSUPPORTED = WireError(
+    "unsupported_parameter",
+    "unsupported parameter {name!r}: {detail}",
+    "livegen",
+    "a native duplex (lockstep) model: a setting or event it cannot honour (`param` names it);"
+    " refused, never ignored",
 )
 INVALID_EVENT_ACK = WireError(
     "invalid_event_ack",

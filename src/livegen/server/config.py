@@ -59,6 +59,11 @@ class ServerConfig:
     #: Seconds a remote speech stage may take to connect, to answer and between two pieces of its
     #: answer (a turn's transcript may take its audio's length more); then the response fails.
     speech_timeout_s: float = 10.0
+    #: A native duplex (lockstep) voice model has yielded its turn after this many ms not speaking.
+    duplex_yield_ms: float = 320.0
+    #: Share of a duplex model's frame period its batched step may take; past it a new session is
+    #: refused (``realtime_capacity``). 0: admit while the model has slots.
+    duplex_realtime_headroom: float = 0.9
     #: World workers: 0 steps the world model in this process; N > 0 starts N Ray actors.
     world_workers: int = 0
     #: Share of the world model's measured time realtime sessions may need; past it, a new session

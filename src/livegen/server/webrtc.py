@@ -102,7 +102,13 @@ TOO_MANY_CALLS = WireError(
     "too_many_sessions", "the server holds {limit} WebRTC calls", "livegen", "over `--webrtc-max-calls`"
 )
 #: HTTP status for each refusal code at call setup.
-STATUS = {"model_not_ready": 503, "too_many_sessions": 429, "model_error": 500, "call_not_found": 404}
+STATUS = {
+    "model_not_ready": 503,
+    "too_many_sessions": 429,
+    "realtime_capacity": 429,
+    "model_error": 500,
+    "call_not_found": 404,
+}
 
 
 class CallService:

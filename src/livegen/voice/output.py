@@ -433,6 +433,21 @@ class Speaker:
             effects += self.end(now, response.model_status, details)
         return effects
 
+    def finish_now(self, now: float) -> list[Effect]:
+        """End the live response now, as the model ended it, with every chunk it holds sent first."""
+        response = self.response
+        if response is None:
+            return []
+        effects: list[Effect] = []
+        playback = response.playback
+        while response.pending_audio and playback is not None:
+            chunk = response.pending_audio.popleft()
+            if playback.started_at is None:
+                playback.started_at = now
+            playback.sent_ms = chunk.end_ms
+            effects.append(self._send(ev.OutputAudioDelta(delta=chunk.audio, **response.item_refs())))
+        return effects + self.end(now, response.model_status or "completed", None)
+
     def _due(self, started_at: float, chunk: AudioChunk) -> float:
         return started_at + (chunk.end_ms - self.limits.lead_ms) / 1000.0
 

@@ -55,6 +55,8 @@ from livegen.protocol.errors import (
     UNKNOWN_EVENT_TYPE,
 )
 from livegen.protocol.realtime import server as ev
+from livegen.protocol.realtime.session import AnySessionObject, CapabilitiesObject, SessionObject
+from livegen.voice import duplex
 from livegen.voice.calls import CallLedger
 from livegen.voice.chain import (
     INPUT_KINDS,
@@ -128,6 +130,8 @@ class Session:
         self._pending_config: Config | None = None
         self._pending_event_id: str | None = None
         self._effects: list[Effect] = []
+        #: Whether a dropped link may resume the session (the server's grace period; its runtime sets it).
+        self.is_resumable = True
         self._reset_vad()
 
     # --- helpers ---------------------------------------------------------------------
@@ -157,6 +161,20 @@ class Session:
                 return []
         return [Run(self._attempt(kind, now, **fields))]
 
+    def _session_object(self, config: Config) -> AnySessionObject:
+        """The session object with what its model can do (``capabilities``, an extension)."""
+        session = config.to_object(self.id)
+        if isinstance(session, SessionObject):
+            is_duplex = self.model.is_duplex
+            session.capabilities = CapabilitiesObject(
+                duplex="native" if is_duplex else "cascade",
+                resume=self.is_resumable,
+                frame_ms=self.model.frame_ms if is_duplex else None,
+                response_create=not is_duplex,
+                model_initiated_responses=is_duplex,
+            )
+        return session
+
     def _reset_vad(self) -> None:
         self.turns.configure(self.config.turn_detection, self.model.has_vad, self.model.input_rate)
 
@@ -182,7 +200,7 @@ class Session:
 
     @queued
     def open(self, now: float) -> list[Effect]:
-        return [self._send(ev.SessionCreated(session=self.config.to_object(self.id)))]
+        return [self._send(ev.SessionCreated(session=self._session_object(self.config)))]
 
     def _close(self, now: float, reason: str = "client_closed") -> list[Effect]:
         """The terminal: end the live response, give back every reservation, send ``session.closed``."""
@@ -230,6 +248,8 @@ class Session:
 
     def _on_session_update(self, event: wire.SessionUpdate, now: float) -> list[Effect]:
         config = apply_update(self.config, event.session)
+        if self.model.is_duplex:
+            duplex.check_setting(self.config, config)
         if config.model != self.config.model:
             config = replace(config, model=self.canonical_name(config.model))
         if config.model != self.config.model:
@@ -358,6 +378,8 @@ class Session:
         return effects
 
     def _on_item_create(self, event: wire.ItemCreate, now: float) -> list[Effect]:
+        if self.model.is_duplex:
+            raise duplex.refused_event(event.TYPE)
         raw_id = event.item.get("id")
         item = item_from_wire(event.item, raw_id if isinstance(raw_id, str) and raw_id else self.ids("item"))
         # The call ledger is asked first and written last, so a refused item changes nothing.
@@ -405,6 +427,8 @@ class Session:
     def _on_response_create(self, event: wire.ResponseCreate, now: float) -> list[Effect]:
         if self.config.is_transcription:
             raise NO_RESPONSES_IN_TRANSCRIPTION.error()
+        if self.model.is_duplex:
+            raise duplex.refused_event(event.TYPE)
         if self.response is not None:
             raise CONVERSATION_ALREADY_HAS_ACTIVE_RESPONSE.error(response_id=self.response.id)
         options = response_options(event.response or {}, self.config, self.conversation, self.ids)
@@ -469,6 +493,10 @@ class Session:
         effects += self._control(AttemptKind.CANCEL, now)
         return effects
 
+    def barge_in(self, now: float) -> list[Effect]:
+        """The user took the turn: the live response ends cancelled, cut where it was heard."""
+        return self._advance_epoch(now, "turn_detected")
+
     def _response_finished(self, response: Response, now: float) -> None:
         """The speaker ended ``response``: its attempts are owed nothing; the idle clock starts."""
         for attempt in self.attempts:
@@ -490,6 +518,8 @@ class Session:
             self.num_stale_outputs += 1
             return []
         kind = output.kind
+        if self.model.is_duplex and output.response_id is None and kind in duplex.TURN_KINDS:
+            return duplex.on_turn_output(self, output, now)
         if kind is OutputKind.SPEECH_STARTED:
             return self._speech_started(output.audio_ms, now) if self.model.has_vad else []
         if kind is OutputKind.SPEECH_STOPPED:
@@ -541,14 +571,14 @@ class Session:
         vad = self.config.turn_detection
         if vad is None:
             return []
-        can_respond = self.response is None and not self.config.is_transcription
+        can_respond = self.response is None and not self.config.is_transcription and not self.model.is_duplex
         return self._take_turn(self.turns.stopped(vad, audio_ms, self.buffer_bytes > 0, can_respond), now)
 
     def _take_turn(self, step: TurnStep, now: float) -> list[Effect]:
         """Carry out the turn policy's decision: its event, then barge in, commit, respond."""
         effects: list[Effect] = [step.event]
         if step.barge_in:
-            effects += self._advance_epoch(now, "turn_detected")
+            effects += self.barge_in(now)
         if step.commit is not None:
             try:
                 effects += self._commit(step.commit, now)

@@ -37,3 +37,9 @@ class ModelFacts:
     has_vad: bool
     #: Whether the model can speak with a voice of that name (a pure lookup, injected); None: any.
     accepts_voice: Callable[[str], bool] | None = None
+    #: A native duplex (lockstep) model's frame period in ms; 0 for a model that answers when asked.
+    frame_ms: float = 0.0
+
+    @property
+    def is_duplex(self) -> bool:
+        return self.frame_ms > 0

@@ -41,7 +41,7 @@ import msgspec
 from livegen.protocol import errors as wire_errors
 from livegen.protocol import realtime as wire
 from livegen.protocol.realtime import server as ev
-from livegen.protocol.realtime.session import AnySessionObject
+from livegen.protocol.realtime.session import AnySessionObject, SessionObject
 
 DUPLEX_QUERY = "duplex"
 _TRUE = frozenset({"1", "true", "yes", "on"})
@@ -144,6 +144,8 @@ class DuplexDialect:
     active: set[str] = field(default_factory=set)
     #: ``session.update``s not yet answered: (event_id, auto_response to apply on success).
     _updates: deque[tuple[str | None, bool | None]] = field(default_factory=deque)
+    #: The held greeting's ``capabilities``, for the ``session.created`` that replaces it.
+    _capabilities: Any = msgspec.UNSET
 
     def inbound(self, text: str) -> Inbound:
         """The GA events for one duplex client message (raises a ``RemoteProtocolError``)."""
@@ -185,9 +187,13 @@ class DuplexDialect:
                 self.auto_response = self.auto_response if auto is None else auto
             if self.hold_created:
                 if isinstance(event, ev.SessionCreated):
+                    self._capabilities = getattr(event.session, "capabilities", msgspec.UNSET)
                     return None
                 self.hold_created = False
-                return ev.SessionCreated(event_id=event.event_id, session=event.session)
+                session = event.session
+                if isinstance(session, SessionObject):  # the greeting's capabilities, held with it
+                    session = msgspec.structs.replace(session, capabilities=self._capabilities)
+                return ev.SessionCreated(event_id=event.event_id, session=session)
         elif isinstance(event, ev.Error) and self._updates:
             if event.error.get("event_id") == self._updates[0][0]:
                 self._updates.popleft()  # that update was refused: its auto_response too

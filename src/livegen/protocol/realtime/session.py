@@ -87,6 +87,27 @@ class ReasoningObject(msgspec.Struct):
     effort: str
 
 
+class CapabilitiesObject(msgspec.Struct, kw_only=True):
+    """What the session's model can do, for clients that adapt to it (the shape of vllm-omni's
+    ``session.capabilities``); an extension: OpenAI's session object has no such field."""
+
+    #: "cascade" (answers when asked: a committed turn or ``response.create``) or "native" (a
+    #: full-duplex model that hears and speaks at once and takes its own turns).
+    duplex: str
+    #: The user talking over an answer cuts it (``cancelled``, history cut to what was heard).
+    barge_in: bool = True
+    #: ``playback.ack`` moves what was heard; an interrupted answer is cut there.
+    playback_acks: bool = True
+    #: A dropped socket may resume the session (``/v1/realtime?session_id=``).
+    resume: bool = True
+    #: The model's frame period in ms (a native duplex model); null when it has none.
+    frame_ms: float | None = None
+    #: The client may ask for responses (``response.create``).
+    response_create: bool = True
+    #: The model starts responses on its own.
+    model_initiated_responses: bool = False
+
+
 class SessionObject(msgspec.Struct, kw_only=True):
     id: str
     object: str = "realtime.session"
@@ -104,6 +125,8 @@ class SessionObject(msgspec.Struct, kw_only=True):
     include: list[str] | UnsetType = UNSET
     #: ``reasoning`` (gpt-realtime-2's); omitted until the client sets an effort.
     reasoning: ReasoningObject | UnsetType = UNSET
+    #: What the model can do (an extension, ``CapabilitiesObject``); omitted where not known.
+    capabilities: CapabilitiesObject | UnsetType = UNSET
 
 
 class TranscriptionSessionObject(msgspec.Struct, kw_only=True):

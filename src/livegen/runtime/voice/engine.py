@@ -29,7 +29,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from livegen.errors import ConfigError, RemoteProtocolError
+from livegen.errors import CapacityExceeded, ConfigError, RemoteProtocolError
 from livegen.logs import bind_session, log_event
 from livegen.models import Registry
 from livegen.models.registry import ServedNames
@@ -187,8 +187,12 @@ class VoiceEngine:
         )
         if formats_fixed:
             session.config = dataclasses.replace(session.config, formats_fixed=True)
+        session.is_resumable = self.settings.resume_grace_s > 0
         try:
             stream = await model.open(session_id, session.config.stream_config())
+        except CapacityExceeded as exc:  # a duplex model's frame clock is full
+            log_event(logger, "voice.realtime_capacity", logging.WARNING, error=exc.message)
+            raise wire_errors.REALTIME_CAPACITY.error(detail=exc.message) from exc
         except Exception as exc:  # one model failing to open a stream fails this session only
             log_event(logger, "voice.open_failed", logging.ERROR, error=str(exc))
             raise wire_errors.MODEL_OPEN_FAILED.error(model=name, detail=exc) from exc

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from livegen.errors import ConfigError
 from livegen.models import Kind, Registry
+from livegen.models.lockstep import LockstepModel
 from livegen.models.registry import ServedNames
 from livegen.models.voice import (
     ClipAudio,
@@ -30,6 +31,8 @@ from livegen.models.voice import (
     VoiceStream,
 )
 from livegen.protocol import errors as wire_errors
+from livegen.runtime.voice.lockstep import FrameClock
+from livegen.runtime.voice.lockstep_voice import LockstepVoice
 from livegen.voice.session import ModelFacts
 from livegen.voice.settings import REALTIME_VOICES
 
@@ -45,6 +48,10 @@ class ModelSettings(Protocol):
     def llm_context_tokens(self) -> int | None: ...
     def llm_limits(self) -> LLMLimits: ...
     def speech_stack(self) -> SpeechStack: ...
+    @property
+    def duplex_yield_ms(self) -> float: ...
+    @property
+    def duplex_realtime_headroom(self) -> float: ...
 
 
 class VoiceModels:
@@ -66,11 +73,13 @@ class VoiceModels:
             async with self._load_lock:
                 if entry.name not in self.loaded:
                     model = await asyncio.to_thread(self.registry.load, entry.name)
-                    self.loaded[entry.name] = self._configured(model)
+                    self.loaded[entry.name] = self._configured(entry.name, model)
         return self.loaded[entry.name]
 
-    def _configured(self, model: Any) -> VoiceModel:
+    def _configured(self, name: str, model: Any) -> VoiceModel:
         settings = self.settings
+        if isinstance(model, LockstepModel):  # served at its frame clock, batched
+            model = self._lockstep(name, model)
         if settings.llm_base_url and isinstance(model, RemoteLLM):
             model.use_llm(
                 settings.llm_base_url,
@@ -83,9 +92,18 @@ class VoiceModels:
             model = model.with_speech(stack)
         return model  # type: ignore[no-any-return]
 
+    def _lockstep(self, name: str, model: LockstepModel) -> LockstepVoice:
+        """A lockstep model as a voice model, with its own frame clock (``runtime/voice/lockstep.py``)."""
+        clock = FrameClock(model, headroom=self.settings.duplex_realtime_headroom)
+        yield_frames = round(self.settings.duplex_yield_ms / model.spec.frame_ms)
+        return LockstepVoice(name, model, clock, yield_frames)
+
     def facts(self, name: str, model: VoiceModel) -> ModelFacts:
-        """What a session's core knows of its model: rates, whether it detects speech, its voices."""
-        return ModelFacts(name, model.input_rate, model.output_rate, model.has_vad, self._voices(model))
+        """What a session's core knows of its model: rates, whether it detects speech, its voices,
+        and a lockstep model's frame period."""
+        frame_ms = model.frame_ms if isinstance(model, LockstepVoice) else 0.0
+        voices = self._voices(model)
+        return ModelFacts(name, model.input_rate, model.output_rate, model.has_vad, voices, frame_ms)
 
     async def open_stream(
         self, session_id: str, name: str, config: StreamConfig
@@ -115,7 +133,10 @@ class VoiceModels:
         return accepts
 
     async def close(self) -> None:
-        """Close this server's remote stages' connections (the models themselves stay loaded)."""
+        """Stop the frame clocks and close this server's remote stages' connections (the models
+        themselves stay loaded)."""
         for model in self.loaded.values():
+            if isinstance(model, LockstepVoice):
+                await model.close()
             if self.settings.speech_stack().is_remote and isinstance(model, RemoteSpeech):
                 await model.close_speech()

@@ -29,6 +29,7 @@ import msgspec
 
 from livegen.errors import RemoteProtocolError
 from livegen.logs import log_event
+from livegen.protocol import errors as wire_errors
 from livegen.protocol.realtime import duplex
 from livegen.protocol.realtime import server as ev
 from livegen.protocol.realtime.beta import to_beta
@@ -238,7 +239,9 @@ class SessionOwner:
     async def _refuse(self) -> None:
         assert self._refusal is not None
         self._settle(self._refusal)
-        await self.engine.refuse(self.opening.handoff.link, self._refusal, 1011)
+        # A full frame clock is "try again later" (1013); anything else failed to open (1011).
+        is_full = self._refusal.code == wire_errors.REALTIME_CAPACITY.code
+        await self.engine.refuse(self.opening.handoff.link, self._refusal, 1013 if is_full else 1011)
         self.opening.handoff.released.set()
 
     async def _retire(self) -> None:

@@ -416,8 +416,9 @@ class Runner:
         except Exception as exc:
             log_event(logger, "voice.model_outputs_failed", logging.ERROR, error=str(exc))
             await self.stop("model_failed")
-        else:  # the model ended the stream on its own: nothing more will answer this session
-            await self.stop("model_stream_ended")
+        else:  # the model ended the stream on its own: nothing more will answer this session, and
+            # what it said before it ended (its last error) reaches the session first, in order
+            await self._mailbox.put(_Stop("model_stream_ended"))
 
 
 async def _call(stream: VoiceStream, attempt: Attempt) -> None:
