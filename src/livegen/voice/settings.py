@@ -37,3 +37,6 @@ class ModelFacts:
     has_vad: bool
     #: Whether the model can speak with a voice of that name (a pure lookup, injected); None: any.
     accepts_voice: Callable[[str], bool] | None = None
+    #: The transcription model names a session may give, the model's recognisers first (a pure
+    #: lookup, injected); None: any (a remote recogniser hears, or the model does not say).
+    transcription_models: tuple[str, ...] | None = None

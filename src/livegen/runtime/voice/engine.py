@@ -35,6 +35,7 @@ from livegen.logs import bind_session, log_event
 from livegen.models import Kind, Registry
 from livegen.models.registry import ServedNames
 from livegen.models.voice import (
+    OPENAI_TRANSCRIPTION_MODELS,
     ClipAudio,
     LLMLimits,
     RemoteLLM,
@@ -216,7 +217,14 @@ class VoiceEngine:
         def ids(prefix: str) -> str:
             return f"{prefix}_{tag}{next(counter):x}"
 
-        facts = ModelFacts(name, model.input_rate, model.output_rate, model.has_vad, self._voices(model))
+        facts = ModelFacts(
+            name,
+            model.input_rate,
+            model.output_rate,
+            model.has_vad,
+            self._voices(model),
+            self._transcription_models(model),
+        )
         canonical = self.names.canonical
         session = Session(
             session_id, facts, ids, self.limits, canonical_name=canonical, session_type=session_type
@@ -278,7 +286,14 @@ class VoiceEngine:
         except Exception as exc:
             failed = wire_errors.MODEL_OPEN_FAILED
             raise failed.error(model=name, detail=exc, param="session.model") from exc
-        facts = ModelFacts(name, model.input_rate, model.output_rate, model.has_vad, self._voices(model))
+        facts = ModelFacts(
+            name,
+            model.input_rate,
+            model.output_rate,
+            model.has_vad,
+            self._voices(model),
+            self._transcription_models(model),
+        )
         return facts, stream
 
     def _voices(self, model: VoiceModel) -> Callable[[str], bool] | None:
@@ -292,6 +307,14 @@ class VoiceEngine:
             return voice in REALTIME_VOICES or clips.accepts_voice(voice)
 
         return accepts
+
+    def _transcription_models(self, model: VoiceModel) -> tuple[str, ...] | None:
+        """Which transcription model names a session may give: the model's recognisers and
+        OpenAI's names; None (any) when a remote recogniser (``--asr-base-url``) hears, or the
+        model does not say."""
+        if self.settings.speech_stack().asr_base_url or not isinstance(model, ClipAudio):
+            return None
+        return (*model.transcription_models, *OPENAI_TRANSCRIPTION_MODELS)
 
     # -- refusals outside any session ------------------------------------------------------
     async def refuse(self, link: Link, error: RemoteProtocolError, close_code: int) -> None:
