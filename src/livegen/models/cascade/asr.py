@@ -93,6 +93,9 @@ class Choice:
     #: 1 is greedy. Base with a beam of 5 hears a third fewer words wrong at 10 dB SNR than
     #: greedy, for 10% more compute; tiny.en stays greedy, the fast choice (see the README).
     beam_size: int = 1
+    #: Builds a recogniser that is not CTranslate2 Whisper (``models/asr``), given threads and
+    #: workers; None: ``weights`` are Whisper's.
+    loader: Callable[[int, int], Recognizer] | None = None
 
 
 def _tiny_en() -> Path:
@@ -117,7 +120,9 @@ CHOICES = {
 
 
 def local_choice(path: str | Path) -> Choice:
-    """A recogniser from a local CTranslate2 Whisper directory (``--asr-model-path``), named after it.
+    """A recogniser from a local directory (``--asr-model-path``), named after it: CTranslate2
+    Whisper, or a transformers speech-to-text model (``models/asr/transformers_asr``) when its
+    ``config.json`` names one of those families.
 
     Checked before anything loads, so a wrong path fails at startup by name,
     not at the first turn: the directory must hold ``model.bin``,
@@ -126,10 +131,21 @@ def local_choice(path: str | Path) -> Choice:
     Greedy, as a bigger model is chosen for accuracy and a beam multiplies its cost.
     """
     from livegen.errors import ConfigError
+    from livegen.models.asr import transformers_asr
 
     directory = Path(path).expanduser().resolve()
     if not directory.is_dir():
         raise ConfigError(f"--asr-model-path {str(path)!r} is not a directory")
+    if directory.name in CHOICES:
+        raise ConfigError(f"--asr-model-path {str(directory)!r} has the name of a packaged recogniser")
+    if (family := transformers_asr.family_of(directory)) is not None:
+        name = directory.name
+        return Choice(
+            name,
+            f"{family.model_class} (transformers) from {directory}",
+            lambda: directory,
+            loader=lambda threads, workers: transformers_asr.from_directory(directory, name, threads),
+        )
     missing = [name for name in LOCAL_FILES if not (directory / name).is_file()]
     if not any((directory / name).is_file() for name in VOCABULARIES):
         missing.append(" or ".join(VOCABULARIES))
@@ -138,8 +154,6 @@ def local_choice(path: str | Path) -> Choice:
             f"--asr-model-path {str(directory)!r} is no CTranslate2 Whisper model: it lacks "
             f"{', '.join(missing)} (convert one with ct2-transformers-converter --copy_files tokenizer.json)"
         )
-    if directory.name in CHOICES:
-        raise ConfigError(f"--asr-model-path {str(directory)!r} has the name of a packaged recogniser")
     return Choice(directory.name, f"CTranslate2 Whisper from {directory}, int8", lambda: directory)
 
 
@@ -201,6 +215,8 @@ class Recognizer:
     @classmethod
     def of(cls, choice: Choice, threads: int = 2, workers: int = 1) -> Recognizer:
         """The recogniser ``choice`` describes, its weights checked and loaded."""
+        if choice.loader is not None:
+            return choice.loader(threads, workers)
         recognizer = cls(choice.weights(), threads, choice.name, workers)
         recognizer.beam_size = choice.beam_size
         return recognizer
