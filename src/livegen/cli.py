@@ -413,10 +413,18 @@ def main() -> None:
 @click.option(
     "--asr-model",
     envvar="LIVEGEN_ASR_MODEL",
-    default=None,
-    type=click.Choice(["whisper-base", "whisper-tiny.en"]),
-    help="Speech recogniser of the cascade voice model; a session may pick another with "
-    "audio.input.transcription.model [default: whisper-tiny.en].",
+    default=_default("asr_model"),
+    help="Speech recogniser of the cascade voice model: whisper-tiny.en, whisper-base, or the name of "
+    "--asr-model-path's directory; a session may pick another with audio.input.transcription.model, "
+    "and an unknown name is refused [default: --asr-model-path's, else whisper-tiny.en].",
+)
+@click.option(
+    "--asr-model-path",
+    envvar="LIVEGEN_ASR_MODEL_PATH",
+    default=_default("asr_model_path"),
+    type=click.Path(file_okay=False),
+    help="A local CTranslate2 Whisper directory (model.bin, config.json, tokenizer.json: Whisper small, "
+    "distil-whisper, a fine-tune), one more recogniser named after the directory and the default.",
 )
 @click.option(
     "--vad",
@@ -589,8 +597,6 @@ def serve(**options: Any) -> None:
     options["allowed_origins"] = parse_list(options["allowed_origins"])
     options["allowed_hosts"] = parse_list(options["allowed_hosts"])
     options["webrtc_ice_servers"] = parse_list(options["webrtc_ice_servers"]) or ()
-    if (asr_model := options.pop("asr_model")) is not None:  # read by the voice model's loader
-        os.environ["LIVEGEN_ASR_MODEL"] = asr_model
     for name in ("asr_batch", "asr_workers", "vad"):  # read by the voice model's loader too
         if (value := options.pop(name)) is not None:
             os.environ[f"LIVEGEN_{name.upper()}"] = str(value)
@@ -598,10 +604,29 @@ def serve(**options: Any) -> None:
         config = ServerConfig(**options)
         if config.tts_workers is not None:  # read by the voice model's loader, which takes no arguments
             os.environ["LIVEGEN_TTS_WORKERS"] = str(config.tts_workers)
+        _use_recogniser(config)
         app = create_app(config)  # a bad option fails here, before anything listens or starts
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from exc
     workers.run(config, app=app)
+
+
+def _use_recogniser(config: ServerConfig) -> None:
+    """Check ``--asr-model`` and ``--asr-model-path`` now, so a wrong name or directory stops the
+    server at startup by name, and hand them to the voice model's loader (it takes no arguments)."""
+    import os
+
+    if config.asr_model is None and config.asr_model_path is None:
+        return
+    from livegen.models.cascade.model import check_asr_settings
+
+    check_asr_settings(config.asr_model, config.asr_model_path)
+    for variable, value in (
+        ("LIVEGEN_ASR_MODEL", config.asr_model),
+        ("LIVEGEN_ASR_MODEL_PATH", config.asr_model_path),
+    ):
+        if value is not None:
+            os.environ[variable] = value
 
 
 @main.command()

@@ -89,3 +89,17 @@ def test_each_word_is_timed_to_the_delta_that_brought_it() -> None:
     arrivals = [(10.0, "Please"), (10.5, " repeat after"), (11.5, " me.")]
     ends = [9.5, 9.8, 10.2, 10.9]
     assert recognisers._per_word(arrivals, ends) == pytest.approx([500.0, 700.0, 300.0, 600.0])
+
+
+@pytest.mark.slow
+def test_every_voice_is_timed_locally_and_through_another_livegen(cascade: Any) -> None:
+    from livegen.bench import voices
+    from livegen.models.cascade import voices as names
+
+    results = voices.measure(cascade, rounds=1)
+    assert list(results) == list(names.OPENAI_VOICES)
+    for voice, row in results.items():
+        assert row["speaks_with"] == names.resolve(voice)
+        assert row["local_ms"] > 0 and 0 < row["remote_first_ms"] <= row["remote_whole_ms"]
+    table = "\n".join(voices.render(results))
+    assert all(f"  {voice} " in table for voice in results)

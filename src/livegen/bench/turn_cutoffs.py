@@ -356,6 +356,9 @@ def measure(model: Any) -> dict[str, Any]:
     _add_extra_delays(results["modes"], delays, clips)
     results |= _timings("endpoint", model.endpointer.timings) | _timings("asr", judge.asr_timings.get("", []))
     results |= _timings(f"asr_{WORDS_BY}", judge.asr_timings.get(WORDS_BY, []))
+    from livegen.bench import turn_budget  # it builds on this module
+
+    results["at_budget"] = turn_budget.measure(model, clips, judge)
     return results
 
 
@@ -446,6 +449,10 @@ def render(results: dict[str, Any]) -> list[str]:
             )
     voices = next(iter(results["modes"].values()))["cut_share_paused_by_voice"]
     lines.append(f"  voices: {', '.join(voices)}")
+    if "at_budget" in results:
+        from livegen.bench import turn_budget
+
+        lines += turn_budget.render(results["at_budget"])
     return lines
 
 

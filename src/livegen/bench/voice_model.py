@@ -42,7 +42,7 @@ from typing import Any
 import click
 import numpy as np
 
-from livegen.bench import recognisers, turn_cutoffs
+from livegen.bench import recognisers, turn_cutoffs, voices
 from livegen.bench.voice_turns import (
     USER_VOICE,
     ContractTurns,
@@ -84,6 +84,7 @@ class Report:
     turns: list[dict[str, Any]] = field(default_factory=list)
     recognisers: dict[str, Any] = field(default_factory=dict)
     turn_cutoffs: dict[str, Any] = field(default_factory=dict)
+    voices: dict[str, Any] = field(default_factory=dict)
 
 
 # -- word error rate ----------------------------------------------------------------------------
@@ -258,6 +259,8 @@ def render(report: Report) -> str:
         lines += recognisers.render(report.recognisers)
     if report.turn_cutoffs:
         lines += turn_cutoffs.render(report.turn_cutoffs)
+    if report.voices:
+        lines += voices.render(report.voices)
     if not report.rtf:
         return "\n".join(lines)
     lines.append("real-time factor (compute seconds per second of audio):")
@@ -315,11 +318,12 @@ def render(report: Report) -> str:
 )
 @click.option(
     "--part",
-    type=click.Choice(["all", "turns", "recognisers", "cutoffs"]),
+    type=click.Choice(["all", "turns", "recognisers", "cutoffs", "voices"]),
     default="all",
     show_default=True,
     help="Turns (latency, barge-in, stage speed), the recognisers' WER and RTF table, "
-    "turn cut-offs (server_vad vs semantic_vad), or all.",
+    "turn cut-offs (server_vad vs semantic_vad), each voice's time to first audio, local and "
+    "remote (another livegen's /v1/audio/speech), or all but voices.",
 )
 @click.option(
     "--asr-models",
@@ -362,14 +366,18 @@ def _run_parts(
 ) -> Report:
     from livegen.models.cascade import asr
 
+    # The packaged recognisers by default; --asr-model-path's directory (LIVEGEN_ASR_MODEL_PATH) by name.
     names = names or list(asr.CHOICES)
-    unknown = [name for name in names if name not in asr.CHOICES]
+    unknown = [name for name in names if name not in model.choices]
     if unknown:
-        raise click.UsageError(f"unknown recognisers {unknown}; choose from {list(asr.CHOICES)}")
+        raise click.UsageError(f"unknown recognisers {unknown}; choose from {list(model.choices)}")
     rounds, barge_ins, silence_ms = sizes
-    if part == "cutoffs":
+    if part in ("cutoffs", "voices"):
         report = Report("none", {"cpus": os.cpu_count(), "load_average": list(os.getloadavg())}, {})
-        report.turn_cutoffs = turn_cutoffs.measure(model)
+        if part == "cutoffs":
+            report.turn_cutoffs = turn_cutoffs.measure(model)
+        else:
+            report.voices = voices.measure(model)
         report.machine["load_average_after"] = list(os.getloadavg())
         return report
     if part == "recognisers":

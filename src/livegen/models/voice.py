@@ -310,6 +310,16 @@ class ClipSegment:
     logprobs: tuple[Mapping[str, Any], ...] | None = None
 
 
+#: OpenAI's transcription models: a voice model takes each to mean its default recogniser.
+OPENAI_TRANSCRIPTION_MODELS = (
+    "whisper-1",
+    "gpt-4o-transcribe",
+    "gpt-4o-mini-transcribe",
+    "gpt-4o-mini-transcribe-2025-12-15",
+    "gpt-transcribe",
+)
+
+
 @runtime_checkable
 class ClipAudio(Protocol):
     """A voice model that also works on whole clips, outside any session: the server's

@@ -17,17 +17,9 @@ from typing import Any
 from starlette.datastructures import FormData
 
 from livegen.errors import LivegenError
-from livegen.models.voice import ClipAudio
+from livegen.models.voice import OPENAI_TRANSCRIPTION_MODELS, ClipAudio
 from livegen.protocol import errors as wire_errors
 
-#: OpenAI's transcription models: each means the voice model's default recogniser.
-OPENAI_TRANSCRIPTION_MODELS = (
-    "whisper-1",
-    "gpt-4o-transcribe",
-    "gpt-4o-mini-transcribe",
-    "gpt-4o-mini-transcribe-2025-12-15",
-    "gpt-transcribe",
-)
 #: OpenAI's speech models: each means the voice model's speech.
 OPENAI_SPEECH_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts", "gpt-4o-mini-tts-2025-12-15")
 #: OpenAI's built-in voices: the voice model maps each to a voice of its own.

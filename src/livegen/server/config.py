@@ -56,6 +56,11 @@ class ServerConfig:
     asr_base_url: str | None = None
     asr_api_key: str | None = field(default_factory=lambda: os.environ.get("LIVEGEN_ASR_API_KEY") or None)
     asr_remote_model: str = "whisper-1"
+    #: The voice model's own recogniser for sessions that name none (``--asr-model``); None: the
+    #: model's default. A local CTranslate2 Whisper directory (``--asr-model-path``) is one more
+    #: recogniser, named after the directory, and the default unless ``asr_model`` names another.
+    asr_model: str | None = None
+    asr_model_path: str | None = None
     #: Seconds a remote speech stage may take to connect, to answer and between two pieces of its
     #: answer (a turn's transcript may take its audio's length more); then the response fails.
     speech_timeout_s: float = 10.0

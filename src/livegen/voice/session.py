@@ -258,6 +258,8 @@ class Session:
             raise CANNOT_UPDATE_VOICE.error()
         if config.voice != self.config.voice:
             self._check_voice(config.voice)
+        if config.transcription_model != self.config.transcription_model:
+            self._check_transcription_model(config.transcription_model)
         if config.input_format != self.config.input_format:
             self._decoder = InputDecoder(config.input_format, self.model.input_rate)
         old_vad = self.config.turn_detection
@@ -276,6 +278,16 @@ class Session:
             )
             detail = f"Invalid value: '{voice}'. Supported values are: {listed}."
             raise INVALID_VALUE.error(detail=detail, param="session.audio.output.voice")
+
+    def _check_transcription_model(self, name: str) -> None:
+        """OpenAI's ``invalid_value`` for a recogniser the model does not have, naming it and the
+        ones it has: a misspelt name would otherwise be heard by the default one, silently."""
+        names = self.model.transcription_models
+        if names is None or not name or name in names:
+            return
+        listed = ", ".join(f"'{known}'" for known in names[:-1]) + f", and '{names[-1]}'"
+        detail = f"Invalid value: '{name}'. Supported values are: {listed}."
+        raise INVALID_VALUE.error(detail=detail, param="session.audio.input.transcription.model")
 
     def _switch_model(self, config: Config, event_id: str | None) -> list[Effect]:
         """A new model, allowed until the current one has been given input or asked to respond."""

@@ -37,6 +37,9 @@ class ModelFacts:
     has_vad: bool
     #: Whether the model can speak with a voice of that name (a pure lookup, injected); None: any.
     accepts_voice: Callable[[str], bool] | None = None
+    #: The transcription model names a session may give, the model's recognisers first (a pure
+    #: lookup, injected); None: any (a remote recogniser hears, or the model does not say).
+    transcription_models: tuple[str, ...] | None = None
     #: A native duplex (lockstep) model's frame period in ms; 0 for a model that answers when asked.
     frame_ms: float = 0.0
 

@@ -76,13 +76,6 @@ def test_a_split_model_part_that_is_not_the_pinned_one_is_refused(tmp_path: Path
         assets.verify(assets.WHISPER_BASE[0], part)
 
 
-def test_serve_offers_every_recogniser() -> None:
-    from livegen.cli import serve
-
-    [option] = [p for p in serve.params if p.name == "asr_model"]
-    assert list(option.type.choices) == list(asr.CHOICES)  # type: ignore[attr-defined]
-
-
 def test_a_forced_prefix_starts_the_transcript_and_whisper_goes_on_from_it(cascade: Any) -> None:
     audio = _samples(speak_as_user(cascade, "What is the date today?", trail_s=0.3))
     text = cascade.recognizer.transcribe(audio, prefix="What is the plate").text

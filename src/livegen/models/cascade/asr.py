@@ -1,10 +1,13 @@
 """Speech recognition: Whisper through CTranslate2, with a short decoding window.
 
-Two recognisers ship (``CHOICES``): Whisper base, more accurate, the default,
-and Whisper tiny.en, two to three times cheaper; which one a server uses is
-``--asr-model`` and a session may pick the other with
+Two recognisers ship (``CHOICES``): Whisper tiny.en, the default, and Whisper
+base, more accurate and two to three times dearer; both come from pinned PyPI
+packages (``assets``). Any local CTranslate2 Whisper directory (Whisper small,
+distil-whisper, a fine-tune) is a third, named after its directory
+(``local_choice``, ``--asr-model-path``). Which one a server uses is
+``--asr-model`` and a session may pick another with
 ``audio.input.transcription.model`` (``model.CascadeModel`` loads each on
-first use). Both come from pinned PyPI packages (``assets``).
+first use).
 
 faster-whisper always pads audio to Whisper's 30 s window, which costs a
 fixed second or so per utterance on two cores; a voice turn is a few seconds.
@@ -90,6 +93,9 @@ class Choice:
     #: 1 is greedy. Base with a beam of 5 hears a third fewer words wrong at 10 dB SNR than
     #: greedy, for 10% more compute; tiny.en stays greedy, the fast choice (see the README).
     beam_size: int = 1
+    #: Builds a recogniser that is not CTranslate2 Whisper (``models/asr``), given threads and
+    #: workers; None: ``weights`` are Whisper's.
+    loader: Callable[[int, int], Recognizer] | None = None
 
 
 def _tiny_en() -> Path:
@@ -111,6 +117,50 @@ CHOICES = {
         Choice("whisper-tiny.en", "Whisper tiny.en (39 M parameters, English), int8", _tiny_en),
     )
 }
+
+
+def local_choice(path: str | Path) -> Choice:
+    """A recogniser from a local directory (``--asr-model-path``), named after it: CTranslate2
+    Whisper, or a transformers speech-to-text model (``models/asr/transformers_asr``) when its
+    ``config.json`` names one of those families.
+
+    Checked before anything loads, so a wrong path fails at startup by name,
+    not at the first turn: the directory must hold ``model.bin``,
+    ``config.json``, ``tokenizer.json`` (faster-whisper would otherwise
+    fetch a tokenizer from a hub) and a vocabulary, and its name must not be a packaged one's.
+    Greedy, as a bigger model is chosen for accuracy and a beam multiplies its cost.
+    """
+    from livegen.errors import ConfigError
+    from livegen.models.asr import transformers_asr
+
+    directory = Path(path).expanduser().resolve()
+    if not directory.is_dir():
+        raise ConfigError(f"--asr-model-path {str(path)!r} is not a directory")
+    if directory.name in CHOICES:
+        raise ConfigError(f"--asr-model-path {str(directory)!r} has the name of a packaged recogniser")
+    if (family := transformers_asr.family_of(directory)) is not None:
+        name = directory.name
+        return Choice(
+            name,
+            f"{family.model_class} (transformers) from {directory}",
+            lambda: directory,
+            loader=lambda threads, workers: transformers_asr.from_directory(directory, name, threads),
+        )
+    missing = [name for name in LOCAL_FILES if not (directory / name).is_file()]
+    if not any((directory / name).is_file() for name in VOCABULARIES):
+        missing.append(" or ".join(VOCABULARIES))
+    if missing:
+        raise ConfigError(
+            f"--asr-model-path {str(directory)!r} is no CTranslate2 Whisper model: it lacks "
+            f"{', '.join(missing)} (convert one with ct2-transformers-converter --copy_files tokenizer.json)"
+        )
+    return Choice(directory.name, f"CTranslate2 Whisper from {directory}, int8", lambda: directory)
+
+
+#: What a CTranslate2 Whisper directory holds.
+LOCAL_FILES = ("model.bin", "config.json", "tokenizer.json")
+#: CTranslate2's vocabulary, in one of its two formats.
+VOCABULARIES = ("vocabulary.json", "vocabulary.txt")
 #: The server's recogniser unless ``--asr-model`` says otherwise. Chosen from
 #: ``livegen bench voice-model`` (README, "Speech recognisers"): base with a beam
 #: of 5 gets 15% fewer words wrong than tiny.en on clean held-out speech and
@@ -160,8 +210,14 @@ class Recognizer:
     @classmethod
     def named(cls, name: str, threads: int = 2, workers: int = 1) -> Recognizer:
         """The recogniser ``name`` of ``CHOICES``, its weights checked and loaded."""
-        choice = CHOICES[name]
-        recognizer = cls(choice.weights(), threads, name, workers)
+        return cls.of(CHOICES[name], threads, workers)
+
+    @classmethod
+    def of(cls, choice: Choice, threads: int = 2, workers: int = 1) -> Recognizer:
+        """The recogniser ``choice`` describes, its weights checked and loaded."""
+        if choice.loader is not None:
+            return choice.loader(threads, workers)
+        recognizer = cls(choice.weights(), threads, choice.name, workers)
         recognizer.beam_size = choice.beam_size
         return recognizer
 

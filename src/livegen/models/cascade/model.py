@@ -6,7 +6,8 @@ together as one batch, end-of-turn decodes before live captions, on
 ``LIVEGEN_ASR_WORKERS`` threads sized to the cores; ``LIVEGEN_ASR_BATCH=1``
 is the old path, one decode at a time in arrival order; the server's default
 recogniser, ``--asr-model`` or ``LIVEGEN_ASR_MODEL``, is loaded at start and
-any other a session names on first use)
+any other a session names on first use; ``--asr-model-path`` or
+``LIVEGEN_ASR_MODEL_PATH`` adds a local CTranslate2 Whisper directory to them)
 and the pool of speech worker subprocesses (``tts.Pool``, ``health`` reports
 on it). Everything a session owns,
 from its Silero state to its responses, lives in ``stream.Stream``. ``load``
@@ -27,7 +28,7 @@ import os
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import AsyncGenerator, Hashable
+from collections.abc import AsyncGenerator, Hashable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -85,7 +86,6 @@ class CascadeModel:
     input_rate = vad.SAMPLE_RATE
     output_rate = tts.SAMPLE_RATE
     has_vad = True
-    transcription_models = tuple(asr.CHOICES)
 
     def __init__(
         self,
@@ -93,9 +93,13 @@ class CascadeModel:
         worker: tts.Pool,
         llm_settings: llm.Settings | None = None,
         endpointer: endpoint.Endpointer | None = None,
+        choices: Mapping[str, asr.Choice] | None = None,
     ) -> None:
         #: The server's default recogniser.
         self.recognizer = recognizer
+        #: The recognisers a session may name: the packaged ones and ``--asr-model-path``'s.
+        self.choices = dict(choices or asr.CHOICES)
+        self.transcription_models = tuple(self.choices)
         self._recognizers = {recognizer.name: recognizer}
         self._loading_recognizer = threading.Lock()
         self.asr_sizing = AsrSizing.from_env()
@@ -228,16 +232,17 @@ class CascadeModel:
         self.stats.asr_by_model[name] += 1
 
     def recognizer_for(self, name: str) -> asr.Recognizer:
-        """The recogniser ``name`` of ``asr.CHOICES``, loaded on first use; else the default.
+        """The recogniser ``name`` of ``choices``, loaded on first use; else the default.
 
         Called on the recogniser threads; a lock makes two sessions naming a new one load it once.
         """
-        if name not in asr.CHOICES:
+        if name not in self.choices:
             return self.recognizer
         with self._loading_recognizer:
             if name not in self._recognizers:
                 sizing = self.asr_sizing
-                self._recognizers[name] = asr.Recognizer.named(name, sizing.threads, sizing.inter_threads)
+                choice = self.choices[name]
+                self._recognizers[name] = asr.Recognizer.of(choice, sizing.threads, sizing.inter_threads)
             return self._recognizers[name]
 
     def speak(
@@ -315,10 +320,11 @@ def load() -> CascadeModel:
 def _load() -> CascadeModel:
     vad.backend()  # a bad LIVEGEN_VAD fails the load, before any worker starts, not each session's open
     sizing = AsrSizing.from_env()
-    recognizer = asr.Recognizer.named(default_asr_model(), sizing.threads, sizing.inter_threads)
+    choices = asr_choices()
+    recognizer = asr.Recognizer.of(choices[default_asr_model(choices)], sizing.threads, sizing.inter_threads)
     # One ONNX thread: on two busy cores, Piper with two is slower (measured: 364 vs 524 ms a sentence).
     worker = tts.Pool(threads=_env_int("LIVEGEN_TTS_THREADS", 1), size=tts.default_workers())
-    model = CascadeModel(recognizer, worker, endpointer=endpoint.load())
+    model = CascadeModel(recognizer, worker, endpointer=endpoint.load(), choices=choices)
     model.use_llm(
         os.environ.get("LIVEGEN_LLM_BASE_URL"),
         os.environ.get("LIVEGEN_LLM_MODEL"),
@@ -370,12 +376,33 @@ class AsrSizing:
         return cls(batch, workers, _env_int("LIVEGEN_ASR_THREADS", max(1, cores // workers)))
 
 
-def default_asr_model() -> str:
-    """The server's recogniser: ``LIVEGEN_ASR_MODEL`` (``--asr-model``), else ``asr.DEFAULT``."""
-    name = os.environ.get("LIVEGEN_ASR_MODEL") or asr.DEFAULT
-    if name not in asr.CHOICES:
-        raise ConfigError(f"unknown speech recogniser {name!r}; choose one of {', '.join(asr.CHOICES)}")
+def asr_choices(path: str | None = None) -> dict[str, asr.Choice]:
+    """The recognisers of this process: the packaged ones, and the local CTranslate2 Whisper
+    directory ``path`` names (``--asr-model-path``), else ``LIVEGEN_ASR_MODEL_PATH``'s, if any."""
+    path = path or os.environ.get("LIVEGEN_ASR_MODEL_PATH") or None
+    choices = dict(asr.CHOICES)
+    if path:
+        local = asr.local_choice(path)
+        choices[local.name] = local
+    return choices
+
+
+def default_asr_model(choices: Mapping[str, asr.Choice] | None = None, name: str | None = None) -> str:
+    """The server's recogniser: ``name`` (``--asr-model``), else ``LIVEGEN_ASR_MODEL``, else the
+    local directory's (``--asr-model-path``), else ``asr.DEFAULT``; one not in ``choices`` is
+    refused by name, with the names that are."""
+    choices = choices if choices is not None else asr.CHOICES
+    local = [choice for choice in choices if choice not in asr.CHOICES]
+    name = name or os.environ.get("LIVEGEN_ASR_MODEL") or (local[0] if local else asr.DEFAULT)
+    if name not in choices:
+        raise ConfigError(f"unknown speech recogniser {name!r}; choose one of {', '.join(choices)}")
     return name
+
+
+def check_asr_settings(name: str | None, path: str | None) -> None:
+    """``livegen serve``'s check of ``--asr-model`` and ``--asr-model-path`` before the server
+    starts: a wrong name or directory is refused then, by name, not when the model loads."""
+    default_asr_model(asr_choices(path), name)
 
 
 def _env_int(name: str, default: int) -> int:

@@ -21,6 +21,7 @@ from livegen.models import Kind, Registry
 from livegen.models.lockstep import LockstepModel
 from livegen.models.registry import ServedNames
 from livegen.models.voice import (
+    OPENAI_TRANSCRIPTION_MODELS,
     ClipAudio,
     LLMLimits,
     RemoteLLM,
@@ -102,8 +103,15 @@ class VoiceModels:
         """What a session's core knows of its model: rates, whether it detects speech, its voices,
         and a lockstep model's frame period."""
         frame_ms = model.frame_ms if isinstance(model, LockstepVoice) else 0.0
-        voices = self._voices(model)
-        return ModelFacts(name, model.input_rate, model.output_rate, model.has_vad, voices, frame_ms)
+        return ModelFacts(
+            name,
+            model.input_rate,
+            model.output_rate,
+            model.has_vad,
+            accepts_voice=self._voices(model),
+            transcription_models=self._transcription_models(model),
+            frame_ms=frame_ms,
+        )
 
     async def open_stream(
         self, session_id: str, name: str, config: StreamConfig
@@ -131,6 +139,14 @@ class VoiceModels:
             return voice in REALTIME_VOICES or clips.accepts_voice(voice)
 
         return accepts
+
+    def _transcription_models(self, model: VoiceModel) -> tuple[str, ...] | None:
+        """Which transcription model names a session may give: the model's recognisers and
+        OpenAI's names; None (any) when a remote recogniser (``--asr-base-url``) hears, or the
+        model does not say."""
+        if self.settings.speech_stack().asr_base_url or not isinstance(model, ClipAudio):
+            return None
+        return (*model.transcription_models, *OPENAI_TRANSCRIPTION_MODELS)
 
     async def close(self) -> None:
         """Stop the frame clocks and close this server's remote stages' connections (the models
