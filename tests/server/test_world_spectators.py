@@ -172,14 +172,17 @@ async def test_spectators_are_bounded_server_wide(start_server: StartServer) -> 
     server.wait_ready()
     first, first_token = await player_with_token(server)
     second, second_token = await player_with_token(server)
-    async with first, second, websockets.connect(server.ws_url + first_token.url) as watching:
-        assert json.loads(await watching.recv())["type"] == "spectate.started"
-        event, code = await refusal(server, second_token.url)
-        assert event["error"]["code"] == "too_many_spectators" and "the server" in event["error"]["message"]
-        assert code == 1013
-    for _ in range(200):  # the first spectator's place is free once it has gone
-        if spectators(server).num_spectators == 0:
-            break
-        await asyncio.sleep(0.02)
-    async with websockets.connect(server.ws_url + second_token.url) as now_admitted:
-        assert json.loads(await now_admitted.recv())["type"] == "spectate.started"
+    async with first, second:
+        async with websockets.connect(server.ws_url + first_token.url) as watching:
+            assert json.loads(await watching.recv())["type"] == "spectate.started"
+            event, code = await refusal(server, second_token.url)
+            assert (
+                event["error"]["code"] == "too_many_spectators" and "the server" in event["error"]["message"]
+            )
+            assert code == 1013
+        for _ in range(200):  # the first spectator's place is free once it has gone
+            if spectators(server).num_spectators == 0:
+                break
+            await asyncio.sleep(0.02)
+        async with websockets.connect(server.ws_url + second_token.url) as now_admitted:
+            assert json.loads(await now_admitted.recv())["type"] == "spectate.started"
