@@ -241,3 +241,18 @@ async def test_a_recording_that_cannot_keep_up_ends_and_the_session_goes_on(
             assert (await client.next_chunk()).header.chunk_index == index
     lines = await until_ended(tmp_path / client.recording.recording_id)
     assert lines[-1]["type"] == "recording.failed" and lines[-1]["code"] == "recording_too_slow"
+
+
+async def test_recording_is_fixed_once_the_session_exists(start_server: StartServer, tmp_path: Path) -> None:
+    server = start_server(world_model="procedural-world", voice_model="none", world_recordings=str(tmp_path))
+    server.wait_ready()
+    client = await WorldClient.connect(server.ws_url)
+    async with client:
+        await client.create(pacing="asap")
+        await client.send({"type": "session.update", "session": {"recording": True}})
+        with pytest.raises(WorldError) as refused:
+            await client.expect(wire.SessionUpdated)
+        assert refused.value.body.param == "session.recording" and "fixed" in refused.value.body.message
+        await client.send({"type": "session.update", "session": {"recording": False}})
+        assert isinstance(await client.expect(wire.SessionUpdated), wire.SessionUpdated)
+    assert os.listdir(tmp_path) == []

@@ -148,3 +148,41 @@ async def test_a_spectator_that_never_reads_is_dropped_and_the_player_gets_every
     assert code == CLOSE_NOT_READING
     assert events[0]["type"] == "spectate.started"
     assert events[-1]["type"] == "error" and events[-1]["error"]["code"] == "unsent_bytes_exceeded"
+
+
+async def test_a_silent_spectator_is_not_closed_by_the_first_message_timeout(
+    start_server: StartServer,
+) -> None:
+    server = start_server(world_model="procedural-world", voice_model="none", first_message_timeout_s=0.3)
+    server.wait_ready()
+    player = await WorldClient.connect(server.ws_url, auto_ack=False)
+    await player.create(pacing="asap", max_chunks_ahead=1)
+    chunk = await player.next_chunk()
+    token = await new_token(player)
+    async with player, websockets.connect(server.ws_url + token.url) as spectator:
+        assert json.loads(await spectator.recv())["type"] == "spectate.started"
+        await asyncio.sleep(0.9)  # three times the timeout, saying nothing
+        await player.send({"type": "chunk.ack", "chunk_index": chunk.header.chunk_index})
+        header = json.loads(await spectator.recv())
+        assert header["type"] == "world.chunk" and header["chunk_index"] == 1
+
+
+async def test_spectators_are_bounded_server_wide(start_server: StartServer) -> None:
+    server = start_server(world_model="procedural-world", voice_model="none", world_max_spectators=1)
+    server.wait_ready()
+    first, first_token = await player_with_token(server)
+    second, second_token = await player_with_token(server)
+    async with first, second:
+        async with websockets.connect(server.ws_url + first_token.url) as watching:
+            assert json.loads(await watching.recv())["type"] == "spectate.started"
+            event, code = await refusal(server, second_token.url)
+            assert (
+                event["error"]["code"] == "too_many_spectators" and "the server" in event["error"]["message"]
+            )
+            assert code == 1013
+        for _ in range(200):  # the first spectator's place is free once it has gone
+            if spectators(server).num_spectators == 0:
+                break
+            await asyncio.sleep(0.02)
+        async with websockets.connect(server.ws_url + second_token.url) as now_admitted:
+            assert json.loads(await now_admitted.recv())["type"] == "spectate.started"

@@ -101,11 +101,11 @@ class WorldService:
     async def _endpoint(self, websocket: WebSocket) -> None:
         await websocket.accept(subprotocol=select_subprotocol(websocket.scope))
         spectated = websocket.query_params.get("spectate")
-        if spectated is not None and self.engine.spectators is not None:  # read-only: spectators.py
+        if spectated is not None:  # a read-only spectator of a live session (runtime/world/spectators.py)
+            assert self.engine.spectators is not None  # this service always sets their limits
             token = websocket.query_params.get("token", "")
-            await self.engine.spectators.serve(
-                spectated, token, WebSocketLink(websocket), self.engine.describe
-            )
+            link = WebSocketLink(websocket)
+            await self.engine.spectators.serve(spectated, token, link, self.engine.describe)
             return
         owner = SessionOwner(self.engine, WebSocketLink(websocket), self.state.metrics)
         self.connections.add(owner)
