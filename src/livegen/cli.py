@@ -27,6 +27,7 @@ TOOLS: dict[str, str] = {
 #: ``livegen bench <name>`` -> "module:click_command", loaded on use.
 BENCHES: dict[str, str] = {
     "voice-model": "livegen.bench.voice_model:command",
+    "voice-duplex": "livegen.bench.voice_duplex:command",
     "voice-barge-in": "livegen.bench.voice_barge_in:command",
     "world-session": "livegen.bench.world_session:world_session",
     "voice-session": "livegen.bench.voice_session:voice_session",

@@ -62,6 +62,26 @@ CATALOG: list[ModelInfo] = [
         description="causal Wan 2.1 (Self-Forcing architecture), tiny random config, no weights",
         requires=("torch", "diffusers", "transformers"),
     ),
+    ModelInfo(
+        name="moshi",
+        kind=Kind.VOICE,
+        loader="livegen.models.moshi.weights:load",
+        description="Moshi, native full duplex in lockstep (80 ms frames), from --voice-model-path DIR; "
+        "bring the weights",
+        requires=("torch", "transformers"),
+        # Never the default: it needs a directory of weights.
+        priority=1000,
+    ),
+    ModelInfo(
+        name="moshi-tiny",
+        kind=Kind.VOICE,
+        loader="livegen.models.moshi.loader:load_tiny",
+        description="Moshi architecture, native full duplex in lockstep, tiny random config, no weights: "
+        "its speech is noise",
+        requires=("torch", "transformers"),
+        # Never the default: it speaks noise.
+        priority=1000,
+    ),
 ]
 
 

@@ -1,0 +1,69 @@
+"""``moshi`` from a local directory: sha256-checked, never downloaded, the same maths as the tiny model."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+from tests.models.moshi.conftest import WINDOW, frames
+
+from livegen.errors import ConfigError
+from livegen.models.catalog import default_registry
+from livegen.models.lockstep import LockstepModel
+from livegen.models.moshi import weights
+from livegen.models.moshi.loader import TINY_SEED, random_model, tiny_configs
+
+
+@pytest.fixture(scope="module")
+def weights_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("moshi")
+    random_model(tiny_configs(WINDOW), TINY_SEED).save_pretrained(root)
+    lines = [
+        f"{hashlib.sha256(path.read_bytes()).hexdigest()}  {path.name}"
+        for path in sorted(root.iterdir())
+        if path.name == "config.json" or path.suffix == ".safetensors"
+    ]
+    (root / "SHA256SUMS").write_text("\n".join(lines) + "\n")
+    return root
+
+
+def test_checked_weights_load_and_step_as_the_tiny_model_does(weights_dir: Path, model) -> None:  # type: ignore[no-untyped-def]
+    loaded = weights.load(str(weights_dir), device="cpu")
+    assert isinstance(loaded, LockstepModel)
+    inputs = frames(2, 5)
+    a, b = loaded.open_slot("a", 4), model.open_slot("b", 4)
+    for frame in inputs:
+        mine, tiny = loaded.step([a], [frame])[0], model.step([b], [frame])[0]
+        assert mine.audio == tiny.audio
+        assert mine.speaking == tiny.speaking
+        assert mine.text == ""  # no tokenizer in the directory: no text to read
+
+
+def test_no_path_no_manifest_or_a_changed_file_is_a_config_error(weights_dir: Path, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="--voice-model-path"):
+        weights.load(None)
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for path in weights_dir.iterdir():
+        (copy / path.name).write_bytes(path.read_bytes())
+    (copy / "SHA256SUMS").unlink()
+    with pytest.raises(ConfigError, match=r"sha256sum config\.json"):
+        weights.load(str(copy))
+    (copy / "SHA256SUMS").write_bytes((weights_dir / "SHA256SUMS").read_bytes())
+    tensors = next(copy.glob("*.safetensors"))
+    tensors.write_bytes(tensors.read_bytes()[:-1] + b"\x00")
+    with pytest.raises(ConfigError, match="does not match its sha256"):
+        weights.load(str(copy))
+    (copy / "SHA256SUMS").write_text("0" * 64 + "  config.json\n")
+    with pytest.raises(ConfigError, match="does not list"):
+        weights.load(str(copy))
+
+
+def test_the_catalog_serves_moshi_tiny_as_a_lockstep_voice_model() -> None:
+    registry = default_registry()
+    entry = registry.resolve(registry.get("moshi-tiny").kind, "moshi-tiny")
+    assert entry is not None and entry.kind == "voice"
+    assert "noise" in entry.description
+    assert registry.get("moshi").loader == "livegen.models.moshi.weights:load"
+    assert isinstance(registry.load("moshi-tiny"), LockstepModel)
