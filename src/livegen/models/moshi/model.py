@@ -75,7 +75,12 @@ class TextVocab:
 
 
 class MoshiLockstep:
-    """A loaded Moshi and its pool of ``max_sessions`` slots; ``step`` is called from one thread."""
+    """A loaded Moshi and its pool of ``max_sessions`` slots.
+
+    ``step`` is called from one thread; ``open_slot`` and ``close_slot`` between steps (the frame
+    clock's worker serialises them with ``step``): a slot closed during a step would lose its
+    generator mid-step.
+    """
 
     def __init__(
         self,
