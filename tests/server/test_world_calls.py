@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from livegen.client.world_call import WorldCaller
+from livegen.models import Registry
 from livegen.server.config import ServerConfig
 from livegen.server.thread import ServerThread
 
@@ -166,3 +167,35 @@ async def test_bad_offers_and_keys_are_refused_with_clear_errors(
     finally:
         await caller.close()
         await http.aclose()
+
+
+async def test_an_ephemeral_key_opens_a_world_call_and_only_it_hangs_it_up(
+    start_server: Callable[..., ServerThread],
+) -> None:
+    from livegen.client.webrtc import mint
+    from livegen.models import Kind, default_registry
+    from voice.scripted import registry
+
+    both = Registry([*registry().entries(), *default_registry().entries(Kind.WORLD)])
+    server = start_server(
+        registry=both, voice_model="scripted-voice", world_model="procedural-world", api_key="sk-world"
+    )
+    server.wait_ready(timeout=60, verify=True)
+    mine, other = (mint(server.http_url, api_key="sk-world")["value"] for _ in range(2))
+    caller = WorldCaller(server.http_url, key=mine)
+    try:
+        await caller.connect()
+        caller.send({"type": "session.update", "session": {"seed": 1}})
+        header = await chunk(caller, lambda e: e["chunk_index"] == 1)
+        await caller.frames_from(header["video_pts"], 1)
+        hangup = f"{server.http_url}/v1/worlds/calls/{caller.call_id}/hangup"
+        async with httpx.AsyncClient(timeout=10) as http:
+            refused = await http.post(hangup, headers={"Authorization": f"Bearer {other}"})
+            assert refused.status_code == 404 and refused.json()["error"]["code"] == "call_not_found"
+        assert (await caller.hangup()).status_code == 200
+        closed = asyncio.Event()
+        caller.channel.on("close", closed.set)
+        async with asyncio.timeout(20):  # the server lets the connection go
+            await closed.wait()
+    finally:
+        await caller.close()
