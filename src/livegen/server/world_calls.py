@@ -72,6 +72,9 @@ MAX_INBOX = 256
 #: Seconds an answered call may take to open its data channel before it is let go.
 CHANNEL_OPEN_TIMEOUT_S = 20.0
 STATUS = {"too_many_sessions": 429, "not_ready": 503, "call_not_found": 404}
+#: Ends whose last events are worth waiting for (``session.closed``, ``unsent_bytes_exceeded``);
+#: after a hangup, a shutdown or a lost peer the connection is let go at once.
+FLUSHED = frozenset({"session_closed", "outbox_overflow", "closed"})
 #: What a refused offer is told when aiortc cannot negotiate it (its own words are its internals).
 UNNEGOTIABLE = (
     "the SDP offer could not be negotiated: it must be a WebRTC offer whose video section receives"
@@ -348,7 +351,8 @@ class WorldCallService:
             world.connections.discard(owner)
             self.calls.pop(call.id, None)
             call.end("ended")
-            await call.flush()
+            if call.end_reason in FLUSHED:
+                await call.flush()
             with contextlib.suppress(Exception):
                 await call.pc.close()
             log_event(logger, "world_call.closed", reason=call.end_reason, frames=call.track.frames_sent)
