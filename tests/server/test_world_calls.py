@@ -192,10 +192,29 @@ async def test_an_ephemeral_key_opens_a_world_call_and_only_it_hangs_it_up(
         async with httpx.AsyncClient(timeout=10) as http:
             refused = await http.post(hangup, headers={"Authorization": f"Bearer {other}"})
             assert refused.status_code == 404 and refused.json()["error"]["code"] == "call_not_found"
-        assert (await caller.hangup()).status_code == 200
         closed = asyncio.Event()
         caller.channel.on("close", closed.set)
+        assert (await caller.hangup()).status_code == 200
         async with asyncio.timeout(20):  # the server lets the connection go
             await closed.wait()
     finally:
         await caller.close()
+
+
+async def test_calls_past_the_limit_are_refused_and_the_live_one_plays_on(
+    start_server: Callable[..., ServerThread],
+) -> None:
+    server = start_server(world_model="procedural-world", voice_model="none", webrtc_max_calls=1)
+    server.wait_ready(timeout=60)
+    first, second = WorldCaller(server.http_url), WorldCaller(server.http_url)
+    try:
+        await first.connect()
+        refused = await second.offer()
+        assert refused.status_code == 429
+        assert refused.json()["error"]["code"] == "too_many_sessions"
+        first.send({"type": "session.update", "session": {"seed": 1}})
+        header = await chunk(first, lambda e: e["chunk_index"] == 2)
+        await first.frames_from(header["video_pts"], 1)
+    finally:
+        await first.close()
+        await second.close()
