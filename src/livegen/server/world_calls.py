@@ -141,8 +141,9 @@ class WorldCall:
         self.key = key
         self.channel: Any = None
         self.opened = asyncio.Event()
-        #: The caller's messages for its session; None once the call has ended.
-        self.inbox: asyncio.Queue[str | bytes | None] = asyncio.Queue(maxsize=MAX_INBOX)
+        #: The caller's messages (at most ``MAX_INBOX`` waiting) and the track's acks (one a chunk,
+        #: never refused: a lost ack would hold the session's credit for good); None once ended.
+        self.inbox: asyncio.Queue[str | bytes | None] = asyncio.Queue()
         self.ended = asyncio.Event()
         self.end_reason = ""
         self.track = FrameTrack(self._started)
@@ -156,8 +157,7 @@ class WorldCall:
         self.end_reason = reason
         self.ended.set()
         self._channel_room.set()  # a writer waiting for room goes on, and finds the call ended
-        with contextlib.suppress(asyncio.QueueFull):
-            self.inbox.put_nowait(None)
+        self.inbox.put_nowait(None)
 
     def may_be_touched_by(self, key: str | None) -> bool:
         """Hangup: the server's key (or none, on a server without one) or this call's own."""
@@ -175,9 +175,7 @@ class WorldCall:
     # -- in ----------------------------------------------------------------------------------
     def _started(self, chunk_index: int) -> None:
         """The track sent a chunk's first frame: that is the session's ack of it, at start."""
-        ack = json.dumps({"type": "chunk.ack", "chunk_index": chunk_index, "at": "start"})
-        with contextlib.suppress(asyncio.QueueFull):
-            self.inbox.put_nowait(ack)
+        self.inbox.put_nowait(json.dumps({"type": "chunk.ack", "chunk_index": chunk_index, "at": "start"}))
 
     def receive(self, message: str | bytes) -> None:
         """A caller's message from the channel. A channel cannot be made to wait, so one that
@@ -185,9 +183,9 @@ class WorldCall:
         text = caller_text(message) if isinstance(message, str) else message
         if text is None or self.ended.is_set():
             return
-        try:
+        if self.inbox.qsize() < MAX_INBOX:
             self.inbox.put_nowait(text)
-        except asyncio.QueueFull:
+        else:
             error = InvalidState(
                 f"{MAX_INBOX} messages from this call wait for its session already: this one was not"
                 " taken; send fewer at once",
@@ -388,6 +386,7 @@ def _wire_peer(call: WorldCall) -> None:
     def on_datachannel(channel: Any) -> None:
         if call.channel is not None:
             return  # one channel a call: the first the caller opened
+        call.channel = channel  # its writer waits until it is open
 
         @channel.on("message")  # type: ignore[untyped-decorator]
         def on_message(message: Any) -> None:
