@@ -1,5 +1,7 @@
 """The world panel in real headless Chromium against a real /v1/worlds (procedural-world, whose
-frames are exact; and the default, tiny-world, as a new user gets it).
+frames are exact; and the default, tiny-world, as a new user gets it). The page plays over WebRTC
+(/v1/worlds/calls, frames on a video track drawn into the canvas) unless a test asks for the
+WebSocket (``?transport=websocket``: the page's own player, acks and chunks-ahead steps).
 
 Keys and on-screen buttons must move the agent (frames change), releasing them
 must stop it (frames settle: the sticky action went back to "none"), a prompt
@@ -107,16 +109,22 @@ def open_world(
     open_browser: Callable[..., Browser],
     world_model: str = "procedural-world",
     expect: str = "procedural-world",
+    page: str = "/",
+    before_start: str | None = None,
     **config: Any,
 ) -> tuple[Browser, ServerThread]:
+    """The page playing a world: over WebRTC by default, or as ``page`` (e.g. ``/?transport=websocket``)
+    and ``before_start`` (a script run before Start is pressed) make it."""
     server = start_server(api_key=KEY, voice_model="none", world_model=world_model, **config)
     server.wait_ready()
     browser = open_browser()
-    browser.open(server.http_url + "/")
+    browser.open(server.http_url + page)
     browser.wait_for(lambda: browser.find("api-key").is_displayed(), what="the API key field")
     browser.find("api-key").send_keys(KEY)
     browser.find("api-key-submit").click()
     browser.wait_for(lambda: expect in browser.text("status"), what="the ready status")
+    if before_start is not None:
+        browser.js(before_start)
     browser.find("world-start").click()
     browser.wait_for(lambda: stats(browser)["framesDrawn"] >= 8, what="the first frames")
     assert stats(browser)["state"] == "live"
@@ -152,11 +160,37 @@ def test_keys_move_the_world_and_release_stops_it(
     move(browser, pad_press(browser), ["left", "right", "up", "down"])
     browser.screenshot("world-page-moved")
 
-    # Only acked chunks free credit: well past max_chunks_ahead (4) means the page acks.
+    # The page plays over WebRTC by default (issue 29): frames on the video track, drawn on the canvas.
     current = stats(browser)
-    assert current["chunksReceived"] > 8
-    assert current["acksSent"] >= current["chunksReceived"] - 5
+    assert current["transport"] == "webrtc" and current["fallback"] is None
+    assert_acked(current)
     assert current["errors"] == []
+
+
+def assert_acked(current: dict[str, Any]) -> None:
+    """Only acked chunks free credit: well past max_chunks_ahead means chunks are acked, by the page
+    on the WebSocket (at each chunk's first frame), by the server's track on a call (the page sends
+    none: the track's send position is the ack)."""
+    assert current["chunksReceived"] > 8
+    if current["transport"] == "webrtc":
+        assert current["acksSent"] == 0
+    else:
+        assert current["acksSent"] >= current["chunksReceived"] - 5
+
+
+def test_without_webrtc_the_page_plays_over_the_websocket_and_says_so(
+    start_server: Callable[..., ServerThread], open_browser: Callable[..., Browser]
+) -> None:
+    browser, _ = open_world(start_server, open_browser, before_start="window.RTCPeerConnection = undefined;")
+    current = stats(browser)
+    assert current["transport"] == "websocket"
+    assert current["fallback"].startswith("WebRTC failed (this browser has no WebRTC)")
+    assert "WebRTC failed" in browser.text("status") and "playing over the WebSocket" in browser.text(
+        "status"
+    )
+    move(browser, key_press(browser), ARROWS)
+    assert_acked(stats(browser))
+    assert stats(browser)["errors"] == []
 
 
 def test_the_default_world_is_generated_and_the_keys_steer_it(
@@ -183,7 +217,7 @@ def test_one_frame_chunks_play_and_the_keys_steer_them(
     current = stats(browser)
     assert current["latenciesMs"], "no applied event came back in a chunk"
     assert current["chunksReceived"] >= current["framesDrawn"] > 16  # one frame a chunk
-    assert current["acksSent"] >= current["chunksReceived"] - 5
+    assert_acked(current)
     assert current["errors"] == []
 
 
@@ -216,7 +250,8 @@ def test_prompt_restyles_and_reset_starts_again(
 def test_pacing_off_runs_faster_than_the_model_fps_and_end_closes(
     start_server: Callable[..., ServerThread], open_browser: Callable[..., Browser]
 ) -> None:
-    browser, server = open_world(start_server, open_browser)
+    # Over a call the track plays at the frame clock whatever the pacing: this is the WebSocket's.
+    browser, server = open_world(start_server, open_browser, page="/?transport=websocket")
     browser.wait_for(lambda: stats(browser)["fps"] >= 12, what="realtime playback near 16 fps")
     assert stats(browser)["fps"] <= 18
     browser.find("world-pacing").click()
@@ -289,7 +324,7 @@ def test_at_one_chunk_ahead_the_next_chunk_is_made_while_one_plays(
     server = start_server(registry=Registry([steady]), voice_model="none", world_model="steady-world")
     server.wait_ready()
     browser = open_browser()
-    browser.open(server.http_url + "/")
+    browser.open(server.http_url + "/?transport=websocket")  # the page's own player and acks
     browser.wait_for(lambda: "steady-world" in browser.text("status"), what="the ready status")
     browser.find("world-start").click()
     browser.wait_for(lambda: stats(browser)["framesDrawn"] > 16, what="the first second of frames")
@@ -310,7 +345,7 @@ def test_stalls_ask_the_server_to_run_further_ahead(
     server = start_server(registry=Registry([slow]), voice_model="none", world_model="slow-world")
     server.wait_ready()
     browser = open_browser()
-    browser.open(server.http_url + "/")
+    browser.open(server.http_url + "/?transport=websocket")  # the page's own player and acks
     browser.wait_for(lambda: "slow-world" in browser.text("status"), what="the ready status")
     browser.find("world-start").click()
     # Even generated while the chunk before plays (the page acks at start), a 330 ms step is

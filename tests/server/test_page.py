@@ -10,7 +10,15 @@ import pytest
 from livegen.server.page import STATIC_DIR
 from livegen.server.thread import ServerThread
 
-MODULES = ["app.js", "connection.js", "voice.js", "world.js", "audio-worklet.js"]
+MODULES = [
+    "app.js",
+    "connection.js",
+    "voice.js",
+    "world.js",
+    "world-call.js",
+    "world-tracks.js",
+    "audio-worklet.js",
+]
 
 
 def test_index_is_html_with_every_test_id(start_server: Callable[..., ServerThread]) -> None:

@@ -125,6 +125,8 @@ class PageStats:
     encode_ms: list[float] = field(default_factory=list)
     arrivals: list[float] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    #: Bytes received after the warm-up: headers' JSON and encoded frames.
+    bytes: int = 0
 
 
 def _decode_png(data: bytes) -> np.ndarray:
@@ -187,9 +189,11 @@ class Page:
         while True:
             event = wire.decode_server(await ws.recv())
             if isinstance(event, wire.ChunkHeader):
-                frames = [_decode_png(await ws.recv()) for _ in range(event.num_frames)]
+                data = [await ws.recv() for _ in range(event.num_frames)]
+                frames = [_decode_png(frame) for frame in data]
                 now = time.perf_counter()
                 if now >= self.counting_from:
+                    self.stats.bytes += sum(len(frame) for frame in data) + len(wire.encode(event))
                     self.stats.arrivals.append(now)
                     self.stats.model_ms.append(event.timings.model_ms)
                     self.stats.encode_ms.append(event.timings.encode_ms)
@@ -481,6 +485,14 @@ def measure(
     help="Each realtime session asks for this chunk length in its session.update, as the page asks "
     "for 1 (docs/world-protocol.md) [default: none asked, the server's length].",
 )
+@click.option(
+    "--webrtc",
+    is_flag=True,
+    help="Instead: each level over the WebSocket (PNG) and over WebRTC (/v1/worlds/calls, VP8) on one "
+    "server: input -> shown, bytes/s per session, server CPU per frame, and the encoders' CPU per "
+    "frame (bench/world_webrtc.py); e.g. --levels 1,4.",
+)
+@click.option("--busy-neighbour", is_flag=True, help="With --webrtc: a spinning process runs beside it all.")
 @click.option("--served-seconds", default=6.0, show_default=True, type=click.FloatRange(2))
 @click.option("--model-chunks", default=40, show_default=True, type=click.IntRange(2))
 @click.option(
@@ -499,6 +511,8 @@ def command(
     chunk_lengths: tuple[int, ...],
     worker_counts: tuple[int, ...],
     session_frames_per_chunk: int | None,
+    webrtc: bool,
+    busy_neighbour: bool,
     served_seconds: float,
     model_chunks: int,
     server_args: tuple[str, ...],
@@ -508,6 +522,17 @@ def command(
     if warm_up >= seconds:
         raise click.BadParameter("--warm-up must be shorter than --seconds")
     counts = [int(level) for level in levels.split(",") if level.strip()]
+    if webrtc:
+        from livegen.bench import world_webrtc
+
+        ask = session_frames_per_chunk or 1  # the page's chunk length
+        found = world_webrtc.measure(
+            model_name, counts, seconds, warm_up, ask, list(server_args), busy_neighbour
+        )
+        world_webrtc.echo(found, click.echo)
+        if json_path is not None:
+            json_path.write_text(json.dumps(found, indent=2))
+        return
     result = measure(
         model_name,
         counts,

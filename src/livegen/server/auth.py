@@ -8,7 +8,7 @@ clients use. A refused WebSocket gets an HTTP 401 denial response, not an
 accepted socket that closes at once.
 
 Ephemeral client keys (``ek_...``, ``server/client_secrets.py``) open sessions
-only: the WebSocket and WebRTC calls (``EPHEMERAL_PATHS``), never other routes
+only: the WebSocket and WebRTC calls, voice and world (``EPHEMERAL_PATHS``), never other routes
 or the minting of more keys. An ``ek_`` key there must be live even when the
 server has no API key of its own, so an expired one is refused, not ignored.
 """
@@ -29,8 +29,8 @@ KEY_SUBPROTOCOL_PREFIX = "openai-insecure-api-key."
 OPEN_PATHS = frozenset({"/health", "/"})
 OPEN_PREFIXES = ("/static/",)
 #: Where an ephemeral key stands in for the server's: opening voice sessions, and hanging up calls.
-EPHEMERAL_PATHS = frozenset({"/v1/realtime", "/v1/realtime/calls"})
-EPHEMERAL_HANGUP = ("/v1/realtime/calls/", "/hangup")
+EPHEMERAL_PATHS = frozenset({"/v1/realtime", "/v1/realtime/calls", "/v1/worlds/calls"})
+EPHEMERAL_HANGUP = (("/v1/realtime/calls/", "/v1/worlds/calls/"), "/hangup")
 EPHEMERAL_PREFIX = "ek_"
 
 

@@ -5,11 +5,13 @@ wraps it as a ``Link`` and hands it to a ``SessionOwner``
 (``runtime/world/owner.py``), which reads, dispatches and answers the
 session's messages through the ``WorldEngine`` (``runtime/world/engine.py``:
 the model, scheduler, session manager and workers). Nothing here knows a
-world event or a runner: the transport only moves text and bytes.
+world event or a runner: the transport only moves text and bytes. WebRTC calls
+(``/v1/worlds/calls``, ``server/world_calls.py``) are links to the same owner.
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 from starlette.routing import BaseRoute, WebSocketRoute
@@ -23,6 +25,7 @@ from livegen.server.recordings import recording_routes, recording_settings
 
 if TYPE_CHECKING:
     from livegen.server.app import State
+    from livegen.server.world_calls import WorldCallService
 
 
 class WebSocketLink:
@@ -83,14 +86,28 @@ class WorldService:
         )
         self.engine = WorldEngine(state.registry, state.world_model, settings)
         self.connections: set[SessionOwner] = set()
+        #: The WebRTC transport (``server/world_calls.py``), when aiortc is installed (``webrtc`` extra).
+        self.calls: WorldCallService | None = None
+        with contextlib.suppress(ImportError):
+            import aiortc  # noqa: F401
+
+            from livegen.server.world_calls import WorldCallService
+
+            self.calls = WorldCallService(self)
 
     def routes(self) -> list[BaseRoute]:
-        return [WebSocketRoute("/v1/worlds", self._endpoint), *recording_routes(self.engine)]
+        routes: list[BaseRoute] = [
+            WebSocketRoute("/v1/worlds", self._endpoint),
+            *recording_routes(self.engine),
+        ]
+        return routes + (self.calls.routes() if self.calls is not None else [])
 
     async def start(self) -> None:
         await self.engine.start()
 
     async def stop(self) -> None:
+        if self.calls is not None:
+            await self.calls.stop()
         for owner in list(self.connections):
             await owner.shutdown()
         await self.engine.stop()

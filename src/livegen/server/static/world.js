@@ -1,6 +1,8 @@
-// The world panel: play a world model over /v1/worlds (docs/world-protocol.md).
+// The world panel: play a world model over WebRTC (/v1/worlds/calls, world-call.js), or over the
+// /v1/worlds WebSocket where a call cannot be made (the page says so) or with `?transport=websocket`
+// (docs/world-protocol.md).
 //
-// The server streams chunks (a `world.chunk` header, then one binary message
+// On the WebSocket the server streams chunks (a `world.chunk` header, then one binary message
 // per frame); the page decodes them in order, shows them at the model's fps
 // (or as they come, with pacing off) and acks each chunk once its last frame
 // is on screen, so flow control follows what the person actually saw. Controls
@@ -10,6 +12,8 @@
 // resets. Everything the tests look at is also in `window.livegen.world`.
 
 import { api, describeClose, median } from "./connection.js";
+import { WorldCallLink } from "./world-call.js";
+import { DIRECTIONS, buildPad, normalizeTracks } from "./world-tracks.js";
 
 const KEYS = {
   ArrowUp: "up",
@@ -21,7 +25,6 @@ const KEYS = {
   ArrowRight: "right",
   KeyD: "right",
 };
-const DIRECTIONS = ["up", "left", "down", "right"];
 // Keys sent on a model's `livegen.keys.v1` track (as KeyboardEvent.code): the server turns a
 // press and release within one chunk into a tap, so a quick tap is never lost.
 const KEY_CODES = new Set([...Object.keys(KEYS), "Space", "ShiftLeft"]);
@@ -30,7 +33,6 @@ const KEYS_SCHEMA = "livegen.keys.v1";
 // most this often (the server sums them again over a chunk).
 const MOUSE_SCHEMA = "livegen.mouse.v1";
 const MOUSE_FLUSH_MS = 100;
-const ARROWS = { up: "↑", down: "↓", left: "←", right: "→" };
 const LATENCY_WINDOW = 30;
 // Offered with the key: a browser that offers subprotocols fails the handshake
 // unless the server picks one, and the server never echoes the key itself.
@@ -47,25 +49,6 @@ const MAX_CHUNKS_AHEAD = 4;
 // generate frame by frame make it; others answer with their own length in `session.created`.
 const FRAMES_PER_CHUNK = 1;
 const STALLS_PER_STEP = 3;
-
-/** The model's control tracks in one shape, whatever spelling the server used. */
-export function normalizeTracks(controls) {
-  return (controls || []).map((control) => {
-    const jsonSchema =
-      control.json_schema || (typeof control.schema === "object" ? control.schema : null) || {};
-    const [field, property] =
-      Object.entries(jsonSchema.properties || {}).find(([, p]) => Array.isArray(p.enum)) || [];
-    return {
-      name: control.track ?? control.name,
-      schema: typeof control.schema === "string" ? control.schema : (control.schema_id ?? null),
-      field: field ?? "action",
-      values: property?.enum ?? [],
-      rest: control.default?.[field] ?? "none",
-      isSticky: control.is_sticky ?? control.sticky ?? true,
-      description: control.description ?? "",
-    };
-  });
-}
 
 export class WorldPanel {
   constructor(root, status) {
@@ -103,6 +86,8 @@ export class WorldPanel {
       fps: 0,
       stalls: 0,
       chunksAhead: MIN_CHUNKS_AHEAD,
+      transport: null, // "webrtc" or "websocket", once connected
+      fallback: null, // why WebRTC was not used, when it failed
       errors: [],
     };
     this.clear();
@@ -178,8 +163,46 @@ export class WorldPanel {
   start() {
     if (this.ws) return;
     this.setState("connecting", "Connecting…");
-    this.status.set("World: connecting to /v1/worlds…", "busy");
     this.stats.chunksAhead = this.chunksAhead;
+    this.stats.fallback = null;
+    if (api.transport === "webrtc") this.call();
+    else this.openSocket();
+  }
+
+  /** Play over a WebRTC call; if it cannot be made, over the WebSocket, saying why. */
+  async call() {
+    this.status.set("World: calling /v1/worlds/calls (WebRTC)…", "busy");
+    const link = new WorldCallLink(this.el.canvas, (meta, now) => this.onCallFrame(meta, now));
+    this.ws = link;
+    try {
+      await link.open();
+    } catch (error) {
+      link.close();
+      if (this.ws !== link) return; // ended meanwhile
+      this.ws = null;
+      this.stats.fallback = `WebRTC failed (${error.message}); playing over the WebSocket`;
+      this.openSocket();
+      return;
+    }
+    if (this.ws !== link) return link.close();
+    this.stats.transport = "webrtc";
+    link.onmessage = (event) => this.onServerEvent(JSON.parse(event.data));
+    link.onclose = (event) => {
+      if (this.ws === link) this.stop("failed", event.reason);
+    };
+    this.create();
+  }
+
+  /** A frame of the call was drawn; `meta` is the chunk it starts, if it starts one. */
+  onCallFrame(meta, now) {
+    if (meta) this.onChunkShown(meta, now);
+    this.stats.framesDrawn += 1;
+    this.drawTimes.push(now);
+  }
+
+  openSocket() {
+    const words = this.stats.fallback ? `World: ${this.stats.fallback}…` : "World: connecting to /v1/worlds…";
+    this.status.set(words, "busy");
     let ws;
     try {
       ws = api.openSocket("/v1/worlds", {}, [SUBPROTOCOL]);
@@ -190,16 +213,8 @@ export class WorldPanel {
     this.ws = ws;
     ws.binaryType = "arraybuffer";
     ws.onopen = () => {
-      const session = {
-        model: this.model.id,
-        pacing: this.pacing(),
-        output: { format: "png" },
-        max_chunks_ahead: this.chunksAhead,
-        frames_per_chunk: FRAMES_PER_CHUNK,
-      };
-      const prompt = this.el.prompt.value.trim();
-      if (prompt) session.prompt = prompt;
-      this.send({ type: "session.update", session });
+      this.stats.transport = "websocket";
+      this.create();
     };
     ws.onmessage = (event) => {
       if (typeof event.data === "string") this.onServerEvent(JSON.parse(event.data));
@@ -208,6 +223,19 @@ export class WorldPanel {
     ws.onclose = (event) => {
       if (this.ws === ws) this.stop(event.code === 1000 ? "ended" : "failed", describeClose(event));
     };
+  }
+
+  create() {
+    const session = {
+      model: this.model.id,
+      pacing: this.pacing(),
+      output: { format: "png" },
+      max_chunks_ahead: this.chunksAhead,
+      frames_per_chunk: FRAMES_PER_CHUNK,
+    };
+    const prompt = this.el.prompt.value.trim();
+    if (prompt) session.prompt = prompt;
+    this.send({ type: "session.update", session });
   }
 
   send(event) {
@@ -222,6 +250,9 @@ export class WorldPanel {
     const type = event.type;
     if (type === "session.created") {
       this.onSessionCreated(event.session || {});
+    } else if (type === "world.chunk" && this.ws instanceof WorldCallLink) {
+      this.stats.chunksReceived += 1;
+      if (!this.isResetting) this.ws.chunk(event); // its frames are on the video track
     } else if (type === "world.chunk") {
       this.incoming = { meta: event, buffers: [] };
       if (event.num_frames === 0) this.onFrame(null);
@@ -260,7 +291,9 @@ export class WorldPanel {
     this.mouseTrack = this.tracks.find((track) => track.schema === MOUSE_SCHEMA) || null;
     this.buildPad();
     this.setState("live", this.liveWords());
-    this.status.set(`World: live, ${this.spec.width}×${this.spec.height} at ${this.spec.fps} fps`, "ok");
+    const over = this.stats.transport === "webrtc" ? "over WebRTC" : "over the WebSocket";
+    const size = `${this.spec.width}×${this.spec.height} at ${this.spec.fps} fps`;
+    this.status.set(`World: live, ${size}, ${this.stats.fallback ?? over}`, this.stats.fallback ? "warn" : "ok");
   }
 
   liveWords() {
@@ -384,6 +417,7 @@ export class WorldPanel {
   }
 
   dropQueued() {
+    if (this.ws instanceof WorldCallLink) this.ws.forget();
     this.generation += 1;
     this.queue = [];
     this.incoming = null;
@@ -481,37 +515,7 @@ export class WorldPanel {
   }
 
   buildPad() {
-    this.el.pad.replaceChildren();
-    for (const track of this.tracks) {
-      const values = track === this.moveTrack ? DIRECTIONS : track.values.filter((v) => v !== track.rest);
-      if (!values.length) continue; // free-form tracks (keys, mouse) have no buttons
-      const group = document.createElement("div");
-      group.className = track === this.moveTrack ? "dpad" : "buttons";
-      group.setAttribute("role", "group");
-      group.setAttribute("aria-label", track.description || track.name);
-      for (const value of values) {
-        const button = document.createElement("button");
-        button.type = "button";
-        button.className = `pad-${value}`;
-        button.dataset.track = track.name;
-        button.dataset.value = value;
-        button.dataset.testid = `world-control-${value}`;
-        button.textContent = ARROWS[value] || value;
-        button.title = `${track.name}: ${value}`;
-        const press = (event) => {
-          event.preventDefault();
-          this.setControl(track, value);
-        };
-        const release = () => {
-          if (this.actions.get(track.name) === value) this.setControl(track, track.rest);
-        };
-        button.addEventListener("pointerdown", press);
-        button.addEventListener("pointerup", release);
-        button.addEventListener("pointerleave", release);
-        group.append(button);
-      }
-      this.el.pad.append(group);
-    }
+    buildPad(this);
   }
 
   sendPrompt() {
