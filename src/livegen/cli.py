@@ -331,6 +331,26 @@ def main() -> None:
     "seconds, then end the rest with session.closed (server_shutdown).",
 )
 @click.option(
+    "--voice-model-path",
+    default=None,
+    type=click.Path(exists=True, file_okay=False),
+    help="Directory of voice-model weights (moshi: the transformers layout with a SHA256SUMS file); "
+    "never downloaded.",
+)
+@click.option(
+    "--voice-dtype",
+    default=_default("voice_dtype"),
+    show_default=True,
+    type=click.Choice(["auto", "float32", "bfloat16", "float16"]),
+    help="Dtype of --voice-model-path weights; auto: bfloat16 on a GPU, float32 on the CPU.",
+)
+@click.option(
+    "--voice-device",
+    default=_default("voice_device"),
+    show_default=True,
+    help="Device of the voice model: auto, cpu, cuda, cuda:1.",
+)
+@click.option(
     "--world-model-path",
     default=None,
     type=click.Path(exists=True, file_okay=False),

@@ -109,6 +109,10 @@ class ServerConfig:
     #: Bytes of session configuration all live ephemeral keys hold together; minting past it
     #: (or past 10,000 keys) is refused with 429 until keys expire. No live key is ever dropped.
     max_client_secret_bytes: int = 64 * 1024 * 1024
+    #: A directory of voice-model weights (``moshi``: the transformers layout), their dtype and device.
+    voice_model_path: str | None = None
+    voice_dtype: str = "auto"
+    voice_device: str = "auto"
     #: A directory of world-model weights (``causal-wan``), and their dtype and device.
     world_model_path: str | None = None
     world_dtype: str = "auto"
@@ -139,6 +143,13 @@ class ServerConfig:
             max_text_bytes=self.llm_max_text_kib * 1024,
             max_calls=self.llm_max_tool_calls,
         )
+
+    def voice_options(self) -> dict[str, str]:
+        """Keyword options for the served voice model's loader: only those set, so models without
+        any (the cascade) load."""
+        options = {"path": self.voice_model_path, "dtype": self.voice_dtype, "device": self.voice_device}
+        defaults = {"path": None, "dtype": "auto", "device": "auto"}
+        return {key: value for key, value in options.items() if value != defaults[key] and value is not None}
 
     def world_options(self) -> dict[str, str | int]:
         """Keyword options for the world model's loader: only those set, so models without any load."""

@@ -75,3 +75,32 @@ def test_auto_never_falls_back_to_moshi_where_the_cascade_is_not_installed() -> 
     assert all(entry.is_available() for entry in duplex_only.entries(Kind.VOICE))
     assert duplex_only.default(Kind.VOICE) is None
     assert duplex_only.resolve(Kind.VOICE, "moshi-tiny") is not None  # named, it serves
+
+
+def test_voice_weight_options_reach_the_served_voice_model_only() -> None:
+    from livegen.server.config import ServerConfig
+
+    config = ServerConfig(voice_model_path="/w", voice_dtype="bfloat16")
+    assert config.voice_options() == {"path": "/w", "dtype": "bfloat16"}
+    assert ServerConfig().voice_options() == {}
+
+
+def test_a_server_serves_moshi_from_the_voice_model_path(weights_dir: Path) -> None:
+    """``--voice-model moshi --voice-model-path DIR``: the checked weights reach the loader through
+    the server (before, the engine loaded voice models with no options and moshi never served)."""
+    import httpx
+
+    from livegen.server.config import ServerConfig
+    from livegen.server.thread import ServerThread
+
+    config = ServerConfig(
+        api_key=None,
+        voice_model="moshi",
+        voice_model_path=str(weights_dir),
+        voice_device="cpu",
+        world_model="none",
+    )
+    with ServerThread(config) as server:
+        server.wait_ready()
+        voice = httpx.get(f"{server.http_url}/health", timeout=30).json()["services"]["voice"]
+    assert voice["model"] == "moshi" and voice["ready"] and voice["lockstep"]["frame_ms"] == 80.0, voice

@@ -13,7 +13,7 @@ that the engine holds sessions and the cache holds models: a session's parts
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from livegen.errors import ConfigError
@@ -49,6 +49,7 @@ class ModelSettings(Protocol):
     def llm_context_tokens(self) -> int | None: ...
     def llm_limits(self) -> LLMLimits: ...
     def speech_stack(self) -> SpeechStack: ...
+    def voice_options(self) -> Mapping[str, str]: ...
     @property
     def duplex_yield_ms(self) -> float: ...
     @property
@@ -73,7 +74,9 @@ class VoiceModels:
         if entry.name not in self.loaded:
             async with self._load_lock:
                 if entry.name not in self.loaded:
-                    model = await asyncio.to_thread(self.registry.load, entry.name)
+                    # The weights options (--voice-model-path...) are the served model's only.
+                    options = self.settings.voice_options() if entry.name == self.names.default else None
+                    model = await asyncio.to_thread(self.registry.load, entry.name, options)
                     self.loaded[entry.name] = self._configured(entry.name, model)
         return self.loaded[entry.name]
 
