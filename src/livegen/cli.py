@@ -258,6 +258,21 @@ def main() -> None:
     "of an answer; then that response fails (tts_unavailable, asr_unavailable) and /health says so.",
 )
 @click.option(
+    "--mcp-allowed-hosts",
+    default=None,
+    help="Comma list of hosts (host or host:port) a voice session's remote MCP tools ({type: mcp}) "
+    "may reach. The client picks the server_url, so by default every one is refused.",
+)
+@click.option(
+    "--mcp-timeout",
+    "mcp_timeout_s",
+    default=_default("mcp_timeout_s"),
+    show_default=True,
+    type=click.FloatRange(0.1),
+    help="Seconds one MCP request (listing a server's tools, or one tool call) may take; then that "
+    "listing or call fails with a clear error and the response goes on.",
+)
+@click.option(
     "--world-workers",
     default=_default("world_workers"),
     show_default=True,
@@ -495,6 +510,9 @@ def serve(**options: Any) -> None:
     logs.configure(options["log_level"])
     options["allowed_origins"] = parse_list(options["allowed_origins"])
     options["allowed_hosts"] = parse_list(options["allowed_hosts"])
+    options["mcp_allowed_hosts"] = tuple(
+        host.lower() for host in parse_list(options["mcp_allowed_hosts"]) or ()
+    )
     options["webrtc_ice_servers"] = parse_list(options["webrtc_ice_servers"]) or ()
     if (asr_model := options.pop("asr_model")) is not None:  # read by the voice model's loader
         os.environ["LIVEGEN_ASR_MODEL"] = asr_model

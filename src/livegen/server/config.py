@@ -59,6 +59,11 @@ class ServerConfig:
     #: Seconds a remote speech stage may take to connect, to answer and between two pieces of its
     #: answer (a turn's transcript may take its audio's length more); then the response fails.
     speech_timeout_s: float = 10.0
+    #: Hosts (``host`` or ``host:port``) a voice session's remote MCP tools may reach: the client
+    #: picks the ``server_url``, so it is the operator's to allow; none by default.
+    mcp_allowed_hosts: tuple[str, ...] = ()
+    #: Seconds one MCP request (listing a server's tools, or one call) may take; then it fails.
+    mcp_timeout_s: float = 30.0
     #: World workers: 0 steps the world model in this process; N > 0 starts N Ray actors.
     world_workers: int = 0
     #: Share of the world model's measured time realtime sessions may need; past it, a new session

@@ -33,7 +33,7 @@ from livegen.protocol.errors import (
 )
 from livegen.protocol.realtime import server as ev
 from livegen.protocol.realtime.items import content_part
-from livegen.voice import usage
+from livegen.voice import mcp, usage
 from livegen.voice.calls import CallLedger
 from livegen.voice.chain import DropOutput, Effect, Send, stamped
 from livegen.voice.conversation import Conversation, Item
@@ -41,6 +41,8 @@ from livegen.voice.ledger import Playback
 from livegen.voice.response import AudioChunk, Response
 from livegen.voice.settings import IdFactory, Limits
 
+#: The outputs of a response's MCP calls (``voice/mcp.py``).
+MCP_KINDS = frozenset({OutputKind.MCP_CALL, OutputKind.MCP_CALL_DONE, OutputKind.MCP_APPROVAL_REQUEST})
 #: Playback ledgers kept for acks and truncation after their responses end.
 MAX_PLAYBACKS = 16
 #: A truncate this far past the audio is clamped (clients' playback clocks overshoot a little).
@@ -106,6 +108,7 @@ class Speaker:
             effects += self._close_item(response, status, now)
         if status != "completed":
             self.abandon_calls(response.id)
+        mcp.abandon(response)
         if response.usage is None:
             response.usage = usage.counted(response.request_words, response.outputs)
         effects.append(self._send(ev.ResponseDone(response=response.to_object(status, details))))
@@ -244,6 +247,8 @@ class Speaker:
             return self._on_audio(response, output.audio, now)
         if kind is OutputKind.FUNCTION_CALL:
             return self._on_call(response, output)
+        if kind in MCP_KINDS:
+            return mcp.on_output(response, output, self.conversation, self.ids, self._send)
         if kind is OutputKind.LISTEN:
             effects = [
                 self._send(ev.ResponseListen(response_id=response.id, reason=output.text or "model_listens"))
