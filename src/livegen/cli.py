@@ -38,6 +38,7 @@ BENCHES: dict[str, str] = {
     "churn": "livegen.bench.churn:command",
     "voice-webrtc": "livegen.bench.voice_webrtc:command",
     "voice-tools": "livegen.bench.voice_tools:command",
+    "voice-preambles": "livegen.bench.voice_preambles:command",
     "fuzz": "livegen.bench.fuzz:command",
     "audio-api": "livegen.bench.audio_api:command",
 }

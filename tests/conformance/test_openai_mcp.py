@@ -259,3 +259,32 @@ async def test_an_mcp_server_on_a_host_the_operator_did_not_allow_is_refused_by_
     assert error.error.code == "invalid_value" and error.error.param == "session.tools"
     assert "--mcp-allowed-hosts" in error.error.message
     assert updated.session.tools == [] and mcp_host.headers == []  # nothing reached the MCP server
+
+
+@_mark("mcp-tools")
+async def test_a_webrtc_call_uses_mcp_tools_as_the_websocket_does(
+    mcp_server: ServerThread, chat: ChatServer, mcp_host: McpHost
+) -> None:
+    from livegen.client.webrtc import Caller, mint
+
+    chat.replies = [Reply(calls=(("call_w", "weather", '{"city": "Oslo"}'),)), Reply(("Oslo is sunny.",))]
+    session = {"type": "realtime", "audio": {"input": {"turn_detection": None}}}
+    caller = Caller(mcp_server.http_url, mint(mcp_server.http_url, API_KEY, session=session)["value"])
+    try:
+        await caller.connect()
+        await caller.event("session.updated")
+        tool = _tool(mcp_host.url, require_approval="never")
+        caller.send({"type": "session.update", "session": {"type": "realtime", "tools": [tool]}})
+        await caller.event("mcp_list_tools.completed")
+        text = [{"type": "input_text", "text": "Weather in Oslo?"}]
+        caller.send(
+            {"type": "conversation.item.create", "item": {"type": "message", "role": "user", "content": text}}
+        )
+        caller.send({"type": "response.create"})
+        done = await caller.event("response.done")
+    finally:
+        await caller.close()
+    for event in caller.events:  # the data channel carries the same events, each one the SDK's
+        EVENTS.validate_python(event)
+    call = next(o for o in done["response"]["output"] if o["type"] == "mcp_call")
+    assert call["output"] == "Sunny and 21 degrees in Oslo." and done["response"]["status"] == "completed"

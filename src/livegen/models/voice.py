@@ -44,6 +44,10 @@ class OutputKind(StrEnum):
     AUDIO_DELTA = "audio_delta"
     #: A duplex model chose to listen rather than speak.
     LISTEN = "listen"
+    #: The text and audio that follow begin a new message item of response ``response_id`` in
+    #: phase ``text``: ``commentary`` (a short spoken preamble while the answer is being made) or
+    #: ``final_answer`` (the answer after it).
+    PHASE = "phase"
     #: Response ``response_id`` ended; ``status`` is completed, incomplete or failed.
     RESPONSE_DONE = "response_done"
     #: The model failed; ``text`` says why. The session fails the affected response.

@@ -24,6 +24,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from msgspec import UNSET
+
 from livegen.models.voice import HistoryTurn
 from livegen.protocol.errors import (
     INVALID_IMAGE,
@@ -79,6 +81,8 @@ class Item:
     #: list's tools, a call's output or error, an approval's answer).
     server_label: str = ""
     mcp: dict[str, Any] | None = None
+    #: An assistant message's phase: ``commentary`` (a spoken preamble) or ``final_answer``.
+    phase: str | None = None
 
     @property
     def chars(self) -> int:
@@ -101,7 +105,8 @@ class Item:
             )
         parts: list[ContentPart] = [content_part(self.content_type, self.text)] if self.content_type else []
         parts += [InputImagePart(url, detail) for url, detail in self.images]
-        return MessageItem(id=self.id, role=self.role, status=self.status, content=parts)
+        phase = UNSET if self.phase is None else self.phase
+        return MessageItem(id=self.id, role=self.role, status=self.status, content=parts, phase=phase)
 
     def to_wire(self) -> dict[str, Any]:
         return as_dict(self.to_object())

@@ -86,6 +86,10 @@ class Answer:
     usage: Usage | None = None
     #: The response's MCP calls (its tools are in ``ask.tools``), or None: it has no MCP servers.
     mcp: McpRun | None = None
+    #: Whether the answer has words, and set once the first of them went out: its calls follow
+    #: them, so that its message comes before them in the conversation (and the model's history).
+    has_words: bool = False
+    said: asyncio.Event = field(default_factory=asyncio.Event)
     _pieces: asyncio.Queue[Piece | None] = field(default_factory=asyncio.Queue)
     _producer: asyncio.Task[None] | None = None
     _audio: list[Audio] = field(default_factory=list)
@@ -150,6 +154,7 @@ async def _produce(answer: Answer, speak: Speak, texts: AsyncIterator[str]) -> N
             if audio is not None:
                 answer._audio.append(audio)
             answer._pieces.put_nowait((text, audio))
+            answer.has_words = True
             is_first = False
     finally:
         answer._pieces.put_nowait(None)

@@ -26,7 +26,6 @@ gives to the item the turn will become.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import functools
 import logging
@@ -47,15 +46,13 @@ from livegen.models.cascade import (
     incomplete,
     llm,
     mcp_session,
-    remote_tts,
+    preambles,
     replies,
-    speaking,
     transcripts,
-    tts,
     vad,
 )
 from livegen.models.cascade.asr_batch import Priority
-from livegen.models.cascade.tts import Speech
+from livegen.models.cascade.voicing import Voicing
 from livegen.models.voice import (
     HistoryTurn,
     OutputKind,
@@ -94,7 +91,7 @@ class Speculation:
     prepared: asyncio.Task[replies.Answer] | None
 
 
-class Stream:
+class Stream(Voicing):
     def __init__(self, model: CascadeModel, session_id: str, config: StreamConfig) -> None:
         self._model = model
         self.session_id = session_id
@@ -460,7 +457,10 @@ class Stream:
             # The calls go out as soon as the model has made them, while its words are being spoken.
             calls = self._spawn(self._emit_calls(epoch, rid, answer))
             try:
-                spoken = await self._speak(epoch, rid, answer, "audio" in request.modalities, voice)
+                wants_audio = "audio" in request.modalities
+                spoken = await self._speak(
+                    epoch, rid, answer, wants_audio, voice, self._preamble_for(request)
+                )
                 await calls
             finally:
                 calls.cancel()
@@ -484,6 +484,12 @@ class Stream:
                 answer.drop()
         self._finish(epoch, request, answer, user_text, spoken)
 
+    def _preamble_for(self, request: ResponseRequest) -> str | None:
+        """What to say if the language model is slow (None: no model, or the instructions say no)."""
+        if self._llm is None:
+            return None
+        return preambles.preamble_for(request.instructions or self._config.instructions)
+
     async def _mcp_run(self, epoch: int, request: ResponseRequest) -> mcp_session.McpRun | None:
         """The MCP calls of ``request``'s response, with the tools listed (None: no servers, no
         language model to call them, or ``tool_choice`` none)."""
@@ -499,6 +505,8 @@ class Stream:
 
     async def _emit_calls(self, epoch: int, rid: str, answer: replies.Answer) -> None:
         await answer.made()
+        if answer.has_words:  # its words' message first, however fast the calls came
+            await answer.said.wait()
         for call in answer.calls:
             self._emit(
                 OutputKind.FUNCTION_CALL,
@@ -542,49 +550,6 @@ class Stream:
             return None
         self._model.stats.num_prepared_used += 1
         return answer
-
-    async def _speak(
-        self, epoch: int, rid: str, answer: replies.Answer, wants_audio: bool, voice: str
-    ) -> str:
-        """Text and audio of each piece in order, the next piece synthesised meanwhile; the text said."""
-        queue: asyncio.Queue[replies.Piece | None] = asyncio.Queue(1)
-        pacing = speaking.Pacing()
-        synthesis = speaking.synthesise(answer.pieces(), wants_audio, voice, queue, pacing, self._say)
-        producer = self._spawn(synthesis)
-        said: list[str] = []
-        loop = asyncio.get_running_loop()
-        try:
-            while (item := await queue.get()) is not None:
-                text, audio = item
-                delta = text if not said else f" {text}"
-                said.append(delta)
-                self._emit(OutputKind.TEXT_DELTA, epoch, response_id=rid, text=delta)
-                if audio is not None:
-                    pacing.add(loop.time(), await self._emit_audio(epoch, rid, text, audio))
-                    self._gate.playing(pacing.started + pacing.emitted_s)
-            await producer  # re-raises its error, if any
-        finally:
-            producer.cancel()
-            while not queue.empty():
-                if (item := queue.get_nowait()) is not None and item[1] is not None:
-                    item[1].cancel()
-        return "".join(said)
-
-    async def _emit_audio(
-        self, epoch: int, rid: str, text: str, audio: concurrent.futures.Future[Speech]
-    ) -> float:
-        """Emit one piece's audio; its length in seconds."""
-        if isinstance(audio, remote_tts.StreamedSpeech):  # a remote voice's: each chunk as it comes
-            size = 0
-            async for pcm in audio.chunks():
-                size += len(pcm)
-                for chunk in speaking.audio_deltas(pcm):
-                    self._emit(OutputKind.AUDIO_DELTA, epoch, response_id=rid, audio=chunk)
-            return size / 2 / tts.SAMPLE_RATE
-        speech = await speaking.speech_of(audio, text, self._say)
-        for chunk in speaking.audio_deltas(speech.pcm):
-            self._emit(OutputKind.AUDIO_DELTA, epoch, response_id=rid, audio=chunk)
-        return len(speech.pcm) / 2 / tts.SAMPLE_RATE
 
     # -- plumbing --------------------------------------------------------------------------------
 

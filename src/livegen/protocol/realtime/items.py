@@ -76,6 +76,8 @@ class MessageItem(msgspec.Struct, kw_only=True):
     role: str
     status: str
     content: list[ContentPart]
+    #: An answer's ``commentary`` (a spoken preamble) or ``final_answer``; omitted for one of neither.
+    phase: str | msgspec.UnsetType = msgspec.UNSET
 
 
 class FunctionCallItem(msgspec.Struct, kw_only=True):
