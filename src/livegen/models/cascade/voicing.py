@@ -41,9 +41,13 @@ class Voicing:
         said: list[str] = []
         loop = asyncio.get_running_loop()
         first = asyncio.ensure_future(queue.get())
+        # The preamble's audio is made while the answer's first words are awaited, so that it is
+        # ready when they are late (a short phrase; dropped when they are not).
+        ready = self._say(preamble, voice) if preamble is not None and wants_audio else None
         try:
             if preamble is not None and not (await asyncio.wait({first}, timeout=preambles.AFTER_S))[0]:
-                await self._preamble(epoch, rid, preamble, voice if wants_audio else None, pacing)
+                await self._preamble(epoch, rid, preamble, ready, pacing)
+                ready = None
             item = await first
             while item is not None:
                 text, audio = item
@@ -58,6 +62,8 @@ class Voicing:
             await producer  # re-raises its error, if any
         finally:
             first.cancel()
+            if ready is not None:
+                ready.cancel()
             producer.cancel()
             while not queue.empty():
                 if (item := queue.get_nowait()) is not None and item[1] is not None:
@@ -65,13 +71,18 @@ class Voicing:
         return "".join(said)
 
     async def _preamble(
-        self, epoch: int, rid: str, words: str, voice: str | None, pacing: speaking.Pacing
+        self,
+        epoch: int,
+        rid: str,
+        words: str,
+        audio: concurrent.futures.Future[Speech] | None,
+        pacing: speaking.Pacing,
     ) -> None:
         """The preamble, a ``commentary`` item of its own; what follows is the ``final_answer``."""
         self._emit(OutputKind.PHASE, epoch, response_id=rid, text="commentary")
         self._emit(OutputKind.TEXT_DELTA, epoch, response_id=rid, text=words)
-        if voice is not None:
-            seconds = await self._emit_audio(epoch, rid, words, self._say(words, voice))
+        if audio is not None:
+            seconds = await self._emit_audio(epoch, rid, words, audio)
             pacing.add(asyncio.get_running_loop().time(), seconds)
             self._gate.playing(pacing.started + pacing.emitted_s)
         self._emit(OutputKind.PHASE, epoch, response_id=rid, text="final_answer")
