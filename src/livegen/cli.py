@@ -42,6 +42,7 @@ BENCHES: dict[str, str] = {
     "churn": "livegen.bench.churn:command",
     "voice-webrtc": "livegen.bench.voice_webrtc:command",
     "voice-tools": "livegen.bench.voice_tools:command",
+    "voice-preambles": "livegen.bench.voice_preambles:command",
     "fuzz": "livegen.bench.fuzz:command",
     "audio-api": "livegen.bench.audio_api:command",
 }
@@ -284,6 +285,21 @@ def main() -> None:
     type=click.FloatRange(0),
     help="Admit a native duplex voice session only while the model's measured batched step takes at "
     "most this share of its frame period (0: admit up to the model's slots).",
+)
+@click.option(
+    "--mcp-allowed-hosts",
+    default=None,
+    help="Comma list of hosts (host or host:port) a voice session's remote MCP tools ({type: mcp}) "
+    "may reach. The client picks the server_url, so by default every one is refused.",
+)
+@click.option(
+    "--mcp-timeout",
+    "mcp_timeout_s",
+    default=_default("mcp_timeout_s"),
+    show_default=True,
+    type=click.FloatRange(0.1),
+    help="Seconds one MCP request (listing a server's tools, or one tool call) may take; then that "
+    "listing or call fails with a clear error and the response goes on.",
 )
 @click.option(
     "--world-workers",
@@ -616,6 +632,9 @@ def serve(**options: Any) -> None:
     logs.configure(options["log_level"])
     options["allowed_origins"] = parse_list(options["allowed_origins"])
     options["allowed_hosts"] = parse_list(options["allowed_hosts"])
+    options["mcp_allowed_hosts"] = tuple(
+        host.lower() for host in parse_list(options["mcp_allowed_hosts"]) or ()
+    )
     options["webrtc_ice_servers"] = parse_list(options["webrtc_ice_servers"]) or ()
     for name in ("asr_batch", "asr_workers", "vad"):  # read by the voice model's loader too
         if (value := options.pop(name)) is not None:

@@ -33,6 +33,8 @@ CAPABILITIES: dict[str, str] = {
     "reasoning": "`reasoning.effort` reaches the language model; its thinking never reaches the client",
     "image-input": "an `input_image` in a user message reaches a vision chat endpoint as an image part",
     "transcription-keywords": "`audio.input.transcription.keywords` steer the recogniser",
+    "preambles": "a slow answer is preceded by a spoken `phase: commentary` item, then `final_answer`",
+    "mcp-tools": "`{type: mcp}` tools: listed, called by the server, approved, failures contained",
 }
 
 #: Worst first: a cell shows the worst outcome of its tests.

@@ -114,3 +114,59 @@ async def test_transcription_keywords(plain_server: ServerThread) -> None:
             if event.type == "conversation.item.input_audio_transcription.completed":
                 break
     assert "siobhan" in event.transcript.lower(), event.transcript
+
+
+@_mark("reasoning")
+async def test_a_bare_think_close_hides_everything_before_it(
+    llm_server: ServerThread, chat: ChatServer
+) -> None:
+    # The chat template opened the span in the prompt (Qwen3, DeepSeek-R1 without a reasoning
+    # parser): the answer starts thinking, with no <think>, and a bare </think> ends it.
+    chat.replies = [Reply((f"Okay, the user asks. {SECRET} is not it. ", "Fine.</thi", "nk>\n\nParis."))]
+    text = [{"type": "input_text", "text": "The capital of France?"}]
+    call = await _turn(llm_server, {}, text)
+    assert _said(call) == "Paris."
+    wire = json.dumps([e.model_dump() for e in call.events])
+    assert SECRET not in wire and "think" not in wire.lower()
+
+
+def _phase(item: Any) -> Any:
+    return (item.model_extra or {}).get("phase")
+
+
+@_mark("preambles")
+async def test_a_slow_answer_is_preceded_by_a_spoken_preamble_and_history_holds_both(
+    llm_server: ServerThread, chat: ChatServer
+) -> None:
+    chat.delay_s = 2.0  # the language model needs two seconds for its first words
+    chat.replies = [Reply(("Paris is the capital.",))]
+    text = [{"type": "input_text", "text": "The capital of France?"}]
+    call = await _turn(llm_server, {"instructions": "Be brief.\nPreamble: One moment please."}, text)
+    (done,) = call.of("response.done")
+    commentary, answer = done.response.output
+    assert (_phase(commentary), _phase(answer)) == ("commentary", "final_answer")
+    assert commentary.content[0].transcript == "One moment please."
+    assert answer.content[0].transcript == "Paris is the capital."
+    audio_items = [e.item_id for e in call.of("response.output_audio.delta")]
+    assert audio_items[0] == commentary.id and set(audio_items) == {commentary.id, answer.id}
+    assert audio_items.index(answer.id) > len(audio_items) - audio_items[::-1].index(commentary.id) - 1
+    kept = [
+        e.item
+        for e in call.of("conversation.item.done")
+        if e.item.type == "message" and e.item.role == "assistant"
+    ]
+    assert [(i.id, _phase(i)) for i in kept] == [(commentary.id, "commentary"), (answer.id, "final_answer")]
+
+
+@_mark("preambles")
+@pytest.mark.parametrize("instructions", ["Preamble: off", "Be brief."])
+async def test_without_a_preamble_asked_for_a_slow_answer_is_one_message(
+    llm_server: ServerThread, chat: ChatServer, instructions: str
+) -> None:
+    chat.delay_s = 2.0
+    chat.replies = [Reply(("Paris.",))]
+    text = [{"type": "input_text", "text": "The capital of France?"}]
+    call = await _turn(llm_server, {"instructions": instructions}, text)
+    (done,) = call.of("response.done")
+    (answer,) = done.response.output
+    assert _phase(answer) is None and answer.content[0].transcript == "Paris."

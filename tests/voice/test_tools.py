@@ -92,7 +92,9 @@ def test_tools_and_tool_choice_are_kept_and_shown() -> None:
     [
         # Not a list: a wrong type, refused as the update is decoded (as it always was on the wire).
         ("get_weather", "invalid_type", "session.tools"),
-        ([{**WEATHER, "type": "mcp"}], "invalid_value", "session.tools[0].type"),
+        ([{**WEATHER, "type": "code_interpreter"}], "invalid_value", "session.tools[0].type"),
+        # An MCP tool is a remote server's (tests/voice/test_mcp_tools.py): it needs a server_label.
+        ([{**WEATHER, "type": "mcp"}], "invalid_value", "session.tools[0].server_label"),
         ([{**WEATHER, "name": "get weather"}], "invalid_value", "session.tools[0].name"),
         ([{**WEATHER, "description": 3}], "invalid_value", "session.tools[0].description"),
         ([{**WEATHER, "parameters": {"type": "string"}}], "invalid_value", "session.tools[0].parameters"),

@@ -44,6 +44,10 @@ class OutputKind(StrEnum):
     AUDIO_DELTA = "audio_delta"
     #: A duplex model chose to listen rather than speak.
     LISTEN = "listen"
+    #: The text and audio that follow begin a new message item of response ``response_id`` in
+    #: phase ``text``: ``commentary`` (a short spoken preamble while the answer is being made) or
+    #: ``final_answer`` (the answer after it).
+    PHASE = "phase"
     #: Response ``response_id`` ended; ``status`` is completed, incomplete or failed.
     RESPONSE_DONE = "response_done"
     #: The model failed; ``text`` says why. The session fails the affected response.
@@ -51,6 +55,21 @@ class OutputKind(StrEnum):
     #: A whole function call of response ``response_id``: ``call_id`` (the model's, or "" for the
     #: session to make one), ``name``, and the JSON arguments in ``text``.
     FUNCTION_CALL = "function_call"
+    #: The tools of the session's MCP server whose ``mcp_list_tools`` item is ``item_id``, as JSON
+    #: (a list of ``{name, description, input_schema, annotations}``); not bound to an epoch.
+    MCP_TOOLS_LISTED = "mcp_tools_listed"
+    #: Listing the tools of that server failed; ``text`` says why.
+    MCP_TOOLS_FAILED = "mcp_tools_failed"
+    #: The model calls tool ``name`` of MCP server ``server_label`` itself, in response
+    #: ``response_id``: ``call_id`` names the call, ``text`` holds the JSON arguments.
+    MCP_CALL = "mcp_call"
+    #: That call ended: ``status`` "completed" with the output in ``text``, or "failed" with the
+    #: error's type in ``code`` (``tool_execution_error``, ``http_error``, ``protocol_error``) and
+    #: its message in ``text``.
+    MCP_CALL_DONE = "mcp_call_done"
+    #: The model asks the client to approve a call before it makes it: ``call_id`` is the approval
+    #: request's id (the item's), ``name``, ``server_label`` and the arguments in ``text``.
+    MCP_APPROVAL_REQUEST = "mcp_approval_request"
 
 
 @dataclass(frozen=True)
@@ -72,6 +91,9 @@ class VoiceOutput:
     usage: Usage | None = None
     #: For ``TRANSCRIPT_DONE`` when asked for: OpenAI's ``logprobs`` entries ({token, logprob, bytes}).
     logprobs: tuple[Mapping[str, Any], ...] | None = None
+    #: For the MCP kinds: the server's label, and the approval a call was made under ("" none).
+    server_label: str = ""
+    approval_request_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -93,6 +115,44 @@ class TurnDetection:
     #: ``semantic_vad``'s eagerness ("low", "medium", "high", "auto"); None for ``server_vad``.
     #: A model with an end-of-turn model uses it; others time the turn by the silence above.
     eagerness: str | None = None
+
+
+@dataclass(frozen=True)
+class McpServer:
+    """A remote MCP server a session gave its model (a ``{"type": "mcp"}`` tool): the model lists
+    its tools (reporting them as the ``mcp_list_tools`` item ``list_item_id``), offers them to its
+    language model beside the function tools, and calls them itself."""
+
+    server_label: str
+    server_url: str
+    #: The ``mcp_list_tools`` item this server's tools are reported as.
+    list_item_id: str
+    #: Tool names the model may use (None: all the server lists).
+    allowed_tools: tuple[str, ...] | None = None
+    #: Whether a tool named in neither list below needs the client's approval before each call.
+    approval_by_default: bool = True
+    always_approve: tuple[str, ...] = ()
+    never_approve: tuple[str, ...] = ()
+    #: Sent with every request to the server; secrets: never logged, echoed or shown (``repr``).
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    #: Seconds one request to the server (the listing, or one call) may take (``--mcp-timeout``).
+    timeout_s: float = 30.0
+
+    def needs_approval(self, name: str) -> bool:
+        if name in self.always_approve:
+            return True
+        return name not in self.never_approve and self.approval_by_default
+
+    def allows(self, name: str) -> bool:
+        return self.allowed_tools is None or name in self.allowed_tools
+
+
+@runtime_checkable
+class McpApprovals(Protocol):
+    """A voice stream that calls MCP tools and can be told the client's answer to an approval
+    request (an ``mcp_approval_response`` item)."""
+
+    async def approve(self, epoch: int, approval_request_id: str, approve: bool) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -118,6 +178,8 @@ class StreamConfig:
     transcription_logprobs: bool = False
     #: ``reasoning.effort`` ("minimal" .. "xhigh") for a reasoning language model; None: its own.
     reasoning_effort: str | None = None
+    #: The session's remote MCP servers, whose tools the model lists, offers and calls itself.
+    mcp_servers: tuple[McpServer, ...] = ()
 
 
 @dataclass(frozen=True)

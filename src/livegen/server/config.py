@@ -69,6 +69,11 @@ class ServerConfig:
     #: Share of a duplex model's frame period its batched step may take; past it a new session is
     #: refused (``realtime_capacity``). 0: admit while the model has slots.
     duplex_realtime_headroom: float = 0.9
+    #: Hosts (``host`` or ``host:port``) a voice session's remote MCP tools may reach: the client
+    #: picks the ``server_url``, so it is the operator's to allow; none by default.
+    mcp_allowed_hosts: tuple[str, ...] = ()
+    #: Seconds one MCP request (listing a server's tools, or one call) may take; then it fails.
+    mcp_timeout_s: float = 30.0
     #: World workers: 0 steps the world model in this process; N > 0 starts N Ray actors.
     world_workers: int = 0
     #: Share of the world model's measured time realtime sessions may need; past it, a new session

@@ -42,6 +42,8 @@ class AttemptKind(StrEnum):
     RESPOND = "respond"
     CANCEL = "cancel"
     UPDATE = "update"
+    #: The client's answer to an MCP approval request (``item_id``: the request's id).
+    APPROVE = "approve"
 
 
 #: Kinds that carry the user's input or a response: a failure before them stops them.
@@ -108,6 +110,8 @@ class Attempt:
     item_id: str | None = None
     request: ResponseRequest | None = None
     config: StreamConfig | None = None
+    #: An APPROVE's answer.
+    approve: bool = False
     #: The response this attempt is bound to (a RESPOND's pre-created response).
     response_id: str | None = None
     state: AttemptState = AttemptState.QUEUED

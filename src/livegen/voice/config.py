@@ -24,7 +24,7 @@ from typing import Any, TypeGuard, TypeVar
 
 from msgspec import UNSET, UnsetType
 
-from livegen.models.voice import StreamConfig, TurnDetection
+from livegen.models.voice import McpServer, StreamConfig, TurnDetection
 from livegen.protocol.audio import (
     DEFAULT_PCM_RATE,
     MAX_RATE,
@@ -72,6 +72,7 @@ from livegen.protocol.realtime.session import (
     format_object,
 )
 from livegen.voice import tools as fn
+from livegen.voice.mcp_tools import McpTool
 
 T = TypeVar("T")
 
@@ -135,6 +136,11 @@ class Config:
     transcription_model: str = ""
     tools: tuple[fn.Tool, ...] = ()
     tool_choice: fn.ToolChoice = "auto"
+    #: The session's remote MCP servers (``{"type": "mcp"}`` tools), as parsed ...
+    mcp_tools: tuple[McpTool, ...] = ()
+    #: ... and as the model is given them, each with its ``mcp_list_tools`` item (the session
+    #: gives each new server an item id: ``voice/mcp.py``).
+    mcp_servers: tuple[McpServer, ...] = ()
     #: ``truncation``: "auto", "disabled", or a retention ratio in (0, 1] (OpenAI's retention_ratio).
     truncation: str | float = "auto"
     #: ``audio.input.transcription``'s ISO-639-1 language and context prompt, for the recogniser.
@@ -178,6 +184,7 @@ class Config:
             noise_reduction=self.noise_reduction or "",
             transcription_logprobs=LOGPROBS in self.include,
             reasoning_effort=self.reasoning_effort,
+            mcp_servers=self.mcp_servers,
         )
 
     def _transcription_object(self) -> TranscriptionObject | None:
@@ -215,7 +222,7 @@ class Config:
             instructions=self.instructions,
             output_modalities=list(self.output_modalities),
             audio=SessionAudio(self._input_object(), output),
-            tools=[t.to_wire() for t in self.tools],
+            tools=[*(t.to_wire() for t in self.tools), *(m.to_wire() for m in self.mcp_tools)],
             tool_choice=fn.choice_to_wire(self.tool_choice),
             truncation=_truncation_to_wire(self.truncation),
             include=list(self.include) if self.include else UNSET,
@@ -532,13 +539,15 @@ def _format(value: AudioFormatShape | str | UnsetType | None, param: str) -> Aud
 
 
 def _tool_updates(config: Config, session: SessionShape) -> dict[str, Any]:
-    tools = config.tools if session.tools is UNSET else fn.parse_tools(session.tools, "session.tools")
+    tools, mcp_tools = config.tools, config.mcp_tools
+    if session.tools is not UNSET:
+        tools, mcp_tools = fn.parse_session_tools(session.tools, "session.tools")
     if session.tool_choice is not UNSET:
         choice = fn.parse_tool_choice(session.tool_choice, tools, "session.tool_choice")
     else:
         choice = config.tool_choice
         fn.check_choice(choice, tools, "session.tool_choice")
-    return {"tools": tools, "tool_choice": choice}
+    return {"tools": tools, "tool_choice": choice, "mcp_tools": mcp_tools}
 
 
 def _truncation_to_wire(value: str | float) -> Any:

@@ -24,6 +24,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from msgspec import UNSET
+
 from livegen.models.voice import HistoryTurn
 from livegen.protocol.errors import (
     INVALID_IMAGE,
@@ -45,6 +47,7 @@ from livegen.protocol.realtime.items import (
     content_part,
 )
 from livegen.protocol.realtime.server import as_dict
+from livegen.voice.mcp_items import approval_response, mcp_chars, mcp_history, mcp_object
 
 MAX_ITEMS = 512
 #: Characters of text (transcripts and text parts) a session's history holds at most.
@@ -74,14 +77,23 @@ class Item:
     name: str = ""
     #: A user message's images: ``(data URI, detail)``.
     images: tuple[tuple[str, str], ...] = ()
+    #: An MCP item's own fields (``voice/mcp.py``): its server's label, and the rest by type (a
+    #: list's tools, a call's output or error, an approval's answer).
+    server_label: str = ""
+    mcp: dict[str, Any] | None = None
+    #: An assistant message's phase: ``commentary`` (a spoken preamble) or ``final_answer``.
+    phase: str | None = None
 
     @property
     def chars(self) -> int:
-        """What the item costs the history's budget: its text and its images' URIs."""
-        return len(self.text or "") + sum(len(url) for url, _ in self.images)
+        """What the item costs the history's budget: its text, its images' URIs, its MCP fields."""
+        extra = mcp_chars(self.mcp) if self.mcp else 0
+        return len(self.text or "") + sum(len(url) for url, _ in self.images) + extra
 
     def to_object(self) -> ItemObject:
         """The item as the wire carries it."""
+        if self.type.startswith("mcp_"):
+            return mcp_object(self)
         if self.type == "function_call":
             arguments = self.text or ""
             return FunctionCallItem(
@@ -93,7 +105,8 @@ class Item:
             )
         parts: list[ContentPart] = [content_part(self.content_type, self.text)] if self.content_type else []
         parts += [InputImagePart(url, detail) for url, detail in self.images]
-        return MessageItem(id=self.id, role=self.role, status=self.status, content=parts)
+        phase = UNSET if self.phase is None else self.phase
+        return MessageItem(id=self.id, role=self.role, status=self.status, content=parts, phase=phase)
 
     def to_wire(self) -> dict[str, Any]:
         return as_dict(self.to_object())
@@ -111,8 +124,14 @@ def item_from_wire(raw: dict[str, Any], item_id: str) -> Item:
     kind = raw.get("type", "message")
     if kind in ("function_call", "function_call_output"):
         return _call_item(raw, item_id, kind)
+    if kind == "mcp_approval_response":
+        fields = approval_response(raw)
+        return Item(id=item_id, role="user", content_type="", type=kind, mcp=fields)
     if kind != "message":
-        detail = f"item type {kind!r} is not supported; use message, function_call or function_call_output"
+        detail = (
+            f"item type {kind!r} is not supported; use message, function_call, function_call_output "
+            "or mcp_approval_response"
+        )
         raise INVALID_VALUE.error(detail=detail, param="item.type")
     role = raw.get("role")
     if role not in _CONTENT_TYPES:
@@ -291,7 +310,9 @@ def history_of(items_: Iterable[Item]) -> list[HistoryTurn]:
     outputs = {i.call_id for i in items if i.type == "function_call_output"}
     turns: list[HistoryTurn] = []
     for item in items:
-        if item.type == "message":
+        if item.type == "mcp_call":  # the server's own call: the model sees it as a tool call
+            turns += mcp_history(item)
+        elif item.type == "message":
             if item.text or item.images:
                 turns.append(HistoryTurn(item.role, item.text or "", images=item.images))
         elif item.call_id in calls and item.call_id in outputs:

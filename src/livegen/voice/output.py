@@ -33,7 +33,7 @@ from livegen.protocol.errors import (
 )
 from livegen.protocol.realtime import server as ev
 from livegen.protocol.realtime.items import content_part
-from livegen.voice import usage
+from livegen.voice import mcp, usage
 from livegen.voice.calls import CallLedger
 from livegen.voice.chain import DropOutput, Effect, Send, stamped
 from livegen.voice.conversation import Conversation, Item
@@ -41,6 +41,10 @@ from livegen.voice.ledger import Playback
 from livegen.voice.response import AudioChunk, Response
 from livegen.voice.settings import IdFactory, Limits
 
+#: The outputs of a response's MCP calls (``voice/mcp.py``).
+MCP_KINDS = frozenset({OutputKind.MCP_CALL, OutputKind.MCP_CALL_DONE, OutputKind.MCP_APPROVAL_REQUEST})
+#: The phases of an answer's message items (OpenAI's): a spoken preamble, then the answer.
+PHASES = ("commentary", "final_answer")
 #: Playback ledgers kept for acks and truncation after their responses end.
 MAX_PLAYBACKS = 16
 #: A truncate this far past the audio is clamped (clients' playback clocks overshoot a little).
@@ -101,11 +105,15 @@ class Speaker:
         effects: list[Effect] = []
         if status != "completed":
             effects.append(DropOutput(response.id))
+        for chunk in [c for c in response.pending_audio if c.closes]:  # a preamble not yet out
+            assert chunk.item is not None
+            effects += self._close_message(response, chunk.item, chunk.playback, status, now)
         response.pending_audio.clear()
         if response.item is not None:
             effects += self._close_item(response, status, now)
         if status != "completed":
             self.abandon_calls(response.id)
+        mcp.abandon(response)
         if response.usage is None:
             response.usage = usage.counted(response.request_words, response.outputs)
         effects.append(self._send(ev.ResponseDone(response=response.to_object(status, details))))
@@ -199,9 +207,12 @@ class Speaker:
                 item.status = "incomplete"
 
     def _close_item(self, response: Response, status: str, now: float) -> list[Effect]:
-        item = response.item
-        assert item is not None
-        playback = response.playback
+        assert response.item is not None
+        return self._close_message(response, response.item, response.playback, status, now)
+
+    def _close_message(
+        self, response: Response, item: Item, playback: Playback | None, status: str, now: float
+    ) -> list[Effect]:
         effects: list[Effect] = []
         if playback is not None:
             if status == "completed":
@@ -212,7 +223,7 @@ class Speaker:
                 if response.is_audio:
                     effects.append(self.truncated(item.id, heard))
         item.status = "completed" if status == "completed" else "incomplete"
-        refs = response.item_refs()
+        refs = response.item_refs(item)
         text = item.text or ""
         if response.is_audio:
             effects.append(self._send(ev.OutputAudioDone(**refs)))
@@ -244,6 +255,10 @@ class Speaker:
             return self._on_audio(response, output.audio, now)
         if kind is OutputKind.FUNCTION_CALL:
             return self._on_call(response, output)
+        if kind in MCP_KINDS:
+            return mcp.on_output(response, output, self.conversation, self.ids, self._send)
+        if kind is OutputKind.PHASE:
+            return self._on_phase(response, output.text, now)
         if kind is OutputKind.LISTEN:
             effects = [
                 self._send(ev.ResponseListen(response_id=response.id, reason=output.text or "model_listens"))
@@ -312,7 +327,12 @@ class Speaker:
             return []
         content_type = "output_audio" if response.is_audio else "output_text"
         item = Item(
-            id=self.ids("item"), role="assistant", content_type=content_type, text="", status="in_progress"
+            id=self.ids("item"),
+            role="assistant",
+            content_type=content_type,
+            text="",
+            status="in_progress",
+            phase=response.phase,
         )
         response.item = item
         response.outputs.append(item)
@@ -379,6 +399,20 @@ class Speaker:
             effects.append(self._send(ev.ItemDone(item=item.to_object(), previous_item_id=previous)))
         return effects
 
+    def _on_phase(self, response: Response, phase: str, now: float) -> list[Effect]:
+        """What follows is a new message item in ``phase``: the item being spoken ends once its
+        audio is out (a marker in the pending audio), so each item's audio stays whole and paced."""
+        if phase not in PHASES or (response.item is not None and response.item.phase == phase):
+            return []
+        response.phase = phase
+        item, playback = response.item, response.playback
+        if item is None:
+            return []
+        end = playback.generated_ms if playback is not None else 0.0
+        response.pending_audio.append(AudioChunk(end, end, "", item=item, playback=playback, closes=True))
+        response.item = response.playback = None
+        return self.tick(now)
+
     def _on_text(self, response: Response, text: str) -> list[Effect]:
         effects = self._ensure_item(response)
         item, playback = response.item, response.playback
@@ -403,7 +437,7 @@ class Speaker:
         start = playback.generated_ms
         playback.generated_ms += duration
         item.audio_ms = item.generated_audio_ms = playback.generated_ms
-        response.pending_audio.append(AudioChunk(start, playback.generated_ms, encoded))
+        response.pending_audio.append(AudioChunk(start, playback.generated_ms, encoded, item, playback))
         return effects + self.tick(now)
 
     # --- the clock -------------------------------------------------------------------
@@ -414,16 +448,25 @@ class Speaker:
         if response is None:
             return []
         effects: list[Effect] = []
-        playback = response.playback
-        while response.pending_audio and playback is not None:
+        while response.pending_audio:
             chunk = response.pending_audio[0]
+            playback = chunk.playback or response.playback
+            if playback is None:
+                break
+            if chunk.closes:  # an item's audio is all out: it ends; the next plays after it
+                response.pending_audio.popleft()
+                response.next_start = (playback.started_at or now) + playback.generated_ms / 1000.0
+                assert chunk.item is not None
+                effects += self._close_message(response, chunk.item, playback, "completed", now)
+                continue
             if playback.started_at is not None and now < self._due(playback.started_at, chunk):
                 break
             if playback.started_at is None:
-                playback.started_at = now
+                playback.started_at = max(now, response.next_start or now)
             response.pending_audio.popleft()
             playback.sent_ms = chunk.end_ms
-            effects.append(self._send(ev.OutputAudioDelta(delta=chunk.audio, **response.item_refs())))
+            refs = response.item_refs(chunk.item)
+            effects.append(self._send(ev.OutputAudioDelta(delta=chunk.audio, **refs)))
         if response.model_status is not None and not response.pending_audio:
             details: dict[str, Any] | None = None
             if response.model_status != "completed":
@@ -454,8 +497,12 @@ class Speaker:
     def next_deadline(self) -> float | None:
         """When ``tick`` next has audio to release, if any is held back."""
         response = self.response
-        if response is None or not response.pending_audio or response.playback is None:
+        if response is None or not response.pending_audio:
             return None
-        if response.playback.started_at is None:
+        chunk = response.pending_audio[0]
+        playback = chunk.playback or response.playback
+        if playback is None:
+            return None
+        if playback.started_at is None or chunk.closes:
             return 0.0
-        return self._due(response.playback.started_at, response.pending_audio[0])
+        return self._due(playback.started_at, chunk)

@@ -27,6 +27,12 @@ class AudioChunk:
     end_ms: float
     #: Base64 of the wire-format audio.
     audio: str
+    #: The message item the audio belongs to and its playback (None: the response's current one).
+    item: Item | None = None
+    playback: Playback | None = None
+    #: Not audio: the end of ``item``, which closes once the audio before it is out (an answer
+    #: of two items, a spoken preamble then the answer, ``voice/output.py``).
+    closes: bool = False
 
 
 @dataclass(eq=False)
@@ -57,6 +63,10 @@ class Response:
     max_output_tokens: int | None = None
     #: Words of what the model was given (instructions and history), for a model that reports no usage.
     request_words: int = 0
+    #: The phase of the message item being spoken (``commentary``, ``final_answer``; None: neither),
+    #: and when the item before it finishes playing (the next one's playback starts then).
+    phase: str | None = None
+    next_start: float | None = None
 
     @property
     def is_audio(self) -> bool:
@@ -89,11 +99,12 @@ class Response:
     def output_index(self, item: Item) -> int:
         return next(i for i, output in enumerate(self.outputs) if output is item)
 
-    def item_refs(self) -> dict[str, Any]:
-        assert self.item is not None
+    def item_refs(self, item: Item | None = None) -> dict[str, Any]:
+        item = item or self.item
+        assert item is not None
         return {
             "response_id": self.id,
-            "item_id": self.item.id,
-            "output_index": self.output_index(self.item),
+            "item_id": item.id,
+            "output_index": self.output_index(item),
             "content_index": 0,
         }

@@ -56,7 +56,7 @@ from livegen.protocol.errors import (
 )
 from livegen.protocol.realtime import server as ev
 from livegen.protocol.realtime.session import AnySessionObject, CapabilitiesObject, SessionObject
-from livegen.voice import duplex
+from livegen.voice import duplex, mcp
 from livegen.voice.calls import CallLedger
 from livegen.voice.chain import (
     INPUT_KINDS,
@@ -77,6 +77,7 @@ from livegen.voice.config import Config, apply_update
 from livegen.voice.conversation import Conversation, Item, item_from_wire
 from livegen.voice.input_rate import InputRate
 from livegen.voice.ledger import InputLedger, Playback
+from livegen.voice.mcp_tools import check_hosts
 from livegen.voice.options import ResponseOptions, plan_response, response_options, session_options
 from livegen.voice.output import Speaker
 from livegen.voice.response import Response
@@ -250,6 +251,8 @@ class Session:
         config = apply_update(self.config, event.session)
         if self.model.is_duplex:
             duplex.check_setting(self.config, config)
+        check_hosts(config.mcp_tools, self.limits.mcp_allowed_hosts, "session.tools")
+        config, listings = mcp.with_servers(self.config, config, self.ids, self.limits.mcp_timeout_s)
         if config.model != self.config.model:
             config = replace(config, model=self.canonical_name(config.model))
         if config.model != self.config.model:
@@ -267,7 +270,8 @@ class Session:
         if config.turn_detection != old_vad:
             self._reset_vad()
         effects = self._control(AttemptKind.UPDATE, now, config=config.stream_config())
-        return [*effects, self._send(ev.SessionUpdated(session=config.to_object(self.id)))]
+        effects.append(self._send(ev.SessionUpdated(session=config.to_object(self.id))))
+        return effects + mcp.listing(listings, self.conversation, self._send)
 
     def _check_voice(self, voice: str) -> None:
         """OpenAI's ``invalid_value`` for a voice the model cannot speak with, naming it."""
@@ -394,6 +398,8 @@ class Session:
             raise duplex.refused_event(event.TYPE)
         raw_id = event.item.get("id")
         item = item_from_wire(event.item, raw_id if isinstance(raw_id, str) and raw_id else self.ids("item"))
+        if item.type == "mcp_approval_response":
+            return self._on_approval(item, event.previous_item_id, now)
         # The call ledger is asked first and written last, so a refused item changes nothing.
         if item.type == "function_call_output":
             self.calls.check_output(item.call_id)
@@ -408,6 +414,20 @@ class Session:
         return [
             self._send(ev.ItemAdded(item=item.to_object(), previous_item_id=previous)),
             self._send(ev.ItemDone(item=item.to_object(), previous_item_id=previous)),
+        ]
+
+    def _on_approval(self, item: Item, previous_item_id: str | None, now: float) -> list[Effect]:
+        """The client's answer to a pending MCP approval request: the model may call, or not."""
+        request_id = mcp.check_answer(item, self.response)
+        previous = self.conversation.add(item, previous_item_id)
+        assert self.response is not None  # check_answer found the request in it
+        mcp.answered(self.response, request_id)
+        approve = bool((item.mcp or {}).get("approve"))
+        attempt = self._attempt(AttemptKind.APPROVE, now, item_id=request_id, approve=approve)
+        return [
+            self._send(ev.ItemAdded(item=item.to_object(), previous_item_id=previous)),
+            self._send(ev.ItemDone(item=item.to_object(), previous_item_id=previous)),
+            Run(attempt),
         ]
 
     def _on_item_retrieve(self, event: wire.ItemRetrieve, now: float) -> list[Effect]:
@@ -526,10 +546,12 @@ class Session:
         """Apply one model output; outputs of an older epoch are dropped (the fence)."""
         if self.is_closed:
             return []
+        kind = output.kind
+        if kind in (OutputKind.MCP_TOOLS_LISTED, OutputKind.MCP_TOOLS_FAILED):  # the session's, no epoch's
+            return mcp.listed(output, self.conversation, self._send)
         if output.epoch != self.epoch:
             self.num_stale_outputs += 1
             return []
-        kind = output.kind
         if self.model.is_duplex and output.response_id is None and kind in duplex.TURN_KINDS:
             return duplex.on_turn_output(self, output, now)
         if kind is OutputKind.SPEECH_STARTED:

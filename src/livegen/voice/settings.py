@@ -23,6 +23,11 @@ class Limits:
     input_rate_factor: float = 10.0
     #: ... with bursts of up to this much audio at once (a larger single append is refused).
     input_burst_ms: float = 60_000.0
+    #: Hosts (``host`` or ``host:port``) a session's MCP ``server_url`` may reach
+    #: (``--mcp-allowed-hosts``); none by default, since the client picks the URL.
+    mcp_allowed_hosts: tuple[str, ...] = ()
+    #: Seconds one MCP request of the model may take (``--mcp-timeout``).
+    mcp_timeout_s: float = 30.0
 
 
 #: OpenAI's Realtime voices, as its ``invalid_value`` lists them.

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from livegen.protocol.errors import INVALID_VALUE
+from livegen.voice.mcp_tools import McpTool, parse_mcp_tool
 
 #: OpenAI's bounds: 128 tools a request, names of 1-64 letters, digits, underscores or dashes.
 MAX_TOOLS = 128
@@ -54,23 +55,42 @@ def _refuse(detail: str, param: str) -> Exception:
 
 
 def parse_tools(value: Any, param: str) -> tuple[Tool, ...]:
-    """The tools of a ``tools`` field; each mistake names its ``param`` (``session.tools[1].name``)."""
+    """The function tools of a ``tools`` field; each mistake names its ``param`` (``session.tools[1].name``).
+    MCP tools belong to the session (``parse_session_tools``)."""
+    return parse_session_tools(value, param, allow_mcp=False)[0]
+
+
+def parse_session_tools(
+    value: Any, param: str, allow_mcp: bool = True
+) -> tuple[tuple[Tool, ...], tuple[McpTool, ...]]:
+    """A session's function tools and its remote MCP servers (``{"type": "mcp"}``)."""
     if not isinstance(value, list):
         raise _refuse(f"{param} must be a list of tools, got {value!r}", param)
     if len(value) > MAX_TOOLS:
         raise _refuse(f"{param} holds {len(value)} tools; at most {MAX_TOOLS} are allowed", param)
     tools: list[Tool] = []
+    servers: list[McpTool] = []
     for index, raw in enumerate(value):
+        if allow_mcp and isinstance(raw, dict) and raw.get("type") == "mcp":
+            server = parse_mcp_tool(raw, f"{param}[{index}]")
+            if any(s.server_label == server.server_label for s in servers):
+                detail = f"two MCP servers are labelled {server.server_label!r}"
+                raise _refuse(detail, f"{param}[{index}].server_label")
+            servers.append(server)
+            continue
         tool = _tool(raw, f"{param}[{index}]")
         if any(t.name == tool.name for t in tools):
             raise _refuse(f"two tools are named {tool.name!r}", f"{param}[{index}].name")
         tools.append(tool)
-    return tuple(tools)
+    return tuple(tools), tuple(servers)
 
 
 def _tool(raw: Any, param: str) -> Tool:
     if not isinstance(raw, dict):
         raise _refuse(f"{param} must be an object, got {raw!r}", param)
+    if raw.get("type") == "mcp":
+        detail = "MCP tools are a session's: set them with session.update, not per response"
+        raise _refuse(detail, f"{param}.type")
     if raw.get("type", "function") != "function":
         detail = f"tool type {raw.get('type')!r} is not supported; only 'function' tools are"
         raise _refuse(detail, f"{param}.type")

@@ -189,18 +189,61 @@ class ThinkFilter:
 
     Text that may be the start of a tag is held back until the next delta says; ``flush`` gives
     it back at the end (unless it was inside an unclosed span: thinking cut off is still thinking).
+
+    A model whose chat template opens the span in the prompt (Qwen3, DeepSeek-R1 served without
+    a reasoning parser) sends a bare ``</think>``: everything before it was thinking. Unless the
+    endpoint is known not to (``bare`` False), the text before any tag is held until a tag says
+    which it was: a bare ``</think>`` drops it, a ``<think>`` (or an answer that ends with no tag)
+    releases it. ``bare`` True: the endpoint is known to think so, and an answer cut off before its
+    ``</think>`` was all thinking; None: unknown, and such a cut answer is dropped too (the safe side).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, bare: bool | None = False) -> None:
         self._inside = False
         self._held = ""
         #: After a closing tag, the blank lines a model puts before its answer are not the answer.
         self._trim = False
+        self._bare = bare
+        #: The text before any tag, while it may still be thinking (None: a tag said, or no hold),
+        #: in pieces (joined once: never quadratic), and its last characters (a tag split across
+        #: pieces is found in them and the next piece).
+        self._before: list[str] | None = None if bare is False else []
+        self._tail = ""
+        #: What the answer showed: a bare ``</think>`` (True), a ``<think>`` or none (False).
+        self.saw_bare_close = False
+        self.saw_tag = False
 
     def feed(self, text: str) -> str:
+        if self._before is None:
+            return self._feed(text)
+        window = self._tail + text
+        close, opening = window.find(THINK_CLOSE), window.find(THINK_OPEN)
+        if close != -1 and (opening == -1 or close < opening):  # bare: all before it was thinking
+            self._before = None
+            self.saw_bare_close = self.saw_tag = self._trim = True
+            return self._feed(window[close + len(THINK_CLOSE) :])
+        if opening != -1:
+            held, self._before = "".join(self._before) + text, None
+            return self._feed(held)
+        self._before.append(text)
+        self._tail = window[-(len(THINK_CLOSE) - 1) :]
+        return ""
+
+    def released(self) -> str:
+        """The endpoint turned out to keep its thinking apart (``reasoning_content``): the held
+        text is the answer."""
+        held, self._before = self._before, None
+        return self._feed("".join(held)) if held else ""
+
+    def _feed(self, text: str) -> str:
         buffer, out = self._held + text, []
         self._held = ""
         while buffer:
+            if self._trim and not self._inside:  # the blank lines after a closing tag
+                buffer = buffer.lstrip()
+                self._trim = not buffer
+                if not buffer:
+                    break
             tag = THINK_CLOSE if self._inside else THINK_OPEN
             at = buffer.find(tag)
             if at == -1:
@@ -211,12 +254,19 @@ class ThinkFilter:
                 break
             if not self._inside:
                 out.append(buffer[:at])
+            self.saw_tag = True
             buffer = buffer[at + len(tag) :]
             self._inside = not self._inside
             self._trim = self._trim or not self._inside
-        return self._trimmed("".join(out))
+        return "".join(out)
 
-    def flush(self) -> str:
+    def flush(self, is_cut: bool = False) -> str:
+        """What is still held, at the answer's end (``is_cut``: at its token limit)."""
+        if self._before is not None:
+            before, self._before = "".join(self._before), None
+            if self._bare is True or is_cut:  # cut off before its ``</think>``: maybe all thinking
+                return ""
+            return self._trimmed(before)
         held, self._held = self._held, ""
         return "" if self._inside else self._trimmed(held)
 
@@ -225,6 +275,11 @@ class ThinkFilter:
             text = text.lstrip()
             self._trim = not text
         return text
+
+
+#: What each endpoint (base URL and model) showed of its thinking: True, it thinks with a bare
+#: ``</think>``; False, it answered without one. Bounded by the endpoints a server is given.
+BARE_THINKERS: dict[tuple[str, str], bool] = {}
 
 
 def _partial_tag(text: str, tag: str) -> int:
@@ -245,7 +300,9 @@ class _Call:
 class Parser:
     """Chunks of one streamed chat completion -> text, whole tool calls, the finish; within caps."""
 
-    def __init__(self, limits: LLMLimits, tools: frozenset[str], max_tokens: int) -> None:
+    def __init__(
+        self, limits: LLMLimits, tools: frozenset[str], max_tokens: int, bare: bool | None = False
+    ) -> None:
         self._limits = limits
         self._tools = tools
         #: Chunks are counted against the tokens asked for: endless fragments end at once.
@@ -257,7 +314,7 @@ class Parser:
         self._arguments_bytes = 0
         self._reason = ""
         self._usage: Usage | None = None
-        self._thinking = ThinkFilter()
+        self._thinking = ThinkFilter(bare)
         #: Whether any words or call fragment came yet (the first-token deadline is met).
         self.has_begun = False
 
@@ -279,18 +336,20 @@ class Parser:
             raise LLMMalformed(f"the language model sent a malformed event: {str(chunk)[:200]!r}") from None
         if reason:
             self._reason = str(reason)[:64]
+        said = []
         if thought:  # thinking: the endpoint is answering, but none of it is the answer
             self.has_begun = True
+            said.append(self._thinking.released())  # it keeps its thinking apart: no bare tag
         if not isinstance(content, str) or not content:
-            return []
+            return [text for text in said if text]
         self._text_bytes += len(content.encode())
         if self._text_bytes > self._limits.max_text_bytes:
             raise LLMTooLarge(
                 f"the language model's answer passed {self._limits.max_text_bytes} bytes of text"
             )
         self.has_begun = True
-        said = self._thinking.feed(content)
-        return [said] if said else []
+        said.append(self._thinking.feed(content))
+        return [text for text in said if text]
 
     def _take_call(self, fragment: dict[str, Any]) -> None:
         index = int(fragment.get("index", len(self._calls)))
@@ -336,8 +395,15 @@ class Parser:
             await _check_arguments(call.name, arguments)
             call_id = call.call_id if _CALL_ID.fullmatch(call.call_id) else ""
             calls.append(ToolCall(call_id, call.name, arguments))
-        held = self._thinking.flush()
+        held = self._thinking.flush(is_cut=self._reason == "length")
         return [*([held] if held else []), *calls, Finish(self._reason or "stop", self._usage)]
+
+    @property
+    def thinks_bare(self) -> bool | None:
+        """What this answer showed of the endpoint's thinking (None: nothing either way)."""
+        if self._thinking.saw_bare_close:
+            return True
+        return False if self._thinking.saw_tag or self._text_bytes else None
 
 
 async def _check_arguments(name: str, arguments: str) -> None:

@@ -235,7 +235,8 @@ class Client:
         import httpx
 
         limits = self.settings.limits
-        parser = chat_stream.Parser(limits, tools, body["max_tokens"])
+        key = (self.settings.base_url, self.settings.model)
+        parser = chat_stream.Parser(limits, tools, body["max_tokens"], chat_stream.BARE_THINKERS.get(key))
         loop = asyncio.get_running_loop()
         started = loop.time()
         try:
@@ -252,6 +253,8 @@ class Client:
                             deadline.reschedule(started + limits.answer_s)
                 for event in await parser.finish():
                     events.put_nowait(event)
+                if (bare := parser.thinks_bare) is not None and not chat_stream.BARE_THINKERS.get(key):
+                    chat_stream.BARE_THINKERS[key] = bare  # once seen thinking bare, always held
         except TimeoutError:
             if parser.has_begun:
                 raise LLMTimeout(

@@ -37,6 +37,8 @@ from datetime import datetime
 from typing import Any
 
 from livegen.models.cascade import llm, responder, sentences
+from livegen.models.cascade.mcp import MAX_ROUNDS
+from livegen.models.cascade.mcp_session import McpRun
 from livegen.models.cascade.tts import Speech
 from livegen.models.voice import Usage
 
@@ -82,6 +84,12 @@ class Answer:
     calls: list[llm.ToolCall] = field(default_factory=list)
     finish_reason: str = "stop"
     usage: Usage | None = None
+    #: The response's MCP calls (its tools are in ``ask.tools``), or None: it has no MCP servers.
+    mcp: McpRun | None = None
+    #: Whether the answer has words, and set once the first of them went out: its calls follow
+    #: them, so that its message comes before them in the conversation (and the model's history).
+    has_words: bool = False
+    said: asyncio.Event = field(default_factory=asyncio.Event)
     _pieces: asyncio.Queue[Piece | None] = field(default_factory=asyncio.Queue)
     _producer: asyncio.Task[None] | None = None
     _audio: list[Audio] = field(default_factory=list)
@@ -118,9 +126,10 @@ def start(
     has_tools: bool = False,
     max_words: int | None = None,
     has_images: bool = False,
+    mcp_run: McpRun | None = None,
 ) -> Answer:
     """Start making the answer to ``user_text``; read it with ``Answer.pieces``."""
-    answer = Answer(user_text, voice, ask)
+    answer = Answer(user_text, voice, ask, mcp=mcp_run)
     if client is None or ask is None:
         now = datetime.now().astimezone()
         text = responder.OPENING if user_text is None else responder.reply(user_text, now)
@@ -145,6 +154,7 @@ async def _produce(answer: Answer, speak: Speak, texts: AsyncIterator[str]) -> N
             if audio is not None:
                 answer._audio.append(audio)
             answer._pieces.put_nowait((text, audio))
+            answer.has_words = True
             is_first = False
     finally:
         answer._pieces.put_nowait(None)
@@ -153,20 +163,56 @@ async def _produce(answer: Answer, speak: Speak, texts: AsyncIterator[str]) -> N
 async def _from_llm(client: llm.Client, ask: Ask, answer: Answer) -> AsyncIterator[str]:
     """The model's words in pieces; its failure (``llm.LLMFailed``) is the answer's, raised on:
     the response then ends ``failed`` with the failure's code, never as a spoken apology that a
-    client would take for an answer."""
-    splitter = sentences.Splitter()
-    async for event in client.stream(
-        ask.chat, ask.tools, ask.tool_choice, ask.max_tokens, ask.reasoning_effort
-    ):
-        if isinstance(event, llm.ToolCall):
-            answer.calls.append(event)
-        elif isinstance(event, llm.Finish):
-            answer.finish_reason, answer.usage = event.reason, event.usage
-        else:
-            for piece in splitter.feed(event):
-                yield piece
-    for piece in splitter.flush():
-        yield piece
+    client would take for an answer.
+
+    Calls of MCP tools are the server's to make (``answer.mcp``): the words said before them are
+    spoken first, then the calls are made and the model asked again with what they answered, up to
+    ``mcp.MAX_ROUNDS`` times; function calls are the client's, and end the answer.
+    """
+    chat = list(ask.chat)
+    for round_ in range(MAX_ROUNDS + 1):
+        splitter, said, mcp_calls = sentences.Splitter(), list[str](), list[llm.ToolCall]()
+        async for event in client.stream(
+            chat, ask.tools, ask.tool_choice, ask.max_tokens, ask.reasoning_effort
+        ):
+            if isinstance(event, llm.ToolCall):
+                is_mcp = answer.mcp is not None and answer.mcp.owns(event.name)
+                (mcp_calls if is_mcp else answer.calls).append(event)
+            elif isinstance(event, llm.Finish):
+                answer.finish_reason, answer.usage = event.reason, _added(answer.usage, event.usage)
+            else:
+                said.append(event)
+                for piece in splitter.feed(event):
+                    yield piece
+        for piece in splitter.flush():
+            yield piece
+        if not mcp_calls or answer.calls or answer.mcp is None or round_ == MAX_ROUNDS:
+            return
+        chat += await _called(answer.mcp, "".join(said), mcp_calls)
+
+
+async def _called(run: McpRun, said: str, calls: list[llm.ToolCall]) -> list[dict[str, Any]]:
+    """The model's calls and what each answered, as chat messages: made one after another."""
+    ids = [call.call_id or f"call_{index}" for index, call in enumerate(calls)]
+    made = [
+        {"id": call_id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+        for call_id, call in zip(ids, calls, strict=True)
+    ]
+    messages: list[dict[str, Any]] = [{"role": "assistant", "content": said or None, "tool_calls": made}]
+    for call_id, call in zip(ids, calls, strict=True):
+        messages.append({"role": "tool", "tool_call_id": call_id, "content": await run.run(call)})
+    return messages
+
+
+def _added(total: Usage | None, more: Usage | None) -> Usage | None:
+    """Usage of an answer made in rounds: every round's tokens count."""
+    if total is None or more is None:
+        return more or total
+    return Usage(
+        total.input_tokens + more.input_tokens,
+        total.output_tokens + more.output_tokens,
+        total.cached_tokens + more.cached_tokens,
+    )
 
 
 async def _listed(texts: list[str]) -> AsyncIterator[str]:

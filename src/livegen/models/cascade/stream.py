@@ -26,7 +26,6 @@ gives to the item the turn will become.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import functools
 import logging
@@ -41,19 +40,19 @@ from livegen.models.cascade import (
     asr,
     barge_in,
     captions,
+    chat_stream,
     denoise,
     endpoint,
     incomplete,
     llm,
-    remote_tts,
+    mcp_session,
+    preambles,
     replies,
-    speaking,
     transcripts,
-    tts,
     vad,
 )
 from livegen.models.cascade.asr_batch import Priority
-from livegen.models.cascade.tts import Speech
+from livegen.models.cascade.voicing import Voicing
 from livegen.models.voice import (
     HistoryTurn,
     OutputKind,
@@ -92,7 +91,7 @@ class Speculation:
     prepared: asyncio.Task[replies.Answer] | None
 
 
-class Stream:
+class Stream(Voicing):
     def __init__(self, model: CascadeModel, session_id: str, config: StreamConfig) -> None:
         self._model = model
         self.session_id = session_id
@@ -132,6 +131,10 @@ class Stream:
         self._denoiser = denoise.for_session(None, config.noise_reduction)
         self._gate = barge_in.Gate(self._transcribe, self._score, self._spawn)
         self._gate.is_on = barge_in.is_wanted(config)
+        #: The session's MCP servers (listed as they are named) and the approvals its calls wait for.
+        self._mcp = mcp_session.McpTools(self._spawn, self._report_listing)
+        self._mcp.update(config.mcp_servers)
+        self._approvals: dict[str, asyncio.Future[bool]] = {}
 
     # -- the VoiceStream calls -------------------------------------------------------------------
 
@@ -206,6 +209,16 @@ class Stream:
         self._detector.turns.settings = config.turn_detection or TurnDetection()
         self._denoiser = denoise.for_session(self._denoiser, config.noise_reduction)
         self._gate.is_on = barge_in.is_wanted(config)
+        self._mcp.update(config.mcp_servers)
+
+    async def approve(self, epoch: int, approval_request_id: str, approve: bool) -> None:
+        """The client's answer to an approval request of a response's MCP call."""
+        answer = self._approvals.get(approval_request_id)
+        if answer is not None and not answer.done():
+            answer.set_result(approve)
+
+    def _report_listing(self, kind: OutputKind, item_id: str, text: str) -> None:
+        self._emit(kind, self._epoch, item_id=item_id, text=text)
 
     async def outputs(self) -> AsyncIterator[VoiceOutput]:
         while (output := await self._outputs.get()) is not None:
@@ -292,8 +305,8 @@ class Stream:
 
     def _speculate(self) -> None:
         self._drop_speculation(keep_transcript=False)
-        if not self._model.is_speculative:
-            return
+        if not self._model.is_speculative or not self._mcp.is_empty:
+            return  # (a speculative answer must never call an MCP tool: the call may act)
         start, end = self._settled_until, self._buffer_end()
         transcript = self._spawn(self._transcribe(self._audio(start, end)))
         prepared = None
@@ -404,14 +417,19 @@ class Stream:
         return replies.start(self._say, self._llm, user_text, voice, ask, has_tools=bool(config.tools))
 
     def _ask(
-        self, history: Sequence[HistoryTurn], user_text: str, request: ResponseRequest
+        self,
+        history: Sequence[HistoryTurn],
+        user_text: str,
+        request: ResponseRequest,
+        mcp_run: mcp_session.McpRun | None = None,
     ) -> replies.Ask | None:
         """What the language model is asked for ``request`` (None without one), cut to its window."""
         if self._llm is None:
             return None
         chat = llm.messages(history, user_text, request.instructions or self._config.instructions)
-        chat = llm.fit(chat, request.tools, self._llm.settings, request.truncation)
-        tools, choice = tuple(request.tools), request.tool_choice
+        tools = (*request.tools, *(mcp_run.chat_tools() if mcp_run else ()))
+        chat = llm.fit(chat, tools, self._llm.settings, request.truncation)
+        choice = request.tool_choice
         return replies.Ask(chat, tools, choice, request.max_output_tokens, request.reasoning_effort)
 
     async def _respond(self, epoch: int, request: ResponseRequest) -> None:
@@ -422,7 +440,8 @@ class Stream:
         answer: replies.Answer | None = None
         try:
             user_text = await asyncio.shield(unanswered) if unanswered else _last_user_text(request.history)
-            ask = self._ask(request.history, user_text or "", request)
+            mcp_run = await self._mcp_run(epoch, request)
+            ask = self._ask(request.history, user_text or "", request, mcp_run)
             has_images = ask is None and llm.has_images(request.history)
             if (request.max_output_tokens is not None or has_images) and ask is None:
                 # Prepared without the limit (the built-in one cuts words) or without the images.
@@ -430,15 +449,18 @@ class Stream:
                 prepared = None
             answer = await self._use_prepared(prepared, user_text, voice, ask)
             if answer is None:
-                has_tools = bool(request.tools)
+                has_tools = bool(request.tools) or not self._mcp.is_empty
                 max_words = request.max_output_tokens
                 answer = replies.start(
-                    self._say, self._llm, user_text, voice, ask, has_tools, max_words, has_images
+                    self._say, self._llm, user_text, voice, ask, has_tools, max_words, has_images, mcp_run
                 )
             # The calls go out as soon as the model has made them, while its words are being spoken.
             calls = self._spawn(self._emit_calls(epoch, rid, answer))
             try:
-                spoken = await self._speak(epoch, rid, answer, "audio" in request.modalities, voice)
+                wants_audio = "audio" in request.modalities
+                spoken = await self._speak(
+                    epoch, rid, answer, wants_audio, voice, self._preamble_for(request)
+                )
                 await calls
             finally:
                 calls.cancel()
@@ -462,8 +484,29 @@ class Stream:
                 answer.drop()
         self._finish(epoch, request, answer, user_text, spoken)
 
+    def _preamble_for(self, request: ResponseRequest) -> str | None:
+        """What to say if the language model is slow (None: no model, or the instructions say no)."""
+        if self._llm is None:
+            return None
+        return preambles.preamble_for(request.instructions or self._config.instructions)
+
+    async def _mcp_run(self, epoch: int, request: ResponseRequest) -> mcp_session.McpRun | None:
+        """The MCP calls of ``request``'s response, with the tools listed (None: no servers, no
+        language model to call them, or ``tool_choice`` none)."""
+        if self._mcp.is_empty or self._llm is None or request.tool_choice == "none":
+            return None
+        taken = chat_stream.declared(request.tools)
+        rid = request.response_id
+
+        def emit(kind: OutputKind, **fields: Any) -> None:
+            self._emit(kind, epoch, response_id=rid, **fields)
+
+        return mcp_session.McpRun(await self._mcp.tools(taken), emit, self._approvals)
+
     async def _emit_calls(self, epoch: int, rid: str, answer: replies.Answer) -> None:
         await answer.made()
+        if answer.has_words:  # its words' message first, however fast the calls came
+            await answer.said.wait()
         for call in answer.calls:
             self._emit(
                 OutputKind.FUNCTION_CALL,
@@ -508,49 +551,6 @@ class Stream:
         self._model.stats.num_prepared_used += 1
         return answer
 
-    async def _speak(
-        self, epoch: int, rid: str, answer: replies.Answer, wants_audio: bool, voice: str
-    ) -> str:
-        """Text and audio of each piece in order, the next piece synthesised meanwhile; the text said."""
-        queue: asyncio.Queue[replies.Piece | None] = asyncio.Queue(1)
-        pacing = speaking.Pacing()
-        synthesis = speaking.synthesise(answer.pieces(), wants_audio, voice, queue, pacing, self._say)
-        producer = self._spawn(synthesis)
-        said: list[str] = []
-        loop = asyncio.get_running_loop()
-        try:
-            while (item := await queue.get()) is not None:
-                text, audio = item
-                delta = text if not said else f" {text}"
-                said.append(delta)
-                self._emit(OutputKind.TEXT_DELTA, epoch, response_id=rid, text=delta)
-                if audio is not None:
-                    pacing.add(loop.time(), await self._emit_audio(epoch, rid, text, audio))
-                    self._gate.playing(pacing.started + pacing.emitted_s)
-            await producer  # re-raises its error, if any
-        finally:
-            producer.cancel()
-            while not queue.empty():
-                if (item := queue.get_nowait()) is not None and item[1] is not None:
-                    item[1].cancel()
-        return "".join(said)
-
-    async def _emit_audio(
-        self, epoch: int, rid: str, text: str, audio: concurrent.futures.Future[Speech]
-    ) -> float:
-        """Emit one piece's audio; its length in seconds."""
-        if isinstance(audio, remote_tts.StreamedSpeech):  # a remote voice's: each chunk as it comes
-            size = 0
-            async for pcm in audio.chunks():
-                size += len(pcm)
-                for chunk in speaking.audio_deltas(pcm):
-                    self._emit(OutputKind.AUDIO_DELTA, epoch, response_id=rid, audio=chunk)
-            return size / 2 / tts.SAMPLE_RATE
-        speech = await speaking.speech_of(audio, text, self._say)
-        for chunk in speaking.audio_deltas(speech.pcm):
-            self._emit(OutputKind.AUDIO_DELTA, epoch, response_id=rid, audio=chunk)
-        return len(speech.pcm) / 2 / tts.SAMPLE_RATE
-
     # -- plumbing --------------------------------------------------------------------------------
 
     def _emit(
@@ -569,10 +569,12 @@ class Stream:
         name: str = "",
         usage: Usage | None = None,
         logprobs: tuple[Mapping[str, Any], ...] | None = None,
+        server_label: str = "",
+        approval_request_id: str = "",
     ) -> None:
         if not self._is_closed:
             fields = (kind, epoch, response_id, item_id, text, audio, audio_ms, status, code, call_id, name)
-            output = VoiceOutput(*fields, usage, logprobs)
+            output = VoiceOutput(*fields, usage, logprobs, server_label, approval_request_id)
             self._outputs.put_nowait(output)
 
     def _spawn(self, coroutine: Coroutine[Any, Any, T]) -> asyncio.Task[T]:

@@ -1,13 +1,16 @@
 """Conversation items and content parts as the Realtime wire carries them (server to client).
 
 An item is a message (one content part, and a user's images after it), a function call or a function
-call's output. Field order follows OpenAI's objects, so the encoded JSON is
+call's output, or one of a remote MCP server's (its tool list, a call the server made, an approval
+request and the client's answer to it). Field order follows OpenAI's objects, so the encoded JSON is
 the same bytes livegen sent when these were dicts. Content parts are tagged by
 ``type``: the GA part types name the direction (``output_audio``), beta's the
 medium (``audio``); ``beta.py`` maps one onto the other.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import msgspec
 
@@ -73,6 +76,8 @@ class MessageItem(msgspec.Struct, kw_only=True):
     role: str
     status: str
     content: list[ContentPart]
+    #: An answer's ``commentary`` (a spoken preamble) or ``final_answer``; omitted for one of neither.
+    phase: str | msgspec.UnsetType = msgspec.UNSET
 
 
 class FunctionCallItem(msgspec.Struct, kw_only=True):
@@ -94,4 +99,50 @@ class FunctionCallOutputItem(msgspec.Struct, kw_only=True):
     output: str
 
 
-ItemObject = MessageItem | FunctionCallItem | FunctionCallOutputItem
+class McpListToolsItem(msgspec.Struct, kw_only=True):
+    """The tools a session's MCP server listed (``tools`` empty while listing)."""
+
+    id: str
+    type: str = "mcp_list_tools"
+    server_label: str
+    tools: list[dict[str, Any]]
+
+
+class McpCallItem(msgspec.Struct, kw_only=True):
+    """A call the server made to an MCP tool: ``output``, or ``error`` (``{type, message[, code]}``)."""
+
+    id: str
+    type: str = "mcp_call"
+    server_label: str
+    name: str
+    arguments: str
+    approval_request_id: str | None
+    output: str | None
+    error: dict[str, Any] | None
+
+
+class McpApprovalRequestItem(msgspec.Struct, kw_only=True):
+    id: str
+    type: str = "mcp_approval_request"
+    server_label: str
+    name: str
+    arguments: str
+
+
+class McpApprovalResponseItem(msgspec.Struct, kw_only=True):
+    id: str
+    type: str = "mcp_approval_response"
+    approval_request_id: str
+    approve: bool
+    reason: str | None
+
+
+ItemObject = (
+    MessageItem
+    | FunctionCallItem
+    | FunctionCallOutputItem
+    | McpListToolsItem
+    | McpCallItem
+    | McpApprovalRequestItem
+    | McpApprovalResponseItem
+)

@@ -270,6 +270,50 @@ class FunctionCallArgumentsDone(ServerEvent, tag="response.function_call_argumen
     call_id: str
 
 
+# --- remote MCP tools (the server calls them itself) -------------------------------------
+
+
+class McpListToolsInProgress(ServerEvent, tag="mcp_list_tools.in_progress", kw_only=True):
+    item_id: str
+
+
+class McpListToolsCompleted(ServerEvent, tag="mcp_list_tools.completed", kw_only=True):
+    item_id: str
+
+
+class McpListToolsFailed(ServerEvent, tag="mcp_list_tools.failed", kw_only=True):
+    item_id: str
+
+
+class McpCallArgumentsDelta(ServerEvent, tag="response.mcp_call_arguments.delta", kw_only=True):
+    response_id: str
+    item_id: str
+    output_index: int
+    delta: str
+
+
+class McpCallArgumentsDone(ServerEvent, tag="response.mcp_call_arguments.done", kw_only=True):
+    response_id: str
+    item_id: str
+    output_index: int
+    arguments: str
+
+
+class McpCallInProgress(ServerEvent, tag="response.mcp_call.in_progress", kw_only=True):
+    item_id: str
+    output_index: int
+
+
+class McpCallCompleted(ServerEvent, tag="response.mcp_call.completed", kw_only=True):
+    item_id: str
+    output_index: int
+
+
+class McpCallFailed(ServerEvent, tag="response.mcp_call.failed", kw_only=True):
+    item_id: str
+    output_index: int
+
+
 _encoder = msgspec.json.Encoder()
 
 

@@ -83,7 +83,10 @@ class VoiceEngine:
         self.settings = settings
         #: The server's Prometheus metrics (``server/metrics.py``).
         self.metrics = metrics
-        self.limits = limits or Limits()
+        # The MCP hosts are the operator's (``--mcp-allowed-hosts``); settings without them allow none.
+        hosts = tuple(getattr(settings, "mcp_allowed_hosts", ()))
+        timeout_s = float(getattr(settings, "mcp_timeout_s", Limits.mcp_timeout_s))
+        self.limits = limits or Limits(mcp_allowed_hosts=hosts, mcp_timeout_s=timeout_s)
         self.cache = VoiceModels(registry, names, settings)
         #: Loaded models by registry name (the cache's own dict).
         self.models: dict[str, VoiceModel] = self.cache.loaded

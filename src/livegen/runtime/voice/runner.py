@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 from livegen.errors import RemoteProtocolError
 from livegen.logs import log_event
-from livegen.models.voice import StreamConfig, VoiceOutput, VoiceStream
+from livegen.models.voice import McpApprovals, StreamConfig, VoiceOutput, VoiceStream
 from livegen.protocol import realtime as wire
 from livegen.protocol.errors import INTERNAL_ERROR, MODEL_NOT_FOUND, UNSENT_BYTES_EXCEEDED
 from livegen.protocol.realtime import server as ev
@@ -438,3 +438,6 @@ async def _call(stream: VoiceStream, attempt: Attempt) -> None:
     elif kind is AttemptKind.UPDATE:
         assert attempt.config is not None
         await stream.update(attempt.config)
+    elif kind is AttemptKind.APPROVE and isinstance(stream, McpApprovals):
+        assert attempt.item_id is not None
+        await stream.approve(attempt.epoch, attempt.item_id, attempt.approve)
