@@ -26,11 +26,13 @@ SILENCE = (False, 1100.0)  # silence alone: no cut, the end 1100 ms after the la
 
 
 def mid(probability: float, arrives_ms: int, holds: bool = False) -> Check:
-    return Check(probability, 1250 * MS, arrives_ms * MS, arrives_ms * MS + 100 * MS, holds, 1700 * MS)
+    return Check(
+        probability, 1250 * MS, 1000 * MS, arrives_ms * MS, arrives_ms * MS + 100 * MS, holds, 1700 * MS
+    )
 
 
-def end(probability: float, arrives_ms: int) -> Check:
-    return Check(probability, 2250 * MS, arrives_ms * MS, arrives_ms * MS + 100 * MS, False, None)
+def end(probability: float, arrives_ms: int, holds: bool = False) -> Check:
+    return Check(probability, 2250 * MS, 2000 * MS, arrives_ms * MS, arrives_ms * MS + 100 * MS, holds, None)
 
 
 def test_a_verdict_inside_the_pause_cuts_the_turn_and_a_late_one_is_stale() -> None:
@@ -60,3 +62,16 @@ def test_the_best_point_is_the_fastest_within_the_budget() -> None:
     assert (fast["false_cut_rate"], safe["false_cut_rate"]) == (pytest.approx(0.1), pytest.approx(0.05))
     best = turn_budget._best([fast, safe, slow], "false_cut_rate")
     assert best["smart turn"] is safe
+
+
+def test_the_words_pick_a_short_silence_where_they_can_end_a_request_and_the_long_one_where_not() -> None:
+    # Words heard 100 ms after the model's arrival; a short wait of 500 ms from the last speech.
+    complete = [mid(0.0, 1300), end(0.0, 2300)]
+    assert turn_budget._words_wait(CLIP, complete, SILENCE, 500, free=False) == (True, 500.0)
+    # The pause is 700 ms: a short wait of 800 ms outlasts it.
+    assert turn_budget._words_wait(CLIP, complete, SILENCE, 800, free=False) == (False, 800.0)
+    held = [mid(0.0, 1300, holds=True), end(0.0, 2300, holds=True)]
+    assert turn_budget._words_wait(CLIP, held, SILENCE, 500, free=False) == (False, 1100.0)
+    late_words = [end(0.0, 2700)]  # heard after the short wait: the end waits for them
+    assert turn_budget._words_wait(CLIP, late_words, SILENCE, 500, free=False) == (False, 800.0)
+    assert turn_budget._words_wait(CLIP, late_words, SILENCE, 500, free=True) == (False, 500.0)

@@ -48,6 +48,8 @@ class Check:
     probability: float
     #: Where the check was made (a verdict with no compute time would arrive here).
     check_at: int
+    #: Where the speech before the pause ended.
+    last_speech: int
     model_at: int
     words_at: int
     holds: bool
@@ -74,7 +76,8 @@ class Recorder(Judge):
         words_at = max(model_at, pause_at + int(asr_s * SAMPLE_RATE))
         assert self.clip is not None
         resumes = _next_speech(self.clip, check_at)
-        self.checks.append(Check(probability, check_at, model_at, words_at, incomplete.holds(text), resumes))
+        held = incomplete.holds(text)
+        self.checks.append(Check(probability, check_at, check.sample, model_at, words_at, held, resumes))
         return None
 
 
@@ -111,6 +114,16 @@ def measure(model: Any, clips: Sequence[Clip], judge: Judge) -> dict[str, Any]:
         for detector in DETECTORS
         for threshold in THRESHOLDS
     } | {("silence", None, ms): silence[ms] for ms in WINDOWS_MS}
+    rows |= {
+        (detector, short, ms): [
+            _words_wait(clip, found, silence[ms][i], short, detector.endswith("no compute"))
+            for i, (clip, found) in enumerate(zip(clips, checks, strict=True))
+        ]
+        for ms in WINDOWS_MS
+        for detector in WORDS_WAIT
+        for short in SHORT_WAITS_MS
+        if short < ms
+    }
     everyone = _points(rows, clips, lambda clip: True)
     tuning = _points(rows, clips, lambda clip: clip.voice in TUNING_VOICES)
     held_out = _points(rows, clips, lambda clip: clip.voice not in TUNING_VOICES)
@@ -180,6 +193,31 @@ def _semantic(
     return is_cut, end_ms
 
 
+#: The words alone choose the silence: a short one when they can end a request, the long one when
+#: they cannot (its ``threshold`` is the short wait, in ms); Smart Turn is not asked.
+WORDS_WAIT = ("words pick the wait", "words pick the wait, no compute")
+SHORT_WAITS_MS = (300, 400, 500, 600, 700)
+
+
+def _words_wait(
+    clip: Clip, checks: list[Check], silence: tuple[bool, float], short_ms: float, free: bool
+) -> tuple[bool, float]:
+    """(cut early, end delay ms): silence of ``short_ms`` ends the turn where the words heard up to
+    the pause can end a request (once they are heard), else the long silence (``silence``) does."""
+    is_cut, end_ms = silence
+    for check in checks:
+        if check.holds:
+            continue
+        arrives = check.last_speech + int(short_ms * SAMPLE_RATE / 1000)
+        if not free:
+            arrives = max(arrives, check.words_at)
+        if check.resumes_at is not None:
+            is_cut = is_cut or arrives < check.resumes_at
+        else:
+            end_ms = min(end_ms, (arrives - clip.paused.speech_end) * 1000 / SAMPLE_RATE)
+    return is_cut, end_ms
+
+
 def _point(
     detector: str, threshold: float | None, window_ms: int, rows: list[tuple[bool, float]], groups: list[str]
 ) -> dict[str, Any]:
@@ -232,6 +270,8 @@ def render(results: dict[str, Any]) -> list[str]:
 
     def row(name: str, point: dict[str, Any]) -> str:
         threshold = "-" if point["threshold"] is None else f"{point['threshold']:g}"
+        if point["detector"] in WORDS_WAIT:
+            threshold = f"{threshold}ms"
         return (
             f"    {name:<34} threshold {threshold:>5} wait {point['window_ms']:4d} ms: false cut-offs "
             f"{point['false_cut_rate']:.3f} (function words {point['false_cut_rate_function_words']:.3f}), "
