@@ -19,6 +19,7 @@ keeps its old configuration.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeGuard, TypeVar
 
@@ -72,6 +73,7 @@ from livegen.protocol.realtime.session import (
     format_object,
 )
 from livegen.voice import tools as fn
+from livegen.voice.settings import REALTIME_VOICES
 
 T = TypeVar("T")
 
@@ -567,3 +569,12 @@ def _with_rate(fmt: AudioFormat, rate: int, param: str) -> AudioFormat:
         detail = f"{param} is {rate} Hz, but {fmt.encoding.value} is always {fmt.rate} Hz"
         raise INVALID_VALUE.error(detail=detail, param=param)
     return fmt
+
+
+def check_voice(voice: str, accepts: Callable[[str], bool] | None) -> None:
+    """OpenAI's ``invalid_value`` for a voice the model cannot speak with (``accepts``: the model's
+    lookup, None: any voice), naming it."""
+    if accepts is not None and not accepts(voice):
+        listed = ", ".join(f"'{name}'" for name in REALTIME_VOICES[:-1]) + f", and '{REALTIME_VOICES[-1]}'"
+        detail = f"Invalid value: '{voice}'. Supported values are: {listed}."
+        raise INVALID_VALUE.error(detail=detail, param="session.audio.output.voice")
