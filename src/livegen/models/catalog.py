@@ -71,6 +71,7 @@ CATALOG: list[ModelInfo] = [
         requires=("torch", "transformers"),
         # Never the default: it needs a directory of weights.
         priority=1000,
+        auto=False,
     ),
     ModelInfo(
         name="moshi-tiny",
@@ -81,6 +82,7 @@ CATALOG: list[ModelInfo] = [
         requires=("torch", "transformers"),
         # Never the default: it speaks noise.
         priority=1000,
+        auto=False,
     ),
 ]
 

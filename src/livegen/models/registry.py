@@ -41,6 +41,9 @@ class ModelInfo:
     #: Default-model preference: lower wins among available models of a kind.
     priority: int = 100
     aliases: tuple[str, ...] = field(default=())
+    #: Whether "auto" may pick it; False for a model that needs options to load or is only a test
+    #: of its path, so an install without the default's extra never falls back to it.
+    auto: bool = True
 
     def is_available(self) -> bool:
         return all(importlib.util.find_spec(module) is not None for module in self.requires)
@@ -77,7 +80,7 @@ class Registry:
 
     def default(self, kind: Kind) -> ModelInfo | None:
         """The available model of this kind with the lowest priority, if any."""
-        available = [e for e in self.entries(kind) if e.is_available()]
+        available = [e for e in self.entries(kind) if e.auto and e.is_available()]
         return min(available, key=lambda e: (e.priority, e.name), default=None)
 
     def resolve(self, kind: Kind, name: str | None) -> ModelInfo | None:

@@ -9,10 +9,11 @@ import pytest
 from tests.models.moshi.conftest import WINDOW, frames
 
 from livegen.errors import ConfigError
-from livegen.models.catalog import default_registry
+from livegen.models.catalog import CATALOG, default_registry
 from livegen.models.lockstep import LockstepModel
 from livegen.models.moshi import weights
 from livegen.models.moshi.loader import TINY_SEED, random_model, tiny_configs
+from livegen.models.registry import Kind, Registry
 
 
 @pytest.fixture(scope="module")
@@ -67,3 +68,10 @@ def test_the_catalog_serves_moshi_tiny_as_a_lockstep_voice_model() -> None:
     assert "noise" in entry.description
     assert registry.get("moshi").loader == "livegen.models.moshi.weights:load"
     assert isinstance(registry.load("moshi-tiny"), LockstepModel)
+
+
+def test_auto_never_falls_back_to_moshi_where_the_cascade_is_not_installed() -> None:
+    duplex_only = Registry(entry for entry in CATALOG if entry.name.startswith("moshi"))
+    assert all(entry.is_available() for entry in duplex_only.entries(Kind.VOICE))
+    assert duplex_only.default(Kind.VOICE) is None
+    assert duplex_only.resolve(Kind.VOICE, "moshi-tiny") is not None  # named, it serves

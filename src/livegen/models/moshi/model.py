@@ -75,7 +75,12 @@ class TextVocab:
 
 
 class MoshiLockstep:
-    """A loaded Moshi and its pool of ``max_sessions`` slots; ``step`` is called from one thread."""
+    """A loaded Moshi and its pool of ``max_sessions`` slots.
+
+    ``step`` is called from one thread; ``open_slot`` and ``close_slot`` between steps (the frame
+    clock's worker serialises them with ``step``): a slot closed during a step would lose its
+    generator mid-step.
+    """
 
     def __init__(
         self,
@@ -192,6 +197,10 @@ class MoshiLockstep:
                 text_logits, noise[:, 0], self.sampling.text_temperature, self.sampling.text_top_k
             )
             codes = self._depth(hidden, text, noise[:, 1:])
+            # A session's first acoustic codes belong to the frame before it began: Moshi (and the
+            # stock generate's delay pattern) feeds the start token there, not what was sampled.
+            first = [i for i, slot in enumerate(slots) if self._steps[slot] == 0]
+            codes[first, 1:] = self.audio_vocab
             out = self._decode(rows, slots, codes)
             self._text[rows] = text
             self._user_acoustic[rows] = user[:, 1:]
