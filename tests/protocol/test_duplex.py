@@ -115,3 +115,17 @@ def test_a_resume_must_name_session_token_and_a_seq() -> None:
         with pytest.raises(InvalidRequest) as refused:
             parse_resume(bad)
         assert refused.value.code == "invalid_session_resume"
+
+
+def test_the_held_greetings_capabilities_reach_the_session_created_that_replaces_it() -> None:
+    from livegen.protocol.realtime.session import CapabilitiesObject
+
+    dialect = DuplexDialect(hold_created=True)
+    dialect.inbound(json.dumps({"type": "session.update", "event_id": "u1", "session": {}}))
+    greeting = session_event("session.created")
+    assert isinstance(greeting, ev.SessionCreated)
+    greeting.session.capabilities = CapabilitiesObject(duplex="native", frame_ms=80.0)  # type: ignore[union-attr]
+    assert dialect.outbound(greeting) is None
+    created = dialect.outbound(session_event("session.updated"))
+    assert isinstance(created, ev.SessionCreated)
+    assert json.loads(ev.encode(created))["session"]["capabilities"]["frame_ms"] == 80.0

@@ -187,6 +187,12 @@ async def test_a_session_the_clock_cannot_hold_is_refused_realtime_capacity(
         async with factory.realtime.connect(model="duplex-one") as second:
             error = (await until(second, "error"))[-1].error
             assert error.code == "realtime_capacity" and "pool is full" in error.message
+        call = Caller(server.http_url, None)  # a WebRTC call is refused at its offer, the same way
+        try:
+            refused = await call.offer()
+            assert refused.status_code == 429 and refused.json()["error"]["code"] == "realtime_capacity"
+        finally:
+            await call.close()
         await speak(first)  # the one held goes on
         assert (await until(first, "response.done"))[-1].response.status == "completed"
     assert await admitted_again(factory)  # its slot came back once its session ended
@@ -227,10 +233,10 @@ class SdkCaller(Caller):
     async def offer(self, session: dict[str, Any] | None = None) -> Any:
         self.pc.addTrack(self.microphone)
         await self.pc.setLocalDescription(await self.pc.createOffer())
-        # Closed here: a client left to the garbage collector warns of its open socket in a later test.
         async with AsyncOpenAI(api_key=self.key or "unused", base_url=f"{self.base_url}/v1") as sdk:
             raw = await sdk.realtime.calls.with_raw_response.create(sdp=self.pc.localDescription.sdp)
-        return raw.http_response
+            await raw.http_response.aread()
+            return raw.http_response
 
 
 async def test_a_duplex_call_over_webrtc_answers_on_the_track_and_a_talk_over_cancels_it(

@@ -59,6 +59,7 @@ class LockstepDouble:
         self.raised: list[tuple[int, ...]] = []
         self.batches: list[tuple[int, ...]] = []
         self.threads: set[str] = set()
+        self.thread_ids: set[int] = set()
         self._lock = threading.Lock()
         tone = np.sin(2 * np.pi * 440 * np.arange(FRAME_SAMPLES) / RATE) * 6000
         self._tone = tone.astype("<i2").tobytes()
@@ -83,6 +84,7 @@ class LockstepDouble:
 
     def step(self, slots: Sequence[int], frames: Sequence[bytes]) -> list[LockstepFrame]:
         self.threads.add(threading.current_thread().name)
+        self.thread_ids.add(threading.get_ident())
         self.attempts.append(tuple(slots))
         arrays = [np.frombuffer(frame, "<i2") for frame in frames]
         if any(len(a) and a[0] == POISON for a in arrays):

@@ -19,6 +19,7 @@ keeps its old configuration.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeGuard, TypeVar
 
@@ -73,6 +74,7 @@ from livegen.protocol.realtime.session import (
 )
 from livegen.voice import tools as fn
 from livegen.voice.mcp_tools import McpTool
+from livegen.voice.settings import REALTIME_VOICES
 
 T = TypeVar("T")
 
@@ -576,3 +578,23 @@ def _with_rate(fmt: AudioFormat, rate: int, param: str) -> AudioFormat:
         detail = f"{param} is {rate} Hz, but {fmt.encoding.value} is always {fmt.rate} Hz"
         raise INVALID_VALUE.error(detail=detail, param=param)
     return fmt
+
+
+def check_voice(voice: str, accepts: Callable[[str], bool] | None) -> None:
+    """OpenAI's ``invalid_value`` for a voice the model cannot speak with (``accepts``: the model's
+    lookup, None: any voice), naming it."""
+    if accepts is not None and not accepts(voice):
+        listed = ", ".join(f"'{name}'" for name in REALTIME_VOICES[:-1]) + f", and '{REALTIME_VOICES[-1]}'"
+        detail = f"Invalid value: '{voice}'. Supported values are: {listed}."
+        raise INVALID_VALUE.error(detail=detail, param="session.audio.output.voice")
+
+
+def check_transcription_model(name: str, names: tuple[str, ...] | None) -> None:
+    """OpenAI's ``invalid_value`` for a recogniser the model does not have (``names``: the model's,
+    None: any), naming it and the ones it has: a misspelt name would otherwise be heard by the
+    default one, silently."""
+    if names is None or not name or name in names:
+        return
+    listed = ", ".join(f"'{known}'" for known in names[:-1]) + f", and '{names[-1]}'"
+    detail = f"Invalid value: '{name}'. Supported values are: {listed}."
+    raise INVALID_VALUE.error(detail=detail, param="session.audio.input.transcription.model")

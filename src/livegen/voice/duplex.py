@@ -34,9 +34,11 @@ from typing import TYPE_CHECKING, Any
 from livegen.errors import RemoteProtocolError
 from livegen.models.voice import OutputKind, VoiceOutput
 from livegen.protocol.errors import DUPLEX_UNSUPPORTED
+from livegen.protocol.realtime.session import CapabilitiesObject
 from livegen.voice.chain import Effect
 from livegen.voice.config import Config
 from livegen.voice.options import plan_response, session_options
+from livegen.voice.settings import ModelFacts
 
 if TYPE_CHECKING:
     from livegen.voice.session import Session
@@ -73,6 +75,18 @@ def on_turn_output(session: Session, output: VoiceOutput, now: float) -> list[Ef
         )
         effects.append(speaker.begin(response))
     return effects + speaker.on_output(response, output, now)
+
+
+def capabilities(model: ModelFacts, resumable: bool) -> CapabilitiesObject:
+    """What a session's model can do, for ``session.created`` (every voice model: cascade or native)."""
+    is_duplex = model.is_duplex
+    return CapabilitiesObject(
+        duplex="native" if is_duplex else "cascade",
+        resume=resumable,
+        frame_ms=model.frame_ms if is_duplex else None,
+        response_create=not is_duplex,
+        model_initiated_responses=is_duplex,
+    )
 
 
 def refused_event(event_type: str) -> RemoteProtocolError:
@@ -157,4 +171,4 @@ def check_setting(old: Config, new: Config) -> None:
             raise _refuse(param, why)
 
 
-__all__ = ["TURN_KINDS", "check_setting", "on_turn_output", "refused_event"]
+__all__ = ["TURN_KINDS", "capabilities", "check_setting", "on_turn_output", "refused_event"]

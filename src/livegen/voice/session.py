@@ -55,7 +55,7 @@ from livegen.protocol.errors import (
     UNKNOWN_EVENT_TYPE,
 )
 from livegen.protocol.realtime import server as ev
-from livegen.protocol.realtime.session import AnySessionObject, CapabilitiesObject, SessionObject
+from livegen.protocol.realtime.session import AnySessionObject, SessionObject
 from livegen.voice import duplex, mcp
 from livegen.voice.calls import CallLedger
 from livegen.voice.chain import (
@@ -73,7 +73,7 @@ from livegen.voice.chain import (
     queued,
     stamped,
 )
-from livegen.voice.config import Config, apply_update
+from livegen.voice.config import Config, apply_update, check_transcription_model, check_voice
 from livegen.voice.conversation import Conversation, Item, item_from_wire
 from livegen.voice.input_rate import InputRate
 from livegen.voice.ledger import InputLedger, Playback
@@ -81,7 +81,7 @@ from livegen.voice.mcp_tools import check_hosts
 from livegen.voice.options import ResponseOptions, plan_response, response_options, session_options
 from livegen.voice.output import Speaker
 from livegen.voice.response import Response
-from livegen.voice.settings import REALTIME_VOICES, IdFactory, Limits, ModelFacts
+from livegen.voice.settings import IdFactory, Limits, ModelFacts
 from livegen.voice.turns import TurnPolicy, TurnStep
 from livegen.voice.vad import Edge
 
@@ -166,14 +166,7 @@ class Session:
         """The session object with what its model can do (``capabilities``, an extension)."""
         session = config.to_object(self.id)
         if isinstance(session, SessionObject):
-            is_duplex = self.model.is_duplex
-            session.capabilities = CapabilitiesObject(
-                duplex="native" if is_duplex else "cascade",
-                resume=self.is_resumable,
-                frame_ms=self.model.frame_ms if is_duplex else None,
-                response_create=not is_duplex,
-                model_initiated_responses=is_duplex,
-            )
+            session.capabilities = duplex.capabilities(self.model, self.is_resumable)
         return session
 
     def _reset_vad(self) -> None:
@@ -260,9 +253,9 @@ class Session:
         if config.voice != self.config.voice and any(p.generated_ms for p in self.playbacks.values()):
             raise CANNOT_UPDATE_VOICE.error()
         if config.voice != self.config.voice:
-            self._check_voice(config.voice)
+            check_voice(config.voice, self.model.accepts_voice)
         if config.transcription_model != self.config.transcription_model:
-            self._check_transcription_model(config.transcription_model)
+            check_transcription_model(config.transcription_model, self.model.transcription_models)
         if config.input_format != self.config.input_format:
             self._decoder = InputDecoder(config.input_format, self.model.input_rate)
         old_vad = self.config.turn_detection
@@ -272,26 +265,6 @@ class Session:
         effects = self._control(AttemptKind.UPDATE, now, config=config.stream_config())
         effects.append(self._send(ev.SessionUpdated(session=config.to_object(self.id))))
         return effects + mcp.listing(listings, self.conversation, self._send)
-
-    def _check_voice(self, voice: str) -> None:
-        """OpenAI's ``invalid_value`` for a voice the model cannot speak with, naming it."""
-        accepts = self.model.accepts_voice
-        if accepts is not None and not accepts(voice):
-            listed = (
-                ", ".join(f"'{name}'" for name in REALTIME_VOICES[:-1]) + f", and '{REALTIME_VOICES[-1]}'"
-            )
-            detail = f"Invalid value: '{voice}'. Supported values are: {listed}."
-            raise INVALID_VALUE.error(detail=detail, param="session.audio.output.voice")
-
-    def _check_transcription_model(self, name: str) -> None:
-        """OpenAI's ``invalid_value`` for a recogniser the model does not have, naming it and the
-        ones it has: a misspelt name would otherwise be heard by the default one, silently."""
-        names = self.model.transcription_models
-        if names is None or not name or name in names:
-            return
-        listed = ", ".join(f"'{known}'" for known in names[:-1]) + f", and '{names[-1]}'"
-        detail = f"Invalid value: '{name}'. Supported values are: {listed}."
-        raise INVALID_VALUE.error(detail=detail, param="session.audio.input.transcription.model")
 
     def _switch_model(self, config: Config, event_id: str | None) -> list[Effect]:
         """A new model, allowed until the current one has been given input or asked to respond."""

@@ -134,3 +134,14 @@ async def test_input_past_the_queue_waits_for_the_clock_and_is_never_dropped() -
     await frames_of(member, 40)
     await clock.stop()
     assert b"".join(model_frames(model, member.slot)[:40]) == said
+
+
+async def test_two_clocks_of_one_model_call_it_from_one_thread() -> None:
+    model = LockstepDouble()  # loaded once per process: two servers' clocks share it
+    clocks = [FrameClock(model), FrameClock(model)]
+    members = [await clock.join(f"sess_{i}") for i, clock in enumerate(clocks)]
+    for member in members:
+        await frames_of(member, 3)
+    for clock in clocks:
+        await clock.stop()
+    assert len(model.thread_ids) == 1

@@ -5,9 +5,10 @@ one fixed frame in and one out per frame period, for every session. One
 ``FrameClock`` per loaded lockstep model runs a loop: each period it takes
 each member's next input frame (a member whose input is late gets silence for
 that frame, so one slow client never stalls the batch), calls
-``model.step(slots, frames)`` once, in the clock's one worker thread (never on
+``model.step(slots, frames)`` once, in the model's one worker thread (never on
 the event loop; slots are opened and closed in that thread too, so they
-always land between steps), and hands each member its ``LockstepFrame``.
+always land between steps; servers of one process share the model and its
+thread), and hands each member its ``LockstepFrame``.
 Sessions join and leave between frames (continuous batching).
 
 Admission (as the world scheduler admits, ``runtime/world/scheduler.py``): a
@@ -31,7 +32,9 @@ import collections
 import contextlib
 import logging
 import statistics
+import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -50,6 +53,19 @@ MAX_UNREAD_FRAMES = 250
 
 #: What a member's outputs carry: a frame, or the failure that ends its session.
 Delivered = LockstepFrame | ModelError
+
+#: The one worker thread of each loaded model, shared by every clock of it (a model is loaded once
+#: per process, and servers in one process share it: its calls must still come from one thread).
+_WORKERS: weakref.WeakKeyDictionary[LockstepModel, ThreadPoolExecutor] = weakref.WeakKeyDictionary()
+_WORKERS_LOCK = threading.Lock()
+
+
+def worker_of(model: LockstepModel) -> ThreadPoolExecutor:
+    """The model's one worker thread (made on first use)."""
+    with _WORKERS_LOCK:
+        if (worker := _WORKERS.get(model)) is None:
+            worker = _WORKERS[model] = ThreadPoolExecutor(1, thread_name_prefix="livegen-lockstep")
+        return worker
 
 
 class Member:
@@ -123,7 +139,7 @@ class FrameClock:
         self.clock = clock
         self.members: dict[int, Member] = {}
         self._step_costs: collections.deque[float] = collections.deque(maxlen=STEP_COST_STEPS)
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="livegen-lockstep")
+        self._executor = worker_of(model)
         self._task: asyncio.Task[None] | None = None
         #: Frames the clock stepped late (a step ran past the next frame's time), and steps made.
         self.missed_frames = 0
@@ -180,7 +196,6 @@ class FrameClock:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        self._executor.shutdown(wait=False, cancel_futures=True)
 
     # -- the loop --------------------------------------------------------------------------
     async def _run(self) -> None:
