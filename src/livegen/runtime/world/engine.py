@@ -55,6 +55,11 @@ class WorldSettings:
     ray_address: str | None = None
     #: Keyword options for the model's loader (a weights path, a device).
     model_options: Mapping[str, str | int] = dataclasses.field(default_factory=dict)
+    #: What the server offers world sessions, as ``session.capabilities`` says: recordings and
+    #: spectators (off until configured), and the transports a session may use.
+    recording: bool = False
+    spectators: bool = False
+    transports: tuple[wire.Transport, ...] = ("websocket",)
 
 
 class WorldEngine:
@@ -253,6 +258,20 @@ class WorldEngine:
                 )
                 for track in spec.controls
             ],
+            capabilities=self.capabilities(runner),
+        )
+
+    def capabilities(self, runner: Runner) -> wire.WorldCapabilities:
+        """``session.capabilities``: the session's controls and timing, the server's features."""
+        spec, settings = runner.spec, self.settings
+        return wire.WorldCapabilities(
+            controls=[track.name for track in spec.controls],
+            fps=spec.fps,
+            frames_per_chunk=spec.frames_per_chunk,
+            first_chunk_frames=spec.frames_in_chunk(0),
+            recording=settings.recording,
+            spectators=settings.spectators,
+            transports=list(settings.transports),
         )
 
 
