@@ -111,6 +111,29 @@ class TrackObject(msgspec.Struct):
     description: str
 
 
+#: How a world session's frames and events may travel: the WebSocket of ``/v1/worlds`` (WebRTC
+#: calls join the list where the server offers them).
+Transport = Literal["websocket", "webrtc"]
+
+
+class WorldCapabilities(msgspec.Struct):
+    """``session.capabilities``: what this session can do here, in one block a client reads first
+    (as the voice session's ``capabilities``). The model's side (controls, frame rate, chunk
+    length) and the server's (recordings, spectators, transports) as they apply to this session."""
+
+    #: The control tracks a ``world.event`` may carry (``controls`` describes each).
+    controls: list[str]
+    fps: float
+    #: Frames of each chunk after the first, and of chunk 0.
+    frames_per_chunk: int
+    first_chunk_frames: int
+    #: Whether the server records sessions (``session.update`` ``recording``), and whether
+    #: spectators may join; both false where the server has none configured.
+    recording: bool
+    spectators: bool
+    transports: list[Transport]
+
+
 class SessionObject(msgspec.Struct):
     """The session of ``session.created`` and ``session.updated``: what the client asked for,
     as the server applied it, and the model's shape (docs/world-protocol.md). The server
@@ -131,6 +154,7 @@ class SessionObject(msgspec.Struct):
     frames_per_chunk: int
     first_chunk_frames: int
     controls: list[TrackObject]
+    capabilities: WorldCapabilities
 
 
 class SessionCreated(msgspec.Struct, tag="session.created", tag_field="type"):

@@ -11,7 +11,7 @@ world event or a runner: the transport only moves text and bytes. WebRTC calls
 
 from __future__ import annotations
 
-import contextlib
+import importlib.util
 from typing import TYPE_CHECKING, Any
 
 from starlette.routing import BaseRoute, WebSocketRoute
@@ -69,6 +69,8 @@ class WorldService:
         assert state.world_model is not None
         self.state = state
         config = state.config
+        #: The WebRTC transport (``server/world_calls.py``), when aiortc is installed (``webrtc`` extra).
+        has_calls = importlib.util.find_spec("aiortc") is not None
         settings = WorldSettings(
             max_sessions=config.max_sessions,
             max_unsent_bytes=config.max_unsent_bytes,
@@ -83,14 +85,12 @@ class WorldService:
                 token_ttl_s=config.world_spectate_token_ttl_s,
                 max_unsent_bytes=config.max_unsent_bytes,
             ),
+            transports=("websocket", "webrtc") if has_calls else ("websocket",),
         )
         self.engine = WorldEngine(state.registry, state.world_model, settings)
         self.connections: set[SessionOwner] = set()
-        #: The WebRTC transport (``server/world_calls.py``), when aiortc is installed (``webrtc`` extra).
         self.calls: WorldCallService | None = None
-        with contextlib.suppress(ImportError):
-            import aiortc  # noqa: F401
-
+        if has_calls:
             from livegen.server.world_calls import WorldCallService
 
             self.calls = WorldCallService(self)

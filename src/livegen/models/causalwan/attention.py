@@ -5,20 +5,25 @@ and ``attn2(x, text, None, None)``; these processors replace the stock ones
 per layer and read what the current forward needs from one shared ``Pass``:
 
 - self-attention: queries of the chunk's tokens attend to the session's
-  context (sink frames, then the window, RoPE already applied when they were
-  written) and to the chunk itself, bidirectionally (block-causal). Rows of a
-  batch have different context lengths: contexts are left-padded and masked.
-  Only when ``Pass.collect`` is set (the final clean pass at t=0) does a layer
-  hand its chunk K/V back, to be written to the session's pages: the
-  denoising passes leave the cache as it was, so a failed or abandoned chunk
-  does too.
+  context (sink frames, then the window) and to the chunk itself,
+  bidirectionally (block-causal). Rows of a batch have different context
+  lengths: contexts are left-padded and masked. Only when ``Pass.collect`` is
+  set (the final clean pass at t=0) does a layer hand its chunk K/V back, to
+  be written to the session's pages: the denoising passes leave the cache as
+  it was, so a failed or abandoned chunk does too.
 - cross-attention: the prompt's K/V, computed once per prompt and cached
   (``Pass.text``), instead of projecting the text again on every pass.
 
-RoPE positions are absolute latent-frame indices (the stock table for the
-height and width axes; the frame axis computed for any position, so a long
-rollout never runs off the table), matching what a full-sequence forward of
-the whole history would see.
+RoPE positions are re-indexed, not absolute: keys are cached *before*
+rotation, and each chunk rotates its context's keys at the slots they hold
+now (the sink frames at 0.., the window right after them) and its own frames
+after those (``context_positions``, ``Pass.context`` rotated once per chunk
+by the model). So a frame's position is where it sits in what the chunk sees,
+at most sink + window + chunk - 1 however long the session runs, within the
+range the checkpoint was trained on (``CausalWanConfig.trained_frames``), as
+the training-free long-horizon methods do (rolling sink, RoPE reset). Until
+the window first slides the positions equal the absolute ones. The height and
+width axes use the stock table.
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ class Pass:
     mask: Tensor | None = None
     #: Per layer, the batch's prompt K/V.
     text: list[LayerKV] = field(default_factory=list)
-    #: Set on the clean pass: per layer, the chunk's K/V after RoPE.
+    #: Set on the clean pass: per layer, the chunk's K/V, K before RoPE (a page is rotated when read).
     collect: list[LayerKV] | None = None
 
 
@@ -87,11 +92,11 @@ class CachedSelfAttention:
         q = _heads(attn, attn.norm_q(attn.to_q(hidden_states)))
         k = _heads(attn, attn.norm_k(attn.to_k(hidden_states)))
         v = _heads(attn, attn.to_v(hidden_states))
-        if rotary_emb is not None:
-            q, k = _rotate(q, *rotary_emb), _rotate(k, *rotary_emb)
         state = self.state
         if state.collect is not None:
             state.collect.append((k, v))
+        if rotary_emb is not None:
+            q, k = _rotate(q, *rotary_emb), _rotate(k, *rotary_emb)
         if state.context is not None:
             ck, cv = state.context[self.layer]
             k, v = torch.cat([ck.to(k.dtype), k], 1), torch.cat([cv.to(v.dtype), v], 1)
@@ -132,8 +137,21 @@ def install(transformer: Any, state: Pass) -> None:
         block.attn2.set_processor(CachedCrossAttention(index, state))
 
 
+def rotate_keys(keys: Tensor, rotary: tuple[Tensor, Tensor]) -> Tensor:
+    """Cached (un-rotated) keys (batch, tokens, heads, head_dim) rotated at a chunk's context slots."""
+    return _rotate(keys, *rotary)
+
+
+def context_positions(lengths: list[int], width: int, frames: int) -> tuple[Tensor, Tensor]:
+    """Per batch row, the RoPE positions of its context frames, left-padded to ``width`` (padding
+    is masked; it gets 0), and of its chunk's ``frames`` frames right after its own context."""
+    context = [[max(0, slot - (width - n)) for slot in range(width)] for n in lengths]
+    chunk = [[n + f for f in range(frames)] for n in lengths]
+    return torch.tensor(context, dtype=torch.long), torch.tensor(chunk, dtype=torch.long)
+
+
 def rope(transformer: Any, positions: Tensor, height: int, width: int) -> tuple[Tensor, Tensor]:
-    """RoPE cos/sin for frames at absolute ``positions`` (batch, frames): (batch, tokens, 1, head_dim)."""
+    """RoPE cos/sin for frames at ``positions`` (batch, frames): (batch, tokens, 1, head_dim)."""
     module = transformer.rope
     _, p_h, p_w = transformer.config.patch_size
     pph, ppw = height // p_h, width // p_w

@@ -5,7 +5,8 @@ the tiny random ones, ``loader.py``); this is what livegen adds on top, with
 Self-Forcing's values as defaults: 3 latent frames per chunk, the four-step
 sigmas 1000/750/500/250 shifted by 5, 16 fps. The attention window is
 LongLive's (sink 3 plus 9 more frames, 12 of context), since Self-Forcing
-itself attends to the whole 21-frame clip and has no rolling window.
+itself attends to the whole 21-frame clip and has no rolling window. The
+positions a chunk uses (sink + window + chunk, 15) stay within those 21.
 """
 
 from __future__ import annotations
@@ -24,6 +25,10 @@ class CausalWanConfig:
     first_chunk_latent_frames: int = 3
     sink_frames: int = 3
     window_frames: int = 9
+    #: Latent frames of the clips the checkpoint was trained on (Self-Forcing's 21): RoPE positions
+    #: 0 to this - 1 are the ones it knows. Positions are re-indexed per chunk (``attention.py``), so
+    #: sink + window + a chunk must fit in it, whatever the session's length.
+    trained_frames: int = 21
     #: Denoising sigmas before the scheduler's shift (the DMD student's 4 steps).
     sigmas: tuple[float, ...] = (1.0, 0.75, 0.5, 0.25)
     shift: float = 5.0
@@ -38,6 +43,12 @@ class CausalWanConfig:
     #: One session's VAE decoder cache in bytes (measured at load, ``vae.state_bytes``).
     decoder_state_bytes: int = 0
     description: str = ""
+
+    @property
+    def positions_used(self) -> int:
+        """RoPE positions a chunk ever uses: its context (sink and window) and its own frames."""
+        chunk = max(self.latent_frames_per_chunk, self.first_chunk_latent_frames)
+        return self.sink_frames + self.window_frames + chunk
 
     def tokens_per_frame(self, patch_size: tuple[int, ...]) -> int:
         return (self.latent_height // patch_size[1]) * (self.latent_width // patch_size[2])

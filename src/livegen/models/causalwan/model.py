@@ -15,9 +15,13 @@ frame, clean, through every denoising step (``_pin``); its decoded frame is
 the VAE's reconstruction of the image.
 
 Nothing of a session changes until its whole chunk succeeded: pages, decoder
-state, RoPE position and prompt cache are staged and assigned at the end, so
+state and prompt cache are staged and assigned at the end, so
 a failed chunk leaves the session as it was. Chunk 0 starts a session afresh;
 a later chunk of a session the model no longer holds raises ``StateEvicted``.
+RoPE positions are re-indexed per chunk (``attention.py``): a chunk's frames
+sit right after its context, so no position grows with the session, and
+nothing else of a session does either (pages: sink + window; the decoder
+cache: fixed-size; prompts: ``PROMPT_CACHE_SIZE``).
 Noise comes from generators seeded by (seed, chunk index), so a seed, prompt
 and controls always give the same frames.
 """
@@ -33,7 +37,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from livegen.errors import ModelContractError, StateEvicted
+from livegen.errors import ConfigError, ModelContractError, StateEvicted
 from livegen.models.causalwan import attention, controls
 from livegen.models.causalwan.attention import LayerKV, Pass
 from livegen.models.causalwan.config import CausalWanConfig
@@ -53,8 +57,6 @@ class _Session:
     text_key: TextKey
     text: list[LayerKV]
     decoder: DecoderState
-    #: Latent frames committed so far: the RoPE position of the next chunk's first frame.
-    position: int = 0
     #: Per frame (layers, 2, tokens, heads, head_dim) when the runtime passes no pool.
     pages: list[Tensor] = field(default_factory=list)
 
@@ -64,8 +66,7 @@ class _Job:
     tick: Tick
     session: _Session | None
     text: list[LayerKV]
-    context: list[Tensor]  # per frame (layers, 2, tokens, heads, head_dim)
-    position: int
+    context: list[Tensor]  # per frame (layers, 2, tokens, heads, head_dim), K before RoPE
     latents: Tensor | None = None
     kv: Tensor | None = None  # (frames, layers, 2, tokens, heads, head_dim)
     #: Chunk 0 of a session with a seed image: the image's latent frame, (C, 1, h, w).
@@ -85,6 +86,12 @@ class CausalWan:
         scheduler: Any,
         control_embedding: controls.ControlEmbedding | None = None,
     ) -> None:
+        if config.positions_used > config.trained_frames:
+            raise ConfigError(
+                f"sink {config.sink_frames} + window {config.window_frames} + a chunk's latent frames need "
+                f"{config.positions_used} RoPE positions; the checkpoint knows {config.trained_frames} "
+                "(trained_frames in livegen.json)"
+            )
         self.name = name
         self.config = config
         self.transformer, self.vae, self.scheduler = transformer, vae, scheduler
@@ -188,8 +195,7 @@ class CausalWan:
             context = list(session.pages)
         else:
             context = [kv_storage[page] for page in tick.context_pages]
-        position = 0 if session is None else session.position
-        job = _Job(tick=tick, session=session, text=text, context=context, position=position)
+        job = _Job(tick=tick, session=session, text=text, context=context)
         if meta.chunk_index == 0 and tick.seed_image is not None:
             job.seed_latent = self.encode_image(tick.seed_image)
         return job
@@ -250,9 +256,10 @@ class CausalWan:
         x = _pin(
             torch.stack([torch.randn(shape, generator=g) for g in gens]).to(self.device, self.dtype), jobs
         )
-        positions = torch.tensor([[j.position + f for f in range(frames)] for j in jobs])
+        lengths = [len(j.context) for j in jobs]
+        context_positions, positions = attention.context_positions(lengths, max(lengths), frames)
         cond = self._controls(jobs, frames)
-        self._bind(jobs, frames)
+        self._bind(jobs, frames, context_positions)
         try:
             for i, sigma in enumerate(self.sigmas):
                 flow = self.forward(x, sigma, positions, cond)
@@ -273,8 +280,9 @@ class CausalWan:
         for job, latents, chunk_kv in zip(jobs, x0, kv, strict=True):
             job.latents, job.kv = latents, chunk_kv.contiguous()
 
-    def _bind(self, jobs: list[_Job], frames: int) -> None:
-        """Point the processors at this batch's prompts and padded contexts."""
+    def _bind(self, jobs: list[_Job], frames: int, positions: Tensor) -> None:
+        """Point the processors at this batch's prompts and padded contexts, the cached keys rotated
+        once for the whole chunk at the context ``positions`` (batch, width) they hold now."""
         state = self._pass
         state.text = [
             (torch.cat([j.text[layer][0] for j in jobs]), torch.cat([j.text[layer][1] for j in jobs]))
@@ -288,7 +296,10 @@ class CausalWan:
         rows = torch.stack([torch.stack([pad] * (width - len(j.context)) + j.context) for j in jobs])
         # (batch, width, layers, 2, T, heads, hd) -> per layer (batch, width*T, heads, hd)
         per_layer = rows.permute(2, 3, 0, 1, 4, 5, 6).flatten(3, 4)
-        state.context = [(layer[0], layer[1]) for layer in per_layer]
+        c = self.config
+        cos, sin = attention.rope(self.transformer, positions, c.latent_height, c.latent_width)
+        rotary = (cos.to(self.device), sin.to(self.device))
+        state.context = [(attention.rotate_keys(layer[0], rotary), layer[1]) for layer in per_layer]
         t = self.tokens_per_frame
         valid = [
             [False] * (width - len(j.context)) * t + [True] * (len(j.context) + frames) * t for j in jobs
@@ -356,7 +367,6 @@ class CausalWan:
             keep = self.config.sink_frames, self.config.window_frames
             session.pages[keep[0] : max(keep[0], len(session.pages) - keep[1])] = []
         session.text_key, session.text, session.decoder = key, job.text, decoder
-        session.position = job.position + len(job.kv)
         self._sessions[tick.meta.session_id] = session
 
 

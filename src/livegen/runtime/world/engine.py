@@ -61,6 +61,8 @@ class WorldSettings:
     recordings: RecordingSettings | None = None
     #: Spectator bounds; None: no spectators (``session.spectate_token`` is refused).
     spectators: SpectatorLimits | None = None
+    #: The transports a session may use (``session.capabilities``): WebRTC where calls are served.
+    transports: tuple[wire.Transport, ...] = ("websocket",)
 
 
 class WorldEngine:
@@ -314,6 +316,20 @@ class WorldEngine:
                 )
                 for track in spec.controls
             ],
+            capabilities=self.capabilities(runner),
+        )
+
+    def capabilities(self, runner: Runner) -> wire.WorldCapabilities:
+        """``session.capabilities``: the session's controls and timing, the server's features."""
+        spec, settings = runner.spec, self.settings
+        return wire.WorldCapabilities(
+            controls=[track.name for track in spec.controls],
+            fps=spec.fps,
+            frames_per_chunk=spec.frames_per_chunk,
+            first_chunk_frames=spec.frames_in_chunk(0),
+            recording=settings.recordings is not None,
+            spectators=settings.spectators is not None,
+            transports=list(settings.transports),
         )
 
 

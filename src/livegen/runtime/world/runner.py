@@ -197,6 +197,9 @@ class Runner:
         with contextlib.suppress(ModelError):  # the failure is in the effects, reported below
             self.session.commit_tick(plan, chunk.meta, chunk)
         self._settle()
+        # A committed chunk's timing went with its output; a failed commit's must not stay behind
+        # (one entry per failure, for as long as the session lives).
+        self._timings.pop(plan.meta.request_id, None)
 
     def tick_failed(self, plan: Plan, code: str, message: str) -> None:
         self.session.fail_tick(plan, code, message)
