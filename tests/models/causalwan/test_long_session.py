@@ -10,12 +10,15 @@ window has filled) with the last thousand, never a timing.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
 import torch
 
+from livegen.errors import ConfigError
 from livegen.models.causalwan import attention
+from livegen.models.causalwan.model import CausalWan
 from livegen.models.world import Tick, TickMeta
 from livegen.runtime.world.kv_pool import Pool
 from long_run import FRAMES, Footprint
@@ -81,3 +84,10 @@ def _state(model: Any, pool: Pool) -> tuple[int, ...]:
         len(session.decoder.caches or ()),
         len(session.pages),
     )
+
+
+def test_a_window_wider_than_the_trained_positions_is_refused_at_load(small: Any) -> None:
+    """sink + window + a chunk must fit the positions the checkpoint was trained on."""
+    config = dataclasses.replace(small.config, trained_frames=small.config.positions_used - 1)
+    with pytest.raises(ConfigError, match="RoPE positions"):
+        CausalWan("causal-wan", config, small.transformer, small.vae, small.encode_text, small.scheduler)
