@@ -43,10 +43,6 @@ from livegen.protocol.errors import (
     CONVERSATION_ALREADY_HAS_ACTIVE_RESPONSE,
     INPUT_AUDIO_BUFFER_COMMIT_EMPTY,
     INVALID_RESUME,
-    INVALID_VALUE,
-    ITEM_DELETE_INVALID_ITEM_ID,
-    ITEM_RETRIEVE_INVALID_ITEM_ID,
-    ITEM_TRUNCATE_INVALID_ITEM_ID,
     MODEL_APPEND_FAILED,
     MODEL_CHANGE_UNSUPPORTED,
     NO_RESPONSES_IN_TRANSCRIPTION,
@@ -56,7 +52,7 @@ from livegen.protocol.errors import (
 )
 from livegen.protocol.realtime import server as ev
 from livegen.protocol.realtime.session import AnySessionObject, SessionObject
-from livegen.voice import duplex, mcp
+from livegen.voice import duplex, item_events, mcp
 from livegen.voice.calls import CallLedger
 from livegen.voice.chain import (
     INPUT_KINDS,
@@ -74,7 +70,7 @@ from livegen.voice.chain import (
     stamped,
 )
 from livegen.voice.config import Config, apply_update, check_transcription_model, check_voice
-from livegen.voice.conversation import Conversation, Item, item_from_wire
+from livegen.voice.conversation import Conversation, Item
 from livegen.voice.input_rate import InputRate
 from livegen.voice.ledger import InputLedger, Playback
 from livegen.voice.mcp_tools import check_hosts
@@ -366,69 +362,6 @@ class Session:
         effects.append(self._send(ev.InputAudioBufferCleared()))
         return effects
 
-    def _on_item_create(self, event: wire.ItemCreate, now: float) -> list[Effect]:
-        if self.model.is_duplex:
-            raise duplex.refused_event(event.TYPE)
-        raw_id = event.item.get("id")
-        item = item_from_wire(event.item, raw_id if isinstance(raw_id, str) and raw_id else self.ids("item"))
-        if item.type == "mcp_approval_response":
-            return self._on_approval(item, event.previous_item_id, now)
-        # The call ledger is asked first and written last, so a refused item changes nothing.
-        if item.type == "function_call_output":
-            self.calls.check_output(item.call_id)
-        elif item.type == "function_call" and item.call_id in self.calls:
-            detail = f"a function call with call_id {item.call_id!r} already exists"
-            raise INVALID_VALUE.error(detail=detail, param="item.call_id")
-        previous = self.conversation.add(item, event.previous_item_id)
-        if item.type == "function_call_output":
-            self.calls.answer(item.call_id)
-        elif item.type == "function_call":
-            self.calls.open(item.call_id, "")
-        return [
-            self._send(ev.ItemAdded(item=item.to_object(), previous_item_id=previous)),
-            self._send(ev.ItemDone(item=item.to_object(), previous_item_id=previous)),
-        ]
-
-    def _on_approval(self, item: Item, previous_item_id: str | None, now: float) -> list[Effect]:
-        """The client's answer to a pending MCP approval request: the model may call, or not."""
-        request_id = mcp.check_answer(item, self.response)
-        previous = self.conversation.add(item, previous_item_id)
-        assert self.response is not None  # check_answer found the request in it
-        mcp.answered(self.response, request_id)
-        approve = bool((item.mcp or {}).get("approve"))
-        attempt = self._attempt(AttemptKind.APPROVE, now, item_id=request_id, approve=approve)
-        return [
-            self._send(ev.ItemAdded(item=item.to_object(), previous_item_id=previous)),
-            self._send(ev.ItemDone(item=item.to_object(), previous_item_id=previous)),
-            Run(attempt),
-        ]
-
-    def _on_item_retrieve(self, event: wire.ItemRetrieve, now: float) -> list[Effect]:
-        item = self.conversation.get(event.item_id, ITEM_RETRIEVE_INVALID_ITEM_ID)
-        return [self._send(ev.ItemRetrieved(item=item.to_object()))]
-
-    def _on_item_delete(self, event: wire.ItemDelete, now: float) -> list[Effect]:
-        self.conversation.get(event.item_id, ITEM_DELETE_INVALID_ITEM_ID)
-        effects: list[Effect] = []
-        if (
-            self.response is not None
-            and self.response.item is not None
-            and self.response.item.id == event.item_id
-        ):
-            effects += self._advance_epoch(now, "client_cancelled")
-        self.conversation.delete(event.item_id)
-        effects.append(self._send(ev.ItemDeleted(item_id=event.item_id)))
-        return effects
-
-    def _on_item_truncate(self, event: wire.ItemTruncate, now: float) -> list[Effect]:
-        item = self.conversation.get(event.item_id, ITEM_TRUNCATE_INVALID_ITEM_ID)
-        self.speaker.check_truncate(item, event.content_index, event.audio_end_ms)
-        effects: list[Effect] = []
-        if self.response is not None and self.response.item is item:
-            effects += self._advance_epoch(now, "client_cancelled")
-        effects.append(self.speaker.cut(item, event.audio_end_ms, now))
-        return effects
-
     def _on_response_create(self, event: wire.ResponseCreate, now: float) -> list[Effect]:
         if self.config.is_transcription:
             raise NO_RESPONSES_IN_TRANSCRIPTION.error()
@@ -476,10 +409,10 @@ class Session:
         wire.AudioAppend: _on_append,
         wire.AudioCommit: _on_commit,
         wire.AudioClear: _on_clear,
-        wire.ItemCreate: _on_item_create,
-        wire.ItemRetrieve: _on_item_retrieve,
-        wire.ItemDelete: _on_item_delete,
-        wire.ItemTruncate: _on_item_truncate,
+        wire.ItemCreate: item_events.on_create,
+        wire.ItemRetrieve: item_events.on_retrieve,
+        wire.ItemDelete: item_events.on_delete,
+        wire.ItemTruncate: item_events.on_truncate,
         wire.ResponseCreate: _on_response_create,
         wire.ResponseCancel: _on_response_cancel,
         wire.OutputAudioClear: _on_output_clear,
