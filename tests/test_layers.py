@@ -72,7 +72,7 @@ CONTRACTS = ("livegen.models.voice", "livegen.models.world", "livegen.models.con
 #: The training package: shipped for `livegen train-world`, never imported by what serves.
 TRAINING = ("livegen.training",)
 #: What does not serve: the load generators, the command line, the training code.
-NOT_SERVING = ("livegen.bench", "livegen.cli", "livegen.__main__", *TRAINING)
+NOT_SERVING = ("livegen.bench", "livegen.cli", "livegen.serve_cli", "livegen.__main__", *TRAINING)
 
 
 @dataclass(frozen=True)

