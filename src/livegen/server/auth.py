@@ -29,7 +29,9 @@ KEY_SUBPROTOCOL_PREFIX = "openai-insecure-api-key."
 OPEN_PATHS = frozenset({"/health", "/"})
 OPEN_PREFIXES = ("/static/",)
 #: Where an ephemeral key stands in for the server's: opening voice sessions, and hanging up calls.
-EPHEMERAL_PATHS = frozenset({"/v1/realtime", "/v1/realtime/calls", "/v1/worlds/calls"})
+EPHEMERAL_PATHS = frozenset(
+    {"/v1/realtime", "/v1/realtime/translations", "/v1/realtime/calls", "/v1/worlds/calls"}
+)
 EPHEMERAL_HANGUP = (("/v1/realtime/calls/", "/v1/worlds/calls/"), "/hangup")
 EPHEMERAL_PREFIX = "ek_"
 
