@@ -23,6 +23,7 @@ import pytest
 from openai import AsyncOpenAI
 from openai.types.realtime import RealtimeTranslationServerEvent
 from pydantic import TypeAdapter
+from websockets.exceptions import InvalidStatus
 
 from conformance.conftest import API_KEY, _serve
 from conformance.test_openai_sdk import VERSION
@@ -154,6 +155,17 @@ async def test_a_translation_key_binds_its_language(llm_server: ServerThread) ->
     ) as c:
         created = EVENTS.validate_python(json.loads(await c.recv_bytes()))
     assert created.type == "session.created" and created.session.audio.output.language == "de"
+    # A key opens only the kind of session it was minted for.
+    with pytest.raises(InvalidStatus, match="401"):
+        async with _sdk(llm_server, minted.value).realtime.connect(model="gpt-realtime"):
+            pass
+    async with _sdk(llm_server) as client:
+        realtime_key = (await client.realtime.client_secrets.create()).value
+    with pytest.raises(InvalidStatus, match="401"):
+        async with _sdk(llm_server, realtime_key).realtime.translations.connect(
+            model="gpt-realtime-translate"
+        ):
+            pass
 
 
 async def test_without_a_language_model_translation_is_refused(plain_server: ServerThread) -> None:
