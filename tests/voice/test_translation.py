@@ -78,3 +78,28 @@ def test_responses_and_items_stay_inside_and_closed_is_said_once() -> None:
     assert _out(dialect, {"type": "response.done", "response": {}}) == [] and dialect.responses == 0
     assert [e["type"] for e in dialect.closing("")] == ["session.closed"]
     assert _out(dialect, {"type": "session.closed"}) == []
+
+
+@pytest.mark.parametrize(
+    ("audio_in", "param"),
+    [
+        ({"noise_reduction": {"type": "loud"}}, "session.audio.input.noise_reduction.type"),
+        ({"noise_reduction": {}}, "session.audio.input.noise_reduction.type"),
+        ({"transcription": {"model": 3}}, "session.audio.input.transcription.model"),
+    ],
+)
+def test_a_refused_update_changes_nothing(audio_in: dict[str, object], param: str) -> None:
+    dialect = _dialect()
+    update = {"audio": {"output": {"language": "fr"}, "input": audio_in}}
+    with pytest.raises(RemoteProtocolError) as refused:
+        dialect.config.apply(update)
+    assert refused.value.param == param
+    assert (dialect.config.language, dialect.config.noise_reduction) == ("en", None)
+
+
+def test_noise_reduction_reaches_the_voice_session() -> None:
+    dialect = _dialect()
+    dialect.config.apply({"audio": {"input": {"noise_reduction": {"type": "far_field", "strength": 0.5}}}})
+    session = dialect.config.realtime_session()
+    assert session["audio"]["input"]["noise_reduction"] == {"type": "far_field"}
+    assert dialect.session()["audio"]["input"]["noise_reduction"]["type"] == "far_field"

@@ -40,6 +40,7 @@ INSTRUCTIONS = (
 )
 #: What the translation dialect's clients may send (OpenAI's list, for an unknown type).
 CLIENT_EVENTS = ("session.update", "session.input_audio_buffer.append", "session.close")
+NOISE_REDUCTION_TYPES = ("near_field", "far_field")
 
 
 def _object(value: object, param: str) -> dict[str, Any]:
@@ -48,6 +49,11 @@ def _object(value: object, param: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise wire_errors.INVALID_TYPE.error(detail=f"{param} must be an object", param=param)
     return value
+
+
+def _nullable(value: object, param: str) -> dict[str, Any] | None:
+    """An object that may be ``null`` (off), but not empty: then it lacks its required fields."""
+    return None if value is None else _object(value, param)
 
 
 @dataclass
@@ -60,26 +66,26 @@ class TranslationConfig:
     noise_reduction: dict[str, Any] | None = None
 
     def apply(self, session: object, prefix: str = "session") -> None:
-        """A ``session.update``'s (or a key's) ``session`` object: only ``audio`` may change."""
+        """A ``session.update``'s (or a key's) ``session`` object: only ``audio`` may change. All of
+        it is checked before any of it is applied: a refused update changes nothing."""
         audio = _object(_object(session, prefix).get("audio"), f"{prefix}.audio")
         output = _object(audio.get("output"), f"{prefix}.audio.output")
         audio_in = _object(audio.get("input"), f"{prefix}.audio.input")
-        if "language" in output:
-            language = output["language"]
-            if not isinstance(language, str) or not language.strip() or len(language) > 64:
-                detail = "audio.output.language must be a language name or code (1 to 64 characters)"
-                raise wire_errors.INVALID_VALUE.error(detail=detail, param=f"{prefix}.audio.output.language")
-            self.language = language.strip()
-        if "transcription" in audio_in:
-            transcription = audio_in["transcription"]
-            if transcription is not None and not isinstance(_object(transcription, "t").get("model"), str):
-                detail = "audio.input.transcription.model must be a string"
-                raise wire_errors.INVALID_VALUE.error(
-                    detail=detail, param=f"{prefix}.audio.input.transcription.model"
-                )
-            self.transcription = transcription
-        if "noise_reduction" in audio_in:
-            self.noise_reduction = _object(audio_in["noise_reduction"], "n") or None
+        language = output.get("language", self.language)
+        if not isinstance(language, str) or not language.strip() or len(language) > 64:
+            detail = "audio.output.language must be a language name or code (1 to 64 characters)"
+            raise wire_errors.INVALID_VALUE.error(detail=detail, param=f"{prefix}.audio.output.language")
+        param = f"{prefix}.audio.input.transcription"
+        transcription = _nullable(audio_in.get("transcription", self.transcription), param)
+        if transcription is not None and not isinstance(transcription.get("model"), str):
+            detail = "audio.input.transcription.model must be a string"
+            raise wire_errors.INVALID_VALUE.error(detail=detail, param=f"{param}.model")
+        param = f"{prefix}.audio.input.noise_reduction"
+        noise = _nullable(audio_in.get("noise_reduction", self.noise_reduction), param)
+        if noise is not None and noise.get("type") not in NOISE_REDUCTION_TYPES:
+            detail = "audio.input.noise_reduction.type must be 'near_field' or 'far_field'"
+            raise wire_errors.INVALID_VALUE.error(detail=detail, param=f"{param}.type")
+        self.language, self.transcription, self.noise_reduction = language.strip(), transcription, noise
 
     def realtime_session(self) -> dict[str, Any]:
         """The voice session's configuration that carries out this translation."""
