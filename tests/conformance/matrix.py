@@ -35,6 +35,7 @@ CAPABILITIES: dict[str, str] = {
     "transcription-keywords": "`audio.input.transcription.keywords` steer the recogniser",
     "preambles": "a slow answer is preceded by a spoken `phase: commentary` item, then `final_answer`",
     "mcp-tools": "`{type: mcp}` tools: listed, called by the server, approved, failures contained",
+    "translation-session": "`client.realtime.translations`: speech recognised, translated, spoken",
 }
 
 #: Worst first: a cell shows the worst outcome of its tests.

@@ -261,6 +261,14 @@ NO_RESPONSES_IN_TRANSCRIPTION = WireError(
     "`response.create` in a session of `type: transcription`",
     kind=InvalidState,
 )
+NO_LANGUAGE_MODEL = WireError(
+    "invalid_value",
+    "translation sessions need a language model to translate with: start the server with "
+    "--llm-base-url (an OpenAI-compatible chat endpoint)",
+    "livegen",
+    "a translation session (`/v1/realtime/translations`) or key on a server without `--llm-base-url`",
+    "model",
+)
 RESPONSE_CANCEL_NOT_ACTIVE = WireError(
     "response_cancel_not_active",
     "Cancellation failed: no active response found",

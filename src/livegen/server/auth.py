@@ -29,9 +29,13 @@ KEY_SUBPROTOCOL_PREFIX = "openai-insecure-api-key."
 OPEN_PATHS = frozenset({"/health", "/"})
 OPEN_PREFIXES = ("/static/",)
 #: Where an ephemeral key stands in for the server's: opening voice sessions, and hanging up calls.
-EPHEMERAL_PATHS = frozenset({"/v1/realtime", "/v1/realtime/calls", "/v1/worlds/calls"})
+EPHEMERAL_PATHS = frozenset(
+    {"/v1/realtime", "/v1/realtime/translations", "/v1/realtime/calls", "/v1/worlds/calls"}
+)
 EPHEMERAL_HANGUP = (("/v1/realtime/calls/", "/v1/worlds/calls/"), "/hangup")
 EPHEMERAL_PREFIX = "ek_"
+#: Where translation sessions open (``server/translation.py``): only translation keys open them.
+TRANSLATION_PATH = "/v1/realtime/translations"
 
 
 def offered_subprotocols(scope: Scope) -> list[str]:
@@ -104,8 +108,13 @@ class APIKeyMiddleware:
         if self._is_server_key(key):
             return None  # the server's key, first: it may itself start with "ek_"
         if key is not None and key.startswith(EPHEMERAL_PREFIX) and (path in EPHEMERAL_PATHS or is_hangup):
-            if self.client_secrets is not None and self.client_secrets.lookup(key) is not None:
-                return None
+            secret = self.client_secrets.lookup(key) if self.client_secrets is not None else None
+            if secret is not None:
+                # A key opens the kind of session it was minted for: translation keys only translate.
+                minted_for = "translation" if secret.session.get("type") == "translation" else "realtime"
+                if (minted_for == "translation") == (path == TRANSLATION_PATH):
+                    return None
+                return f"this ephemeral key was minted for {minted_for} sessions only"
             return (
                 "the ephemeral key is unknown or has expired: mint a new one at /v1/realtime/client_secrets"
             )

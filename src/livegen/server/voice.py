@@ -98,6 +98,9 @@ class VoiceService:
     def routes(self) -> list[BaseRoute]:
         routes: list[BaseRoute] = [WebSocketRoute("/v1/realtime", self.endpoint)]
         routes += client_secrets_routes(self.client_secrets, lambda: self.engine.default_model)
+        from livegen.server.translation import TranslationService  # its routes refer back to these
+
+        routes += TranslationService(self).routes()
         if self.calls is not None:
             routes += self.calls.routes()
         return routes
