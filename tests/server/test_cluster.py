@@ -220,6 +220,27 @@ async def test_max_sessions_holds_for_all_processes_together(cluster: Cluster) -
     pytest.fail("the room of closed sessions never came back")
 
 
+async def test_a_key_minted_on_one_process_opens_a_session_on_the_other(cluster: Cluster) -> None:
+    one, other = cluster.processes()
+    minting = "http" + one["address"][2:] + "/v1/realtime/client_secrets"
+    async with httpx.AsyncClient() as http:
+        answer = await http.post(minting, json={"session": {"type": "realtime", "instructions": "be brief"}})
+    key = answer.json()["value"]
+    headers = {"Authorization": f"Bearer {key}"}
+    ws = await websockets.connect(f"{other['address']}/v1/realtime", additional_headers=headers)
+    OPENED.append(ws)
+    seen: list[dict[str, Any]] = []
+    created = await until(ws, "session.created", seen)
+    assert created["session"]["id"][5:9] == other["tag"]
+    await ws.send(json.dumps({"type": "session.update", "session": {"type": "realtime"}}))
+    updated = await until(ws, "session.updated", seen)
+    assert updated["session"]["instructions"] == "be brief"  # the key's configuration, learnt
+    unknown = {"Authorization": "Bearer ek_never_minted"}
+    with pytest.raises(websockets.InvalidStatus) as refused:
+        await websockets.connect(f"{other['address']}/v1/realtime", additional_headers=unknown)
+    assert refused.value.response.status_code == 401
+
+
 async def world_chunks(client: WorldClient, count: int) -> list[Any]:
     return [(await client.next_chunk(wait_s=30)).header for _ in range(count)]
 

@@ -271,7 +271,7 @@ def _child() -> None:
     address = f"{scheme}://{host}:{private.getsockname()[1]}"
     actor = ray.get_actor(COORDINATOR, namespace=NAMESPACE)
     member = Member(assignment["tag"], assignment["group"], actor, address)
-    state.gate.member, state.gate.private_port = member, private.getsockname()[1]
+    state.gate.join(member, private.getsockname()[1])
     info = {"pid": os.getpid(), "index": assignment["index"], "port": config.port, "node": host}
     ray.get(actor.register.remote(member.tag, {**info, "address": address, "group": member.group}))
     DrainingServer(_uvicorn_config(app, config), state).run(sockets=[public, private])
