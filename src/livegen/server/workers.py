@@ -9,8 +9,9 @@ processes instead, each its own uvicorn and event loop:
 - the parent (``Supervisor``) starts a local Ray, or joins ``--ray-address``,
   creates the cluster's coordinator actor (``server/cluster.py``), and starts
   the N processes (``python -m livegen.server.workers``); it restarts one that
-  dies (its counts and address are dropped from the coordinator first) and
-  passes ``SIGTERM`` on to all of them;
+  dies once it served (its counts and address are dropped from the coordinator
+  first; one that dies before it registered stops the server rather than loop)
+  and passes ``SIGTERM`` on to all of them;
 - each process binds the public port with ``SO_REUSEPORT`` (the kernel spreads
   new connections over the processes) and a private port of its own, which
   resumes of its sessions are relayed to from the other processes
@@ -208,10 +209,16 @@ class Supervisor:
                 if child.poll() is None:
                     continue
                 del self.children[index]
+                had_started = self.ray.get(self.actor.address.remote(tag)) is not None
                 self.ray.get(self.actor.forget.remote(tag))  # its counts and address go with it
-                if not self.stopping:
-                    log_event(logger, "server.worker_died", logging.ERROR, index=index, code=child.returncode)
-                    self._start(index, port)
+                if self.stopping:
+                    continue
+                log_event(logger, "server.worker_died", logging.ERROR, index=index, code=child.returncode)
+                if not had_started:
+                    # It never got going (a port taken, Ray unreachable): no restart loop.
+                    self._on_signal(signal.SIGTERM, None)
+                    raise SystemExit(f"livegen: server process {index} ended as it started; see its log")
+                self._start(index, port)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         first = not self.stopping
