@@ -283,11 +283,13 @@ async def test_killing_one_process_ends_only_its_sessions(cluster: Cluster) -> N
     assert (await recv(late))["error"]["code"] == "session_not_found"
 
 
-async def test_sigterm_drains_then_ends_the_rest_with_server_shutdown() -> None:
+@pytest.mark.parametrize("workers", [1, 2])
+async def test_sigterm_drains_then_ends_the_rest_with_server_shutdown(workers: int) -> None:
+    """One process, or the supervisor of two with its own local Ray, which passes SIGTERM on."""
     port = free_port()
-    serve = start_serve(port=port, drain_timeout_s=3.0)
+    serve = start_serve(port=port, drain_timeout_s=3.0, workers=workers)
     try:
-        wait_for(port, lambda b: True)
+        wait_for(port, lambda b: workers == 1 or len(b["cluster"]["processes"]) == workers)
         live, _seen = await open_voice(f"ws://127.0.0.1:{port}")
         os.kill(serve.pid, signal.SIGTERM)
         for _ in range(100):

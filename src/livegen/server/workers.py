@@ -163,7 +163,9 @@ class Supervisor:
             # worker process per CPU it is given, ~100 MiB each, which nothing here would use.
             num_cpus = self.config.workers * self.config.world_workers
             options.update(num_cpus=num_cpus, include_dashboard=False)
-        ray.init(address=self.config.ray_address, **options)
+        # "local": a Ray of this server's own, even where another runs on the machine (ray.init()
+        # without an address may join that one, and refuses num_cpus when it does).
+        ray.init(address=self.config.ray_address or "local", **options)
         self.ray = ray
         self.ray_address = self.config.ray_address or ray.get_runtime_context().gcs_address
         self.actor = coordinator(ray)
