@@ -28,5 +28,22 @@ def registry() -> Registry:
     return Registry([voice, *world])
 
 
+def ray_cluster() -> None:
+    """Ray's own test cluster of two nodes, one CPU each, until stdin closes; its address on stdout.
+    In a process of its own: Ray's threads stay out of the tests' process."""
+    from ray.cluster_utils import Cluster
+
+    nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    try:
+        nodes.add_node(num_cpus=1)
+        print(nodes.address, flush=True)
+        sys.stdin.read()
+    finally:
+        nodes.shutdown()
+
+
 if __name__ == "__main__":  # python cluster_models.py '{"workers": 2, ...}': a server of these models
-    run(ServerConfig(**json.loads(sys.argv[1])), "cluster_models:registry")
+    if sys.argv[1] == "--ray-cluster":
+        ray_cluster()
+    else:
+        run(ServerConfig(**json.loads(sys.argv[1])), "cluster_models:registry")

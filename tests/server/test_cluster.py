@@ -3,7 +3,8 @@
 Real processes: ``livegen serve``'s supervisor (``server/workers.py``, started
 through ``cluster_models.py`` so that it serves the scripted voice and the
 procedural world) with two server processes on one port, joined to a Ray
-cluster of two nodes (Ray's own ``cluster_utils.Cluster``). Each process also
+cluster of two nodes (Ray's own ``cluster_utils.Cluster``, in a process of its
+own: Ray's threads stay out of the tests' process). Each process also
 listens on a private port, which its ``/health`` names; the tests drive each
 process through its own private port, so which one a connection reaches is
 never left to the kernel, and resumes owned by the other process are relayed.
@@ -55,13 +56,16 @@ def free_port() -> int:
         return port
 
 
+def env() -> dict[str, str]:
+    paths = [str(HERE.parents[1] / "src"), str(HERE.parent), str(HERE)]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+
+
 def start_serve(**config: Any) -> subprocess.Popen[bytes]:
     """A ``livegen serve`` (workers.run) of the test models, in its own process group."""
-    paths = [str(HERE.parents[1] / "src"), str(HERE.parent), str(HERE)]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
     options = {"api_key": None, "voice_model": "scripted-voice", "world_model": "procedural-world", **config}
     command = [sys.executable, str(HERE / "cluster_models.py"), json.dumps(options)]
-    return subprocess.Popen(command, env=env, start_new_session=True)
+    return subprocess.Popen(command, env=env(), start_new_session=True)
 
 
 def health(port: int) -> httpx.Response:
@@ -102,20 +106,27 @@ class Cluster:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    from ray.cluster_utils import Cluster as RayCluster
-
-    nodes = RayCluster(initialize_head=True, head_node_args={"num_cpus": 1})
-    nodes.add_node(num_cpus=1)
+    nodes = subprocess.Popen(
+        [sys.executable, str(HERE / "cluster_models.py"), "--ray-cluster"],
+        env=env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert nodes.stdin is not None and nodes.stdout is not None
+    address = nodes.stdout.readline().strip()
     port = free_port()
     serve = start_serve(
-        workers=2, port=port, ray_address=nodes.address, max_sessions=MAX_SESSIONS, drain_timeout_s=1.0
+        workers=2, port=port, ray_address=address, max_sessions=MAX_SESSIONS, drain_timeout_s=1.0
     )
     try:
         body = wait_for(port, lambda b: len(b["cluster"]["processes"]) == 2)
         yield Cluster(port, body["cluster"]["group"], serve)
     finally:
         stop(serve)
-        nodes.shutdown()
+        nodes.stdin.close()  # the cluster shuts down
+        nodes.wait(60)
+        nodes.stdout.close()
 
 
 async def recv(ws: Any) -> dict[str, Any]:
@@ -220,6 +231,27 @@ async def test_max_sessions_holds_for_all_processes_together(cluster: Cluster) -
     pytest.fail("the room of closed sessions never came back")
 
 
+async def test_a_key_minted_on_one_process_opens_a_session_on_the_other(cluster: Cluster) -> None:
+    one, other = cluster.processes()
+    minting = "http" + one["address"][2:] + "/v1/realtime/client_secrets"
+    async with httpx.AsyncClient() as http:
+        answer = await http.post(minting, json={"session": {"type": "realtime", "instructions": "be brief"}})
+    key = answer.json()["value"]
+    headers = {"Authorization": f"Bearer {key}"}
+    ws = await websockets.connect(f"{other['address']}/v1/realtime", additional_headers=headers)
+    OPENED.append(ws)
+    seen: list[dict[str, Any]] = []
+    created = await until(ws, "session.created", seen)
+    assert created["session"]["id"][5:9] == other["tag"]
+    await ws.send(json.dumps({"type": "session.update", "session": {"type": "realtime"}}))
+    updated = await until(ws, "session.updated", seen)
+    assert updated["session"]["instructions"] == "be brief"  # the key's configuration, learnt
+    unknown = {"Authorization": "Bearer ek_never_minted"}
+    with pytest.raises(websockets.InvalidStatus) as refused:
+        await websockets.connect(f"{other['address']}/v1/realtime", additional_headers=unknown)
+    assert refused.value.response.status_code == 401
+
+
 async def world_chunks(client: WorldClient, count: int) -> list[Any]:
     return [(await client.next_chunk(wait_s=30)).header for _ in range(count)]
 
@@ -241,6 +273,7 @@ async def test_killing_one_process_ends_only_its_sessions(cluster: Cluster) -> N
     assert [h.chunk_index for h in headers] == list(range(len(headers)))
     assert [h.media_time_ms for h in headers] == [i * chunk_ms for i in range(len(headers))]
     await world.close()
+    await world.disconnect()
     # the other process's voice session goes on
     await survivor.send(json.dumps({"type": "response.create"}))
     assert (await until(survivor, "response.done", []))["response"]["status"] == "completed"
@@ -250,11 +283,13 @@ async def test_killing_one_process_ends_only_its_sessions(cluster: Cluster) -> N
     assert (await recv(late))["error"]["code"] == "session_not_found"
 
 
-async def test_sigterm_drains_then_ends_the_rest_with_server_shutdown() -> None:
+@pytest.mark.parametrize("workers", [1, 2])
+async def test_sigterm_drains_then_ends_the_rest_with_server_shutdown(workers: int) -> None:
+    """One process, or the supervisor of two with its own local Ray, which passes SIGTERM on."""
     port = free_port()
-    serve = start_serve(port=port, drain_timeout_s=3.0)
+    serve = start_serve(port=port, drain_timeout_s=3.0, workers=workers)
     try:
-        wait_for(port, lambda b: True)
+        wait_for(port, lambda b: workers == 1 or len(b["cluster"]["processes"]) == workers)
         live, _seen = await open_voice(f"ws://127.0.0.1:{port}")
         os.kill(serve.pid, signal.SIGTERM)
         for _ in range(100):

@@ -53,7 +53,7 @@ class State:
         #: Ephemeral client keys, minted by the voice service and checked by the auth middleware.
         self.client_secrets = ClientSecrets(max_bytes=config.max_client_secret_bytes)
         #: Draining, the server-wide session count and resumes owned elsewhere (``server/gate.py``).
-        self.gate = Gate(config.max_sessions)
+        self.gate = Gate(config.max_sessions, self.client_secrets)
         self.stopped = False
 
     async def stop_services(self) -> None:

@@ -11,7 +11,8 @@ WebRTC calls (``Authorization: Bearer``) and the WebSocket (Bearer or the
 ``ek_`` key that is unknown or expired is refused even when the server has no
 API key, so an expired key never silently works.
 
-Keys live in this process only (a restart forgets them) and are never logged:
+Keys live in this server's memory only (a restart forgets them; a server of
+many processes shares them through its coordinator) and are never logged:
 only their count is. Expired keys are dropped when keys are minted or checked.
 At most ``MAX_KEYS`` keys, holding at most ``--max-client-secret-mib`` of
 session configuration together, are live at once; a mint past either is
@@ -66,6 +67,8 @@ class ClientSecrets:
         self._keys: dict[str, ClientSecret] = {}
         self.max_bytes = max_bytes
         self.num_bytes = 0  # of all live keys' sessions, as their bodies sent them
+        #: Told of every key minted (a server of many processes shares them: ``server/gate.py``).
+        self.on_mint: Callable[[str, ClientSecret], None] | None = None
 
     def __len__(self) -> int:
         return len(self._keys)
@@ -81,7 +84,14 @@ class ClientSecrets:
         secret = ClientSecret(self._clock() + ttl_s, session, size)
         self._keys[value] = secret
         self.num_bytes += size
+        if self.on_mint is not None:
+            self.on_mint(value, secret)
         return value, secret
+
+    def adopt(self, key: str, secret: ClientSecret) -> None:
+        """A key another process of this server minted (its bytes were counted there)."""
+        if key.startswith(PREFIX) and secret.expires_at > self._clock():
+            self._keys.setdefault(key, ClientSecret(secret.expires_at, secret.session))
 
     def lookup(self, key: str | None) -> ClientSecret | None:
         """The live secret for ``key``; None when it is not an ephemeral key, unknown or expired."""

@@ -12,6 +12,8 @@ owned by it, not detached):
   every voice session id it mints carries its tag (``sess_`` + tag + random),
   so any process knows a session's owner from its id alone, without a lookup
   per session;
+- the ephemeral keys (``/v1/realtime/client_secrets``) any process minted,
+  which another process adopts when a client presents one it does not know;
 - the server-wide session counts: each ``livegen serve`` (a *group*) keeps
   ``--max-sessions`` for all its processes together; a count is held per
   process, so the counts of a process that died are dropped with it
@@ -55,6 +57,8 @@ class Coordinator:
         #: (group, kind) -> tag -> sessions held by that process.
         self.counts: dict[tuple[str, str], dict[str, int]] = {}
         self._reserved: set[str] = set()
+        #: Ephemeral keys minted by any process: key -> (expires_at, session).
+        self.secrets: dict[str, tuple[float, dict[str, Any]]] = {}
 
     def new_tag(self) -> str:
         """A tag no process of the cluster holds (four hex digits: it is part of every session id)."""
@@ -92,6 +96,16 @@ class Coordinator:
         self._reserved.discard(tag)
         for held in self.counts.values():
             held.pop(tag, None)
+
+    def add_secret(self, key: str, expires_at: float, session: dict[str, Any]) -> None:
+        now = time.time()
+        for stale in [k for k, (expiry, _) in self.secrets.items() if expiry <= now]:
+            del self.secrets[stale]
+        self.secrets[key] = (expires_at, session)
+
+    def secret(self, key: str) -> tuple[float, dict[str, Any]] | None:
+        found = self.secrets.get(key)
+        return found if found is not None and found[0] > time.time() else None
 
     def report(self) -> dict[str, Any]:
         sessions: dict[str, dict[str, int]] = {}
@@ -150,6 +164,20 @@ class Member:
             return None
         self._addresses[tag] = (now, address)
         return None if address is None else str(address)
+
+    def publish_secret(self, key: str, expires_at: float, session: dict[str, Any]) -> None:
+        """An ephemeral key minted here, for every process (fire and forget)."""
+        self.actor.add_secret.remote(key, expires_at, session)
+
+    async def secret(self, key: str) -> tuple[float, dict[str, Any]] | None:
+        """A key another process minted; None when none did, or it expired."""
+        try:
+            async with asyncio.timeout(5.0):
+                found = await self.actor.secret.remote(key)
+        except Exception as exc:
+            log_event(logger, "cluster.unreachable", logging.WARNING, error=repr(exc))
+            return None
+        return None if found is None else (float(found[0]), dict(found[1]))
 
     async def report(self) -> dict[str, Any]:
         """The cluster for ``/health``: its processes, its server-wide counts, Ray's nodes."""

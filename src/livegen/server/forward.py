@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import ssl
 from typing import Any
 
 from starlette.types import Receive, Scope, Send
@@ -64,6 +65,7 @@ async def forward(scope: Scope, receive: Receive, send: Send, address: str | Non
                 compression=None,
                 ping_interval=None,
                 proxy=None,
+                ssl=_private_tls() if address.startswith("wss://") else None,
             )
         except InvalidStatus as refused:  # the owner refused the handshake itself: pass it on
             response = refused.response
@@ -77,6 +79,15 @@ async def forward(scope: Scope, receive: Receive, send: Send, address: str | Non
     await receive()  # websocket.connect
     await send({"type": "websocket.accept", "subprotocol": upstream.subprotocol})
     await _relay(upstream, receive, send)
+
+
+def _private_tls() -> ssl.SSLContext:
+    """TLS to another process of this server, at its private address: encrypted, and not checked
+    against a name (the address is an IP that its certificate does not name)."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
 
 
 async def _relay(upstream: ClientConnection, receive: Receive, send: Send) -> None:

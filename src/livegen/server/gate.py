@@ -16,7 +16,9 @@
   process's private address by the relay (marked ``x-livegen-relayed``) are
   never relayed again nor counted twice.
 
-It also counts the session sockets open here, which a drain waits on.
+It also counts the session sockets open here, which a drain waits on, and in a
+cluster learns the ephemeral keys other processes minted, before the key is
+checked (``APIKeyMiddleware`` comes after it).
 """
 
 from __future__ import annotations
@@ -30,11 +32,13 @@ from urllib.parse import parse_qs
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from livegen.protocol import errors as wire_errors
-from livegen.server.auth import select_subprotocol
+from livegen.server.auth import presented_key, select_subprotocol
+from livegen.server.client_secrets import PREFIX, ClientSecret
 from livegen.server.forward import RELAYED_HEADER, forward
 from livegen.server.origins import send_denial
 
 if TYPE_CHECKING:
+    from livegen.server.client_secrets import ClientSecrets
     from livegen.server.cluster import Member
 
 #: Session routes and the kind of session each opens.
@@ -46,6 +50,8 @@ class Gate:
     """What the gate middleware and the drain share, one per app."""
 
     max_sessions: int
+    #: The ephemeral keys of this process (shared through the cluster when there is one).
+    secrets: ClientSecrets | None = None
     #: This process in its cluster; None for a server of one process.
     member: Member | None = None
     #: The port of this process's private listener (forwarded resumes arrive there).
@@ -59,6 +65,26 @@ class Gate:
     def __post_init__(self) -> None:
         self.idle.set()
 
+    def join(self, member: Member, private_port: int) -> None:
+        """This process is ``member`` of a cluster, its relayed resumes arriving at ``private_port``;
+        the keys it mints are published for the other processes."""
+        self.member, self.private_port = member, private_port
+        if self.secrets is not None:
+            self.secrets.on_mint = lambda key, secret: member.publish_secret(
+                key, secret.expires_at, secret.session
+            )
+
+    async def adopt_key(self, scope: Scope) -> None:
+        """An ephemeral key another process minted: learnt before the key is checked."""
+        secrets, member = self.secrets, self.member
+        if member is None or secrets is None:  # one process: nothing to learn
+            return
+        key = presented_key(scope)
+        if key is None or not key.startswith(PREFIX):
+            return
+        if secrets.lookup(key) is None and (found := await member.secret(key)) is not None:
+            secrets.adopt(key, ClientSecret(*found))
+
 
 class GateMiddleware:
     def __init__(self, app: ASGIApp, gate: Gate) -> None:
@@ -66,6 +92,8 @@ class GateMiddleware:
         self.gate = gate
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            await self.gate.adopt_key(scope)
         kind = KINDS.get(scope.get("path", "")) if scope["type"] == "websocket" else None
         if kind is None:
             await self.app(scope, receive, send)

@@ -9,8 +9,9 @@ processes instead, each its own uvicorn and event loop:
 - the parent (``Supervisor``) starts a local Ray, or joins ``--ray-address``,
   creates the cluster's coordinator actor (``server/cluster.py``), and starts
   the N processes (``python -m livegen.server.workers``); it restarts one that
-  dies (its counts and address are dropped from the coordinator first) and
-  passes ``SIGTERM`` on to all of them;
+  dies once it served (its counts and address are dropped from the coordinator
+  first; one that dies before it registered stops the server rather than loop)
+  and passes ``SIGTERM`` on to all of them;
 - each process binds the public port with ``SO_REUSEPORT`` (the kernel spreads
   new connections over the processes) and a private port of its own, which
   resumes of its sessions are relayed to from the other processes
@@ -162,7 +163,9 @@ class Supervisor:
             # worker process per CPU it is given, ~100 MiB each, which nothing here would use.
             num_cpus = self.config.workers * self.config.world_workers
             options.update(num_cpus=num_cpus, include_dashboard=False)
-        ray.init(address=self.config.ray_address, **options)
+        # "local": a Ray of this server's own, even where another runs on the machine (ray.init()
+        # without an address may join that one, and refuses num_cpus when it does).
+        ray.init(address=self.config.ray_address or "local", **options)
         self.ray = ray
         self.ray_address = self.config.ray_address or ray.get_runtime_context().gcs_address
         self.actor = coordinator(ray)
@@ -208,10 +211,16 @@ class Supervisor:
                 if child.poll() is None:
                     continue
                 del self.children[index]
+                had_started = self.ray.get(self.actor.address.remote(tag)) is not None
                 self.ray.get(self.actor.forget.remote(tag))  # its counts and address go with it
-                if not self.stopping:
-                    log_event(logger, "server.worker_died", logging.ERROR, index=index, code=child.returncode)
-                    self._start(index, port)
+                if self.stopping:
+                    continue
+                log_event(logger, "server.worker_died", logging.ERROR, index=index, code=child.returncode)
+                if not had_started:
+                    # It never got going (a port taken, Ray unreachable): no restart loop.
+                    self._on_signal(signal.SIGTERM, None)
+                    raise SystemExit(f"livegen: server process {index} ended as it started; see its log")
+                self._start(index, port)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         first = not self.stopping
@@ -271,7 +280,7 @@ def _child() -> None:
     address = f"{scheme}://{host}:{private.getsockname()[1]}"
     actor = ray.get_actor(COORDINATOR, namespace=NAMESPACE)
     member = Member(assignment["tag"], assignment["group"], actor, address)
-    state.gate.member, state.gate.private_port = member, private.getsockname()[1]
+    state.gate.join(member, private.getsockname()[1])
     info = {"pid": os.getpid(), "index": assignment["index"], "port": config.port, "node": host}
     ray.get(actor.register.remote(member.tag, {**info, "address": address, "group": member.group}))
     DrainingServer(_uvicorn_config(app, config), state).run(sockets=[public, private])
