@@ -125,7 +125,8 @@ class McpRun:
             text=arguments,
         )
         try:
-            return await asyncio.wait_for(answer, mcp.APPROVAL_TIMEOUT_S)
+            async with asyncio.timeout(mcp.APPROVAL_TIMEOUT_S):
+                return await answer
         except TimeoutError:
             return False
         finally:

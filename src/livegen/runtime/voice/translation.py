@@ -63,7 +63,8 @@ class TranslationLink:
         if event is not None:
             return event
         with contextlib.suppress(TimeoutError):  # session.close: what is under way is spoken first
-            await asyncio.wait_for(self._idle.wait(), CLOSE_FLUSH_S)
+            async with asyncio.timeout(CLOSE_FLUSH_S):
+                await self._idle.wait()
         for closed in self.dialect.closing(""):
             await self.inner.send_text(json.dumps(closed))
         return 1000
