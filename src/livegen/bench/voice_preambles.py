@@ -15,26 +15,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import click
 
+from livegen.bench.voice_tools import endpoint, percentile_ms, sse_chunk, until
+
 SPOKEN = "Paris is the capital of France."
 NEIGHBOUR = "neighbour"
 LONG = "This is a long answer for the busy neighbour, said sentence by sentence. " * 6
-
-
-def _chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
-    body = {
-        "object": "chat.completion.chunk",
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-    }
-    return f"data: {json.dumps(body)}\n\n".encode()
 
 
 class _Endpoint(BaseHTTPRequestHandler):
@@ -49,36 +40,12 @@ class _Endpoint(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()
         text = LONG if is_neighbour else SPOKEN
-        for chunk in [_chunk({"content": text}), _chunk({}, "stop"), b"data: [DONE]\n\n"]:
+        for chunk in [sse_chunk({"content": text}), sse_chunk({}, "stop"), b"data: [DONE]\n\n"]:
             self.wfile.write(chunk)
             self.wfile.flush()
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
-
-
-@contextmanager
-def endpoint(latency_s: float) -> Iterator[str]:
-    handler = type("Endpoint", (_Endpoint,), {"latency_s": latency_s})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
-
-
-async def _until(connection: Any, kind: str) -> Any:
-    while True:
-        async with asyncio.timeout(60):
-            event = await connection.recv()
-        if event.type == kind:
-            return event
-        if event.type == "error":
-            raise click.ClickException(f"the server refused: {event.error.message}")
 
 
 async def _turn(client: Any, instructions: str, text: str) -> float:
@@ -90,16 +57,16 @@ async def _turn(client: Any, instructions: str, text: str) -> float:
             "audio": {"input": {"turn_detection": None}},
         }
         await connection.session.update(session=session)
-        await _until(connection, "session.updated")
+        await until(connection, "session.updated")
         content = [{"type": "input_text", "text": text}]
         await connection.conversation.item.create(
             item={"type": "message", "role": "user", "content": content}
         )
         started = time.perf_counter()
         await connection.response.create()
-        await _until(connection, "response.output_audio.delta")
+        await until(connection, "response.output_audio.delta")
         first = time.perf_counter() - started
-        await _until(connection, "response.done")
+        await until(connection, "response.done")
         return first
 
 
@@ -128,11 +95,6 @@ async def _rounds(ws_url: str, rounds: int, busy: bool) -> dict[str, list[float]
     return times
 
 
-def _p(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] * 1000
-
-
 @click.command("voice-preambles")
 @click.option(
     "--rounds", default=5, show_default=True, type=click.IntRange(1), help="Turns measured per mode."
@@ -149,7 +111,7 @@ def command(rounds: int, endpoint_ms: int, neighbour: bool) -> None:
 
     click.echo("loading the cascade (Whisper, Piper worker)...", err=True)
     loaded = cascade.load()
-    with endpoint(endpoint_ms / 1000) as url:
+    with endpoint(endpoint_ms / 1000, _Endpoint) as url:
         config = ServerConfig(
             api_key=None, voice_model="cascade", world_model="none", llm_base_url=url, llm_model="b"
         )
@@ -167,5 +129,5 @@ def command(rounds: int, endpoint_ms: int, neighbour: bool) -> None:
         f"voice-preambles: {rounds} turns a mode, endpoint {endpoint_ms} ms before its first byte, {load}"
     )
     for mode, values in times.items():
-        p50, p95 = _p(values, 0.5), _p(values, 0.95)
+        p50, p95 = percentile_ms(values, 0.5), percentile_ms(values, 0.95)
         click.echo(f"  {mode}: response.create -> first audio p50 {p50:.0f} ms, p95 {p95:.0f} ms")

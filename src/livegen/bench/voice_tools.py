@@ -40,7 +40,8 @@ ARGUMENTS = '{"city": "Paris"}'
 SPOKEN = "It is sunny in Paris, twenty one degrees."
 
 
-def _chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+def sse_chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+    """One server-sent event of an OpenAI-compatible chat stream (the scripted endpoints' answers)."""
     body = {
         "object": "chat.completion.chunk",
         "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
@@ -58,15 +59,15 @@ class _Endpoint(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()
         if body["messages"][-1]["role"] == "tool":
-            chunks = [_chunk({"content": SPOKEN}), _chunk({}, "stop")]
+            chunks = [sse_chunk({"content": SPOKEN}), sse_chunk({}, "stop")]
         else:
             head = {"index": 0, "id": "call_bench", "type": "function"}
             head["function"] = {"name": "get_weather", "arguments": ""}
-            chunks = [_chunk({"tool_calls": [head]})]
+            chunks = [sse_chunk({"tool_calls": [head]})]
             for start in range(0, len(ARGUMENTS), 5):
                 fragment = {"index": 0, "function": {"arguments": ARGUMENTS[start : start + 5]}}
-                chunks.append(_chunk({"tool_calls": [fragment]}))
-            chunks.append(_chunk({}, "tool_calls"))
+                chunks.append(sse_chunk({"tool_calls": [fragment]}))
+            chunks.append(sse_chunk({}, "tool_calls"))
         for chunk in [*chunks, b"data: [DONE]\n\n"]:
             self.wfile.write(chunk)
             self.wfile.flush()
@@ -76,8 +77,10 @@ class _Endpoint(BaseHTTPRequestHandler):
 
 
 @contextmanager
-def endpoint(latency_s: float) -> Iterator[str]:
-    handler = type("Endpoint", (_Endpoint,), {"latency_s": latency_s})
+def endpoint(latency_s: float, answers: type[BaseHTTPRequestHandler] | None = None) -> Iterator[str]:
+    """A scripted chat endpoint on loopback (``answers``: its handler, this bench's by default) whose
+    handler holds ``latency_s``; yields its base URL."""
+    handler = type("Endpoint", (answers or _Endpoint,), {"latency_s": latency_s})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -89,7 +92,8 @@ def endpoint(latency_s: float) -> Iterator[str]:
         thread.join()
 
 
-async def _until(connection: Any, kind: str) -> Any:
+async def until(connection: Any, kind: str) -> Any:
+    """The next event of ``kind`` on an SDK connection; a server error stops the bench."""
     while True:
         async with asyncio.timeout(60):
             event = await connection.recv()
@@ -112,27 +116,28 @@ async def _turns(ws_url: str, rounds: int) -> tuple[list[float], list[float]]:
         async with client.realtime.connect(model="gpt-realtime") as connection:
             session = {"type": "realtime", "tools": [WEATHER], "audio": {"input": {"turn_detection": None}}}
             await connection.session.update(session=session)
-            await _until(connection, "session.updated")
+            await until(connection, "session.updated")
             content = [{"type": "input_text", "text": "What is the weather in Paris?"}]
             await connection.conversation.item.create(
                 item={"type": "message", "role": "user", "content": content}
             )
             started = time.perf_counter()
             await connection.response.create()
-            args = await _until(connection, "response.function_call_arguments.done")
+            args = await until(connection, "response.function_call_arguments.done")
             to_call.append(time.perf_counter() - started)
-            await _until(connection, "response.done")
+            await until(connection, "response.done")
             item = {"type": "function_call_output", "call_id": args.call_id, "output": '{"sky": "sunny"}'}
             await connection.conversation.item.create(item=item)
             started = time.perf_counter()
             await connection.response.create()
-            await _until(connection, "response.output_audio.delta")
+            await until(connection, "response.output_audio.delta")
             to_audio.append(time.perf_counter() - started)
-            await _until(connection, "response.done")
+            await until(connection, "response.done")
     return to_call, to_audio
 
 
-def _p(values: list[float], q: float) -> float:
+def percentile_ms(values: list[float], q: float) -> float:
+    """The ``q`` quantile of seconds ``values``, in milliseconds (nearest rank)."""
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] * 1000
 
@@ -173,7 +178,7 @@ def command(rounds: int, endpoint_ms: int) -> None:
         ("response.create -> function_call_arguments.done", to_call),
         ("output's response.create -> first audio", to_audio),
     ):
-        p50, p95 = _p(values, 0.5), _p(values, 0.95)
+        p50, p95 = percentile_ms(values, 0.5), percentile_ms(values, 0.95)
         click.echo(
             f"  {name}: p50 {p50:.1f} ms, p95 {p95:.1f} ms; "
             f"minus the endpoint: p50 {p50 - fixed:.1f} ms, p95 {p95 - fixed:.1f} ms "
