@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import ssl
 from typing import Any
@@ -27,8 +26,11 @@ from starlette.types import Receive, Scope, Send
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
+from livegen.errors import RemoteProtocolError
 from livegen.logs import log_event
 from livegen.protocol import errors as wire_errors
+from livegen.protocol import realtime as wire
+from livegen.protocol.realtime import server as ev
 from livegen.server.auth import offered_subprotocols, select_subprotocol
 from livegen.server.origins import send_denial
 
@@ -144,6 +146,12 @@ async def _not_found(scope: Scope, receive: Receive, send: Send) -> None:
         async with asyncio.timeout(CONNECT_TIMEOUT_S):
             if (await receive())["type"] == "websocket.disconnect":
                 return
-    event = {"type": "error", "event_id": "event_refused", "error": error.to_error_body()}
-    await send({"type": "websocket.send", "text": json.dumps(event)})
-    await send({"type": "websocket.close", "code": 1008})
+    await send_refusal(send, error, 1008)
+
+
+async def send_refusal(send: Send, error: RemoteProtocolError, code: int) -> None:
+    """On an accepted socket of the raw ASGI layer: OpenAI's error event, as the engine's refusals
+    send it (``event_refused``), then the close."""
+    refused = ev.Error(event_id="event_refused", error=error.to_error_body())
+    await send({"type": "websocket.send", "text": wire.encode(refused).decode()})
+    await send({"type": "websocket.close", "code": code})

@@ -34,7 +34,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from livegen.protocol import errors as wire_errors
 from livegen.server.auth import presented_key, select_subprotocol
 from livegen.server.client_secrets import PREFIX, ClientSecret
-from livegen.server.forward import RELAYED_HEADER, forward
+from livegen.server.forward import RELAYED_HEADER, forward, send_refusal
 from livegen.server.origins import send_denial
 
 if TYPE_CHECKING:
@@ -169,6 +169,4 @@ async def _refuse_full(scope: Scope, receive: Receive, send: Send, kind: str, li
         return
     await receive()  # websocket.connect
     await send({"type": "websocket.accept", "subprotocol": select_subprotocol(scope)})
-    event = {"type": "error", "event_id": "event_refused", "error": error.to_error_body()}
-    await send({"type": "websocket.send", "text": json.dumps(event)})
-    await send({"type": "websocket.close", "code": 1013})
+    await send_refusal(send, error, 1013)

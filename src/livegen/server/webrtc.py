@@ -59,6 +59,7 @@ from livegen.logs import bind_session, log_event
 from livegen.protocol import errors as wire_errors
 from livegen.protocol import realtime as wire
 from livegen.protocol.errors import WireError
+from livegen.protocol.realtime import server as ev
 from livegen.runtime.closes import CLOSE_NOT_READING, NOT_READING_REASON
 from livegen.runtime.voice.engine import configured_session
 from livegen.runtime.voice.lifecycle import Handoff, Opening
@@ -351,8 +352,8 @@ class CallService:
         call = self._live_call(call_id, presented_key(websocket.scope))
         if call is None:
             error = CALL_NOT_FOUND.error(call_id=call_id, param="call_id")
-            body = {"type": "error", "event_id": "event_refused", "error": error.to_error_body()}
-            await websocket.send_text(wire.encode(body).decode())
+            refused = ev.Error(event_id="event_refused", error=error.to_error_body())
+            await websocket.send_text(wire.encode(refused).decode())
             await websocket.close(1008)
             return
         watcher = Watcher(self.voice.state.config.max_unsent_bytes)
