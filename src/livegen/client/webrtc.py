@@ -9,7 +9,6 @@ its answer track (resampled to 24 kHz mono).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import fractions
 import json
 import time
@@ -18,7 +17,9 @@ from typing import Any
 import av
 import httpx
 import numpy as np
-from aiortc import MediaStreamTrack, RTCPeerConnection, RTCSessionDescription
+from aiortc import MediaStreamTrack, RTCPeerConnection
+
+from livegen.client.call import CallPeer
 
 RATE = 24_000
 FRAME = 480  # 20 ms
@@ -70,36 +71,16 @@ class Microphone(MediaStreamTrack):
         return frame
 
 
-class Caller:
+class Caller(CallPeer):
     """One call: ``await connect()``, then ``say``, read ``events`` and ``heard`` audio, ``hangup``."""
 
+    calls_path = "/v1/realtime/calls"
+
     def __init__(self, base_url: str, key: str | None) -> None:
-        self.base_url = base_url
-        self.key = key
-        self.pc = RTCPeerConnection()
         self.microphone = Microphone()
-        self.events: list[dict[str, Any]] = []
-        #: id(event) -> monotonic time it arrived.
-        self.event_times: dict[int, float] = {}
-        self.new_event = asyncio.Event()
         #: (monotonic time, 24 kHz PCM16 of one received frame).
         self.frames: list[tuple[float, bytes]] = []
-        self.call_id: str | None = None
-        self.channel = self.pc.createDataChannel("oai-events")
-        self.channel.on("message", self._on_message)
-        self.opened = asyncio.Event()
-        self.channel.on("open", self.opened.set)
-        self._tasks: list[asyncio.Task[None]] = []
-
-        @self.pc.on("track")
-        def on_track(track: Any) -> None:
-            self._tasks.append(asyncio.ensure_future(self._record(track)))
-
-    def _on_message(self, message: str) -> None:
-        event = json.loads(message)
-        self.event_times[id(event)] = time.monotonic()
-        self.events.append(event)
-        self.new_event.set()
+        super().__init__(base_url, key, RTCPeerConnection(), "oai-events")
 
     async def _record(self, track: Any) -> None:
         resampler = av.AudioResampler(format="s16", layout="mono", rate=RATE)
@@ -114,10 +95,10 @@ class Caller:
     async def offer(self, session: dict[str, Any] | None = None) -> httpx.Response:
         self.pc.addTrack(self.microphone)
         await self.pc.setLocalDescription(await self.pc.createOffer())
-        headers = {"Authorization": f"Bearer {self.key}"} if self.key else {}
+        headers = self._headers()
         sdp = self.pc.localDescription.sdp
         async with httpx.AsyncClient(timeout=30) as http:
-            url = f"{self.base_url}/v1/realtime/calls"
+            url = f"{self.base_url}{self.calls_path}"
             if session is None:
                 headers["Content-Type"] = "application/sdp"
                 return await http.post(url, content=sdp, headers=headers)
@@ -125,34 +106,7 @@ class Caller:
             return await http.post(url, files=files, headers=headers)
 
     async def connect(self, session: dict[str, Any] | None = None) -> None:
-        response = await self.offer(session)
-        assert response.status_code == 201, response.text
-        self.call_id = response.headers["location"].rsplit("/", 1)[-1]
-        await self.pc.setRemoteDescription(RTCSessionDescription(sdp=response.text, type="answer"))
-        async with asyncio.timeout(20):
-            await self.opened.wait()
-
-    def send(self, event: dict[str, Any]) -> None:
-        self.channel.send(json.dumps(event))
-
-    async def wait_for(self, predicate: Any, within: float = 60.0, what: str = "") -> dict[str, Any]:
-        deadline = time.monotonic() + within
-        seen = 0
-        while True:
-            for event in self.events[seen:]:
-                if predicate(event):
-                    return event
-            seen = len(self.events)
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise AssertionError(f"no {what}: got {self.events}")
-            self.new_event.clear()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(left):
-                    await self.new_event.wait()
-
-    async def event(self, type_: str, within: float = 60.0) -> dict[str, Any]:
-        return await self.wait_for(lambda e: e["type"] == type_, within, type_)
+        await self._answered(await self.offer(session), within=20)
 
     def audio_since(self, since: float, until: float | None = None) -> bytes:
         return b"".join(pcm for t, pcm in self.frames if t >= since and (until is None or t <= until))
@@ -162,18 +116,6 @@ class Caller:
             if t >= since and np.abs(np.frombuffer(pcm, "<i2")).max(initial=0) > level:
                 return t
         return None
-
-    async def hangup(self) -> httpx.Response:
-        headers = {"Authorization": f"Bearer {self.key}"} if self.key else {}
-        async with httpx.AsyncClient(timeout=10) as http:
-            return await http.post(
-                f"{self.base_url}/v1/realtime/calls/{self.call_id}/hangup", headers=headers
-            )
-
-    async def close(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await self.pc.close()
 
 
 def loudness(pcm: bytes) -> float:
