@@ -6,12 +6,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from .inputs import MAX_SESSIONS, WINDOW
+
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
-
-#: Frames of context of the test model: small, so runs of a few dozen frames wrap its ring.
-WINDOW = 16
-MAX_SESSIONS = 6
 
 
 @pytest.fixture(scope="module")
@@ -32,11 +30,3 @@ def free_slots(request: pytest.FixtureRequest) -> Iterator[None]:
         held = request.getfixturevalue("model")
         for slot in held.open_slots():
             held.close_slot(slot)
-
-
-def frames(seed: int, count: int, samples: int = 1920) -> list[bytes]:
-    """``count`` frames of loud noise (PCM16), the same for the same seed."""
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    return [rng.normal(0, 3000, samples).clip(-32768, 32767).astype("<i2").tobytes() for _ in range(count)]

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import torch
-from tests.models.moshi.conftest import WINDOW
+
+from .inputs import WINDOW
 
 
 def test_per_slot_streaming_matches_the_stock_codec(model) -> None:  # type: ignore[no-untyped-def]

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from tests.models.moshi.conftest import MAX_SESSIONS, WINDOW, frames
 
 from livegen.errors import CapacityExceeded
 from livegen.models.lockstep import LockstepFrame, LockstepModel
 from livegen.models.moshi.model import FrameSizeError
+
+from .inputs import MAX_SESSIONS, WINDOW, frames
 
 
 def run_alone(model, seed: int, inputs: list[bytes]) -> list[LockstepFrame]:  # type: ignore[no-untyped-def]

@@ -6,7 +6,6 @@ import hashlib
 from pathlib import Path
 
 import pytest
-from tests.models.moshi.conftest import WINDOW, frames
 
 from livegen.errors import ConfigError
 from livegen.models.catalog import CATALOG, default_registry
@@ -14,6 +13,8 @@ from livegen.models.lockstep import LockstepModel
 from livegen.models.moshi import weights
 from livegen.models.moshi.loader import TINY_SEED, random_model, tiny_configs
 from livegen.models.registry import Kind, Registry
+
+from .inputs import WINDOW, frames
 
 
 @pytest.fixture(scope="module")
