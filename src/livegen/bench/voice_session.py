@@ -475,8 +475,11 @@ def voice_session(
             with contextlib.suppress(PermissionError):
                 os.setpriority(os.PRIO_PROCESS, 0, priority)
             server.terminate()
-            with contextlib.suppress(subprocess.TimeoutExpired):
+            try:
                 server.wait(10)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
     report["server_cpu"] = server_cpu
     report["server_niceness_change"] = niceness
     report["ws"] = ws

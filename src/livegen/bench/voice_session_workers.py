@@ -154,6 +154,7 @@ def _one(workers: int, options: dict[str, Any], out_dir: Path, tqdm: Any) -> dic
             process.wait(60)
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, 9)
+            process.wait()  # reaped, or its Popen warns that a child is still running when collected
 
 
 def _summary(measured: dict[str, Any]) -> dict[str, Any]:
