@@ -98,7 +98,8 @@ class Stream(Voicing):
         self._config = config
         self._outputs: asyncio.Queue[VoiceOutput | None] = asyncio.Queue()
         has_endpoint = model.endpointer is not None
-        self._detector = vad.Detector(model.vad_path, config.turn_detection or TurnDetection(), has_endpoint)
+        detection = config.turn_detection or TurnDetection()
+        self._detector = vad.Detector(model.vad_path, detection, has_endpoint, model.settings.vad)
         #: semantic_vad: whether the detector is being fed on a thread, a "complete" verdict that
         #: came meanwhile (its pause's last speech sample), and the epoch of the latest append.
         self._is_feeding = False
