@@ -160,6 +160,8 @@ class CascadeModel:
         return view
 
     async def close_speech(self) -> None:
+        if self.remote_voice is not None:
+            await self.remote_voice.aclose()
         for stage in self.remote_stages():
             await stage.aclose()
 
