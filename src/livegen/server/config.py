@@ -37,6 +37,7 @@ class ServerConfig:
     #: OpenAI-compatible chat endpoint for the voice model's replies (optional).
     llm_base_url: str | None = None
     llm_model: str | None = None
+    llm_api_key: str | None = field(default_factory=lambda: os.environ.get("LIVEGEN_LLM_API_KEY") or None)
     #: The endpoint's context window in tokens; the oldest turns leave the prompt to fit (None: never cut).
     llm_context_tokens: int | None = None
     #: Deadlines and caps of each language-model answer (``LLMLimits``); past one, that response fails.
@@ -56,11 +57,23 @@ class ServerConfig:
     asr_base_url: str | None = None
     asr_api_key: str | None = field(default_factory=lambda: os.environ.get("LIVEGEN_ASR_API_KEY") or None)
     asr_remote_model: str = "whisper-1"
-    #: The voice model's own recogniser for sessions that name none (``--asr-model``); None: the
-    #: model's default. A local CTranslate2 Whisper directory (``--asr-model-path``) is one more
-    #: recogniser, named after the directory, and the default unless ``asr_model`` names another.
+    #: The cascade voice model's options (its ``CascadeSettings``, whose fields have these names).
+    #: None, each: its ``LIVEGEN_`` variable (``LIVEGEN_ASR_MODEL``...), else the model's default.
+    #: The model is loaded once per process: a second server asking for other values fails its load.
+    #: The recogniser for sessions that name none (``--asr-model``). A local CTranslate2 Whisper
+    #: directory (``--asr-model-path``) is one more recogniser, named after the directory, and the
+    #: default unless ``asr_model`` names another.
     asr_model: str | None = None
     asr_model_path: str | None = None
+    #: The Silero build of the voice activity detector: "onnx" or "ggml".
+    vad: str | None = None
+    #: Most utterances in one Whisper call (1: one at a time), batches decoded at once, threads each.
+    asr_batch: int | None = None
+    asr_workers: int | None = None
+    asr_threads: int | None = None
+    #: Speech-synthesis worker processes, and the ONNX threads of each.
+    tts_workers: int | None = None
+    tts_threads: int | None = None
     #: Seconds a remote speech stage may take to connect, to answer and between two pieces of its
     #: answer (a turn's transcript may take its audio's length more); then the response fails.
     speech_timeout_s: float = 10.0
@@ -134,9 +147,6 @@ class ServerConfig:
     world_max_spectators: int = 64
     #: Seconds a spectate token (``session.spectate_token``) lets a spectator join.
     world_spectate_token_ttl_s: float = 600.0
-    #: Speech-synthesis worker processes of the cascade voice model; None: LIVEGEN_TTS_WORKERS, else
-    #: the cores (2 to 8). The model is loaded once per process, so the first server's value holds.
-    tts_workers: int | None = None
 
     def llm_limits(self) -> LLMLimits:
         """What one answer of ``--llm-base-url`` may cost."""

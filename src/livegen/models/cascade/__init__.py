@@ -13,8 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 
-def load() -> Any:
-    """The registry's loader (``livegen.models.cascade:load``)."""
+def load(settings: Any = None) -> Any:
+    """The registry's loader (``livegen.models.cascade:load``); ``settings`` is a
+    ``settings.CascadeSettings`` (None: each option's variable, else its default)."""
     from livegen.models.cascade import model
 
-    return model.load()
+    return model.load(settings)

@@ -32,7 +32,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from livegen.models.cascade import chat_stream
+from livegen.models.cascade import chat_stream, tasks
 from livegen.models.cascade.chat_stream import (
     Event,
     Finish,
@@ -205,7 +205,8 @@ class Client:
         """Text deltas as the server sends them, then each tool call whole, then one ``Finish``.
 
         The endpoint is read by a task of its own, under the answer's deadlines (``_read``): the
-        deadlines then never fire while this generator is suspended in its consumer's code.
+        deadlines then never fire while this generator is suspended in its consumer's code. The
+        reader is this generator's: ended, and awaited, however the generator ends.
         """
         body: dict[str, Any] = {"model": self.settings.model, "messages": chat, "stream": True}
         body["max_tokens"] = min(self.settings.max_tokens, max_tokens or self.settings.max_tokens)
@@ -229,7 +230,7 @@ class Client:
                 yield event
             reader.result()  # re-raises the reader's error
         finally:
-            reader.cancel()
+            await tasks.cancelled(reader)  # its HTTP stream closed before the answer's consumer goes on
 
     async def _read(self, body: dict[str, Any], tools: frozenset[str], events: asyncio.Queue[Any]) -> None:
         import httpx

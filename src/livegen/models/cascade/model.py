@@ -3,20 +3,21 @@
 ``CascadeModel`` holds the heavy, stateless parts: the recognisers (behind
 ``asr_batch.Batcher``, which decodes the requests of every session that wait
 together as one batch, end-of-turn decodes before live captions, on
-``LIVEGEN_ASR_WORKERS`` threads sized to the cores; ``LIVEGEN_ASR_BATCH=1``
-is the old path, one decode at a time in arrival order; the server's default
-recogniser, ``--asr-model`` or ``LIVEGEN_ASR_MODEL``, is loaded at start and
-any other a session names on first use; ``--asr-model-path`` or
-``LIVEGEN_ASR_MODEL_PATH`` adds a local CTranslate2 Whisper directory to them)
-and the pool of speech worker subprocesses (``tts.Pool``, ``health`` reports
-on it). Everything a session owns,
+``--asr-workers`` threads sized to the cores; ``--asr-batch 1`` is the old
+path, one decode at a time in arrival order; the server's default
+recogniser, ``--asr-model``, is loaded at start and any other a session
+names on first use; ``--asr-model-path`` adds a local CTranslate2 Whisper
+directory to them) and the pool of speech worker subprocesses (``tts.Pool``,
+``health`` reports on it). Its options come as one ``settings.CascadeSettings``
+(each falls back to its ``LIVEGEN_`` variable). Everything a session owns,
 from its Silero state to its responses, lives in ``stream.Stream``. ``load``
 is the registry's loader: it checks the pinned weights, loads Whisper, starts
 the speech workers and warms them up, so the first user does not pay for it.
 
 Replies come from the built-in responder unless a language model is set,
-with ``LIVEGEN_LLM_BASE_URL`` / ``LIVEGEN_LLM_MODEL`` (``LIVEGEN_LLM_API_KEY``
-if it needs one) or ``use_llm`` after loading.
+with ``use_llm`` (``livegen serve --llm-base-url``), else with
+``LIVEGEN_LLM_BASE_URL`` / ``LIVEGEN_LLM_MODEL`` (``LIVEGEN_LLM_API_KEY`` if it
+needs one) when the model loads.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from livegen.models.cascade import (
     vad,
     voices,
 )
+from livegen.models.cascade.settings import CascadeSettings
 from livegen.models.cascade.stream import Stream
 from livegen.models.voice import (
     ClipSegment,
@@ -94,7 +96,11 @@ class CascadeModel:
         llm_settings: llm.Settings | None = None,
         endpointer: endpoint.Endpointer | None = None,
         choices: Mapping[str, asr.Choice] | None = None,
+        settings: CascadeSettings | None = None,
     ) -> None:
+        #: The options it was loaded with (``load``), as given: a VAD left None is
+        #: ``LIVEGEN_VAD``'s, read when each session opens.
+        self.settings = settings or CascadeSettings()
         #: The server's default recogniser.
         self.recognizer = recognizer
         #: The recognisers a session may name: the packaged ones and ``--asr-model-path``'s.
@@ -102,7 +108,7 @@ class CascadeModel:
         self.transcription_models = tuple(self.choices)
         self._recognizers = {recognizer.name: recognizer}
         self._loading_recognizer = threading.Lock()
-        self.asr_sizing = AsrSizing.from_env()
+        self.asr_sizing = AsrSizing.of(self.settings.with_env())
         self.worker = worker
         self.vad_path = str(assets.silero_model())
         #: semantic_vad's end-of-turn model; None without pipecat-ai (semantic_vad is then timed by silence).
@@ -154,6 +160,8 @@ class CascadeModel:
         return view
 
     async def close_speech(self) -> None:
+        if self.remote_voice is not None:
+            await self.remote_voice.aclose()
         for stage in self.remote_stages():
             await stage.aclose()
 
@@ -279,9 +287,15 @@ class CascadeModel:
     def speak_text(self, text: str, voice: str = "", speed: float = 1.0) -> AsyncGenerator[bytes, None]:
         return offline.speak_text(self, text, voice, speed)
 
+    def vad_backend(self) -> str:
+        """The Silero build a session opened now runs (``--vad``, else ``LIVEGEN_VAD``)."""
+        return vad.backend(self.settings.vad)
+
     def health(self) -> ModelHealth:
         is_ready, reason, workers = self.worker.health()
-        detail: dict[str, object] = {"tts_workers": workers}
+        sizing = self.asr_sizing  # what the options chose, for an operator to check
+        detail: dict[str, object] = {"tts_workers": workers, "vad": self.vad_backend()}
+        detail["asr"] = {"batch": sizing.batch, "workers": sizing.workers, "threads": sizing.threads}
         stages = self.remote_stages()
         if stages:  # which remote stage fails, and why: the server is not ready while one does
             detail["stages"] = {stage.name: stage.report() for stage in stages}
@@ -303,28 +317,38 @@ _loaded: CascadeModel | None = None
 _loading = threading.Lock()
 
 
-def load() -> CascadeModel:
+def load(settings: CascadeSettings | None = None) -> CascadeModel:
     """The registry's loader: pinned weights from installed packages, offline, warmed up.
 
     One model per process, whoever asks (each server's registry, the
     benchmark, tests): it holds no session state and is not bound to an event
-    loop, and a second copy would only cost seconds and a second worker.
+    loop, and a second copy would only cost seconds and a second worker. So
+    the first load's ``settings`` hold; a later one asking for others is refused,
+    rather than served with settings it did not ask for.
     """
     global _loaded
+    settings = settings or CascadeSettings()
     with _loading:
         if _loaded is None or _loaded.is_closed:
-            _loaded = _load()
+            _loaded = _load(settings)
+        elif settings != _loaded.settings:
+            raise ConfigError(
+                f"the cascade is loaded once per process, and this one already with {_loaded.settings}, "
+                f"not {settings}"
+            )
         return _loaded
 
 
-def _load() -> CascadeModel:
-    vad.backend()  # a bad LIVEGEN_VAD fails the load, before any worker starts, not each session's open
-    sizing = AsrSizing.from_env()
-    choices = asr_choices()
-    recognizer = asr.Recognizer.of(choices[default_asr_model(choices)], sizing.threads, sizing.inter_threads)
+def _load(given: CascadeSettings) -> CascadeModel:
+    settings = given.with_env()  # a bad variable fails the load, before any worker starts
+    sizing = AsrSizing.of(settings)
+    choices = asr_choices(settings.asr_model_path)
+    recognizer = asr.Recognizer.of(
+        choices[default_asr_model(choices, settings.asr_model)], sizing.threads, sizing.inter_threads
+    )
     # One ONNX thread: on two busy cores, Piper with two is slower (measured: 364 vs 524 ms a sentence).
-    worker = tts.Pool(threads=_env_int("LIVEGEN_TTS_THREADS", 1), size=tts.default_workers())
-    model = CascadeModel(recognizer, worker, endpointer=endpoint.load(), choices=choices)
+    worker = tts.Pool(threads=settings.tts_threads or 1, size=settings.tts_workers or tts.default_workers())
+    model = CascadeModel(recognizer, worker, endpointer=endpoint.load(), choices=choices, settings=given)
     model.use_llm(
         os.environ.get("LIVEGEN_LLM_BASE_URL"),
         os.environ.get("LIVEGEN_LLM_MODEL"),
@@ -339,7 +363,8 @@ def warm_up(model: CascadeModel) -> None:
     """One tiny transcription, one frame of voice activity and one sentence, so the first session
     runs at full speed."""
     model.recognizer.transcribe(np.zeros(vad.SAMPLE_RATE // 2, np.float32))
-    vad.Detector(model.vad_path, TurnDetection()).feed(bytes(2 * vad.FRAME_SAMPLES))
+    detector = vad.Detector(model.vad_path, TurnDetection(), backend_name=model.settings.vad)
+    detector.feed(bytes(2 * vad.FRAME_SAMPLES))
     if model.endpointer is not None:
         model.endpointer.probability_now(np.zeros(vad.SAMPLE_RATE // 2, np.float32))
     for future in [model.worker.speak("Ready.") for _ in model.worker.slots]:
@@ -365,21 +390,26 @@ class AsrSizing:
         return 1 if self.is_serial else self.workers
 
     @classmethod
-    def from_env(cls) -> AsrSizing:
-        """``LIVEGEN_ASR_BATCH``, ``LIVEGEN_ASR_WORKERS``, ``LIVEGEN_ASR_THREADS``; by default one
-        worker per core, each on one thread (two decodes on one core each beat one on two)."""
+    def of(cls, settings: CascadeSettings) -> AsrSizing:
+        """``settings``' batch, workers and threads; by default one worker per core (at most 4),
+        each on one thread (two decodes on one core each beat one on two)."""
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        batch = _env_int("LIVEGEN_ASR_BATCH", asr_batch.MAX_BATCH)
+        batch = settings.asr_batch or asr_batch.MAX_BATCH
         if batch == 1:
-            return cls(1, 1, _env_int("LIVEGEN_ASR_THREADS", 2))
-        workers = _env_int("LIVEGEN_ASR_WORKERS", min(cores, 4))
-        return cls(batch, workers, _env_int("LIVEGEN_ASR_THREADS", max(1, cores // workers)))
+            return cls(1, 1, settings.asr_threads or 2)
+        workers = settings.asr_workers or min(cores, 4)
+        return cls(batch, workers, settings.asr_threads or max(1, cores // workers))
+
+    @classmethod
+    def from_env(cls) -> AsrSizing:
+        """``LIVEGEN_ASR_BATCH``, ``LIVEGEN_ASR_WORKERS``, ``LIVEGEN_ASR_THREADS``'s sizing."""
+        return cls.of(CascadeSettings().with_env())
 
 
 def asr_choices(path: str | None = None) -> dict[str, asr.Choice]:
     """The recognisers of this process: the packaged ones, and the local CTranslate2 Whisper
     directory ``path`` names (``--asr-model-path``), else ``LIVEGEN_ASR_MODEL_PATH``'s, if any."""
-    path = path or os.environ.get("LIVEGEN_ASR_MODEL_PATH") or None
+    path = CascadeSettings(asr_model_path=path or None).with_env().asr_model_path
     choices = dict(asr.CHOICES)
     if path:
         local = asr.local_choice(path)
@@ -393,7 +423,8 @@ def default_asr_model(choices: Mapping[str, asr.Choice] | None = None, name: str
     refused by name, with the names that are."""
     choices = choices if choices is not None else asr.CHOICES
     local = [choice for choice in choices if choice not in asr.CHOICES]
-    name = name or os.environ.get("LIVEGEN_ASR_MODEL") or (local[0] if local else asr.DEFAULT)
+    name = CascadeSettings(asr_model=name or None).with_env().asr_model
+    name = name or (local[0] if local else asr.DEFAULT)
     if name not in choices:
         raise ConfigError(f"unknown speech recogniser {name!r}; choose one of {', '.join(choices)}")
     return name

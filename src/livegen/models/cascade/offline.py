@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from livegen.models.cascade import asr, sentences
+from livegen.models.cascade import asr, sentences, tasks
 from livegen.models.voice import ClipSegment
 
 if TYPE_CHECKING:
@@ -92,6 +92,7 @@ async def transcribe_clip(
         if (span := next(ranges, None)) is not None:
             queued.append((span, asyncio.ensure_future(model.transcribe(audio[span[0] : span[1]], options))))
 
+    decoding: asyncio.Future[str] | None = None
     try:
         for _ in range(LOOKAHEAD):
             queue_next()
@@ -107,8 +108,8 @@ async def transcribe_clip(
                 segment if scored is None else replace(segment, logprobs=tuple(lp.to_wire() for lp in scored))
             )
     finally:
-        for _, decoding in queued:
-            decoding.cancel()
+        # The decodes are this generator's: ended, and awaited, however it ends.
+        await tasks.cancelled(*(task for _, task in queued), *([decoding] if decoding else []))
 
 
 def _prepared(pcm: bytes) -> tuple[np.ndarray, list[tuple[int, int]]]:

@@ -25,7 +25,7 @@ import struct
 from collections.abc import AsyncIterator
 
 from livegen.errors import TtsUnavailable
-from livegen.models.cascade import remote, tts
+from livegen.models.cascade import remote, tasks, tts
 
 #: Most seconds of audio one piece may bring; more is garbage (a piece is a sentence).
 MAX_PIECE_S = 120
@@ -97,11 +97,17 @@ class RemoteVoice:
     def __init__(self, stage: remote.Stage, model: str) -> None:
         self.stage = stage
         self.model = model
+        #: The fetches under way: each held until it ends, and ended by ``aclose``.
+        self._fetches = tasks.TaskSet()
 
     def speak(self, text: str, voice: str = "", speed: float = 1.0) -> StreamedSpeech:
         speech = StreamedSpeech()
-        speech._task = asyncio.ensure_future(self._fetch(speech, text, voice or DEFAULT_VOICE, speed))
+        speech._task = self._fetches.spawn(self._fetch(speech, text, voice or DEFAULT_VOICE, speed))
         return speech
+
+    async def aclose(self) -> None:
+        """End the fetches still under way (their speech fails ``tts_unavailable``)."""
+        await self._fetches.aclose()
 
     async def _fetch(self, speech: StreamedSpeech, text: str, voice: str, speed: float) -> None:
         import httpx

@@ -7,7 +7,9 @@ language model (pieces as its stream yields sentences), and it asks the
 speech worker for the first piece's audio the moment that piece exists. The
 stream that started it either reads it (once) or drops it; dropping cancels
 the producer, which closes the model's HTTP stream, and the audio requests
-still queued for the speech workers.
+still queued for the speech workers. The producer is a task of the stream's
+(``spawn``), so the stream's close ends it whatever became of the answer;
+a response that read it ends it before it ends (``aclose``).
 
 ``matches`` is how a prepared answer is checked against the response that
 finally asks for it: same words heard, same voice, and for a language model
@@ -31,12 +33,12 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from livegen.models.cascade import llm, responder, sentences
+from livegen.models.cascade import llm, responder, sentences, tasks
 from livegen.models.cascade.mcp import MAX_ROUNDS
 from livegen.models.cascade.mcp_session import McpRun
 from livegen.models.cascade.tts import Speech
@@ -48,6 +50,8 @@ Audio = concurrent.futures.Future[Speech]
 #: A piece of the reply and its audio, if already asked for.
 Piece = tuple[str, Audio | None]
 Speak = Callable[[str, str], Audio]
+#: Starts a task its owner (the session's stream) holds until it ends, and ends on close.
+Spawn = Callable[[Coroutine[Any, Any, None]], "asyncio.Task[None]"]
 NO_TOOLS = (
     "I can't use this session's tools without a language model. "
     "Start livegen with --llm-base-url to let me call them."
@@ -116,8 +120,15 @@ class Answer:
         for audio in self._audio:
             audio.cancel()
 
+    async def aclose(self) -> None:
+        """``drop`` it, and wait until its producer has ended (its HTTP stream closed)."""
+        self.drop()
+        if self._producer is not None:
+            await tasks.cancelled(self._producer)
+
 
 def start(
+    spawn: Spawn,
     speak: Speak,
     client: llm.Client | None,
     user_text: str | None,
@@ -128,7 +139,8 @@ def start(
     has_images: bool = False,
     mcp_run: McpRun | None = None,
 ) -> Answer:
-    """Start making the answer to ``user_text``; read it with ``Answer.pieces``."""
+    """Start making the answer to ``user_text``, on a task ``spawn`` owns; read it with
+    ``Answer.pieces``."""
     answer = Answer(user_text, voice, ask, mcp=mcp_run)
     if client is None or ask is None:
         now = datetime.now().astimezone()
@@ -140,9 +152,9 @@ def start(
         if max_words is not None and len(text.split()) > max_words:  # the built-in "tokens" are words
             text = " ".join(text.split()[:max_words])
             answer.finish_reason = "length"
-        answer._producer = asyncio.ensure_future(_produce(answer, speak, _listed(sentences.split(text))))
+        answer._producer = spawn(_produce(answer, speak, _listed(sentences.split(text))))
     else:
-        answer._producer = asyncio.ensure_future(_produce(answer, speak, _from_llm(client, ask, answer)))
+        answer._producer = spawn(_produce(answer, speak, _from_llm(client, ask, answer)))
     return answer
 
 

