@@ -211,6 +211,44 @@ async def test_a_token_resumes_once_when_two_resumes_race_on_two_processes(clust
     assert sorted(first["type"] for first in firsts) == ["error", "session.resumed"]
 
 
+async def duplex(address: str, first: dict[str, Any]) -> Any:
+    """A vllm-omni duplex socket (``?duplex=1``): it opens or resumes with its first message."""
+    ws = await websockets.connect(f"{address}/v1/realtime?duplex=1&model=scripted-voice&autostart=0")
+    OPENED.append(ws)
+    await ws.send(json.dumps(first))
+    return ws
+
+
+async def test_a_duplex_session_resumes_through_the_other_process(cluster: Cluster) -> None:
+    """Its session id is in its first message, not the URL: the process that reads it relays it."""
+    one, other = cluster.processes()
+    ws = await duplex(one["address"], {"type": "session.update", "session": {"sample_rate_hz": 16_000}})
+    created = await until(ws, "session.created", [])
+    session_id, token = created["session"]["id"], created["resume_token"]
+    assert session_id[5:9] == one["tag"]
+    await ws.send(json.dumps({"type": "response.create"}))
+    before = [created]
+    for _ in range(3):
+        await until(ws, "response.output_audio.delta", before)
+    await drop(ws)
+    last = before[-1]["server_event_seq"]
+    resume = {"type": "session.resume", "session_id": session_id, "resume_token": token}
+    ws2 = await duplex(other["address"], {**resume, "last_received_server_event_seq": last})
+    resumed = await recv(ws2)
+    assert resumed["type"] == "session.resumed" and resumed["session"]["id"] == session_id, resumed
+    after: list[dict[str, Any]] = []
+    await until(ws2, "response.done", after)
+    seqs = [e["server_event_seq"] for e in before + after if "server_event_seq" in e]
+    assert seqs == sorted(set(seqs)), "nothing twice, in order"
+    assert [e["type"] for e in before + after].count("response.done") == 1
+    await ws2.send(json.dumps({"type": "response.cancel", "event_id": "c1"}))
+    assert (await until(ws2, "error", []))["error"]["code"] == "response_cancel_not_active"
+    # the token was spent on the owner: a second resume through either process is refused
+    for process in (other, one):
+        again = await duplex(process["address"], {**resume, "last_received_server_event_seq": last})
+        assert (await recv(again))["type"] == "error"
+
+
 async def test_max_sessions_holds_for_all_processes_together(cluster: Cluster) -> None:
     """Through the shared port (the kernel picks the process): the cap is the server's, not each
     process's, so the one past it is refused wherever it lands."""

@@ -5,13 +5,16 @@ stream), so the process that accepted the resume opens a WebSocket to the
 owner's private address with the same path, query, key and subprotocols, and
 relays frames both ways until either side closes. The owner does the rest as
 for any resume: it claims the single-use token (of two relayed resumes, one
-wins) and replays the journal. Close codes pass through; a client that
+wins) and replays the journal. A vllm-omni duplex resume names its session in
+its first message, not the URL, so ``server/voice.py`` relays it once it has
+read that message (``forward_accepted``), which goes first. Close codes pass through; a client that
 vanished (no close frame) vanishes for the owner too, so the session parks
 again, as it would without the relay.
 
 An owner that is gone (no address, or its address refuses within
 ``CONNECT_TIMEOUT_S``) is OpenAI's ``session_not_found`` on the client's
-socket, then close 1008, never a hang.
+socket, then close 1008, never a hang (a duplex resume: vllm-omni's code for
+it, from this process's engine).
 """
 
 from __future__ import annotations
@@ -48,6 +51,38 @@ UNSENDABLE = frozenset({1005, 1006, 1015})
 
 async def forward(scope: Scope, receive: Receive, send: Send, address: str | None) -> None:
     """Relay this socket to ``address`` (``ws://host:port``), or refuse with ``session_not_found``."""
+    upstream = None if address is None else await _open_upstream(scope, address)
+    if isinstance(upstream, InvalidStatus):  # the owner refused the handshake itself: pass it on
+        response = upstream.response
+        await send_denial(scope, receive, send, response.status_code, bytes(response.body or b""))
+        return
+    if upstream is None:
+        await _not_found(scope, receive, send)
+        return
+    await receive()  # websocket.connect
+    await send({"type": "websocket.accept", "subprotocol": upstream.subprotocol})
+    await _relay(upstream, receive, send)
+
+
+async def forward_accepted(scope: Scope, receive: Receive, send: Send, address: str, first: str) -> bool:
+    """Relay a socket accepted here whose first message, ``first``, was read here (a duplex
+    ``session.resume``: its session id is in that message, not the URL) to the owner at
+    ``address``. False, with nothing sent to the client, when the owner cannot take it."""
+    upstream = await _open_upstream(scope, address)
+    if not isinstance(upstream, ClientConnection):
+        return False
+    try:
+        await upstream.send(first)
+    except ConnectionClosed:
+        upstream.transport.abort()
+        return False
+    await _relay(upstream, receive, send)
+    return True
+
+
+async def _open_upstream(scope: Scope, address: str) -> ClientConnection | InvalidStatus | None:
+    """This socket's twin to the owner: the same path, query, key and subprotocols, marked as
+    relayed; the owner's refusal of the handshake; or None when the owner cannot be reached."""
     headers = [
         (k.decode("latin-1"), v.decode("latin-1"))
         for k, v in scope.get("headers", [])
@@ -55,32 +90,23 @@ async def forward(scope: Scope, receive: Receive, send: Send, address: str | Non
     ]
     headers.append((RELAYED_HEADER.decode(), "1"))
     query = scope.get("query_string", b"").decode("latin-1")
-    upstream: ClientConnection | None = None
-    if address is not None:
-        try:
-            upstream = await connect(
-                f"{address}{scope['path']}?{query}",
-                additional_headers=headers,
-                subprotocols=offered_subprotocols(scope) or None,  # type: ignore[arg-type]
-                open_timeout=CONNECT_TIMEOUT_S,
-                max_size=None,
-                compression=None,
-                ping_interval=None,
-                proxy=None,
-                ssl=_private_tls() if address.startswith("wss://") else None,
-            )
-        except InvalidStatus as refused:  # the owner refused the handshake itself: pass it on
-            response = refused.response
-            await send_denial(scope, receive, send, response.status_code, bytes(response.body or b""))
-            return
-        except (OSError, TimeoutError, InvalidHandshake) as exc:
-            log_event(logger, "cluster.owner_unreachable", logging.WARNING, address=address, error=repr(exc))
-    if upstream is None:
-        await _not_found(scope, receive, send)
-        return
-    await receive()  # websocket.connect
-    await send({"type": "websocket.accept", "subprotocol": upstream.subprotocol})
-    await _relay(upstream, receive, send)
+    try:
+        return await connect(
+            f"{address}{scope['path']}?{query}",
+            additional_headers=headers,
+            subprotocols=offered_subprotocols(scope) or None,  # type: ignore[arg-type]
+            open_timeout=CONNECT_TIMEOUT_S,
+            max_size=None,
+            compression=None,
+            ping_interval=None,
+            proxy=None,
+            ssl=_private_tls() if address.startswith("wss://") else None,
+        )
+    except InvalidStatus as refused:
+        return refused
+    except (OSError, TimeoutError, InvalidHandshake) as exc:
+        log_event(logger, "cluster.owner_unreachable", logging.WARNING, address=address, error=repr(exc))
+        return None
 
 
 def _private_tls() -> ssl.SSLContext:

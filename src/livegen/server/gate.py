@@ -14,7 +14,9 @@
 - a resume (``?session_id=``) of a session another process owns is relayed to
   that process's private address (``server/forward.py``); connections to this
   process's private address by the relay (marked ``x-livegen-relayed``) are
-  never relayed again nor counted twice.
+  never relayed again nor counted twice, nor refused by a drain (a duplex
+  resume names its session in its first message, so ``server/voice.py``
+  relays it, not the gate).
 
 It also counts the session sockets open here, which a drain waits on, and in a
 cluster learns the ephemeral keys other processes minted, before the key is
@@ -105,7 +107,8 @@ class GateMiddleware:
         if kind == "voice" and "call_id" in query:
             await self.app(scope, receive, send)
             return
-        if session_id is None and gate.draining:
+        # A relayed socket is a resume (a duplex one names its session in its first message).
+        if session_id is None and gate.draining and not is_relayed:
             await _refuse_draining(scope, receive, send)
             return
         counted = member is not None and not is_relayed
