@@ -20,6 +20,8 @@ For each N:
 - ``max_conversations``: the largest level whose turn p95 stays under the goal;
 - memory: the RSS of each server process once ready and after the levels, and
   of the whole tree; ``memory_per_extra_process_mib`` against the first N.
+  With the cascade, ``supervisor_and_ray_rss_mib`` (the tree less the server
+  processes) holds each process's speech workers too, not only Ray's.
 
 The questions are synthesised before any server starts, by the cascade
 loaded here and closed again, so that its threads do not share the machine

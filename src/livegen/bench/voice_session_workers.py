@@ -168,12 +168,15 @@ def started(serve_module: str, workers: int, out_dir: Path, ready_wait_s: float 
         time.sleep(1.0)
         yield Started(workers, port, process.pid, pids)
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, 15)
-        try:
+        # The server (or the supervisor) stops what it started, as on a SIGTERM in production; the
+        # whole group only if it does not (a SIGTERM to every process would kill the speech
+        # workers under a server that is still up, and it would restart them).
+        process.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(60)
-        except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, 9)
+        process.wait()
 
 
 def _one(workers: int, options: dict[str, Any], out_dir: Path, tqdm: Any) -> dict[str, Any]:
