@@ -297,6 +297,8 @@ async def world_chunks(client: WorldClient, count: int) -> list[Any]:
 async def test_killing_one_process_ends_only_its_sessions(cluster: Cluster) -> None:
     one, other = cluster.processes()
     doomed, doomed_seen = await open_voice(one["address"])
+    doomed_duplex = await duplex(one["address"], {"type": "session.update", "session": {}})
+    duplex_created = await until(doomed_duplex, "session.created", [])
     survivor, _seen = await open_voice(other["address"])
     world = await WorldClient.connect(other["address"])
     created = await world.create(seed=3, pacing="realtime")
@@ -319,6 +321,11 @@ async def test_killing_one_process_ends_only_its_sessions(cluster: Cluster) -> N
     session_id, token = doomed_seen[0]["session"]["id"], doomed_seen[0]["resume_token"]
     late = await resume(other["address"], session_id, token, last_seq=1)
     assert (await recv(late))["error"]["code"] == "session_not_found"
+    # a duplex one too (the relay finds no owner): vllm-omni's code for a session that is gone
+    resume_duplex = {"type": "session.resume", "session_id": duplex_created["session"]["id"]}
+    resume_duplex |= {"resume_token": duplex_created["resume_token"], "last_received_server_event_seq": 1}
+    late_duplex = await duplex(other["address"], resume_duplex)
+    assert (await recv(late_duplex))["error"]["code"] == "session_resume_expired"
 
 
 @pytest.mark.parametrize("workers", [1, 2])
