@@ -249,6 +249,43 @@ async def test_a_duplex_session_resumes_through_the_other_process(cluster: Clust
         assert (await recv(again))["type"] == "error"
 
 
+async def test_a_calls_attach_and_hangup_reach_the_process_that_holds_it(cluster: Cluster) -> None:
+    """A WebRTC call stays where its media flows; its id names that process, so an attach and a
+    hangup through the other process are relayed there."""
+    pytest.importorskip("aiortc")
+    from livegen.client.webrtc import Caller
+
+    one, other = cluster.processes()
+    other_http = other["address"].replace("ws", "http", 1)
+    caller = Caller(one["address"].replace("ws", "http", 1), None)
+    try:
+        await caller.connect()
+        created = await caller.event("session.created")
+        assert caller.call_id is not None and caller.call_id[4:8] == one["tag"]
+        assert created["session"]["id"][5:9] == one["tag"]
+        backend = await websockets.connect(f"{other['address']}/v1/realtime?call_id={caller.call_id}")
+        OPENED.append(backend)
+        item = {
+            "type": "message",
+            "id": "item_b",
+            "role": "user",
+            "content": [{"type": "input_text", "text": "hi"}],
+        }
+        await backend.send(json.dumps({"type": "conversation.item.create", "item": item}))
+        assert (await until(backend, "conversation.item.added", []))["item"]["id"] == "item_b"
+        await caller.wait_for(
+            lambda e: e["type"] == "conversation.item.added" and e["item"]["id"] == "item_b"
+        )
+        async with httpx.AsyncClient() as http:
+            unknown = await http.post(f"{other_http}/v1/realtime/calls/rtc_nobody/hangup")
+            answer = await http.post(f"{other_http}/v1/realtime/calls/{caller.call_id}/hangup")
+        assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "call_not_found"
+        assert answer.status_code == 200, answer.text
+        assert (await caller.event("session.closed", within=10))["reason"] == "hangup"
+    finally:
+        await caller.close()
+
+
 async def test_max_sessions_holds_for_all_processes_together(cluster: Cluster) -> None:
     """Through the shared port (the kernel picks the process): the cap is the server's, not each
     process's, so the one past it is refused wherever it lands."""

@@ -15,7 +15,6 @@ OpenAI's error shape.
 from __future__ import annotations
 
 import contextlib
-import secrets
 from typing import TYPE_CHECKING, Any
 
 from starlette.routing import BaseRoute, WebSocketRoute
@@ -69,8 +68,7 @@ class WebSocketLink:
 def new_session_id(state: State) -> str:
     """``sess_`` and 16 hex digits; in a cluster the first four are this process's tag, so that
     any process can tell where a resume belongs (``server/cluster.py``)."""
-    member = state.gate.member
-    return "sess_" + (member.tag + secrets.token_hex(6) if member is not None else secrets.token_hex(8))
+    return state.gate.new_id("sess_", 16)
 
 
 class VoiceService:
