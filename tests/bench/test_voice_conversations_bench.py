@@ -42,3 +42,21 @@ def test_voice_conversations_bench_reports_each_level_per_detector(tmp_path: Pat
 def test_an_unknown_detector_is_refused_before_anything_loads() -> None:
     result = CliRunner().invoke(main, ["bench", "voice-conversations", "--vad", "onnx,webrtc"])
     assert result.exit_code == 2 and "--vad" in result.output
+
+
+@pytest.mark.slow  # loads the cascade in three server processes
+def test_voice_conversations_bench_compares_one_process_with_two_side_by_side(tmp_path: Path) -> None:
+    pytest.importorskip("ray")
+    out = tmp_path / "out.json"
+    args = ["bench", "voice-conversations", "--workers", "1", "--workers", "2", "--levels", "2"]
+    result = CliRunner().invoke(main, [*args, "--turns", "1", "--stagger", "0.5", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    one, two = json.loads(out.read_text())["runs"]
+    assert (one["workers"], two["workers"]) == (1, 2)
+    assert len(one["server_rss_mib"]) == 1 and len(two["server_rss_mib"]) == 2
+    for run in (one, two):
+        [row] = run["levels"]
+        assert (row["conversations"], row["turns"], row["unanswered"]) == (2, 2, 0)
+        assert row["correct_share"] > 0 and row["server_cpu_cores"] > 0
+        assert run["max_conversations"] in (0, 2)
+    assert two["memory_per_extra_process_mib"] > 0 and two["supervisor_and_ray_rss_mib"] > 0

@@ -211,6 +211,81 @@ async def test_a_token_resumes_once_when_two_resumes_race_on_two_processes(clust
     assert sorted(first["type"] for first in firsts) == ["error", "session.resumed"]
 
 
+async def duplex(address: str, first: dict[str, Any]) -> Any:
+    """A vllm-omni duplex socket (``?duplex=1``): it opens or resumes with its first message."""
+    ws = await websockets.connect(f"{address}/v1/realtime?duplex=1&model=scripted-voice&autostart=0")
+    OPENED.append(ws)
+    await ws.send(json.dumps(first))
+    return ws
+
+
+async def test_a_duplex_session_resumes_through_the_other_process(cluster: Cluster) -> None:
+    """Its session id is in its first message, not the URL: the process that reads it relays it."""
+    one, other = cluster.processes()
+    ws = await duplex(one["address"], {"type": "session.update", "session": {"sample_rate_hz": 16_000}})
+    created = await until(ws, "session.created", [])
+    session_id, token = created["session"]["id"], created["resume_token"]
+    assert session_id[5:9] == one["tag"]
+    await ws.send(json.dumps({"type": "response.create"}))
+    before = [created]
+    for _ in range(3):
+        await until(ws, "response.output_audio.delta", before)
+    await drop(ws)
+    last = before[-1]["server_event_seq"]
+    resume = {"type": "session.resume", "session_id": session_id, "resume_token": token}
+    ws2 = await duplex(other["address"], {**resume, "last_received_server_event_seq": last})
+    resumed = await recv(ws2)
+    assert resumed["type"] == "session.resumed" and resumed["session"]["id"] == session_id, resumed
+    after: list[dict[str, Any]] = []
+    await until(ws2, "response.done", after)
+    seqs = [e["server_event_seq"] for e in before + after if "server_event_seq" in e]
+    assert seqs == sorted(set(seqs)), "nothing twice, in order"
+    assert [e["type"] for e in before + after].count("response.done") == 1
+    await ws2.send(json.dumps({"type": "response.cancel", "event_id": "c1"}))
+    assert (await until(ws2, "error", []))["error"]["code"] == "response_cancel_not_active"
+    # the token was spent on the owner: a second resume through either process is refused
+    for process in (other, one):
+        again = await duplex(process["address"], {**resume, "last_received_server_event_seq": last})
+        assert (await recv(again))["type"] == "error"
+
+
+async def test_a_calls_attach_and_hangup_reach_the_process_that_holds_it(cluster: Cluster) -> None:
+    """A WebRTC call stays where its media flows; its id names that process, so an attach and a
+    hangup through the other process are relayed there."""
+    pytest.importorskip("aiortc")
+    from livegen.client.webrtc import Caller
+
+    one, other = cluster.processes()
+    other_http = other["address"].replace("ws", "http", 1)
+    caller = Caller(one["address"].replace("ws", "http", 1), None)
+    try:
+        await caller.connect()
+        created = await caller.event("session.created")
+        assert caller.call_id is not None and caller.call_id[4:8] == one["tag"]
+        assert created["session"]["id"][5:9] == one["tag"]
+        backend = await websockets.connect(f"{other['address']}/v1/realtime?call_id={caller.call_id}")
+        OPENED.append(backend)
+        item = {
+            "type": "message",
+            "id": "item_b",
+            "role": "user",
+            "content": [{"type": "input_text", "text": "hi"}],
+        }
+        await backend.send(json.dumps({"type": "conversation.item.create", "item": item}))
+        assert (await until(backend, "conversation.item.added", []))["item"]["id"] == "item_b"
+        await caller.wait_for(
+            lambda e: e["type"] == "conversation.item.added" and e["item"]["id"] == "item_b"
+        )
+        async with httpx.AsyncClient() as http:
+            unknown = await http.post(f"{other_http}/v1/realtime/calls/rtc_nobody/hangup")
+            answer = await http.post(f"{other_http}/v1/realtime/calls/{caller.call_id}/hangup")
+        assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "call_not_found"
+        assert answer.status_code == 200, answer.text
+        assert (await caller.event("session.closed", within=10))["reason"] == "hangup"
+    finally:
+        await caller.close()
+
+
 async def test_max_sessions_holds_for_all_processes_together(cluster: Cluster) -> None:
     """Through the shared port (the kernel picks the process): the cap is the server's, not each
     process's, so the one past it is refused wherever it lands."""
@@ -259,6 +334,8 @@ async def world_chunks(client: WorldClient, count: int) -> list[Any]:
 async def test_killing_one_process_ends_only_its_sessions(cluster: Cluster) -> None:
     one, other = cluster.processes()
     doomed, doomed_seen = await open_voice(one["address"])
+    doomed_duplex = await duplex(one["address"], {"type": "session.update", "session": {}})
+    duplex_created = await until(doomed_duplex, "session.created", [])
     survivor, _seen = await open_voice(other["address"])
     world = await WorldClient.connect(other["address"])
     created = await world.create(seed=3, pacing="realtime")
@@ -281,6 +358,11 @@ async def test_killing_one_process_ends_only_its_sessions(cluster: Cluster) -> N
     session_id, token = doomed_seen[0]["session"]["id"], doomed_seen[0]["resume_token"]
     late = await resume(other["address"], session_id, token, last_seq=1)
     assert (await recv(late))["error"]["code"] == "session_not_found"
+    # a duplex one too (the relay finds no owner): vllm-omni's code for a session that is gone
+    resume_duplex = {"type": "session.resume", "session_id": duplex_created["session"]["id"]}
+    resume_duplex |= {"resume_token": duplex_created["resume_token"], "last_received_server_event_seq": 1}
+    late_duplex = await duplex(other["address"], resume_duplex)
+    assert (await recv(late_duplex))["error"]["code"] == "session_resume_expired"
 
 
 @pytest.mark.parametrize("workers", [1, 2])

@@ -170,6 +170,11 @@ async def level(
     }
 
 
+def max_conversations(rows: list[dict[str, Any]], p95_goal_ms: float) -> int:
+    """The largest level whose turn p95 stays under the goal (0: none does)."""
+    return max((row["conversations"] for row in rows if row["turn_p95_ms"] < p95_goal_ms), default=0)
+
+
 def _detectors(vads: str) -> list[str]:
     names = [name.strip().lower() for name in vads.split(",") if name.strip()]
     if not names or any(name not in vad.BACKENDS for name in names):
@@ -223,6 +228,14 @@ def _sizings(batches: str, workers: int, threads: int) -> list[AsrSizing]:
     "one also with each further detector.",
 )
 @click.option(
+    "--workers",
+    multiple=True,
+    type=click.IntRange(1, 64),
+    help="Compare servers of this many processes (repeatable: --workers 1 --workers 2), side by side in "
+    "one run, each started as 'livegen serve --workers N' with its own recognition set-up (--asr-batch, "
+    "--vad do not apply); adds the servers' CPU and memory (bench/voice_conversations_workers.py).",
+)
+@click.option(
     "--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Write the figures here."
 )
 def command(
@@ -235,6 +248,7 @@ def command(
     asr_workers: int,
     asr_threads: int,
     vads: str,
+    workers: tuple[int, ...],
     json_path: Path | None,
 ) -> None:
     """Concurrent spoken conversations against the embedded cascade: turn p50/p95, correctness, CPU."""
@@ -245,8 +259,19 @@ def command(
     loaded = cascade.load()  # the server below gets this same instance: one per process
     loaded.use_llm(None, None)
     questions = [(synthesise(loaded, text), expected) for text, expected in QUESTIONS]
-    turns = ServerTurns(silence_ms)
     counts = [int(n) for n in levels.split(",") if n.strip()]
+    if workers:
+        from livegen.bench import voice_conversations_workers as compared
+
+        loaded.close()  # the servers load their own; this one's threads would share their cores
+        options = {"counts": counts, "num_turns": num_turns, "stagger_s": stagger_s}
+        options |= {"silence_ms": silence_ms, "p95_goal_ms": p95_goal_ms}
+        report = compared.compare(workers, questions, options)
+        compared.print_report(report)
+        if json_path is not None:
+            json_path.write_text(json.dumps(report, indent=2))
+        return
+    turns = ServerTurns(silence_ms)
     runs: list[dict[str, Any]] = []
     chosen = os.environ.get("LIVEGEN_VAD")
     try:
@@ -264,8 +289,7 @@ def command(
                 run["levels"].append(asyncio.run(level(turns, questions, num, num_turns, stagger_s, stats)))
                 time.sleep(SETTLE_S)
         for run in runs:
-            passing = [row["conversations"] for row in run["levels"] if row["turn_p95_ms"] < p95_goal_ms]
-            run["max_conversations"] = max(passing, default=0)
+            run["max_conversations"] = max_conversations(run["levels"], p95_goal_ms)
     finally:
         turns.close()
         loaded.close()

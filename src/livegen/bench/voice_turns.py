@@ -117,17 +117,23 @@ async def _paced(
 class ServerTurns:
     transport = "server"
 
-    def __init__(self, silence_ms: int) -> None:
+    def __init__(self, silence_ms: int, ws_url: str | None = None) -> None:
+        """Calls to the server at ``ws_url``, or (None) to one serving the cascade in this process."""
         from livegen.server.config import ServerConfig
         from livegen.server.thread import ServerThread
 
         self.silence_ms = silence_ms
-        config = ServerConfig(api_key=None, voice_model="cascade", world_model="none")
-        self.server = ServerThread(config).start()
-        self.server.wait_ready()
+        self.server: ServerThread | None = None
+        if ws_url is None:
+            config = ServerConfig(api_key=None, voice_model="cascade", world_model="none")
+            self.server = ServerThread(config).start()
+            self.server.wait_ready()
+            ws_url = self.server.ws_url
+        self.ws_url = ws_url
 
     def close(self) -> None:
-        self.server.stop()
+        if self.server is not None:
+            self.server.stop()
 
     async def turn(self, utterance: Utterance, tail_s: float = 4.0) -> TurnResult:
         async with self._call() as call:
@@ -169,7 +175,7 @@ class ServerTurns:
     async def _call(self) -> AsyncIterator[_ServerCall]:
         import websockets
 
-        url = f"{self.server.ws_url}/v1/realtime?model=cascade"
+        url = f"{self.ws_url}/v1/realtime?model=cascade"
         async with websockets.connect(url, max_size=None) as socket:
             call = _ServerCall(socket)
             try:

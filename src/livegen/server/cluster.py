@@ -9,9 +9,9 @@ owned by it, not detached):
 
 - the processes: each gets a short *tag* (four hex digits, unique in the
   cluster) and registers the private address its resumes are forwarded to;
-  every voice session id it mints carries its tag (``sess_`` + tag + random),
-  so any process knows a session's owner from its id alone, without a lookup
-  per session;
+  every voice session id and WebRTC call id it mints carries its tag
+  (``sess_`` or ``rtc_``, the tag, random), so any process knows a session's
+  or a call's owner from its id alone, without a lookup per session;
 - the ephemeral keys (``/v1/realtime/client_secrets``) any process minted,
   which another process adopts when a client presents one it does not know;
 - the server-wide session counts: each ``livegen serve`` (a *group*) keeps
@@ -120,6 +120,11 @@ def coordinator(ray: Any) -> Any:
     return actor.options(name=COORDINATOR, namespace=NAMESPACE, get_if_exists=True).remote()
 
 
+def owner_tag(identifier: str) -> str:
+    """The tag a session id (``sess_`` + tag + ...) or a call id (``rtc_`` + tag + ...) carries."""
+    return identifier.partition("_")[2][:4]
+
+
 @dataclass
 class Member:
     """One server process in the cluster: its tag, its ``livegen serve`` group, the coordinator."""
@@ -133,8 +138,9 @@ class Member:
     def __post_init__(self) -> None:
         self._addresses: dict[str, tuple[float, str | None]] = {}
 
-    def owns(self, session_id: str) -> bool:
-        return session_id[5:9] == self.tag
+    def owns(self, identifier: str) -> bool:
+        """Whether this process minted ``identifier`` (a session id or a call id)."""
+        return owner_tag(identifier) == self.tag
 
     async def acquire(self, kind: str, limit: int | None) -> bool:
         """Room for one more session of ``kind`` server-wide; a coordinator that cannot answer
@@ -149,9 +155,10 @@ class Member:
     def release(self, kind: str) -> None:
         self.actor.release.remote(self.group, kind, self.tag)  # fire and forget: order is kept
 
-    async def address_of(self, session_id: str) -> str | None:
-        """The private address of the process that owns ``session_id``; None if none does."""
-        tag = session_id[5:9]
+    async def address_of(self, identifier: str) -> str | None:
+        """The private address of the process that owns ``identifier`` (a session id or a call
+        id); None if none does."""
+        tag = owner_tag(identifier)
         cached = self._addresses.get(tag)
         now = time.monotonic()
         if cached is not None and now - cached[0] < ADDRESS_TTL_S:

@@ -5,13 +5,20 @@ stream), so the process that accepted the resume opens a WebSocket to the
 owner's private address with the same path, query, key and subprotocols, and
 relays frames both ways until either side closes. The owner does the rest as
 for any resume: it claims the single-use token (of two relayed resumes, one
-wins) and replays the journal. Close codes pass through; a client that
+wins) and replays the journal. A vllm-omni duplex resume names its session in
+its first message, not the URL, so ``server/voice.py`` relays it once it has
+read that message (``forward_accepted``), which goes first. Close codes pass through; a client that
 vanished (no close frame) vanishes for the owner too, so the session parks
 again, as it would without the relay.
 
+A WebRTC call's hangup is one HTTP request, relayed to the process that holds
+the call by ``forward_http`` (plain HTTP/1.1 over asyncio's streams, no
+client library); the ``?call_id=`` attach is a socket, relayed as above.
+
 An owner that is gone (no address, or its address refuses within
 ``CONNECT_TIMEOUT_S``) is OpenAI's ``session_not_found`` on the client's
-socket, then close 1008, never a hang.
+socket, then close 1008, never a hang (a duplex resume: vllm-omni's code for
+it, from this process's engine).
 """
 
 from __future__ import annotations
@@ -21,8 +28,9 @@ import contextlib
 import logging
 import ssl
 from typing import Any
+from urllib.parse import quote
 
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
@@ -48,6 +56,38 @@ UNSENDABLE = frozenset({1005, 1006, 1015})
 
 async def forward(scope: Scope, receive: Receive, send: Send, address: str | None) -> None:
     """Relay this socket to ``address`` (``ws://host:port``), or refuse with ``session_not_found``."""
+    upstream = None if address is None else await _open_upstream(scope, address)
+    if isinstance(upstream, InvalidStatus):  # the owner refused the handshake itself: pass it on
+        response = upstream.response
+        await send_denial(scope, receive, send, response.status_code, bytes(response.body or b""))
+        return
+    if upstream is None:
+        await _not_found(scope, receive, send)
+        return
+    await receive()  # websocket.connect
+    await send({"type": "websocket.accept", "subprotocol": upstream.subprotocol})
+    await _relay(upstream, receive, send)
+
+
+async def forward_accepted(scope: Scope, receive: Receive, send: Send, address: str, first: str) -> bool:
+    """Relay a socket accepted here whose first message, ``first``, was read here (a duplex
+    ``session.resume``: its session id is in that message, not the URL) to the owner at
+    ``address``. False, with nothing sent to the client, when the owner cannot take it."""
+    upstream = await _open_upstream(scope, address)
+    if not isinstance(upstream, ClientConnection):
+        return False
+    try:
+        await upstream.send(first)
+    except ConnectionClosed:
+        upstream.transport.abort()
+        return False
+    await _relay(upstream, receive, send)
+    return True
+
+
+async def _open_upstream(scope: Scope, address: str) -> ClientConnection | InvalidStatus | None:
+    """This socket's twin to the owner: the same path, query, key and subprotocols, marked as
+    relayed; the owner's refusal of the handshake; or None when the owner cannot be reached."""
     headers = [
         (k.decode("latin-1"), v.decode("latin-1"))
         for k, v in scope.get("headers", [])
@@ -55,32 +95,83 @@ async def forward(scope: Scope, receive: Receive, send: Send, address: str | Non
     ]
     headers.append((RELAYED_HEADER.decode(), "1"))
     query = scope.get("query_string", b"").decode("latin-1")
-    upstream: ClientConnection | None = None
-    if address is not None:
-        try:
-            upstream = await connect(
-                f"{address}{scope['path']}?{query}",
-                additional_headers=headers,
-                subprotocols=offered_subprotocols(scope) or None,  # type: ignore[arg-type]
-                open_timeout=CONNECT_TIMEOUT_S,
-                max_size=None,
-                compression=None,
-                ping_interval=None,
-                proxy=None,
-                ssl=_private_tls() if address.startswith("wss://") else None,
-            )
-        except InvalidStatus as refused:  # the owner refused the handshake itself: pass it on
-            response = refused.response
-            await send_denial(scope, receive, send, response.status_code, bytes(response.body or b""))
-            return
-        except (OSError, TimeoutError, InvalidHandshake) as exc:
-            log_event(logger, "cluster.owner_unreachable", logging.WARNING, address=address, error=repr(exc))
-    if upstream is None:
-        await _not_found(scope, receive, send)
+    try:
+        return await connect(
+            f"{address}{scope['path']}?{query}",
+            additional_headers=headers,
+            subprotocols=offered_subprotocols(scope) or None,  # type: ignore[arg-type]
+            open_timeout=CONNECT_TIMEOUT_S,
+            max_size=None,
+            compression=None,
+            ping_interval=None,
+            proxy=None,
+            ssl=_private_tls() if address.startswith("wss://") else None,
+        )
+    except InvalidStatus as refused:
+        return refused
+    except (OSError, TimeoutError, InvalidHandshake) as exc:
+        log_event(logger, "cluster.owner_unreachable", logging.WARNING, address=address, error=repr(exc))
+        return None
+
+
+async def forward_http(scope: Scope, receive: Receive, send: Send, address: str, fallback: ASGIApp) -> None:
+    """Relay one HTTP request (a call's hangup) to the process at ``address`` (its ``ws://`` or
+    ``wss://`` private address) and its answer back; ``fallback`` answers it when that process
+    cannot be reached (for a hangup: the call is gone with it, ``call_not_found``)."""
+    body, more = b"", True
+    while more:
+        message = await receive()
+        body += message.get("body", b"")
+        more = message.get("more_body", False) and message["type"] == "http.request"
+    answer = await _request(scope, address, body)
+    if answer is None:
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await fallback(scope, replay, send)
         return
-    await receive()  # websocket.connect
-    await send({"type": "websocket.accept", "subprotocol": upstream.subprotocol})
-    await _relay(upstream, receive, send)
+    status, headers, content = answer
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": content})
+
+
+async def _request(scope: Scope, address: str, body: bytes) -> tuple[int, list[Any], bytes] | None:
+    """One HTTP/1.1 exchange with another process of this server (``Connection: close``); None
+    when it cannot be reached or answers nothing readable."""
+    host, _, port = address.split("://", 1)[1].rpartition(":")
+    passed = [(k, v) for k, v in scope.get("headers", []) if k.decode("latin-1").lower() in PASSED_HEADERS]
+    path = quote(scope["path"])  # as sent: a decoded CR or LF may not reach the request line
+    lines = [f"{scope['method']} {path} HTTP/1.1".encode(), f"host: {host}:{port}".encode()]
+    lines += [k + b": " + v for k, v in passed]
+    lines += [RELAYED_HEADER + b": 1", f"content-length: {len(body)}".encode(), b"connection: close"]
+    tls = _private_tls() if address.startswith("wss://") else None
+    writer: asyncio.StreamWriter | None = None
+    try:
+        async with asyncio.timeout(CONNECT_TIMEOUT_S):
+            reader, writer = await asyncio.open_connection(host.strip("[]"), int(port), ssl=tls)
+            writer.write(b"\r\n".join(lines) + b"\r\n\r\n" + body)
+            raw = await reader.read()
+    except (OSError, TimeoutError) as exc:
+        log_event(logger, "cluster.owner_unreachable", logging.WARNING, address=address, error=repr(exc))
+        return None
+    finally:
+        if writer is not None:
+            writer.close()
+    head, _, content = raw.partition(b"\r\n\r\n")
+    status_line, *header_lines = head.split(b"\r\n")
+    try:
+        status = int(status_line.split()[1])
+    except (IndexError, ValueError):
+        return None
+    headers = [tuple(line.split(b": ", 1)) for line in header_lines if b": " in line]
+    kept = [(k.lower(), v) for k, v in headers if k.lower() not in (b"connection", b"transfer-encoding")]
+    return status, kept, content
 
 
 def _private_tls() -> ssl.SSLContext:

@@ -12,9 +12,13 @@
   own), and gives it back when its socket ends; a resumed socket is counted
   again, never refused for room;
 - a resume (``?session_id=``) of a session another process owns is relayed to
-  that process's private address (``server/forward.py``); connections to this
+  that process's private address (``server/forward.py``), and so are a WebRTC
+  call's ``?call_id=`` attach and its hangup (the call's id carries its
+  process's tag too: its media flows to that process); connections to this
   process's private address by the relay (marked ``x-livegen-relayed``) are
-  never relayed again nor counted twice.
+  never relayed again nor counted twice, nor refused by a drain (a duplex
+  resume names its session in its first message, so ``server/voice.py``
+  relays it, not the gate).
 
 It also counts the session sockets open here, which a drain waits on, and in a
 cluster learns the ephemeral keys other processes minted, before the key is
@@ -25,6 +29,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
+import secrets
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qs
@@ -34,7 +40,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from livegen.protocol import errors as wire_errors
 from livegen.server.auth import presented_key, select_subprotocol
 from livegen.server.client_secrets import PREFIX, ClientSecret
-from livegen.server.forward import RELAYED_HEADER, forward, send_refusal
+from livegen.server.forward import RELAYED_HEADER, forward, forward_http, send_refusal
 from livegen.server.origins import send_denial
 
 if TYPE_CHECKING:
@@ -43,6 +49,8 @@ if TYPE_CHECKING:
 
 #: Session routes and the kind of session each opens.
 KINDS = {"/v1/realtime": "voice", "/v1/worlds": "world"}
+#: A WebRTC call's hangup, which goes to the process that holds the call.
+HANGUP = re.compile(r"/v1/realtime/calls/([^/]+)/hangup")
 
 
 @dataclass
@@ -64,6 +72,13 @@ class Gate:
 
     def __post_init__(self) -> None:
         self.idle.set()
+
+    def new_id(self, prefix: str, num_hex: int) -> str:
+        """``prefix`` and ``num_hex`` hex digits; in a cluster the first four are this process's
+        tag, so that any process can tell where the session or call belongs."""
+        if self.member is None:
+            return prefix + secrets.token_hex(num_hex // 2)
+        return prefix + self.member.tag + secrets.token_hex((num_hex - len(self.member.tag)) // 2)
 
     def join(self, member: Member, private_port: int) -> None:
         """This process is ``member`` of a cluster, its relayed resumes arriving at ``private_port``;
@@ -94,6 +109,9 @@ class GateMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] in ("http", "websocket"):
             await self.gate.adopt_key(scope)
+        if scope["type"] == "http" and (hangup := HANGUP.fullmatch(scope.get("path", ""))):
+            await self._to_call_owner(scope, receive, send, hangup.group(1))
+            return
         kind = KINDS.get(scope.get("path", "")) if scope["type"] == "websocket" else None
         if kind is None:
             await self.app(scope, receive, send)
@@ -103,9 +121,10 @@ class GateMiddleware:
         session_id = (query.get("session_id") or [None])[0]
         is_relayed = _is_relayed(scope, gate.private_port)
         if kind == "voice" and "call_id" in query:
-            await self.app(scope, receive, send)
+            await self._to_call_owner(scope, receive, send, query["call_id"][0])
             return
-        if session_id is None and gate.draining:
+        # A relayed socket is a resume (a duplex one names its session in its first message).
+        if session_id is None and gate.draining and not is_relayed:
             await _refuse_draining(scope, receive, send)
             return
         counted = member is not None and not is_relayed
@@ -122,6 +141,22 @@ class GateMiddleware:
         finally:
             if counted and member is not None:
                 member.release(kind)
+
+    async def _to_call_owner(self, scope: Scope, receive: Receive, send: Send, call_id: str) -> None:
+        """A call's hangup or ``?call_id=`` attach: to the process that holds the call (its media
+        flows there), by the tag in its id; here when that is this process or none is known (the
+        call's route then answers ``call_not_found``)."""
+        gate, member = self.gate, self.gate.member
+        if member is None or member.owns(call_id) or _is_relayed(scope, gate.private_port):
+            await self.app(scope, receive, send)
+            return
+        address = await member.address_of(call_id)
+        if address is None:
+            await self.app(scope, receive, send)
+        elif scope["type"] == "http":
+            await forward_http(scope, receive, send, address, self.app)
+        else:
+            await self._count(lambda s, r, w: forward(s, r, w, address), scope, receive, send)
 
     async def _relay(self, scope: Scope, receive: Receive, send: Send, session_id: str) -> None:
         assert self.gate.member is not None

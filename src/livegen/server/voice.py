@@ -15,7 +15,6 @@ OpenAI's error shape.
 from __future__ import annotations
 
 import contextlib
-import secrets
 from typing import TYPE_CHECKING, Any
 
 from starlette.routing import BaseRoute, WebSocketRoute
@@ -33,6 +32,7 @@ from livegen.runtime.voice.lifecycle import Handoff, Opening
 from livegen.server.auth import offered_subprotocols, presented_key, select_subprotocol
 from livegen.server.client_secrets import ClientSecrets
 from livegen.server.client_secrets import routes_for as client_secrets_routes
+from livegen.server.forward import forward_accepted
 from livegen.server.resume import first_text, read_resume
 
 if TYPE_CHECKING:
@@ -68,8 +68,7 @@ class WebSocketLink:
 def new_session_id(state: State) -> str:
     """``sess_`` and 16 hex digits; in a cluster the first four are this process's tag, so that
     any process can tell where a resume belongs (``server/cluster.py``)."""
-    member = state.gate.member
-    return "sess_" + (member.tag + secrets.token_hex(6) if member is not None else secrets.token_hex(8))
+    return state.gate.new_id("sess_", 16)
 
 
 class VoiceService:
@@ -190,5 +189,20 @@ class VoiceService:
         except RemoteProtocolError as error:
             await self.engine.refuse(link, error, 1008)
             return
+        if await self._relay_duplex(link, request.session_id, first):
+            return
         handoff = Handoff(link, request.last_seq, request.event_id, duplex=True)
         await self.engine.hand_over(handoff, request.session_id, request.resume_token)
+
+    async def _relay_duplex(self, link: WebSocketLink, session_id: str, first: str) -> bool:
+        """A duplex resume of a session another process of the cluster owns goes to that process,
+        as a ``?session_id=`` resume does through the gate (which cannot see this id: it is in the
+        first message). False: answered here (this process's own, or an owner gone: unknown)."""
+        member = self.state.gate.member
+        if member is None or member.owns(session_id):
+            return False
+        address = await member.address_of(session_id)
+        socket = link.websocket
+        return address is not None and await forward_accepted(
+            socket.scope, socket.receive, socket.send, address, first
+        )

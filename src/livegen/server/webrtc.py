@@ -43,7 +43,6 @@ import asyncio
 import base64
 import contextlib
 import logging
-import secrets
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -179,7 +178,8 @@ class CallService:
         pc = RTCPeerConnection(RTCConfiguration(iceServers=self._ice_servers()))
         owner = key if key is not None and key.startswith(EPHEMERAL_PREFIX) else None
         has_channel = "m=application " in sdp
-        call = Call("rtc_" + secrets.token_hex(16), pc, owner, limit, has_channel)
+        # Tagged with this process in a cluster, so that its hangup and attach reach it (gate.py).
+        call = Call(self.voice.state.gate.new_id("rtc_", 32), pc, owner, limit, has_channel)
         try:
             self._wire_peer(call)  # before the offer: aiortc announces the caller's track while applying it
             await pc.setRemoteDescription(RTCSessionDescription(sdp=sdp, type="offer"))
@@ -192,7 +192,7 @@ class CallService:
             self._count_error(error)
             log_event(logger, "webrtc.offer_refused", logging.WARNING, error=f"{type(exc).__name__}: {exc}")
             return error_response(error, 400)
-        session_id = "sess_" + secrets.token_hex(8)
+        session_id = self.voice.state.gate.new_id("sess_", 16)  # tagged: a resume finds its process
         refused = await self._open(call, session_id, name, model, bound)
         if refused is not None:
             call.end("refused")
