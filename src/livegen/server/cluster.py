@@ -193,4 +193,21 @@ class Member:
             {"address": n["NodeManagerAddress"], "alive": n["Alive"], "resources": n.get("Resources", {})}
             for n in nodes
         ]
+        report["services"] = await _services(ray)
         return {"tag": self.tag, "group": self.group, **report}
+
+
+async def _services(ray: Any) -> list[dict[str, Any]]:
+    """The cluster's model services (``models/cascade/service.py``): every named actor of the
+    namespace but the coordinator, by its own ``report``; one that does not answer (restarting,
+    loading) by its name and why."""
+    names = await asyncio.to_thread(ray.util.list_named_actors)
+    services: list[dict[str, Any]] = []
+    for name in sorted(n for n in names if n != COORDINATOR):
+        try:
+            async with asyncio.timeout(2.0):
+                actor = await asyncio.to_thread(ray.get_actor, name)
+                services.append(await actor.report.remote())
+        except Exception as exc:
+            services.append({"name": name, "ready": False, "error": f"{type(exc).__name__}: {exc}"[:300]})
+    return services

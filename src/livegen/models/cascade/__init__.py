@@ -10,11 +10,19 @@ package imports none of the heavy dependencies.
 
 from __future__ import annotations
 
+import os
 from typing import Any
+
+from livegen.models.voice import SHARED_SPEECH_ENV
 
 
 def load() -> Any:
-    """The registry's loader (``livegen.models.cascade:load``)."""
+    """The registry's loader (``livegen.models.cascade:load``): the model of this process, or, in a
+    server process of a cluster, a view of the cluster's speech service (``service``)."""
+    if os.environ.get(SHARED_SPEECH_ENV):
+        from livegen.models.cascade import service
+
+        return service.connect()
     from livegen.models.cascade import model
 
     return model.load()
