@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import io
 import json
 import os
 import signal
@@ -23,6 +24,7 @@ import socket
 import subprocess
 import sys
 import time
+import wave
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -387,6 +389,21 @@ def spoken(address: str, text: str) -> bytes:
     return answer.content
 
 
+def transcribed(address: str, pcm: bytes) -> dict[str, Any]:
+    """OpenAI's transcription of ``pcm`` (24 kHz PCM16, sent as a WAV) by ``address``'s process."""
+    wav = io.BytesIO()
+    with wave.open(wav, "wb") as writer:
+        writer.setnchannels(1)
+        writer.setsampwidth(2)
+        writer.setframerate(24_000)
+        writer.writeframes(pcm)
+    files = {"file": ("question.wav", wav.getvalue(), "audio/wav")}
+    data = {"model": "gpt-4o-transcribe", "response_format": "json", "include[]": "logprobs"}
+    answer = httpx.post(f"{http(address)}/v1/audio/transcriptions", files=files, data=data, timeout=120)
+    assert answer.status_code == 200, answer.text
+    return dict(answer.json())
+
+
 async def say(ws: Any, pcm: bytes) -> None:
     """Speech then 1.5 s of silence (server VAD ends the turn), in 100 ms appends."""
     audio = pcm + bytes(2 * 24_000 * 3 // 2)
@@ -448,6 +465,11 @@ async def test_two_processes_hear_and_answer_through_one_speech_service(
         assert done["response"]["status"] == "completed", done
         assert "84" in said(done) or "eighty" in said(done).lower(), said(done)
         assert audio_bytes(done["events"]) > 24_000  # more than half a second of the answer's voice
+    # A whole clip too (/v1/audio/transcriptions: recognised, scored and its tokens counted there).
+    question = await asyncio.to_thread(spoken, processes[0]["address"], QUESTION)
+    clip = await asyncio.to_thread(transcribed, processes[1]["address"], question)
+    assert "12" in clip["text"] or "twelve" in clip["text"].lower(), clip
+    assert clip["logprobs"] and all(entry["logprob"] <= 0 for entry in clip["logprobs"])  # scored there
     # One speech pool in the whole cluster (one worker: LIVEGEN_TTS_WORKERS=1), none in a server process.
     pids = [int(p["pid"]) for p in processes]
     assert len(speech_workers([speech_cluster.serve.pid, ray_nodes.process.pid])) == 1
@@ -463,6 +485,30 @@ async def test_two_processes_hear_and_answer_through_one_speech_service(
         voice = body["services"]["voice"]
         assert "tts_workers" not in voice and voice["speech_service"]["ok"], voice
     assert services[0]["tts_workers"] == 1
+
+
+async def test_the_speech_service_outlives_the_server_processes_that_die(speech_cluster: Cluster) -> None:
+    before = speech_cluster.processes()
+    service = speech_service(health(speech_cluster.port).json())
+    for process in before:  # whichever created the service dies too
+        os.kill(int(process["pid"]), signal.SIGKILL)
+    tags = {p["tag"] for p in before}
+    wait_for(
+        speech_cluster.port,
+        lambda b: len([p for p in speech_cluster.processes() if p["tag"] not in tags]) == 2,
+    )
+    for process in speech_cluster.processes():  # the supervisor's new processes, each ready
+        wait_for(int(process["address"].rsplit(":", 1)[1]), lambda b: True, 600)
+    again = speech_service(health(speech_cluster.port).json())
+    assert again["pid"] == service["pid"] and not again["restarted"]  # the same service, never reloaded
+    one = speech_cluster.processes()[0]
+    ws = await websockets.connect(f"{one['address']}/v1/realtime?model=cascade")
+    OPENED.append(ws)
+    seen: list[dict[str, Any]] = []
+    await until(ws, "session.created", seen)
+    done = await spoken_turn(one["address"], ws, seen)
+    assert done["response"]["status"] == "completed", done
+    assert audio_bytes(done["events"]) > 24_000
 
 
 async def test_a_service_killed_mid_answer_fails_that_response_and_the_next_is_answered(

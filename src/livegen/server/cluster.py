@@ -32,6 +32,7 @@ the coordinator. Ray is imported lazily: a single-process server never needs it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
 import time
@@ -195,6 +196,19 @@ class Member:
         ]
         report["services"] = await _services(ray)
         return {"tag": self.tag, "group": self.group, **report}
+
+
+def stop_services(ray: Any, coordinator: Any) -> None:
+    """Stop the cluster's model services once no server process of any ``livegen serve`` is left
+    in it: they are detached (a server process that dies must not take them with it), so the last
+    ``livegen serve`` to stop stops them (a private Ray's shutdown does too)."""
+    if ray.get(coordinator.report.remote())["processes"]:
+        return
+    for name in ray.util.list_named_actors():
+        if name != COORDINATOR:
+            with contextlib.suppress(Exception):
+                ray.kill(ray.get_actor(name))
+                log_event(logger, "cluster.service_stopped", service=name)
 
 
 async def _services(ray: Any) -> list[dict[str, Any]]:

@@ -155,7 +155,7 @@ class Supervisor:
         self._reserved: socket.socket | None = None
 
     def run(self) -> None:
-        from livegen.server.cluster import NAMESPACE, coordinator
+        from livegen.server.cluster import NAMESPACE, coordinator, stop_services
 
         ray = import_ray()
         options: dict[str, Any] = {"namespace": NAMESPACE, "log_to_driver": False}
@@ -183,6 +183,8 @@ class Supervisor:
             self._stop_all()
             if self.config.ray_address is None:
                 ray.shutdown()
+            else:
+                stop_services(ray, self.actor)
 
     def _reserve_port(self) -> int:
         """The public port: the configured one, or (port 0) one chosen here and held bound (not

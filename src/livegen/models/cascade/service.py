@@ -30,11 +30,15 @@ A service that dies mid-call (its process killed, its node lost) fails only
 the calls in flight: their responses end ``failed`` with
 ``speech_service_unavailable``. So do calls made while Ray restarts it (Ray
 refuses them at once rather than hold a response for the seconds the models
-take to load); once it is back the next response is served. A handle whose
-actor is gone for good (its owner, the first server process, ended) is looked
-up or created again on the next call. ``/health``'s ``cluster`` block names
-the service (its ``report``: where, what it loaded, its calls, whether it was
-restarted), and each process's voice model reports the last failure it saw.
+take to load); once it is back the next response is served. The actor is
+detached: a server process that dies (the one that created it, say) does not
+take it along; the last ``livegen serve`` of the cluster stops it. A handle
+whose actor is gone for good (killed by hand) is looked up or created again on
+the next call. One service per cluster: every ``livegen serve`` of it shares
+it, configured by the first (``LIVEGEN_ASR_*``, ``LIVEGEN_TTS_*``).
+``/health``'s ``cluster`` block names the service (its ``report``: where,
+what it loaded, its calls, whether it was restarted), and each process's voice
+model reports the last failure it saw.
 """
 
 from __future__ import annotations
@@ -159,7 +163,9 @@ def _actor() -> Any:
     ray = _ray()
     variables = {k: v for k, v in os.environ.items() if k.startswith(_MODEL_VARIABLES)}
     actor = ray.remote(num_cpus=NUM_CPUS, max_restarts=-1, max_concurrency=1000)(SpeechService)
-    options: dict[str, Any] = {"name": NAME, "get_if_exists": True}
+    # Detached: the process that happens to create it may die while the others serve on; the last
+    # ``livegen serve`` of the cluster stops it (``server/cluster.py``).
+    options: dict[str, Any] = {"name": NAME, "get_if_exists": True, "lifetime": "detached"}
     if variables:
         options["runtime_env"] = {"env_vars": variables}
     return actor.options(**options).remote()
@@ -241,15 +247,12 @@ class SharedCascade(CascadeModel):
         self.remote_recognizer = None
         #: Whether the actor handle failed as a lost actor's: the next call looks it up again.
         self.is_lost = False
-        self._former: list[Any] = []
         self.failures = 0
         self.error = ""
         self.failed_at = 0.0
 
     async def _service(self) -> Any:
         if self.is_lost:  # restarting: the same actor; gone for good: found or made again
-            # The handles held so far are kept: the actor's first handle is what keeps it alive.
-            self._former.append(self.actor)
             self.actor, self.is_lost = await asyncio.to_thread(_actor), False
         return self.actor
 
