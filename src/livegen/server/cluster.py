@@ -19,6 +19,11 @@ owned by it, not detached):
   process, so the counts of a process that died are dropped with it
   (``forget``), never leaked.
 
+The cluster's model services (the cascade's recogniser and speech workers,
+``models/cascade/service.py``) are other named actors of the namespace:
+``/health`` reports each (``services``), and the last ``livegen serve`` of a
+cluster to stop stops them (``stop_services``).
+
 A parked voice session cannot move: it holds its model's stream (a live
 object of its process). So a resume is *forwarded*: the process that accepts
 ``?session_id=`` of another's tag relays the socket to the owner's private
@@ -202,9 +207,14 @@ def stop_services(ray: Any, coordinator: Any) -> None:
     """Stop the cluster's model services once no server process of any ``livegen serve`` is left
     in it: they are detached (a server process that dies must not take them with it), so the last
     ``livegen serve`` to stop stops them (a private Ray's shutdown does too)."""
-    if ray.get(coordinator.report.remote())["processes"]:
+    try:
+        if ray.get(coordinator.report.remote(), timeout=10)["processes"]:
+            return
+        names = ray.util.list_named_actors()
+    except Exception as exc:  # no coordinator to ask: leave the services to the cluster's owner
+        log_event(logger, "cluster.unreachable", logging.WARNING, error=repr(exc))
         return
-    for name in ray.util.list_named_actors():
+    for name in names:
         if name != COORDINATOR:
             with contextlib.suppress(Exception):
                 ray.kill(ray.get_actor(name))
