@@ -71,8 +71,18 @@ CHUNK_BYTES = tts.SAMPLE_RATE * 2
 FAILING_S = 30.0
 #: How long the service may take to be placed and load its models before the server's start fails.
 START_TIMEOUT_S = 600.0
-#: Variables of the model's configuration (``livegen serve`` sets them) that go to the service's process.
-_MODEL_VARIABLES = ("LIVEGEN_ASR_", "LIVEGEN_TTS_WORKERS", "LIVEGEN_TTS_THREADS", "LIVEGEN_VAD")
+#: Variables of the model's configuration (``livegen serve`` sets them) that go to the service's
+#: process; by name, so that no remote stage's key (``LIVEGEN_ASR_API_KEY``) lands in Ray's metadata.
+_MODEL_VARIABLES = (
+    "LIVEGEN_ASR_MODEL",
+    "LIVEGEN_ASR_MODEL_PATH",
+    "LIVEGEN_ASR_BATCH",
+    "LIVEGEN_ASR_WORKERS",
+    "LIVEGEN_ASR_THREADS",
+    "LIVEGEN_TTS_WORKERS",
+    "LIVEGEN_TTS_THREADS",
+    "LIVEGEN_VAD",
+)
 
 
 def _ray() -> Any:
@@ -161,7 +171,7 @@ class SpeechService:
 def _actor() -> Any:
     """The cluster's speech service: created here if no process has yet (blocks: off the loop)."""
     ray = _ray()
-    variables = {k: v for k, v in os.environ.items() if k.startswith(_MODEL_VARIABLES)}
+    variables = {name: os.environ[name] for name in _MODEL_VARIABLES if name in os.environ}
     actor = ray.remote(num_cpus=NUM_CPUS, max_restarts=-1, max_concurrency=1000)(SpeechService)
     # Detached: the process that happens to create it may die while the others serve on; the last
     # ``livegen serve`` of the cluster stops it (``server/cluster.py``).
