@@ -8,7 +8,10 @@ own: Ray's threads stay out of the tests' process). Each process also
 listens on a private port, which its ``/health`` names; the tests drive each
 process through its own private port, so which one a connection reaches is
 never left to the kernel, and resumes owned by the other process are relayed.
-The drain test runs a single process without Ray.
+The drain test runs a single process without Ray. The speech-service tests
+run a second ``livegen serve`` of the real cascade on the same Ray cluster:
+its two processes share one recogniser and one speech pool (the service
+actor), hear a question the service itself spoke, and answer it aloud.
 """
 
 from __future__ import annotations
