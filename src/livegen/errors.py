@@ -141,6 +141,13 @@ class TtsUnavailable(StageUnavailable):
     code = "tts_unavailable"
 
 
+class SpeechServiceUnavailable(StageUnavailable):
+    """The cluster's shared speech service (``--workers``, ``models/cascade/service.py``) died
+    or could not be reached during a call: only the responses it was serving fail."""
+
+    code = "speech_service_unavailable"
+
+
 class ModelContractError(ModelError):
     """A model broke its contract: a wrong metadata echo, a bad shape or rate."""
 

@@ -1,4 +1,5 @@
-"""Models for the cluster tests' server processes: the scripted voice and the procedural world.
+"""Models for the cluster tests' server processes: the scripted voice, the procedural world, and
+the cascade (whose recogniser and speech workers the processes share: its speech service).
 
 The processes are started by ``server/workers.py`` in their own interpreters, so their registry is
 named by import path (``cluster_models:registry``, with ``tests/server`` on ``PYTHONPATH``).
@@ -23,9 +24,11 @@ def load_long() -> ScriptedVoice:
 
 
 def registry() -> Registry:
-    world = [entry for entry in default_registry().entries() if entry.name == "procedural-world"]
+    shipped = [
+        entry for entry in default_registry().entries() if entry.name in ("procedural-world", "cascade")
+    ]
     voice = ModelInfo("scripted-voice", Kind.VOICE, "cluster_models:load_long", "a scripted test double")
-    return Registry([voice, *world])
+    return Registry([voice, *shipped])
 
 
 def ray_cluster() -> None:

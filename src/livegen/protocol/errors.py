@@ -332,6 +332,15 @@ TTS_UNAVAILABLE = WireError(
     error_type="server_error",
     kind=None,
 )
+SPEECH_SERVICE_UNAVAILABLE = WireError(
+    "speech_service_unavailable",
+    "{detail}",
+    "livegen",
+    "in `response.done` (`failed`): the cluster's shared speech service (`--workers`) died or was "
+    "unreachable while it served this response; Ray restarts it and the next response is served",
+    error_type="server_error",
+    kind=None,
+)
 MODEL_APPEND_FAILED = WireError(
     "model_append_failed",
     "{detail}",
@@ -539,7 +548,9 @@ TABLE: tuple[WireError, ...] = tuple(v for v in dict(globals()).values() if isin
 #: Every code livegen can send on the voice wire.
 CODES: frozenset[str] = frozenset(row.code for row in TABLE)
 #: A model failure whose code names a remote stage that failed, by that code (else ``MODEL_FAILED``).
-STAGE_FAILURES: dict[str, WireError] = {row.code: row for row in (ASR_UNAVAILABLE, TTS_UNAVAILABLE)}
+STAGE_FAILURES: dict[str, WireError] = {
+    row.code: row for row in (ASR_UNAVAILABLE, TTS_UNAVAILABLE, SPEECH_SERVICE_UNAVAILABLE)
+}
 
 
 def markdown_table() -> str:

@@ -19,6 +19,11 @@ owned by it, not detached):
   process, so the counts of a process that died are dropped with it
   (``forget``), never leaked.
 
+The cluster's model services (the cascade's recogniser and speech workers,
+``models/cascade/service.py``) are other named actors of the namespace:
+``/health`` reports each (``services``), and the last ``livegen serve`` of a
+cluster to stop stops them (``stop_services``).
+
 A parked voice session cannot move: it holds its model's stream (a live
 object of its process). So a resume is *forwarded*: the process that accepts
 ``?session_id=`` of another's tag relays the socket to the owner's private
@@ -32,6 +37,7 @@ the coordinator. Ray is imported lazily: a single-process server never needs it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
 import time
@@ -200,4 +206,39 @@ class Member:
             {"address": n["NodeManagerAddress"], "alive": n["Alive"], "resources": n.get("Resources", {})}
             for n in nodes
         ]
+        report["services"] = await _services(ray)
         return {"tag": self.tag, "group": self.group, **report}
+
+
+def stop_services(ray: Any, coordinator: Any) -> None:
+    """Stop the cluster's model services once no server process of any ``livegen serve`` is left
+    in it: they are detached (a server process that dies must not take them with it), so the last
+    ``livegen serve`` to stop stops them (a private Ray's shutdown does too)."""
+    try:
+        if ray.get(coordinator.report.remote(), timeout=10)["processes"]:
+            return
+        names = ray.util.list_named_actors()
+    except Exception as exc:  # no coordinator to ask: leave the services to the cluster's owner
+        log_event(logger, "cluster.unreachable", logging.WARNING, error=repr(exc))
+        return
+    for name in names:
+        if name != COORDINATOR:
+            with contextlib.suppress(Exception):
+                ray.kill(ray.get_actor(name))
+                log_event(logger, "cluster.service_stopped", service=name)
+
+
+async def _services(ray: Any) -> list[dict[str, Any]]:
+    """The cluster's model services (``models/cascade/service.py``): every named actor of the
+    namespace but the coordinator, by its own ``report``; one that does not answer (restarting,
+    loading) by its name and why."""
+    names = await asyncio.to_thread(ray.util.list_named_actors)
+    services: list[dict[str, Any]] = []
+    for name in sorted(n for n in names if n != COORDINATOR):
+        try:
+            async with asyncio.timeout(2.0):
+                actor = await asyncio.to_thread(ray.get_actor, name)
+                services.append(await actor.report.remote())
+        except Exception as exc:
+            services.append({"name": name, "ready": False, "error": f"{type(exc).__name__}: {exc}"[:300]})
+    return services

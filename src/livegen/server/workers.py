@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 import uvicorn
 
 from livegen.logs import log_event
+from livegen.models.voice import SHARED_SPEECH_ENV
 from livegen.server.budgets import uvicorn_options
 from livegen.server.config import ServerConfig
 
@@ -154,14 +155,15 @@ class Supervisor:
         self._reserved: socket.socket | None = None
 
     def run(self) -> None:
-        from livegen.server.cluster import NAMESPACE, coordinator
+        from livegen.server.cluster import NAMESPACE, coordinator, stop_services
 
         ray = import_ray()
         options: dict[str, Any] = {"namespace": NAMESPACE, "log_to_driver": False}
         if self.config.ray_address is None:
-            # CPUs for the world workers every process starts, and no more: Ray starts an idle
-            # worker process per CPU it is given, ~100 MiB each, which nothing here would use.
-            num_cpus = self.config.workers * self.config.world_workers
+            # CPUs for the world workers every process starts and the shared speech service
+            # (models/cascade/service.py), and no more: Ray starts an idle worker process per CPU
+            # it is given, ~100 MiB each, which nothing here would use.
+            num_cpus = self.config.workers * self.config.world_workers + 1
             options.update(num_cpus=num_cpus, include_dashboard=False)
         # "local": a Ray of this server's own, even where another runs on the machine (ray.init()
         # without an address may join that one, and refuses num_cpus when it does).
@@ -181,6 +183,8 @@ class Supervisor:
             self._stop_all()
             if self.config.ray_address is None:
                 ray.shutdown()
+            else:
+                stop_services(ray, self.actor)
 
     def _reserve_port(self) -> int:
         """The public port: the configured one, or (port 0) one chosen here and held bound (not
@@ -270,6 +274,7 @@ def _child() -> None:
     logs.configure(config.log_level)
     ray = import_ray()
     ray.init(address=assignment["ray_address"], namespace=NAMESPACE, log_to_driver=False)
+    os.environ[SHARED_SPEECH_ENV] = "ray"  # the voice model's heavy parts: once, in the cluster
     app = create_app(config, load_registry(assignment["registry"]))
     state: State = app.state.livegen
     public = reuse_port_socket(config.host, config.port)

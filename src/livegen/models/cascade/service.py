@@ -1,0 +1,362 @@
+"""The cascade's heavy parts as one model service of a Ray cluster, shared by every server process.
+
+``livegen serve --workers N`` (and ``--ray-address``) runs many server
+processes; each used to load the whole cascade: Whisper, the speech worker
+pool (a Piper process each) and Smart Turn. Here they are loaded once per
+cluster, in one Ray actor, ``SpeechService`` (named ``livegen-speech`` in the
+cluster's namespace; whichever process asks first creates it, the others get
+the same one: ``get_if_exists``; Ray places it on a node with a free CPU and
+restarts it if it dies: ``max_restarts``). A server process of a cluster
+(``SHARED_SPEECH_ENV``, set by ``server/workers.py``) loads ``SharedCascade``
+instead: the same ``CascadeModel`` for its sessions' streams, whose
+recognition, speech and end-of-turn calls go to the service, awaited on the
+event loop (Ray's object refs are awaitable), never blocking it. A piece's
+speech comes back as a Ray generator of chunks, read as they arrive into the
+same ``remote_tts.StreamedSpeech`` a remote voice fills, so the stream speaks
+each piece as soon as it is made, as in process. A cancel (barge-in, a
+dropped caption) cancels the actor's task, which cancels the work queued in
+the pool or the batcher.
+
+What stays in each process, and why: Silero VAD, the per-frame detector.
+It runs on every 20 ms frame of every session and keeps a session's state.
+Measured on this 2-core machine (load 1.6): an actor call's round trip with a
+frame took 1.8 ms, Silero's own work on the frame 0.15 to 0.25 ms: at 50
+frames a second a session, each crossing would cost more than the work it
+moves, to save a few MiB of ONNX per process. Smart Turn
+is called at a pause only (10 to 30 ms a call), so it moves with Whisper. The
+language model stays per process too: it is an HTTP client.
+
+A service that dies mid-call (its process killed, its node lost) fails only
+the calls in flight: their responses end ``failed`` with
+``speech_service_unavailable``. So do calls made while Ray restarts it (Ray
+refuses them at once rather than hold a response for the seconds the models
+take to load); once it is back the next response is served. The actor is
+detached: a server process that dies (the one that created it, say) does not
+take it along; the last ``livegen serve`` of the cluster stops it. A handle
+whose actor is gone for good (killed by hand) is looked up or created again on
+the next call. One service per cluster: every ``livegen serve`` of it shares
+it, configured by the first (its ``--asr-*``, ``--tts-*`` settings).
+``/health``'s ``cluster`` block names the service (its ``report``: where,
+what it loaded, its calls, whether it was restarted), and each process's voice
+model reports the last failure it saw.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import importlib
+import os
+import time
+import warnings
+from collections import deque
+from collections.abc import AsyncIterator, Hashable
+from typing import Any
+
+import numpy as np
+
+from livegen.errors import ConfigError, ModelError, SpeechServiceUnavailable
+from livegen.models.cascade import asr, asr_batch, assets, model, remote_tts, speaking, tts
+from livegen.models.cascade.model import CascadeModel, Stats
+from livegen.models.cascade.settings import CascadeSettings
+from livegen.models.voice import ModelHealth
+
+#: The service's actor name, in the namespace of the cluster's processes.
+NAME = "livegen-speech"
+#: CPUs the service asks Ray for: where it is placed (its recogniser and speech workers use them).
+NUM_CPUS = 1
+#: Bytes of PCM16 (24 kHz) per chunk of a piece's speech: 1 s, small enough to travel inline.
+CHUNK_BYTES = tts.SAMPLE_RATE * 2
+#: Seconds ``/health`` reports the service failing after a failed call (unless one succeeds).
+FAILING_S = 30.0
+#: How long the service may take to be placed and load its models before the server's start fails.
+START_TIMEOUT_S = 600.0
+
+
+def _ray() -> Any:
+    """Ray, imported where it is used: a process without a cluster never needs it."""
+    return importlib.import_module("ray")
+
+
+class SpeechService:
+    """The actor's body: the cascade of this process (``model.load``), its recognisers, speech
+    workers and end-of-turn model, serving every server process of the cluster."""
+
+    def __init__(self, settings: CascadeSettings) -> None:
+        ray = _ray()
+        self.model = model.load(settings)
+        self.model.use_llm(None, None)  # answers are each server process's own
+        self.started_at = time.time()
+        self.calls: dict[str, int] = {}
+        with warnings.catch_warnings():  # Ray's own use of a deprecated name inside it
+            warnings.simplefilter("ignore")
+            #: Whether Ray restarted this service (its process died): it loaded the models again.
+            self.restarted = ray.get_runtime_context().was_current_actor_reconstructed
+
+    def _count(self, call: str) -> None:
+        self.calls[call] = self.calls.get(call, 0) + 1
+
+    async def info(self) -> dict[str, Any]:
+        """What a server process's ``SharedCascade`` needs to know of the model."""
+        return {
+            "transcription_models": list(self.model.transcription_models),
+            "has_endpointer": self.model.endpointer is not None,
+        }
+
+    async def transcribe(self, audio: np.ndarray, options: asr.Options, priority: asr_batch.Priority) -> str:
+        self._count("transcribe")
+        return await self.model.transcribe(audio, options, priority)
+
+    async def logprobs(self, audio: np.ndarray, text: str, options: asr.Options) -> list[asr.Logprob]:
+        self._count("logprobs")
+        return await self.model.logprobs(audio, text, options)
+
+    async def encode(self, name: str, language: str, text: str) -> list[int]:
+        """``text`` in the tokens of recogniser ``name`` (a clip's usage counts them)."""
+        tokenizer = self.model.recognizer_for(name)._tokenizer(language)
+        return list(await asyncio.to_thread(tokenizer.encode, text))
+
+    async def end_probability(self, audio: np.ndarray) -> float:
+        self._count("end_of_turn")
+        assert self.model.endpointer is not None
+        return await self.model.endpointer.probability(audio)
+
+    async def speak(
+        self, text: str, voice: str, owner: Hashable | None, speed: float
+    ) -> AsyncIterator[bytes]:
+        """One piece's PCM16 at 24 kHz in chunks (a Ray generator); espeak-ng's where Piper fails."""
+        self._count("speak")
+        say = functools.partial(self.model.speak, owner=owner, speed=speed)
+        audio = say(text, voice)
+        try:
+            speech = await speaking.speech_of(audio, text, say)
+        finally:
+            audio.cancel()  # a cancelled call (a barge-in): the pool drops the piece
+        for start in range(0, len(speech.pcm), CHUNK_BYTES):
+            yield speech.pcm[start : start + CHUNK_BYTES]
+
+    async def report(self) -> dict[str, Any]:
+        """The service for ``/health``: where it runs, what it loaded, how it is."""
+        ray = _ray()
+        health = self.model.health()
+        context = ray.get_runtime_context()
+        return {
+            "name": NAME,
+            "pid": os.getpid(),
+            "node": ray.util.get_node_ip_address(),
+            "actor_id": context.get_actor_id(),
+            "restarted": self.restarted,
+            "started_at": self.started_at,
+            "ready": health.ready,
+            "reason": health.reason,
+            "recognizers": sorted(self.model._recognizers),
+            "tts_workers": len(self.model.worker.slots),
+            "end_of_turn_model": self.model.endpointer is not None,
+            "calls": dict(self.calls),
+        }
+
+
+def _actor(settings: CascadeSettings) -> Any:
+    """The cluster's speech service: created here, with ``settings``, if no process has yet (blocks:
+    off the loop). The settings go whole and resolved (flag, else variable): no variable of this
+    process, and so no remote stage's key (``LIVEGEN_ASR_API_KEY``), lands in Ray's metadata."""
+    ray = _ray()
+    actor = ray.remote(num_cpus=NUM_CPUS, max_restarts=-1, max_concurrency=1000)(SpeechService)
+    # Detached: the process that happens to create it may die while the others serve on; the last
+    # ``livegen serve`` of the cluster stops it (``server/cluster.py``).
+    options: dict[str, Any] = {"name": NAME, "get_if_exists": True, "lifetime": "detached"}
+    return actor.options(**options).remote(settings)
+
+
+def connect(settings: CascadeSettings | None = None) -> SharedCascade:
+    """The loader of a server process of a cluster: the shared service, waited for until ready."""
+    ray = _ray()
+    settings = (settings or CascadeSettings()).with_env()
+    actor = _actor(settings)
+    try:
+        info = ray.get(actor.info.remote(), timeout=START_TIMEOUT_S)
+    except ray.exceptions.GetTimeoutError:
+        raise ConfigError(
+            f"the cluster's speech service ({NAME}) was not ready within {START_TIMEOUT_S:.0f} s: "
+            f"does a node have {NUM_CPUS} CPU free?"
+        ) from None
+    return SharedCascade(actor, info, settings)
+
+
+class _Tokenizer:
+    """A recogniser's tokenizer in the service (``offline`` counts a clip's tokens with it, on a
+    thread: each ``encode`` waits for the service)."""
+
+    def __init__(self, shared: SharedCascade, name: str, language: str) -> None:
+        self._shared, self._name, self._language = shared, name, language
+
+    def encode(self, text: str) -> list[int]:
+        ray = _ray()
+        tokens: list[int] = ray.get(self._shared.actor.encode.remote(self._name, self._language, text))
+        return tokens
+
+
+class _Recognizer:
+    """What a clip's usage asks of a recogniser here: its name and its tokenizer."""
+
+    def __init__(self, shared: SharedCascade, name: str) -> None:
+        self._shared, self.name = shared, name
+
+    def _tokenizer(self, language: str) -> _Tokenizer:
+        return _Tokenizer(self._shared, self.name, language)
+
+
+class _Endpointer:
+    """Smart Turn in the service, with the in-process ``Endpointer``'s awaited call."""
+
+    def __init__(self, shared: SharedCascade) -> None:
+        self._shared = shared
+        self.timings: deque[float] = deque(maxlen=1000)
+
+    async def probability(self, audio: np.ndarray) -> float:
+        started = time.perf_counter()
+        probability: float = await self._shared.call("end_probability", audio)
+        self.timings.append(time.perf_counter() - started)
+        return probability
+
+    def close(self) -> None:
+        pass
+
+
+class SharedCascade(CascadeModel):
+    """The cascade of a server process in a cluster: sessions' streams here, models in the service.
+
+    Not ``CascadeModel.__init__``: that loads the recognisers and starts the workers. Everything a
+    stream reads of its model is set here; the rest answers from the service.
+    """
+
+    def __init__(self, actor: Any, info: dict[str, Any], settings: CascadeSettings) -> None:
+        self.actor = actor
+        #: The process's settings: its detector's backend (``vad``) is read here; the rest were the
+        #: service's when this process created it (the first process's: one service a cluster).
+        self.settings = settings
+        self.choices = {}
+        self.transcription_models = tuple(info["transcription_models"])
+        self.vad_path = str(assets.silero_model())  # the per-frame detector stays in this process
+        self.endpointer = _Endpointer(self) if info["has_endpointer"] else None  # type: ignore[assignment]
+        self.llm = None
+        self.stats = Stats()
+        self.is_speculative = True
+        self.batcher = None
+        self.is_closed = False
+        self.remote_voice = None
+        self.remote_recognizer = None
+        #: Whether the actor handle failed as a lost actor's: the next call looks it up again.
+        self.is_lost = False
+        self.failures = 0
+        self.error = ""
+        self.failed_at = 0.0
+
+    async def _service(self) -> Any:
+        if self.is_lost:  # restarting: the same actor; gone for good: found or made again
+            self.actor, self.is_lost = await asyncio.to_thread(_actor, self.settings), False
+        return self.actor
+
+    async def call(self, method: str, *args: Any) -> Any:
+        """``method`` of the service, awaited; its failures as ``ModelError``s, a lost service as
+        ``SpeechServiceUnavailable``. A cancel cancels the service's task."""
+        ray = _ray()
+        ref = getattr(await self._service(), method).remote(*args)
+        try:
+            result = await ref
+        except asyncio.CancelledError:
+            ray.cancel(ref)
+            raise
+        except Exception as exc:
+            raise self._failure(exc) from exc
+        self.error = ""
+        return result
+
+    def _failure(self, exc: Exception) -> Exception:
+        """The error a session sees: the service's own (a speech worker's) or its loss."""
+        ray = _ray()
+        if isinstance(exc, ray.exceptions.RayTaskError) and isinstance(exc.cause, ModelError):
+            return exc.cause
+        self.is_lost = self.is_lost or isinstance(exc, ray.exceptions.RayActorError)
+        reason = f"the cluster's speech service ({NAME}) failed: {type(exc).__name__}: {str(exc)[:300]}"
+        self.failures += 1
+        self.error, self.failed_at = reason, time.time()
+        return SpeechServiceUnavailable(reason)
+
+    async def transcribe(
+        self,
+        audio: np.ndarray,
+        options: asr.Options | None = None,
+        priority: asr_batch.Priority = asr_batch.Priority.FINAL,
+    ) -> str:
+        if self.remote_recognizer is not None and priority is asr_batch.Priority.FINAL:
+            return await self.remote_recognizer.transcribe(audio, options or asr.Options())
+        text: str = await self.call("transcribe", audio, options or asr.Options(), priority)
+        return text
+
+    async def logprobs(self, audio: np.ndarray, text: str, options: asr.Options) -> list[asr.Logprob]:
+        scored: list[asr.Logprob] = await self.call("logprobs", audio, text, options)
+        return scored
+
+    def transcribe_now(self, audio: np.ndarray, options: asr.Options | None = None) -> str:
+        """Blocking (a test's or a benchmark's thread, never the event loop)."""
+        ray = _ray()
+        ref = self.actor.transcribe.remote(audio, options or asr.Options(), asr_batch.Priority.FINAL)
+        text: str = ray.get(ref)
+        return text
+
+    def recognizer_for(self, name: str) -> _Recognizer:  # type: ignore[override]
+        return _Recognizer(self, name)
+
+    def speak(
+        self, text: str, voice: str = "", owner: Hashable | None = None, speed: float = 1.0
+    ) -> concurrent.futures.Future[tts.Speech]:
+        """The piece's speech as it arrives from the service (``StreamedSpeech``): started at once,
+        on the event loop, as sessions call it."""
+        if self.remote_voice is not None and not voice.startswith("espeak"):
+            return self.remote_voice.speak(text, voice, speed)
+        # Owners share the service's workers fairly; a session id is the cluster's own, an object's
+        # id is this process's only.
+        key = owner if isinstance(owner, str) or owner is None else f"{os.getpid()}:{id(owner)}"
+        speech = remote_tts.StreamedSpeech()
+        speech._task = asyncio.ensure_future(self._fetch(speech, text, voice, key, speed))
+        return speech
+
+    async def _fetch(
+        self, speech: remote_tts.StreamedSpeech, text: str, voice: str, owner: Hashable | None, speed: float
+    ) -> None:
+        ray = _ray()
+        chunks = None
+        try:
+            chunks = (await self._service()).speak.remote(text, voice, owner, speed)
+            async for ref in chunks:
+                speech.push(await ref)
+        except asyncio.CancelledError:
+            if chunks is not None:
+                ray.cancel(chunks)
+            speech.fail(SpeechServiceUnavailable("cancelled"))
+            raise
+        except Exception as exc:
+            speech.fail(self._failure(exc))
+        else:
+            self.error = ""
+            speech.finish()
+
+    def size_asr(self, sizing: model.AsrSizing) -> None:
+        raise ConfigError(
+            "the cluster's speech service sizes its recognisers (the --asr-* of the server that started it)"
+        )
+
+    def health(self) -> ModelHealth:
+        is_failing = bool(self.error) and time.time() - self.failed_at < FAILING_S
+        report: dict[str, Any] = {"name": NAME, "ok": not is_failing, "failures": self.failures}
+        if self.error:
+            report.update(error=self.error, failed_at=self.failed_at)
+        is_ready, reason = not is_failing, self.error if is_failing else ""
+        for stage in (stage for stage in self.remote_stages() if stage.is_failing):
+            is_ready, reason = False, f"the remote {stage.name} stage is failing: {stage.error}"
+        return ModelHealth(is_ready, reason, {"speech_service": report})
+
+    def close(self) -> None:
+        self.is_closed = True  # the service is the cluster's: it stays
