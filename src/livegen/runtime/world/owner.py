@@ -1,7 +1,8 @@
 """``SessionOwner``: one world socket's session, from its first message to its close.
 
 The transport (``server/world.py``) accepts a socket, wraps it as a ``Link``
-(send text, send bytes, receive, close with a code) and hands it here; from
+(send text, send bytes, receive, close with a code) and hands it to the engine
+(``WorldEngine.serve``), which makes its owner; from
 then on the owner does the engine's side of the conversation. It reads the
 client's messages in order, decodes them (``protocol/world.py``) and
 dispatches each as the table of ``world/lifecycle.py`` says: the first
@@ -31,13 +32,14 @@ from livegen.logs import bind_session, log_event
 from livegen.protocol import world as wire
 from livegen.runtime.closes import CLOSE_NOT_READING, NOT_READING_REASON
 from livegen.runtime.tasks import TaskSet
-from livegen.runtime.world.engine import logger
 from livegen.world import Status
 from livegen.world.lifecycle import Action, Message, State, dispatch
 
 if TYPE_CHECKING:
     from livegen.runtime.world.engine import WorldEngine
     from livegen.runtime.world.runner import Runner
+
+logger = logging.getLogger("livegen.world")
 
 #: Each client event as ``world/lifecycle.py``'s table tells them apart.
 _MESSAGES: dict[type[wire.ClientEvent], Message] = {
