@@ -111,10 +111,12 @@ class Outbox(Generic[T]):
 
     def drop(self, predicate: Callable[[T], bool]) -> int:
         """Remove every queued item ``predicate`` holds for (in place); how many went."""
-        kept = deque(entry for entry in self._entries if not predicate(entry.item))
-        dropped = len(self._entries) - len(kept)
+        entries = self._entries
+        kept = [entry for entry in entries if not predicate(entry.item)]
+        dropped = len(entries) - len(kept)
         if dropped:
-            self._entries = kept
+            entries.clear()
+            entries.extend(kept)
             self.num_bytes = sum(entry.size for entry in kept)
             self._settle()
         return dropped
@@ -153,7 +155,6 @@ class Outbox(Generic[T]):
             except Exception:  # cancelled instead: what is queued stays, for the owner to take
                 self.clear()
                 raise
-            entries = self._entries  # ``drop`` may have replaced the queue meanwhile
             if entries and entries[0] is entry:  # unless a drop or clear already took it
                 entries.popleft()
                 self.num_bytes -= entry.size
