@@ -153,4 +153,7 @@ async def test_the_engine_serves_a_link_until_it_closes_and_stop_ends_the_rest()
     await engine.stop()  # the other session ends with the server: its link is closed
     await served[1]
     assert staying.closed == 1000 and not engine.owners
+    await asyncio.gather(*served)
+    # Nothing the engine started outlives its stop: no runner's sender, no scheduler loop.
+    assert {task for task in asyncio.all_tasks() if task is not asyncio.current_task()} == set()
     assert metrics.sessions_open.labels(kind="world")._value.get() == 0
