@@ -19,7 +19,8 @@ import pytest
 
 from livegen.client.world import WorldClient
 from livegen.protocol import world as wire
-from livegen.runtime.world.ray_worker import RayWorker
+from livegen.runtime.world import ray_worker
+from livegen.runtime.world.ray_worker import Cluster, RayWorker
 from livegen.server import ServerConfig
 from livegen.server.thread import ServerThread
 from livegen.server.world import WorldService
@@ -42,7 +43,8 @@ Checkpoint = Callable[[], Awaitable[None]]
 
 @pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[None]:
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    # A Ray of this test's own: never join one another process runs on the machine.
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 
@@ -189,3 +191,23 @@ async def until_dead(worker: RayWorker) -> None:
             return
         await asyncio.sleep(0.05)
     raise AssertionError(f"{worker.name} did not die")
+
+
+async def test_without_an_address_the_server_starts_a_ray_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ray.init(address=None)`` joins a Ray another process runs on the machine (and then refuses
+    ``num_cpus``): a server without ``--ray-address`` asks for a local Ray of its own."""
+    asked: dict[str, Any] = {}
+
+    class NoRayYet:
+        @staticmethod
+        def is_initialized() -> bool:
+            return False
+
+        @staticmethod
+        def init(**options: Any) -> None:
+            asked.update(options)
+
+    monkeypatch.setattr(ray_worker, "import_ray", lambda: NoRayYet)
+    cluster = await Cluster.connect(None, num_workers=2)
+    assert asked["address"] == "local" and asked["num_cpus"] >= 2
+    assert cluster.is_owner

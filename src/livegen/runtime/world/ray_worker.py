@@ -154,7 +154,9 @@ class Cluster:
         ray = import_ray()
         if ray.is_initialized():
             return cls(is_owner=False)
-        options: dict[str, Any] = {"address": address, "log_to_driver": False}
+        # "local": a Ray of this server's own; ray.init(address=None) would join any Ray already
+        # running on the machine (and then refuses the num_cpus given below).
+        options: dict[str, Any] = {"address": address or "local", "log_to_driver": False}
         if address is None:
             options["num_cpus"] = max(os.cpu_count() or 1, num_workers)
         await asyncio.to_thread(ray.init, **options)
