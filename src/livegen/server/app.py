@@ -22,6 +22,7 @@ from starlette.routing import BaseRoute, Route
 
 from livegen.logs import log_event, quiet_client_faults
 from livegen.models import Kind, ModelInfo, Registry, default_registry
+from livegen.runtime.tasks import TaskSet
 from livegen.server import audio, page
 from livegen.server.auth import APIKeyMiddleware
 from livegen.server.bodies import BodyLimitMiddleware, BodyLimits
@@ -47,6 +48,9 @@ class State:
         #: Service name -> error message, for services whose start failed.
         self.failed: dict[str, str] = {}
         self.starting: asyncio.Task[None] | None = None
+        #: The app's own background tasks (the services' start, a memory trim): the lifespan
+        #: cancels and awaits them.
+        self.tasks = TaskSet()
         #: The models chosen for each kind, or None when that kind is not served.
         self.voice_model: ModelInfo | None = None
         self.world_model: ModelInfo | None = None
@@ -76,14 +80,13 @@ def create_app(config: ServerConfig | None = None, registry: Registry | None = N
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        state.starting = asyncio.create_task(_start_services(state))
+        state.starting = state.tasks.spawn(_start_services(state))
         try:
             yield
         finally:
-            state.starting.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await state.starting
+            await state.tasks.aclose()
             await state.stop_services()
+            await state.tasks.aclose()  # what the stop itself started (a trim after sessions ended)
 
     routes: list[BaseRoute] = [
         Route("/health", _health, methods=["GET"]),
@@ -112,7 +115,7 @@ def _middleware(state: State) -> list[Middleware]:
     return [
         Middleware(BodyLimitMiddleware, limits=BodyLimits.of(config)),
         Middleware(OriginMiddleware, policy=policy, on_refused=on_refused),
-        Middleware(ConnectionBudgetMiddleware, config=config, metrics=metrics),
+        Middleware(ConnectionBudgetMiddleware, config=config, metrics=metrics, tasks=state.tasks),
         Middleware(GateMiddleware, gate=state.gate),
         Middleware(APIKeyMiddleware, api_key=config.api_key, client_secrets=state.client_secrets),
     ]

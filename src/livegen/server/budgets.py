@@ -43,6 +43,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from livegen.logs import log_event
 from livegen.runtime.closes import CLOSE_NOT_READING as CLOSE_NOT_READING
 from livegen.runtime.closes import NOT_READING_REASON as NOT_READING_REASON
+from livegen.runtime.tasks import TaskSet
 from livegen.server.bodies import protocol_class
 from livegen.server.origins import send_denial
 
@@ -115,7 +116,7 @@ def uvicorn_options(config: ServerConfig) -> dict[str, object]:
 
 
 class ConnectionBudgetMiddleware:
-    def __init__(self, app: ASGIApp, config: ServerConfig, metrics: Metrics) -> None:
+    def __init__(self, app: ASGIApp, config: ServerConfig, metrics: Metrics, tasks: TaskSet) -> None:
         self.app = app
         self.max_connections = config.max_connections
         self.first_message_timeout_s = config.first_message_timeout_s
@@ -124,6 +125,8 @@ class ConnectionBudgetMiddleware:
         self._peak = 0
         self._num_ended = 0  # since the last trim
         self._trimming: asyncio.Task[None] | None = None
+        #: The app's task set (``server/app.py``): the lifespan cancels and awaits a trim in flight.
+        self._tasks = tasks
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "websocket":
@@ -154,7 +157,7 @@ class ConnectionBudgetMiddleware:
             return
         if self._trimming is None or self._trimming.done():
             self._peak, self._num_ended = self.num_open, 0
-            self._trimming = asyncio.get_running_loop().create_task(asyncio.to_thread(_malloc_trim))
+            self._trimming = self._tasks.spawn(asyncio.to_thread(_malloc_trim))
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
         code = "too_many_connections"

@@ -142,3 +142,47 @@ def test_sent_events_and_errors_are_counted_by_their_own_labels() -> None:
     assert 'livegen_errors_total{code="invalid_json",kind="voice"} 2.0' in metrics
     assert 'livegen_errors_total{code="unknown_event_type",kind="voice"} 1.0' in metrics
     assert 'livegen_events_total{direction="out",kind="voice"} 4.0' in metrics
+
+
+async def test_stop_ends_live_and_parked_sessions_and_leaves_no_task_behind() -> None:
+    engine = engine_with(resume_grace_s=30.0)
+    await engine.start()
+    parked, live = FakeLink(), FakeLink()
+    await open_session(engine, parked)
+    parked.inbox.put_nowait(1006)  # lost: the session waits for a resume
+    await until(lambda: SESSION_ID in engine.parked)
+    name, model = await engine.admit("scripted-voice")
+    engine.open(Opening(Handoff(live), "sess_live", name, model))
+    await until(lambda: "session.created" in live.types())
+    await engine.stop()
+    assert not engine.owners and not engine.live and not engine.parked
+    assert live.types()[-1] == "session.closed" and live.closed == 1000
+    # The owners, their runners and every runner's chain, sender and pump were awaited.
+    assert {task for task in asyncio.all_tasks() if task is not asyncio.current_task()} == set()
+
+
+class StuckLink(FakeLink):
+    """A resuming client that never reads: every write blocks (until the engine gives up on it)."""
+
+    async def send_text(self, text: str) -> None:
+        await asyncio.Event().wait()
+
+
+async def test_stop_cancels_a_resume_stuck_on_a_client_that_never_reads() -> None:
+    """The engine's stop used to wait 5 s for the session's owner and return with it still
+    running (blocked in the replay to the new link), its resume's handler waiting forever."""
+    engine = engine_with(resume_grace_s=30.0)
+    await engine.start()
+    first = FakeLink()
+    await open_session(engine, first)
+    token = first.sent[0]["resume_token"]
+    first.inbox.put_nowait(1006)
+    await until(lambda: SESSION_ID in engine.parked)
+    stuck = StuckLink()
+    resuming = asyncio.create_task(engine.hand_over(Handoff(stuck, last_seq=0), SESSION_ID, token))
+    await until(lambda: SESSION_ID not in engine.parked)  # the owner is in the take-over, blocked
+    await engine.stop()
+    async with asyncio.timeout(5):
+        await resuming  # its handler was let go
+    assert stuck.closed == 1001 and not engine.owners
+    assert {task for task in asyncio.all_tasks() if task is not asyncio.current_task()} == set()

@@ -18,6 +18,7 @@ from livegen.models import default_registry
 from livegen.protocol import world as wire
 from livegen.runtime.world.engine import WorldEngine, WorldSettings
 from livegen.server.config import ServerConfig
+from livegen.server.metrics import Metrics
 
 
 def new_engine() -> WorldEngine:
@@ -96,3 +97,63 @@ async def test_a_session_update_naming_another_model_is_refused(engine: WorldEng
         engine.check_model(config(model="some-other-world"))
     assert refused.value.code == "model_not_found"
     engine.check_model(config(model="procedural-world"))
+
+
+def test_the_settings_read_the_servers_options() -> None:
+    config = ServerConfig(max_sessions=3, max_unsent_bytes=1234, world_max_spectators=5)
+    settings = WorldSettings.of(config, None, webrtc=True)
+    assert (settings.max_sessions, settings.max_unsent_bytes) == (3, 1234)
+    assert settings.realtime_headroom == config.world_realtime_headroom
+    assert settings.spectators is not None and settings.spectators.total == 5
+    assert settings.spectators.max_unsent_bytes == 1234
+    assert settings.transports == ("websocket", "webrtc")
+    assert WorldSettings.of(config, None, webrtc=False).transports == ("websocket",)
+
+
+class ScriptedLink:
+    """A player's link that sends ``messages``, then waits until let go (``leave``)."""
+
+    def __init__(self, *messages: str) -> None:
+        self.inbox: asyncio.Queue[str | None] = asyncio.Queue()
+        for message in messages:
+            self.inbox.put_nowait(message)
+        self.sent: list[dict[str, object]] = []
+        self.closed: int | None = None
+        self.created = asyncio.Event()
+
+    async def send_text(self, text: str) -> None:
+        self.sent.append(event := msgspec.json.decode(text))
+        if event["type"] == "session.created":
+            self.created.set()
+
+    async def send_bytes(self, data: bytes) -> None:
+        pass
+
+    async def receive(self) -> str | None:
+        return await self.inbox.get()
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        self.closed = code
+        self.inbox.put_nowait(None)
+
+
+async def test_the_engine_serves_a_link_until_it_closes_and_stop_ends_the_rest() -> None:
+    engine = new_engine()
+    await engine.start()
+    update = '{"type": "session.update", "session": {"pacing": "asap", "max_chunks_ahead": 1}}'
+    leaving, staying = ScriptedLink(update), ScriptedLink(update)
+    metrics = Metrics()
+    served = [asyncio.create_task(engine.serve(link, metrics)) for link in (leaving, staying)]
+    for link in (leaving, staying):
+        await link.created.wait()
+    assert len(engine.owners) == 2
+    leaving.inbox.put_nowait(None)  # the client goes
+    await served[0]
+    assert len(engine.owners) == 1 and leaving.closed is None
+    await engine.stop()  # the other session ends with the server: its link is closed
+    await served[1]
+    assert staying.closed == 1000 and not engine.owners
+    await asyncio.gather(*served)
+    # Nothing the engine started outlives its stop: no runner's sender, no scheduler loop.
+    assert {task for task in asyncio.all_tasks() if task is not asyncio.current_task()} == set()
+    assert metrics.sessions_open.labels(kind="world")._value.get() == 0

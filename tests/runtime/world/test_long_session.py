@@ -138,12 +138,12 @@ async def test_ten_thousand_frames_through_the_runtime_hold_every_ledger_bounded
         "recent event ids (idempotency window)": MAX_PENDING,
         "timings of ticks in flight": 1,
         "queued messages": MAX_QUEUED_EVENTS,
-        "background tasks": 1,
+        "runner tasks (sender, releases)": 2,
         "chunks committed, not yet written": AHEAD,
         "lead steps": STEP_WINDOW,
         "lead lateness": LATE_WINDOW,
         "scheduler sessions": 1,
-        "steps in flight": 1,
+        "scheduler tasks (loop, steps in flight)": 2,
         "workers busy": 1,
         "placed sessions": 1,
         "holders": 1,
@@ -178,13 +178,13 @@ def _sample(
         "pending events": session.pending_event_count,
         "recent event ids (idempotency window)": len(session._recent),
         "timings of ticks in flight": len(runner._timings),
-        "queued messages": runner._outbox.qsize(),
-        "background tasks": len(runner._background),
+        "queued messages": len(runner._outbox),
+        "runner tasks (sender, releases)": len(runner._tasks),
         "chunks committed, not yet written": runner.flow.unsent,
         "lead steps": len(runner._lead.steps_s),
         "lead lateness": len(runner._lead.late_s),
         "scheduler sessions": scheduler.num_sessions,
-        "steps in flight": len(scheduler._steps),
+        "scheduler tasks (loop, steps in flight)": len(scheduler._tasks),
         "workers busy": sum(1 for count in scheduler._busy.values() if count),
         "placed sessions": workers.num_sessions,
         "holders": len(workers._holders),
@@ -203,7 +203,7 @@ async def _idle_totals(runner: Runner, client: Client) -> Totals:
     flow = runner.flow
 
     def is_idle() -> bool:
-        return not (runner._ticking or flow.unsent or runner._outbox.qsize() or runner._has_credit())
+        return not (runner._ticking or flow.unsent or len(runner._outbox) or runner._has_credit())
 
     await until(is_idle)
     await asyncio.sleep(0.05)

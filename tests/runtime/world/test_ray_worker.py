@@ -42,6 +42,7 @@ Checkpoint = Callable[[], Awaitable[None]]
 
 @pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[None]:
+    # A Ray of this test's own: never join one another process runs on the machine.
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()

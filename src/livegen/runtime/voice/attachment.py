@@ -10,7 +10,8 @@ goes live, under one lock so that no event can slip between the replay and
 the live stream or arrive twice. If the journal no longer reaches back that
 far, ``attach`` refuses rather than hand over a stream with a hole in it.
 
-Each write runs as its own task so that ``detach`` can abort it: a socket
+Each write runs as its own task (of the attachment's ``TaskSet``, awaited by
+``send`` on every path) so that ``detach`` can abort it: a socket
 whose peer stopped reading blocks its write until TCP gives up (tens of
 seconds), and a resume must not wait for that (it waits for the lock the
 blocked write holds). A client that acknowledges events (the duplex dialect's
@@ -28,9 +29,13 @@ import asyncio
 import hmac
 import secrets
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
-SendText = Callable[[str], Awaitable[None]]
+from livegen.runtime.tasks import TaskSet
+
+#: A coroutine function (not any awaitable): each write runs as a task of its own.
+SendText = Callable[[str], Coroutine[Any, Any, None]]
 
 #: About 30 s of 24 kHz PCM16 audio deltas (the default grace period), plus the events around them.
 DEFAULT_JOURNAL_BYTES = 2 * 1024 * 1024
@@ -94,6 +99,7 @@ class Attachment:
         self._first_seq = 1
         self._lock = asyncio.Lock()
         self._write: asyncio.Future[None] | None = None
+        self._writes = TaskSet()
 
     @property
     def is_attached(self) -> bool:
@@ -119,7 +125,7 @@ class Attachment:
             self._remember(text)
             if self._send is None:
                 return
-            write = asyncio.ensure_future(self._send(text))
+            write = self._writes.spawn(self._send(text))
             self._write = write
             try:
                 await asyncio.wait({write})
@@ -127,6 +133,7 @@ class Attachment:
                 self._write = None
                 if not write.done():  # we were cancelled ourselves: the write goes with us
                     write.cancel()
+                    await asyncio.wait({write})
             if write.cancelled() or write.exception() is not None:
                 self._send = None
 

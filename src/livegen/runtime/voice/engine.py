@@ -40,6 +40,7 @@ from livegen.protocol import errors as wire_errors
 from livegen.protocol import realtime as wire
 from livegen.protocol.realtime import server as ev
 from livegen.protocol.realtime.fields import decode_session
+from livegen.runtime.tasks import TaskSet
 from livegen.runtime.voice import handoff as handoffs
 from livegen.runtime.voice.lifecycle import Handoff, Link, LiveSession, Opening
 from livegen.runtime.voice.models import ModelSettings, VoiceModels
@@ -97,8 +98,9 @@ class VoiceEngine:
         self.parking = ParkingBudget(settings, metrics)
         #: The parked sessions by id, oldest first (the budget's own dict).
         self.parked: dict[str, LiveSession] = self.parking.sessions
-        #: The owners' tasks (``owner.SessionOwner.run``), one per session, until it ends.
-        self.owners: set[asyncio.Task[None]] = set()
+        #: The owners' tasks (``owner.SessionOwner.run``), one per session, until it ends; ``stop``
+        #: cancels and awaits those that outlive the server's stop.
+        self.owners = TaskSet()
         # Labelled children looked up once: a label lookup per event was a measurable share of
         # the hot path (issue #19's profile).
         self.events_in = metrics.events.labels(kind="voice", direction="in")
@@ -116,8 +118,10 @@ class VoiceEngine:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(5.0):
                     await runner.done.wait()
-        if self.owners:  # parked sessions end with their runners; let them clean up
-            await asyncio.wait(set(self.owners), timeout=5.0)
+        with contextlib.suppress(TimeoutError):  # parked sessions end with their runners: let them clean up
+            async with asyncio.timeout(5.0):
+                await self.owners.wait()
+        await self.owners.aclose()
         await self.cache.close()
 
     def health(self) -> dict[str, Any]:
@@ -256,12 +260,11 @@ class VoiceEngine:
         shutdown never waits for a parked session) and the session waits for a resume on its own."""
         owner = SessionOwner(self, opening)
         with bind_session(opening.session_id):
-            task = asyncio.create_task(owner.run(), name=f"voice-session-{opening.session_id}")
-        self.owners.add(task)
+            task = self.owners.spawn(owner.run(), name=f"voice-session-{opening.session_id}")
         task.add_done_callback(self._owner_done)
 
-    def _owner_done(self, task: asyncio.Task[None]) -> None:
-        self.owners.discard(task)
+    @staticmethod
+    def _owner_done(task: asyncio.Task[None]) -> None:
         if not task.cancelled() and (exc := task.exception()) is not None:  # a bug: this session only
             logger.error("voice.owner_failed", exc_info=exc, extra={"fields": {"error": repr(exc)}})
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import logging
 import statistics
 import threading
@@ -41,6 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from livegen.errors import CapacityExceeded, ModelContractError, ModelError
 from livegen.logs import log_event
 from livegen.models.lockstep import LockstepFrame, LockstepModel
+from livegen.runtime.tasks import TaskSet
 
 logger = logging.getLogger("livegen.runtime.voice.lockstep")
 
@@ -141,6 +141,8 @@ class FrameClock:
         self._step_costs: collections.deque[float] = collections.deque(maxlen=STEP_COST_STEPS)
         self._executor = worker_of(model)
         self._task: asyncio.Task[None] | None = None
+        #: The frame clock's task, cancelled and awaited by ``stop``.
+        self._tasks = TaskSet()
         #: Frames the clock stepped late (a step ran past the next frame's time), and steps made.
         self.missed_frames = 0
         self.steps = 0
@@ -174,7 +176,7 @@ class FrameClock:
         member = Member(session_id, slot, self.frame_bytes)
         self.members[slot] = member
         if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._run(), name="livegen-frame-clock")
+            self._task = self._tasks.spawn(self._run(), name="livegen-frame-clock")
         return member
 
     @staticmethod
@@ -192,10 +194,7 @@ class FrameClock:
             log_event(logger, "lockstep.close_failed", logging.ERROR, slot=member.slot, error=repr(exc))
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self._tasks.aclose()
 
     # -- the loop --------------------------------------------------------------------------
     async def _run(self) -> None:

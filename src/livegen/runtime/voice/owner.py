@@ -284,6 +284,9 @@ class SessionOwner:
             self.opening.handoff.released.set()
             return
         runner = live.runner
+        # A resume cut short (the engine's stop cancelled its take-over): its handler may return.
+        await handoffs.retire(self._resuming, 1001)
+        self._resuming = None
         await runner.stop(self._reason)
         with contextlib.suppress(Exception):
             await run

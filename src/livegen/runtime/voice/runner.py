@@ -12,13 +12,17 @@ The runner owns four tasks around one ``voice.Session``:
   nothing behind a hole reaches the model (promise V3);
 - the *pump*, which forwards the model's outputs into the mailbox; the core
   drops those of an older epoch (promise V2);
-- the *sender*, which writes events to the socket from a bounded outbox;
-  audio that would overflow it fails that one response with a clear error,
-  while control events (terminals above all) always have room (promise V5).
-  The outbox is bounded in events and in bytes (``outbox_bytes``: events are
-  encoded as they are queued, so the count is exact); a client that reads
-  nothing past either bound gets ``unsent_bytes_exceeded`` and the session
-  ends (``close_reason`` ``outbox_overflow``).
+- the *sender*, which writes events to the socket from a bounded outbox
+  (``runtime/outbox.py``); audio that would overflow it fails that one
+  response with a clear error, while control events (terminals above all)
+  always have room (promise V5). The outbox is bounded in events and in bytes
+  (``outbox_bytes``: events are encoded as they are queued, so the count is
+  exact); a client that reads nothing past either bound gets
+  ``unsent_bytes_exceeded`` and the session ends (``close_reason``
+  ``outbox_overflow``).
+
+The four tasks belong to ``run``'s ``TaskSet`` (``runtime/tasks.py``): every
+one is cancelled and awaited before ``run`` returns.
 
 Whoever feeds the runner (the WebSocket endpoint) decodes JSON before
 ``put_client``; the mailbox bound pushes back on a client that sends faster
@@ -31,7 +35,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -41,6 +44,8 @@ from livegen.models.voice import McpApprovals, StreamConfig, VoiceOutput, VoiceS
 from livegen.protocol import realtime as wire
 from livegen.protocol.errors import INTERNAL_ERROR, MODEL_NOT_FOUND, UNSENT_BYTES_EXCEEDED
 from livegen.protocol.realtime import server as ev
+from livegen.runtime.outbox import Bounds, Outbox
+from livegen.runtime.tasks import TaskSet
 from livegen.runtime.voice.mailbox import Mailbox
 from livegen.voice.chain import (
     Attempt,
@@ -99,6 +104,8 @@ class _Stop:
 
 
 _Item = _ClientItem | _Settled | _Output | _Stop
+#: An outbox entry: (response id of an audio delta or None, event, its wire text; "" held back).
+_Queued = tuple[str | None, ev.ServerEvent, str]
 SendText = Callable[[str], Awaitable[None]]
 #: Rewrites one outgoing server event for the client's dialect (None: hold it back).
 Dialect = Callable[[ev.ServerEvent], ev.ServerEvent | None]
@@ -133,15 +140,12 @@ class Runner:
         self._chain: Mailbox[Attempt] = Mailbox()
         self._chain_resumed = asyncio.Event()
         self._chain_resumed.set()
-        #: (response id of an audio delta or None, event, its wire text).
-        self._outbox: deque[tuple[str | None, ev.ServerEvent, str]] = deque()
-        #: Bytes of the wire text queued for the socket and not yet written.
-        self.outbox_bytes = 0
+        # One event passes whatever its size when nothing waits before it: the budget is on backlog.
+        bounds = Bounds(self.limits.outbox, self.limits.outbox_bytes, lone_item_passes=True)
+        self._outbox: Outbox[_Queued] = Outbox(bounds)
         #: The reason the session closed with, once it has.
         self.close_reason: str | None = None
-        self._outbox_ready = asyncio.Event()
-        self._outbox_empty = asyncio.Event()
-        self._outbox_empty.set()
+        self._tasks = TaskSet()
         self._stop_reason: str | None = None
         self._open_model = open_model
         self._switch: SwitchModel | None = None
@@ -149,6 +153,11 @@ class Runner:
         #: The runner ended on an unexpected exception (``_fail``), not by a close.
         self.failed = False
         self.done = asyncio.Event()
+
+    @property
+    def outbox_bytes(self) -> int:
+        """Bytes of the wire text queued for the socket and not yet written."""
+        return self._outbox.num_bytes
 
     # --- feeding ---------------------------------------------------------------------
 
@@ -175,11 +184,10 @@ class Runner:
     # --- the tasks -------------------------------------------------------------------
 
     async def run(self) -> None:
-        tasks = [
-            asyncio.create_task(self._run_chain(), name="voice-chain"),
-            asyncio.create_task(self._run_sender(), name="voice-sender"),
-        ]
-        self._pump_task = asyncio.create_task(self._pump(), name="voice-pump")
+        tasks = self._tasks
+        tasks.spawn(self._run_chain(), name="voice-chain")
+        tasks.spawn(self._run_sender(), name="voice-sender")
+        self._pump_task = tasks.spawn(self._pump(), name="voice-pump")
         try:
             try:
                 self.session.open(self._clock())
@@ -189,12 +197,7 @@ class Runner:
                 self._fail(exc)
             await self._drain_outbox()
         finally:
-            tasks.append(self._pump_task)
-            for task in tasks:
-                task.cancel()
-            for task in tasks:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+            await tasks.aclose()
             with contextlib.suppress(Exception):
                 await self.stream.aclose()
             self.done.set()
@@ -290,21 +293,15 @@ class Runner:
         wire_event = event if self._dialect is None else self._dialect(event)
         # A dialect may hold an event back (""): it still passes through the outbox, in order, to on_sent.
         text = "" if wire_event is None else ev.encode(wire_event).decode()
-        budget = self.limits.outbox_bytes
-        # One event passes whatever its size when nothing waits before it: the budget is on backlog.
-        is_over_bytes = budget is not None and bool(self._outbox) and self.outbox_bytes + len(text) > budget
-        if audio is not None and (len(self._outbox) >= self.limits.outbox or is_over_bytes):
+        if audio is not None:
+            if self._outbox.put((audio.response_id, event, text), len(text)):
+                return
+            # Audio past a bound fails its response; control events still have room.
             self._drop_audio(audio.response_id)
             self.session.on_outbox_overflow(self._clock())
             self._apply(self.session.take_effects())
-            return
-        if len(self._outbox) >= self.limits.outbox + CONTROL_RESERVE or is_over_bytes:
+        elif not self._outbox.put((None, event, text), len(text), reserve=CONTROL_RESERVE):
             self._not_reading()
-            return
-        self._outbox.append((None if audio is None else audio.response_id, event, text))
-        self.outbox_bytes += len(text)
-        self._outbox_empty.clear()
-        self._outbox_ready.set()
 
     def _not_reading(self) -> None:
         """A client that reads nothing: end the session rather than grow without bound."""
@@ -317,49 +314,34 @@ class Runner:
             unsent_bytes=self.outbox_bytes,
         )
         self._outbox.clear()
-        self.outbox_bytes = 0
         self._enqueue(stamped(ev.Error(error=UNSENT_BYTES_EXCEEDED.event_body()), self.session.ids))
         self.session.close(self._clock(), "outbox_overflow")
         self._apply(self.session.take_effects())
 
     def take_unsent(self) -> list[str]:
         """The wire text still queued (the sender has stopped), for a last write by the endpoint."""
-        texts = [text for _, _, text in self._outbox if text]
-        self._outbox.clear()
-        self.outbox_bytes = 0
-        return texts
+        return [text for _, _, text in self._outbox.clear() if text]
 
     def _drop_audio(self, response_id: str) -> None:
-        if any(rid == response_id for rid, _, _ in self._outbox):
-            self._outbox = deque(item for item in self._outbox if item[0] != response_id)
-            self.outbox_bytes = sum(len(text) for _, _, text in self._outbox)
+        self._outbox.drop(lambda queued: queued[0] == response_id)
 
     async def _run_sender(self) -> None:
-        while True:
-            await self._outbox_ready.wait()
-            while self._outbox:
-                entry = self._outbox[0]
-                _, event, text = entry
-                try:
-                    if text:
-                        await self._send_text(text)
-                except Exception:  # the socket is gone: the runner learns it from the reader
-                    self._outbox.clear()
-                    self.outbox_bytes = 0
-                    break
-                if self._outbox and self._outbox[0] is entry:
-                    self._outbox.popleft()  # written: no longer unsent (unless a clear took it)
-                    self.outbox_bytes -= len(text)
-                if self._on_sent is not None:
-                    self._on_sent(event)
-            self._outbox_ready.clear()
-            self._outbox_empty.set()
+        while True:  # the outbox is never closed: the task ends when ``run`` cancels it
+            with contextlib.suppress(Exception):  # the socket is gone: the runner learns it from the reader
+                await self._outbox.send_all(self._write)
+
+    async def _write(self, queued: _Queued) -> None:
+        _, event, text = queued
+        if text:
+            await self._send_text(text)
+        if self._on_sent is not None:
+            self._on_sent(event)
 
     async def _drain_outbox(self) -> None:
         """Let the sender write the terminal event before the socket closes."""
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(DRAIN_SECONDS):
-                await self._outbox_empty.wait()
+                await self._outbox.drained()
 
     async def _switch_model(self, switch: SwitchModel) -> None:
         """Replace the stream; the session waits (nothing has reached the old model yet)."""
@@ -380,7 +362,7 @@ class Runner:
                 await old_pump
         with contextlib.suppress(Exception):
             await old.aclose()
-        self._pump_task = asyncio.create_task(self._pump(), name="voice-pump")
+        self._pump_task = self._tasks.spawn(self._pump(), name="voice-pump")
         self.session.model_switched(facts, self._clock())
         self._apply(self.session.take_effects())
 

@@ -7,9 +7,11 @@ step, and the session manager (ids, ``--max-sessions``, tombstones). It opens a
 session's runner from its first ``session.update``, reconfigures it from later
 ones, describes it for ``session.created``/``session.updated``, and reports
 readiness: not ready until the model is loaded, nor while the KV pool or the
-realtime capacity is full. Each socket's ``SessionOwner`` (``owner.py``)
-decodes its client's messages and hands them here or to the session's runner;
-the transport (``server/world.py``) only moves text and bytes.
+realtime capacity is full. It serves each player's link (``serve``: a
+``SessionOwner``, ``owner.py``, decodes its client's messages and hands them here
+or to the session's runner) and each spectator's (``spectate``), and ends them
+all on ``stop``; the transports (``server/world.py``, ``server/world_calls.py``)
+only move text and bytes. ``WorldSettings.of`` reads the server's options.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import importlib.util
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
@@ -29,6 +31,7 @@ from livegen.logs import log_event
 from livegen.models import ModelInfo, Registry
 from livegen.models.world import WorldModel
 from livegen.protocol import world as wire
+from livegen.runtime.world.owner import Link, SessionOwner
 from livegen.runtime.world.recording import Recordings, RecordingSettings
 from livegen.runtime.world.runner import Options, Runner
 from livegen.runtime.world.scheduler import Scheduler
@@ -64,6 +67,54 @@ class WorldSettings:
     #: The transports a session may use (``session.capabilities``): WebRTC where calls are served.
     transports: tuple[wire.Transport, ...] = ("websocket",)
 
+    @classmethod
+    def of(
+        cls,
+        config: WorldConfig,
+        recordings: RecordingSettings | None,
+        *,
+        webrtc: bool,
+    ) -> WorldSettings:
+        """The settings the server's options (``ServerConfig``) give; ``webrtc``: calls are served."""
+        return cls(
+            max_sessions=config.max_sessions,
+            max_unsent_bytes=config.max_unsent_bytes,
+            world_workers=config.world_workers,
+            ray_address=config.ray_address,
+            realtime_headroom=config.world_realtime_headroom,
+            model_options=config.world_options(),
+            recordings=recordings,
+            spectators=SpectatorLimits(
+                per_session=config.world_max_spectators_per_session,
+                total=config.world_max_spectators,
+                token_ttl_s=config.world_spectate_token_ttl_s,
+                max_unsent_bytes=config.max_unsent_bytes,
+            ),
+            transports=("websocket", "webrtc") if webrtc else ("websocket",),
+        )
+
+
+class WorldConfig(Protocol):
+    """The server options ``WorldSettings.of`` reads (``server.config.ServerConfig`` has them all)."""
+
+    @property
+    def max_sessions(self) -> int: ...
+    @property
+    def max_unsent_bytes(self) -> int: ...
+    @property
+    def world_workers(self) -> int: ...
+    @property
+    def ray_address(self) -> str | None: ...
+    @property
+    def world_realtime_headroom(self) -> float: ...
+    @property
+    def world_max_spectators_per_session(self) -> int: ...
+    @property
+    def world_max_spectators(self) -> int: ...
+    @property
+    def world_spectate_token_ttl_s(self) -> float: ...
+    def world_options(self) -> Mapping[str, str | int]: ...
+
 
 class WorldEngine:
     def __init__(self, registry: Registry, entry: ModelInfo, settings: WorldSettings) -> None:
@@ -80,6 +131,8 @@ class WorldEngine:
         #: The recordings directory (``recording.py``), or None when recordings are off.
         self.recordings = Recordings(settings.recordings) if settings.recordings is not None else None
         self.spectators = Spectators(settings.spectators) if settings.spectators is not None else None
+        #: Every player's session owner (``owner.py``), one per link, until its link closes.
+        self.owners: set[SessionOwner] = set()
 
     # -- the engine ------------------------------------------------------------------------
     async def start(self) -> None:
@@ -102,6 +155,9 @@ class WorldEngine:
         self.model, self.scheduler = model, scheduler
 
     async def stop(self) -> None:
+        """End every session (what is queued is sent first, each link closed), then the model."""
+        for owner in list(self.owners):
+            await owner.shutdown()
         if self.scheduler is not None:
             await self.scheduler.stop()
         if self.cluster is not None:
@@ -151,6 +207,22 @@ class WorldEngine:
         """Something changed that the scheduler should see now (an event, new options)."""
         if self.scheduler is not None:
             self.scheduler.wake()
+
+    # -- links ------------------------------------------------------------------------------
+    async def serve(self, link: Link, metrics: Any) -> None:
+        """One player's link, from its first message to its close (``owner.SessionOwner``);
+        ``metrics`` are the server's Prometheus metrics (``server/metrics.py``)."""
+        owner = SessionOwner(self, link, metrics)
+        self.owners.add(owner)
+        try:
+            await owner.run()
+        finally:
+            self.owners.discard(owner)
+
+    async def spectate(self, session_id: str, token: str, link: Link) -> None:
+        """One spectator's link (``spectators.py``): read-only, from its admission to its close."""
+        assert self.spectators is not None, "a server that takes spectators gives their limits"
+        await self.spectators.serve(session_id, token, link, self.describe)
 
     # -- sessions --------------------------------------------------------------------------
     def check_model(self, update: wire.SessionConfig) -> None:

@@ -1,7 +1,8 @@
 """``SessionOwner``: one world socket's session, from its first message to its close.
 
 The transport (``server/world.py``) accepts a socket, wraps it as a ``Link``
-(send text, send bytes, receive, close with a code) and hands it here; from
+(send text, send bytes, receive, close with a code) and hands it to the engine
+(``WorldEngine.serve``), which makes its owner; from
 then on the owner does the engine's side of the conversation. It reads the
 client's messages in order, decodes them (``protocol/world.py``) and
 dispatches each as the table of ``world/lifecycle.py`` says: the first
@@ -30,13 +31,15 @@ from livegen.errors import InvalidRequest, InvalidState, LivegenError, ProtocolE
 from livegen.logs import bind_session, log_event
 from livegen.protocol import world as wire
 from livegen.runtime.closes import CLOSE_NOT_READING, NOT_READING_REASON
-from livegen.runtime.world.engine import logger
+from livegen.runtime.tasks import TaskSet
 from livegen.world import Status
 from livegen.world.lifecycle import Action, Message, State, dispatch
 
 if TYPE_CHECKING:
     from livegen.runtime.world.engine import WorldEngine
     from livegen.runtime.world.runner import Runner
+
+logger = logging.getLogger("livegen.world")
 
 #: Each client event as ``world/lifecycle.py``'s table tells them apart.
 _MESSAGES: dict[type[wire.ClientEvent], Message] = {
@@ -87,7 +90,7 @@ class WorldSession:
 class SessionOwner:
     """One client socket: decodes its messages in order and drives its session's runner."""
 
-    __slots__ = ("_events_out", "engine", "link", "metrics", "session")
+    __slots__ = ("_events_out", "_tasks", "engine", "link", "metrics", "session")
 
     def __init__(self, engine: WorldEngine, link: Link, metrics: Any) -> None:
         self.engine = engine
@@ -96,6 +99,8 @@ class SessionOwner:
         self.metrics = metrics
         self.session = WorldSession()
         self._events_out = metrics.events.labels(kind="world", direction="out")
+        #: The socket's read and the overflow wait, cancelled and awaited when ``run`` ends.
+        self._tasks = TaskSet()
 
     @property
     def runner(self) -> Runner | None:
@@ -108,7 +113,7 @@ class SessionOwner:
         events_in = self.metrics.events.labels(kind="world", direction="in")
         try:
             while True:
-                receiving = receiving or asyncio.ensure_future(self.link.receive())
+                receiving = receiving or self._tasks.spawn(self.link.receive())
                 if not await self._received_before_overflow(receiving):
                     await self._close_not_reading()
                     break
@@ -128,8 +133,7 @@ class SessionOwner:
             with contextlib.suppress(Exception):
                 await self.link.close(CLOSE_INTERNAL_ERROR, "internal error")
         finally:
-            if receiving is not None:
-                receiving.cancel()
+            await self._tasks.aclose()
             await self.shutdown(is_disconnect=True)
 
     async def _received_before_overflow(self, receiving: asyncio.Task[Any]) -> bool:
@@ -138,7 +142,7 @@ class SessionOwner:
         if runner is None or (not runner.is_overflowing and receiving.done()):
             await receiving
             return True
-        overflow = asyncio.ensure_future(runner.overflowed.wait())
+        overflow = self._tasks.spawn(runner.overflowed.wait())
         try:
             await asyncio.wait({receiving, overflow}, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -171,6 +175,7 @@ class SessionOwner:
                 self._closed()
             if is_disconnect:
                 runner.abort_sending()
+                await runner.stop()
             else:
                 await runner.flush_and_stop()
                 with contextlib.suppress(Exception):

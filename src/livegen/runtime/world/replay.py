@@ -146,6 +146,7 @@ async def replay(
         finally:
             await runner.close(is_sending=False)
             runner.abort_sending()
+            await runner.stop()
     finally:
         await engine.stop()
 

@@ -18,12 +18,12 @@ runner moves it to the send queue, in the same synchronous call as the commit,
 so no cancellation can come between them (upstream gap 2).
 
 Output is bounded in bytes, not only in events: ``unsent_bytes`` counts what
-is queued for the socket and not yet written (a queued chunk counts its raw
-frames until it is encoded, then its encoded bytes). Past ``max_unsent_bytes``
-the runner stops stepping and sets ``overflowed``; the endpoint closes the
-socket (``server/budgets.py``). Acks count only chunks already written to the
-socket, so a client that acks indexes it never read cannot open credit for
-chunks that would only pile up here.
+is queued for the socket (``runtime/outbox.py``) and not yet written (a queued
+chunk counts its raw frames until it is encoded, then its encoded bytes). Past
+``max_unsent_bytes`` the outbox refuses, the runner stops stepping and sets
+``overflowed``; the endpoint closes the socket (``server/budgets.py``). Acks
+count only chunks already written to the socket, so a client that acks indexes
+it never read cannot open credit for chunks that would only pile up here.
 """
 
 from __future__ import annotations
@@ -40,6 +40,8 @@ from livegen.logs import log_event
 from livegen.models.world import Chunk
 from livegen.protocol import world as wire
 from livegen.protocol.frames import encode_chunk
+from livegen.runtime.outbox import Bounds, Outbox
+from livegen.runtime.tasks import TaskSet
 from livegen.runtime.world.scheduler import Scheduler
 from livegen.runtime.world.taps import Tap
 from livegen.world import (
@@ -125,21 +127,25 @@ class Runner:
         self._timings: dict[str, tuple[float, float]] = {}
         self._settled = asyncio.Event()
         self._settled.set()
-        self._outbox: asyncio.Queue[bytes | _ChunkJob | None] = asyncio.Queue()
+        self._outbox: Outbox[bytes | _ChunkJob] = Outbox(Bounds(MAX_QUEUED_EVENTS, max_unsent_bytes))
+        #: The sender and the background releases of failed ticks: ended by ``abort_sending``/``stop``.
+        self._tasks = TaskSet()
         self._sender: asyncio.Task[None] | None = None
-        self._background: set[asyncio.Task[bool]] = set()
         self.num_chunks_sent = 0
         self.is_overflowing = False
         #: Set once the client is over a budget (events or bytes); the endpoint closes it.
         self.overflowed = asyncio.Event()
-        self.unsent_bytes = 0
-        self._max_unsent_bytes = max_unsent_bytes
         #: Who else sees the session's output: its recording, its spectators (``taps.py``).
         self.taps: list[Tap] = []
 
     def start(self) -> None:
         self._scheduler.add(self)  # first: a full KV pool refuses before anything starts
-        self._sender = asyncio.create_task(self._send_loop(), name=f"livegen-world-send-{self.session_id}")
+        self._sender = self._tasks.spawn(self._send_loop(), name=f"livegen-world-send-{self.session_id}")
+
+    @property
+    def unsent_bytes(self) -> int:
+        """Bytes queued for the socket and not yet written."""
+        return self._outbox.num_bytes
 
     # -- scheduler side --------------------------------------------------------------------
     def _has_credit(self) -> bool:
@@ -222,8 +228,7 @@ class Runner:
             if isinstance(effect, Output):
                 queue_ms, model_ms = self._timings.pop(effect.meta.request_id, (0.0, 0.0))
                 self.flow.committed()
-                self._charge(_raw_bytes(effect))
-                self._outbox.put_nowait(_ChunkJob(effect, queue_ms, model_ms))
+                self._put(_ChunkJob(effect, queue_ms, model_ms), _raw_bytes(effect))
             elif isinstance(effect, Rejection):
                 self.send_error(effect.error)
             elif isinstance(effect, Failure):
@@ -231,9 +236,7 @@ class Runner:
                 message = f"{effect.message}; the session is failed until world.reset"
                 self._queue_error(code, message, None, "server_error")
             elif isinstance(effect, Release) and effect.reason == "failed":
-                task = asyncio.get_running_loop().create_task(self._release())
-                self._background.add(task)
-                task.add_done_callback(self._background.discard)
+                self._tasks.spawn(self._release())
 
     # -- client side -----------------------------------------------------------------------
     def accept(self, event: Event) -> Acceptance:
@@ -303,16 +306,12 @@ class Runner:
     # -- output ----------------------------------------------------------------------------
     def send(self, event: wire.ServerEvent) -> None:
         """Queue an event for the client; past ``MAX_QUEUED_EVENTS`` the client is not reading."""
-        if self._outbox.qsize() >= MAX_QUEUED_EVENTS:
-            self._overflow()
-            return
         data = wire.encode(event)
-        self._charge(len(data))
-        self._outbox.put_nowait(data)
+        self._put(data, len(data))
 
-    def _charge(self, num_bytes: int) -> None:
-        self.unsent_bytes += num_bytes
-        if self._max_unsent_bytes is not None and self.unsent_bytes > self._max_unsent_bytes:
+    def _put(self, item: bytes | _ChunkJob, size: int) -> None:
+        """Queue a message; one past a bound (events or bytes) means the client is not reading."""
+        if not self._outbox.put(item, size):
             self._overflow()
 
     def _overflow(self) -> None:
@@ -340,14 +339,15 @@ class Runner:
 
     async def _send_loop(self) -> None:
         try:
-            while (item := await self._outbox.get()) is not None:
-                if isinstance(item, bytes):
-                    await self._send_text(item.decode())
-                    self.unsent_bytes -= len(item)
-                else:
-                    await self._send_chunk(item)
+            await self._outbox.send_all(self._write)
         except Exception as exc:  # the socket is gone; the endpoint sees the disconnect
             log_event(logger, "world.send_failed", logging.INFO, session=self.session_id, error=repr(exc))
+
+    async def _write(self, item: bytes | _ChunkJob) -> None:
+        if isinstance(item, bytes):
+            await self._send_text(item.decode())
+        else:
+            await self._send_chunk(item)
 
     async def _send_chunk(self, job: _ChunkJob) -> None:
         chunk = job.output.output
@@ -356,7 +356,7 @@ class Runner:
         options = self.options  # this chunk's settings, though a session.update lands while it encodes
         frames = await asyncio.to_thread(encode_chunk, chunk.frames, options.format, options.quality)
         encode_ms = (time.perf_counter() - started) * 1000
-        self.unsent_bytes += sum(len(frame) for frame in frames) - _raw_bytes(job.output)
+        self._outbox.charge(sum(len(frame) for frame in frames) - _raw_bytes(job.output))
         meta, spec = job.output.meta, self.spec
         header = wire.ChunkHeader(
             chunk_index=meta.chunk_index,
@@ -375,29 +375,31 @@ class Runner:
         await self._send_text(wire.encode(header).decode())
         for frame in frames:
             await self._send_bytes(frame)
-            self.unsent_bytes -= len(frame)
+            self._outbox.charge(-len(frame))
         self.flow.written()
         self.num_chunks_sent += 1
 
     async def flush_and_stop(self, grace_s: float = 5.0) -> None:
-        """Send what is queued (for up to ``grace_s``), then stop the sender."""
-        self._outbox.put_nowait(None)
+        """Send what is queued (for up to ``grace_s``), then stop the sender and every task."""
+        self._outbox.close()
         if self._sender is not None:
-            try:
+            with contextlib.suppress(TimeoutError, Exception):
                 async with asyncio.timeout(grace_s):
                     await asyncio.shield(self._sender)
-            except (TimeoutError, Exception):
-                self._sender.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await self._sender
+        await self.stop()
 
     def abort_sending(self) -> None:
-        """Stop writing and drop what is queued (its memory goes now, not when the socket does)."""
+        """Stop writing and drop what is queued (its memory goes now, not when the socket does);
+        ``stop`` then awaits the tasks."""
+        self._outbox.close()
         if self._sender is not None:
             self._sender.cancel()
-        while not self._outbox.empty():
-            self._outbox.get_nowait()
-        self.unsent_bytes = 0
+        self._outbox.clear()
+
+    async def stop(self) -> None:
+        """Cancel and await the runner's tasks (the sender, background releases)."""
+        await self._tasks.aclose()
+        self._outbox.clear()
 
 
 def _raw_bytes(output: Output) -> int:

@@ -53,6 +53,7 @@ from typing import Protocol
 from livegen.errors import CapacityExceeded, LivegenError, StateEvicted
 from livegen.logs import log_event
 from livegen.models.world import Chunk, Tick, WorldModel, WorldSpec
+from livegen.runtime.tasks import TaskSet
 from livegen.runtime.world.kv_pool import Pool
 from livegen.runtime.world.workers import LocalWorker, Worker, WorkerPool
 from livegen.world import Plan
@@ -111,9 +112,10 @@ class Scheduler:
         self._runners: dict[str, Steppable] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        #: Worker index -> steps in flight there; tasks of the steps in flight.
+        #: The loop's task and the steps in flight, cancelled and awaited by ``stop``.
+        self._tasks = TaskSet()
+        #: Worker index -> steps in flight there.
         self._busy: collections.Counter[int] = collections.Counter()
-        self._steps: set[asyncio.Task[None]] = set()
         self.num_steps = 0
         self.num_ticks = 0
         #: The last step's seconds: a session due within it joins this round's batch rather than
@@ -137,16 +139,10 @@ class Scheduler:
 
     async def start(self) -> None:
         await self.workers.start()
-        self._task = asyncio.create_task(self._loop(), name="livegen-world-scheduler")
+        self._task = self._tasks.spawn(self._loop(), name="livegen-world-scheduler")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        for step in list(self._steps):
-            step.cancel()
-        await asyncio.gather(*self._steps, return_exceptions=True)
+        await self._tasks.aclose()
         await self.workers.close()
 
     # -- sessions --------------------------------------------------------------------------
@@ -210,9 +206,7 @@ class Scheduler:
     def _launch(self, entries: list[_Entry]) -> None:
         index = entries[0].worker_index
         self._busy[index] += 1
-        task = asyncio.create_task(self._run_step(index, entries), name=f"livegen-world-step-{index}")
-        self._steps.add(task)
-        task.add_done_callback(self._steps.discard)
+        self._tasks.spawn(self._run_step(index, entries), name=f"livegen-world-step-{index}")
 
     async def _run_step(self, index: int, entries: list[_Entry]) -> None:
         try:

@@ -9,8 +9,9 @@ next one on: the same headers and encoded frames the player gets, the player's
 spectator sends is refused (``spectator_read_only``); it cannot steer.
 
 Spectators never slow the player or the model. Each chunk reaches them through
-a ``Tap`` (``taps.py``) that only queues, per spectator, bounded in bytes
-(``--max-unsent-bytes``): a spectator whose queue passes it is dropped at once,
+a ``Tap`` (``taps.py``) that only queues, per spectator, in an outbox
+(``runtime/outbox.py``) bounded in bytes (``--max-unsent-bytes``): a
+spectator whose outbox refuses a message is dropped at once,
 with an ``unsent_bytes_exceeded`` error and close code 4002, by its own task.
 Spectators are bounded per session and server-wide
 (``--world-max-spectators-per-session``, ``--world-max-spectators``).
@@ -33,6 +34,8 @@ from livegen.logs import log_event
 from livegen.models.world import Frames
 from livegen.protocol import world as wire
 from livegen.runtime.closes import CLOSE_NOT_READING, NOT_READING_REASON
+from livegen.runtime.outbox import Bounds, Outbox
+from livegen.runtime.tasks import TaskSet
 
 if TYPE_CHECKING:
     from livegen.runtime.world.owner import Link
@@ -57,35 +60,36 @@ class SpectatorLimits:
 
 
 class Spectator:
-    """One spectator's queue of messages; dropped (``overflowed``) once it holds too many bytes."""
+    """One spectator's outbox; dropped (``overflowed``) once it would hold too many bytes."""
 
     def __init__(self, max_unsent_bytes: int) -> None:
-        self._queue: asyncio.Queue[str | bytes | None] = asyncio.Queue()
-        self._max_unsent_bytes = max_unsent_bytes
-        self.unsent_bytes = 0
+        self._outbox: Outbox[str | bytes] = Outbox(Bounds(bytes=max_unsent_bytes))
         self.overflowed = asyncio.Event()
 
+    @property
+    def unsent_bytes(self) -> int:
+        return self._outbox.num_bytes
+
     def put(self, message: str | bytes | None) -> None:
+        """Queue a message; None: the session ended (what is queued is still written)."""
         if self.overflowed.is_set():
             return
-        size = 0 if message is None else len(message)
-        if self.unsent_bytes + size > self._max_unsent_bytes:
+        if message is None:
+            self._outbox.close()
+        elif not self._outbox.put(message, len(message)):
             self.overflowed.set()
-            while not self._queue.empty():  # its memory goes now, not when its socket does
-                self._queue.get_nowait()
-            self.unsent_bytes = 0
-            return
-        self.unsent_bytes += size
-        self._queue.put_nowait(message)
+            self._outbox.clear()  # its memory goes now, not when its socket does
 
     async def send_all(self, link: Link) -> None:
-        """Write the queue to the spectator's socket until the session ends (a None)."""
-        while (message := await self._queue.get()) is not None:
+        """Write the outbox to the spectator's socket until the session ends."""
+
+        async def write(message: str | bytes) -> None:
             if isinstance(message, str):
                 await link.send_text(message)
             else:
                 await link.send_bytes(message)
-            self.unsent_bytes -= len(message)
+
+        await self._outbox.send_all(write)
 
 
 class _Watched:
@@ -206,14 +210,14 @@ class Spectators:
 
     async def _watch(self, spectator: Spectator, link: Link) -> asyncio.Future[None]:
         """Until the session ends, the spectator leaves, or it falls too far behind."""
-        sender = asyncio.ensure_future(spectator.send_all(link))
-        reader = asyncio.ensure_future(_refuse_input(spectator, link))
-        overflow = asyncio.ensure_future(spectator.overflowed.wait())
+        tasks = TaskSet()
+        sender = tasks.spawn(spectator.send_all(link))
+        reader = tasks.spawn(_refuse_input(spectator, link))
+        overflow = tasks.spawn(spectator.overflowed.wait())
         try:
             await asyncio.wait({sender, reader, overflow}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for task in (sender, reader, overflow):
-                task.cancel()
+            await tasks.aclose()
         return sender
 
 

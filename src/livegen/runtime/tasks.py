@@ -1,0 +1,56 @@
+"""``TaskSet``: the tasks one owner started, kept until they end and closed with their owner.
+
+``asyncio`` holds only a weak reference to a task: one nobody keeps may be
+collected mid-flight, and one nobody cancels outlives whatever started it. So
+every task in ``src/livegen`` is spawned through an owner, either an
+``asyncio.TaskGroup`` (``create_task``) when the children live inside one
+``async with`` block, or a ``TaskSet`` when they outlive the call that starts
+them (a runner's sender, a scheduler's steps, an engine's sessions). A set
+holds each task until it ends, and ``aclose`` cancels every task still running
+and awaits them all, so the owner's close leaves nothing behind. What a child
+raises is its owner's to read (the set reports nothing of its own).
+``tests/test_tasks.py`` scans the source for spawns that go around both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine, Iterator
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class TaskSet:
+    """Tasks an owner started; each is held until it ends, ``aclose`` cancels and awaits the rest."""
+
+    __slots__ = ("_tasks",)
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def spawn(self, coroutine: Coroutine[Any, Any, T], *, name: str | None = None) -> asyncio.Task[T]:
+        """Run ``coroutine`` as a task of this set."""
+        task = asyncio.create_task(coroutine, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def __iter__(self) -> Iterator[asyncio.Task[Any]]:
+        return iter(list(self._tasks))
+
+    async def wait(self) -> None:
+        """Until every task has ended on its own (nothing is cancelled)."""
+        if self._tasks:
+            await asyncio.wait(set(self._tasks))
+
+    async def aclose(self) -> None:
+        """Cancel every task still running and await them all (what they raised is not raised here)."""
+        while self._tasks:
+            tasks = list(self._tasks)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
