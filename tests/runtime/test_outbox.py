@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from livegen.runtime.outbox import Bounds, Outbox
-from livegen.runtime.tasks import TaskSet
+from livegen.tasks import TaskSet
 
 
 class Socket:

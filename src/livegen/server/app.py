@@ -22,7 +22,6 @@ from starlette.routing import BaseRoute, Route
 
 from livegen.logs import log_event, quiet_client_faults
 from livegen.models import Kind, ModelInfo, Registry, default_registry
-from livegen.runtime.tasks import TaskSet
 from livegen.server import audio, page
 from livegen.server.auth import APIKeyMiddleware
 from livegen.server.bodies import BodyLimitMiddleware, BodyLimits
@@ -33,6 +32,7 @@ from livegen.server.gate import Gate, GateMiddleware
 from livegen.server.metrics import CONTENT_TYPE_LATEST, Metrics
 from livegen.server.origins import OriginMiddleware, OriginPolicy
 from livegen.server.service import Service
+from livegen.tasks import TaskSet
 
 logger = logging.getLogger("livegen.server")
 

@@ -43,9 +43,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from livegen.logs import log_event
 from livegen.runtime.closes import CLOSE_NOT_READING as CLOSE_NOT_READING
 from livegen.runtime.closes import NOT_READING_REASON as NOT_READING_REASON
-from livegen.runtime.tasks import TaskSet
 from livegen.server.bodies import protocol_class
 from livegen.server.origins import send_denial
+from livegen.tasks import TaskSet
 
 if TYPE_CHECKING:
     from livegen.server.config import ServerConfig

@@ -1,4 +1,4 @@
-"""Every task a cascade stream starts has an owner that ends it (``models/cascade/tasks.py``).
+"""Every task a cascade stream starts has an owner that ends it (``livegen/tasks.py``).
 
 A language model that has said its first sentence and then holds its stream open: the response
 is cancelled (a barge-in, ``response.cancel``) or its session closes mid-answer. Once the

@@ -32,7 +32,8 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from livegen.models.cascade import chat_stream, tasks
+from livegen import tasks
+from livegen.models.cascade import chat_stream
 from livegen.models.cascade.chat_stream import (
     Event,
     Finish,
@@ -217,7 +218,8 @@ class Client:
             body["tools"] = list(tools)
             body["tool_choice"] = tool_choice
         events: asyncio.Queue[Event | None] = asyncio.Queue()  # bounded by the answer's caps
-        reader = asyncio.ensure_future(self._read(body, chat_stream.declared(tools), events))
+        owned = tasks.TaskSet()
+        reader = owned.spawn(self._read(body, chat_stream.declared(tools), events))
 
         def ended(task: asyncio.Future[None]) -> None:
             if not task.cancelled():

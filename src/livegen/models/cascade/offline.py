@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from livegen.models.cascade import asr, sentences, tasks
+from livegen import tasks
+from livegen.models.cascade import asr, sentences
 from livegen.models.voice import ClipSegment
 
 if TYPE_CHECKING:
@@ -87,10 +88,11 @@ async def transcribe_clip(
     options = asr.Options(model=name, language=language, prompt=prompt)
     ranges = iter(spans)
     queued: deque[tuple[tuple[int, int], asyncio.Future[str]]] = deque()
+    decodes = tasks.TaskSet()
 
     def queue_next() -> None:
         if (span := next(ranges, None)) is not None:
-            queued.append((span, asyncio.ensure_future(model.transcribe(audio[span[0] : span[1]], options))))
+            queued.append((span, decodes.spawn(model.transcribe(audio[span[0] : span[1]], options))))
 
     decoding: asyncio.Future[str] | None = None
     try:

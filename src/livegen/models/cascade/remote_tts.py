@@ -24,8 +24,9 @@ import concurrent.futures
 import struct
 from collections.abc import AsyncIterator
 
+from livegen import tasks
 from livegen.errors import TtsUnavailable
-from livegen.models.cascade import remote, tasks, tts
+from livegen.models.cascade import remote, tts
 
 #: Most seconds of audio one piece may bring; more is garbage (a piece is a sentence).
 MAX_PIECE_S = 120

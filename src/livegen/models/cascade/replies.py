@@ -38,7 +38,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from livegen.models.cascade import llm, responder, sentences, tasks
+from livegen import tasks
+from livegen.models.cascade import llm, responder, sentences
 from livegen.models.cascade.mcp import MAX_ROUNDS
 from livegen.models.cascade.mcp_session import McpRun
 from livegen.models.cascade.tts import Speech

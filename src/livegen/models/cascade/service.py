@@ -56,6 +56,7 @@ from typing import Any
 
 import numpy as np
 
+from livegen import tasks
 from livegen.errors import ConfigError, ModelError, SpeechServiceUnavailable
 from livegen.models.cascade import asr, asr_batch, assets, model, remote_tts, speaking, tts
 from livegen.models.cascade.model import CascadeModel, Stats
@@ -252,6 +253,8 @@ class SharedCascade(CascadeModel):
         self.failures = 0
         self.error = ""
         self.failed_at = 0.0
+        #: The pieces' fetches from the service, ended with the model's speech (``close_speech``).
+        self._fetches = tasks.TaskSet()
 
     async def _service(self) -> Any:
         if self.is_lost:  # restarting: the same actor; gone for good: found or made again
@@ -320,8 +323,12 @@ class SharedCascade(CascadeModel):
         # id is this process's only.
         key = owner if isinstance(owner, str) or owner is None else f"{os.getpid()}:{id(owner)}"
         speech = remote_tts.StreamedSpeech()
-        speech._task = asyncio.ensure_future(self._fetch(speech, text, voice, key, speed))
+        speech._task = self._fetches.spawn(self._fetch(speech, text, voice, key, speed))
         return speech
+
+    async def close_speech(self) -> None:
+        await self._fetches.aclose()  # the pieces still arriving: cancelled, so the service's too
+        await super().close_speech()
 
     async def _fetch(
         self, speech: remote_tts.StreamedSpeech, text: str, voice: str, owner: Hashable | None, speed: float

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
+from livegen import tasks
 from livegen.errors import CapacityExceeded, InvalidRequest, InvalidState, ModelError
 from livegen.models.cascade import (
     asr,
@@ -47,7 +48,6 @@ from livegen.models.cascade import (
     mcp_session,
     preambles,
     replies,
-    tasks,
     transcripts,
     vad,
 )

@@ -12,7 +12,8 @@ import concurrent.futures
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from livegen.models.cascade import barge_in, preambles, remote_tts, replies, speaking, tasks, tts
+from livegen import tasks
+from livegen.models.cascade import barge_in, preambles, remote_tts, replies, speaking, tts
 from livegen.models.cascade.tts import Speech
 from livegen.models.voice import OutputKind
 

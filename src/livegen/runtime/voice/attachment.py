@@ -32,7 +32,7 @@ from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from livegen.runtime.tasks import TaskSet
+from livegen.tasks import TaskSet
 
 #: A coroutine function (not any awaitable): each write runs as a task of its own.
 SendText = Callable[[str], Coroutine[Any, Any, None]]

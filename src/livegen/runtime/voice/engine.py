@@ -40,13 +40,13 @@ from livegen.protocol import errors as wire_errors
 from livegen.protocol import realtime as wire
 from livegen.protocol.realtime import server as ev
 from livegen.protocol.realtime.fields import decode_session
-from livegen.runtime.tasks import TaskSet
 from livegen.runtime.voice import handoff as handoffs
 from livegen.runtime.voice.lifecycle import Handoff, Link, LiveSession, Opening
 from livegen.runtime.voice.models import ModelSettings, VoiceModels
 from livegen.runtime.voice.owner import SessionOwner
 from livegen.runtime.voice.parking import ParkingBudget
 from livegen.runtime.voice.runner import Dialect, Runner, RunnerLimits
+from livegen.tasks import TaskSet
 from livegen.voice.config import Config, apply_update
 from livegen.voice.session import Limits, Session
 

@@ -40,7 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from livegen.errors import CapacityExceeded, ModelContractError, ModelError
 from livegen.logs import log_event
 from livegen.models.lockstep import LockstepFrame, LockstepModel
-from livegen.runtime.tasks import TaskSet
+from livegen.tasks import TaskSet
 
 logger = logging.getLogger("livegen.runtime.voice.lockstep")
 

@@ -21,7 +21,7 @@ The runner owns four tasks around one ``voice.Session``:
   ``unsent_bytes_exceeded`` and the session ends (``close_reason``
   ``outbox_overflow``).
 
-The four tasks belong to ``run``'s ``TaskSet`` (``runtime/tasks.py``): every
+The four tasks belong to ``run``'s ``TaskSet`` (``livegen/tasks.py``): every
 one is cancelled and awaited before ``run`` returns.
 
 Whoever feeds the runner (the WebSocket endpoint) decodes JSON before
@@ -45,8 +45,8 @@ from livegen.protocol import realtime as wire
 from livegen.protocol.errors import INTERNAL_ERROR, MODEL_NOT_FOUND, UNSENT_BYTES_EXCEEDED
 from livegen.protocol.realtime import server as ev
 from livegen.runtime.outbox import Bounds, Outbox
-from livegen.runtime.tasks import TaskSet
 from livegen.runtime.voice.mailbox import Mailbox
+from livegen.tasks import TaskSet
 from livegen.voice.chain import (
     Attempt,
     AttemptKind,

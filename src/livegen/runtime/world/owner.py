@@ -31,7 +31,7 @@ from livegen.errors import InvalidRequest, InvalidState, LivegenError, ProtocolE
 from livegen.logs import bind_session, log_event
 from livegen.protocol import world as wire
 from livegen.runtime.closes import CLOSE_NOT_READING, NOT_READING_REASON
-from livegen.runtime.tasks import TaskSet
+from livegen.tasks import TaskSet
 from livegen.world import Status
 from livegen.world.lifecycle import Action, Message, State, dispatch
 

@@ -41,9 +41,9 @@ from livegen.models.world import Chunk
 from livegen.protocol import world as wire
 from livegen.protocol.frames import encode_chunk
 from livegen.runtime.outbox import Bounds, Outbox
-from livegen.runtime.tasks import TaskSet
 from livegen.runtime.world.scheduler import Scheduler
 from livegen.runtime.world.taps import Tap
+from livegen.tasks import TaskSet
 from livegen.world import (
     Acceptance,
     Event,

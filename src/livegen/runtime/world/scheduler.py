@@ -53,9 +53,9 @@ from typing import Protocol
 from livegen.errors import CapacityExceeded, LivegenError, StateEvicted
 from livegen.logs import log_event
 from livegen.models.world import Chunk, Tick, WorldModel, WorldSpec
-from livegen.runtime.tasks import TaskSet
 from livegen.runtime.world.kv_pool import Pool
 from livegen.runtime.world.workers import LocalWorker, Worker, WorkerPool
+from livegen.tasks import TaskSet
 from livegen.world import Plan
 
 logger = logging.getLogger("livegen.world")

@@ -35,7 +35,7 @@ from livegen.models.world import Frames
 from livegen.protocol import world as wire
 from livegen.runtime.closes import CLOSE_NOT_READING, NOT_READING_REASON
 from livegen.runtime.outbox import Bounds, Outbox
-from livegen.runtime.tasks import TaskSet
+from livegen.tasks import TaskSet
 
 if TYPE_CHECKING:
     from livegen.runtime.world.owner import Link

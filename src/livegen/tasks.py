@@ -1,15 +1,20 @@
-"""``TaskSet``: the tasks one owner started, kept until they end and closed with their owner.
+"""``TaskSet`` and ``cancelled``: every task has an owner that ends it.
 
 ``asyncio`` holds only a weak reference to a task: one nobody keeps may be
 collected mid-flight, and one nobody cancels outlives whatever started it. So
 every task in ``src/livegen`` is spawned through an owner, either an
 ``asyncio.TaskGroup`` (``create_task``) when the children live inside one
 ``async with`` block, or a ``TaskSet`` when they outlive the call that starts
-them (a runner's sender, a scheduler's steps, an engine's sessions). A set
-holds each task until it ends, and ``aclose`` cancels every task still running
-and awaits them all, so the owner's close leaves nothing behind. What a child
-raises is its owner's to read (the set reports nothing of its own).
+them (a runner's sender, a scheduler's steps, an engine's sessions, a cascade
+stream's answers, a call's own reader). A set holds each task until it ends,
+and ``aclose`` cancels every task still running (those started meanwhile too)
+and awaits them all, so the owner's close leaves nothing behind and no "Task
+was destroyed but it is pending" can happen when a loop stops. What a child
+raises is its owner's to read; the set reports nothing of its own.
 ``tests/test_tasks.py`` scans the source for spawns that go around both.
+
+A module of the package's top, beside ``errors``: the runtime and the models
+both spawn tasks, and neither may import the other.
 """
 
 from __future__ import annotations
@@ -48,9 +53,25 @@ class TaskSet:
             await asyncio.wait(set(self._tasks))
 
     async def aclose(self) -> None:
-        """Cancel every task still running and await them all (what they raised is not raised here)."""
+        """Cancel every task and wait until each has ended, those they start meanwhile too."""
         while self._tasks:
-            tasks = list(self._tasks)
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await cancelled(*self._tasks)
+
+
+async def cancelled(*tasks: asyncio.Future[Any]) -> None:
+    """Cancel ``tasks`` and wait until each has ended; what they raised is theirs, retrieved here
+    (never logged as not retrieved). Cancelled meanwhile, this still waits for them, then raises."""
+    for task in tasks:
+        task.cancel()
+    pending = set(tasks)
+    interrupted = False
+    while pending:
+        try:
+            _, pending = await asyncio.wait(pending)
+        except asyncio.CancelledError:
+            interrupted = True
+    for task in tasks:
+        if not task.cancelled():
+            task.exception()
+    if interrupted:
+        raise asyncio.CancelledError
