@@ -409,11 +409,13 @@ class Call:
             self.channel.send(text)
 
     async def flush(self) -> None:
-        """Let the call's last events leave (bounded: the peer may be gone)."""
+        """Let the call's last events leave (bounded: the peer may be gone). A channel not open
+        yet is waited for: a resume refused at once has its error to tell a caller still connecting."""
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(FLUSH_TIMEOUT_S):
                 while self._queue or (self.channel is not None and _unacked(self.channel)):
-                    if self.channel is None or self.channel.readyState != "open":
+                    state = "connecting" if self.channel is None else self.channel.readyState
+                    if state not in ("connecting", "open") or self.end_reason in LOST_REASONS:
                         return
                     await asyncio.sleep(0.02)
 

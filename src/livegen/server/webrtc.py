@@ -64,7 +64,6 @@ from livegen.runtime.closes import CLOSE_NOT_READING, NOT_READING_REASON
 from livegen.runtime.voice.engine import configured_session
 from livegen.runtime.voice.lifecycle import Handoff, Opening
 from livegen.server.auth import EPHEMERAL_PREFIX, presented_key
-from livegen.server.bodies import json_object, multipart_fields
 from livegen.server.calls import (
     RATE,
     SESSION_TOO_LARGE,
@@ -74,6 +73,8 @@ from livegen.server.calls import (
     max_message_bytes,
 )
 from livegen.server.client_secrets import error_response, validated_session
+from livegen.server.offers import Offer, cors, read_offer
+from livegen.server.resume import checked_resume
 
 if TYPE_CHECKING:
     from livegen.server.voice import VoiceService
@@ -109,6 +110,7 @@ STATUS = {
     "realtime_capacity": 429,
     "model_error": 500,
     "call_not_found": 404,
+    "session_not_found": 404,
 }
 
 
@@ -125,8 +127,8 @@ class CallService:
 
     def routes(self) -> list[BaseRoute]:
         return [
-            Route("/v1/realtime/calls", _cors(self.create), methods=["POST", "OPTIONS"]),
-            Route("/v1/realtime/calls/{call_id}/hangup", _cors(self.hangup), methods=["POST", "OPTIONS"]),
+            Route("/v1/realtime/calls", cors(self.create), methods=["POST", "OPTIONS"]),
+            Route("/v1/realtime/calls/{call_id}/hangup", cors(self.hangup), methods=["POST", "OPTIONS"]),
         ]
 
     async def stop(self) -> None:
@@ -137,21 +139,27 @@ class CallService:
 
     async def create(self, request: Request) -> Response:
         try:
-            sdp, session = await _offer(request)  # read before a slot is taken: a slow body holds none
+            offer = await read_offer(request)  # read before a slot is taken: a slow body holds none
         except RemoteProtocolError as error:
             return self._refuse(error)
         self.num_answering += 1
         try:
-            return await self._create(request, sdp, session)
+            resume_id = request.query_params.get("session_id")
+            if resume_id is not None or offer.resume is not None:
+                return await self._resume(request, offer, resume_id)
+            return await self._create(request, offer.sdp, offer.session)
         finally:
             self.num_answering -= 1
+
+    def _check_room(self) -> None:
+        limit = self.voice.state.config.webrtc_max_calls
+        if len(self.calls) + self.num_answering > limit:  # this one is answering
+            raise TOO_MANY_CALLS.error(limit=limit)
 
     async def _create(self, request: Request, sdp: str, session: dict[str, Any] | None) -> Response:
         try:
             _check_offer(sdp)
-            config = self.voice.state.config
-            if len(self.calls) + self.num_answering > config.webrtc_max_calls:  # this one is answering
-                raise TOO_MANY_CALLS.error(limit=config.webrtc_max_calls)
+            self._check_room()
             secret = self.voice.client_secrets.lookup(presented_key(request.scope))
             bound = {**(secret.session if secret is not None else {}), **(session or {})}
             requested = bound.get("model") or request.query_params.get("model") or self.engine.default_model
@@ -165,21 +173,64 @@ class CallService:
     async def _answer(
         self, sdp: str, bound: dict[str, Any], name: str, model: Any, key: str | None
     ) -> Response:
-        from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
-
         limit = max_message_bytes(sdp)
         try:
             too_large = _session_too_large(bound, name, limit)
         except RemoteProtocolError as invalid:  # checked already under the requested name; never here
             too_large = invalid
         if too_large is not None:
-            self._count_error(too_large)
-            log_event(logger, "webrtc.call_refused", logging.WARNING, code=too_large.code)
-            return error_response(too_large, 400)
+            return self._refuse(too_large)
+        call = await self._negotiate(sdp, key)
+        if isinstance(call, Response):
+            return call
+        session_id = "sess_" + secrets.token_hex(8)
+        refused = await self._open(call, session_id, name, model, bound)
+        if refused is not None:
+            call.end("refused")
+            await call.pc.close()
+            return error_response(refused, STATUS.get(refused.code, 400))
+        return self._answered(call, session_id, model=name)
+
+    async def _resume(self, request: Request, offer: Offer, session_id: str | None) -> Response:
+        """A new call for a session that lost its link (a page reloaded): the offer carries the
+        ``session.resume`` a socket would send first. The token is claimed and the call posted to
+        the session's owner in one step, once the offer is negotiated; the owner's greeting
+        (``session.resumed``) and replay go on the new channel, as on a resuming socket."""
+        try:
+            _check_offer(offer.sdp)
+            self._check_room()
+            if session_id is None or offer.resume is None:
+                raise wire_errors.INVALID_RESUME.error(detail=RESUME_PARTS)
+            if offer.session is not None:
+                raise wire_errors.INVALID_RESUME.error(detail=RESUME_AS_IT_IS, param="session")
+            event = checked_resume(offer.resume, session_id)
+            self.engine.check_resume(session_id, event.resume_token)  # claimed once negotiated
+        except RemoteProtocolError as error:
+            return self._refuse(error)
+        call = await self._negotiate(offer.sdp, presented_key(request.scope))
+        if isinstance(call, Response):
+            return call
+        link = CallLink(call)
+        handoff = Handoff(
+            link, event.last_event_seq, event.event_id, transport=call.outgoing, formats_fixed=True
+        )
+        try:
+            self.engine.post_resume(handoff, session_id, event.resume_token)
+        except RemoteProtocolError as error:
+            call.end("refused")
+            await call.pc.close()
+            return self._refuse(error)
+        return self._answered(call, session_id)
+
+    async def _negotiate(self, sdp: str, key: str | None) -> Call | Response:
+        """A call for the offer, with its answer made (or the refusal of an offer aiortc cannot
+        take); it has no session yet."""
+        from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+
         pc = RTCPeerConnection(RTCConfiguration(iceServers=self._ice_servers()))
         owner = key if key is not None and key.startswith(EPHEMERAL_PREFIX) else None
         has_channel = "m=application " in sdp
-        call = Call("rtc_" + secrets.token_hex(16), pc, owner, limit, has_channel)
+        call = Call("rtc_" + secrets.token_hex(16), pc, owner, max_message_bytes(sdp), has_channel)
         try:
             self._wire_peer(call)  # before the offer: aiortc announces the caller's track while applying it
             await pc.setRemoteDescription(RTCSessionDescription(sdp=sdp, type="offer"))
@@ -188,21 +239,17 @@ class CallService:
             await pc.setLocalDescription(answer)
         except Exception as exc:  # aiortc rejects what it cannot negotiate; its words are its internals
             await pc.close()
-            error = INVALID_OFFER.error(detail=UNNEGOTIABLE, param="sdp")
-            self._count_error(error)
             log_event(logger, "webrtc.offer_refused", logging.WARNING, error=f"{type(exc).__name__}: {exc}")
-            return error_response(error, 400)
-        session_id = "sess_" + secrets.token_hex(8)
-        refused = await self._open(call, session_id, name, model, bound)
-        if refused is not None:
-            call.end("refused")
-            await pc.close()
-            return error_response(refused, STATUS.get(refused.code, 400))
+            return self._refuse(INVALID_OFFER.error(detail=UNNEGOTIABLE, param="sdp"))
+        return call
+
+    def _answered(self, call: Call, session_id: str, model: str | None = None) -> Response:
+        """The call's session has it: the call goes live, and the caller gets the SDP answer."""
         self.calls[call.id] = call
-        self._spawn(self._serve(call, session_id, name))
+        self._spawn(self._serve(call, session_id, model))
         headers = {"Location": f"/v1/realtime/calls/{call.id}"}
         return Response(
-            pc.localDescription.sdp, status_code=201, media_type="application/sdp", headers=headers
+            call.pc.localDescription.sdp, status_code=201, media_type="application/sdp", headers=headers
         )
 
     async def _open(
@@ -213,12 +260,11 @@ class CallService:
         update = {"type": "session.update", "session": bound}
         outcome: asyncio.Future[RemoteProtocolError | None] = asyncio.get_running_loop().create_future()
         opening = Opening(
-            Handoff(CallLink(call), transport=call.outgoing),
+            Handoff(CallLink(call), transport=call.outgoing, formats_fixed=True),
             session_id,
             name,
             model,
             bound=wire.decode(msgspec.json.encode(update)) if bound else None,
-            formats_fixed=True,
             outcome=outcome,
         )
         self.engine.open(opening)
@@ -295,9 +341,10 @@ class CallService:
                 piece.clear()
                 call.put_internal(wire.AudioAppend(audio=audio))
 
-    async def _serve(self, call: Call, session_id: str, name: str) -> None:
+    async def _serve(self, call: Call, session_id: str, model: str | None) -> None:
         """Carry the call from answer to end: its writer and watchdog run until its session lets
-        go of it (``CallLink.close``), then the call lets go of everything."""
+        go of it (``CallLink.close``), then the call lets go of everything. ``model``: the new
+        session's (None: the call resumes a session)."""
         with bind_session(session_id):
             metrics = self.voice.state.metrics
 
@@ -306,7 +353,10 @@ class CallService:
 
             metrics.unsent_sources.add(unsent_bytes)
             # The call's id is its capability on a server without a key: it is never logged.
-            log_event(logger, "webrtc.call_opened", model=name)
+            if model is None:
+                log_event(logger, "webrtc.call_resumed")
+            else:
+                log_event(logger, "webrtc.call_opened", model=model)
             helpers = [asyncio.create_task(call.write()), asyncio.create_task(self._watch(call))]
             try:
                 await call.closed.wait()
@@ -400,28 +450,6 @@ class CallService:
         self.voice.state.metrics.errors.labels(kind="voice", code=error.code).inc()
 
 
-def _cors(handler: Any) -> Any:
-    """Let pages on other origins call (the origin check upstream already allowed this one):
-    answer the preflight, and let them read the answer, its errors and its ``Location``."""
-
-    async def endpoint(request: Request) -> Response:
-        origin = request.headers.get("origin")
-        if request.method == "OPTIONS":
-            response: Response = Response(status_code=204)
-            response.headers["Access-Control-Allow-Methods"] = "POST"
-            response.headers["Access-Control-Allow-Headers"] = "authorization, content-type"
-            response.headers["Access-Control-Max-Age"] = "600"
-        else:
-            response = await handler(request)
-        if origin is not None:
-            response.headers["Access-Control-Allow-Origin"] = origin
-            response.headers["Access-Control-Expose-Headers"] = "Location"
-            response.headers["Vary"] = "Origin"
-        return response
-
-    return endpoint
-
-
 async def _send_all(websocket: WebSocket, watcher: Watcher) -> None:
     while (text := await watcher.get()) is not None:
         await websocket.send_text(text)
@@ -432,20 +460,6 @@ def _decode(text: str) -> wire.ClientEvent | RemoteProtocolError:
         return wire.decode(text)
     except RemoteProtocolError as error:
         return error
-
-
-async def _offer(request: Request) -> tuple[str, dict[str, Any] | None]:
-    """The SDP offer and the optional ``session`` of a call request (``application/sdp`` or multipart),
-    read and parsed under the limits of ``server/bodies.py``."""
-    content_type = request.headers.get("content-type", "")
-    body = await request.body()
-    if not content_type.startswith("multipart/form-data"):
-        return body.decode("utf-8", "replace"), None
-    fields = multipart_fields(body, content_type)
-    if "sdp" not in fields:
-        raise wire_errors.MISSING_REQUIRED_PARAMETER.error(name="sdp", param="sdp")
-    session = json_object(fields["session"], "session") if "session" in fields else None
-    return fields["sdp"].decode("utf-8", "replace"), session
 
 
 def _shorten_jitter_buffer(pc: Any, track: Any) -> None:
@@ -470,6 +484,16 @@ def _track_formats(session: dict[str, Any]) -> dict[str, Any]:
     return {**flat, "audio": audio}
 
 
+#: What a resuming call is told when its offer lacks a part, or brings a ``session`` (a resume takes
+#: the session as it is, as a socket's does: ``session.update`` on the channel changes it).
+RESUME_PARTS = (
+    "a call that resumes a session is posted to /v1/realtime/calls?session_id=<id> as multipart"
+    " form data with an `sdp` part and a `resume` part: the session.resume event a socket would send"
+)
+RESUME_AS_IT_IS = (
+    "a call that resumes a session takes it as it is: send session.update on the data channel"
+    " instead of a `session` part"
+)
 #: What a refused offer is told when aiortc cannot negotiate it (its own words are its internals).
 UNNEGOTIABLE = (
     "the SDP offer could not be negotiated: it must be a WebRTC offer whose audio section offers"

@@ -50,14 +50,13 @@ from livegen.runtime.world.owner import LinkClosed, SessionOwner
 from livegen.server.auth import EPHEMERAL_PREFIX, presented_key
 from livegen.server.calls import CHANNEL_HIGH_WATER, CHANNEL_LOW_WATER, FLUSH_TIMEOUT_S, _unacked
 from livegen.server.client_secrets import error_response
+from livegen.server.offers import cors, read_offer
 from livegen.server.video import FrameTrack, negotiated_codec
 from livegen.server.webrtc import (
     CALL_NOT_FOUND,
     INVALID_OFFER,
     MAX_MEDIA_SECTIONS,
     TOO_MANY_CALLS,
-    _cors,
-    _offer,
 )
 
 if TYPE_CHECKING:
@@ -273,8 +272,8 @@ class WorldCallService:
 
     def routes(self) -> list[BaseRoute]:
         return [
-            Route("/v1/worlds/calls", _cors(self.create), methods=["POST", "OPTIONS"]),
-            Route("/v1/worlds/calls/{call_id}/hangup", _cors(self.hangup), methods=["POST", "OPTIONS"]),
+            Route("/v1/worlds/calls", cors(self.create), methods=["POST", "OPTIONS"]),
+            Route("/v1/worlds/calls/{call_id}/hangup", cors(self.hangup), methods=["POST", "OPTIONS"]),
         ]
 
     async def stop(self) -> None:
@@ -285,7 +284,7 @@ class WorldCallService:
 
     async def create(self, request: Request) -> Response:
         try:
-            sdp = await _offer_sdp(request)
+            sdp = (await read_offer(request)).sdp
             check_offer(sdp)
             limit = self.world.state.config.webrtc_max_calls
             if len(self.calls) + self.num_answering >= limit:
@@ -413,10 +412,3 @@ def _unsent_track(pc: Any, sender: Any) -> str | None:
                 break
             return None
     return "the SDP offer's video section does not receive video: offer it recvonly or sendrecv"
-
-
-async def _offer_sdp(request: Request) -> str:
-    """The SDP offer of a call request (``application/sdp`` or multipart's ``sdp`` field), read
-    under the limits of ``server/bodies.py``."""
-    sdp, _ = await _offer(request)
-    return sdp
