@@ -24,14 +24,21 @@ A call ends on ``POST /v1/realtime/calls/{id}/hangup``, on ``session.close``,
 or when nothing (no media, no data-channel message) has come for
 ``NO_MEDIA_TIMEOUT_S`` (the caller is told ``session.closed``). When the peer's
 connection fails or closes, the call is freed and its session parks for a
-resume, as a lost socket's (``calls.Call.close_code``).
+resume, as a lost socket's (``calls.Call.close_code``). A new call takes it
+back (a page that reloaded): ``POST /v1/realtime/calls?session_id=`` with the
+``session.resume`` a socket would send first as the offer's ``resume`` part;
+the token is checked before the media is negotiated, claimed and posted to the
+session's owner in one step after, and the owner's greeting and replay go on
+the new channel (``CallService._resume``). A socket may take it back too.
 
 A server-side WebSocket may attach to a live call with ``/v1/realtime?call_id=``
 to watch its events and send its own (a backend running tools for a browser).
 Hangup and attach take the server's key or the call's own ephemeral key. What
 happens inside a live call (the answer track, the channel's writer and its
-limits, attached sockets, its link) is ``server/calls.py``; this module sets
-calls up, listens to the caller and lets calls go.
+limits, attached sockets, its link) is ``server/calls.py``; what both call
+routes share (the calls, hangup, the limit, offers, CORS, task sets) is
+``server/call_routes.py``; this module sets calls up, listens to the caller and
+lets calls go.
 
 ICE: aiortc gathers host candidates, enough on loopback and a LAN; behind NAT
 give ``--webrtc-ice-servers`` (STUN/TURN URLs) so it gathers reflexive/relay ones.
@@ -51,19 +58,28 @@ import msgspec
 import numpy as np
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Route
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from livegen.errors import RemoteProtocolError
 from livegen.logs import bind_session, log_event
 from livegen.protocol import errors as wire_errors
 from livegen.protocol import realtime as wire
-from livegen.protocol.errors import WireError
 from livegen.protocol.realtime import server as ev
 from livegen.runtime.closes import CLOSE_NOT_READING, NOT_READING_REASON
 from livegen.runtime.voice.engine import configured_session
 from livegen.runtime.voice.lifecycle import Handoff, Opening
 from livegen.server.auth import EPHEMERAL_PREFIX, presented_key
+from livegen.server.call_routes import (
+    CALL_NOT_FOUND,
+    INVALID_OFFER,
+    NEGOTIABLE_LINES,
+    STATUS,
+    CallRoutes,
+    Offer,
+    TaskSet,
+    check_offer,
+    read_offer,
+)
 from livegen.server.calls import (
     RATE,
     SESSION_TOO_LARGE,
@@ -73,7 +89,6 @@ from livegen.server.calls import (
     max_message_bytes,
 )
 from livegen.server.client_secrets import error_response, validated_session
-from livegen.server.offers import Offer, cors, read_offer
 from livegen.server.resume import checked_resume
 
 if TYPE_CHECKING:
@@ -87,86 +102,43 @@ APPEND_MS = 20
 JITTER_PREFETCH = 1
 #: A call whose caller has not been heard for this long (no media, no data-channel message) ends.
 NO_MEDIA_TIMEOUT_S = 5.0
-#: Media sections an offer may have (a browser's has two: its audio track and the data channel);
-#: each costs aiortc a transceiver, so thousands of them cost memory and stall the server.
-MAX_MEDIA_SECTIONS = 8
-
-INVALID_OFFER = WireError(
-    "invalid_offer", "{detail}", "livegen", "a malformed SDP offer, or one without audio"
-)
-CALL_NOT_FOUND = WireError(
-    "call_not_found",
-    "no live call with id {call_id!r}",
-    "livegen",
-    "an unknown call, or one opened with another ephemeral key",
-)
-TOO_MANY_CALLS = WireError(
-    "too_many_sessions", "the server holds {limit} WebRTC calls", "livegen", "over `--webrtc-max-calls`"
-)
-#: HTTP status for each refusal code at call setup.
-STATUS = {
-    "model_not_ready": 503,
-    "too_many_sessions": 429,
-    "realtime_capacity": 429,
-    "model_error": 500,
-    "call_not_found": 404,
-    "session_not_found": 404,
-}
 
 
-class CallService:
-    """The WebRTC transport of ``VoiceService``: call setup, the calls, hangup, attaching."""
+class CallService(CallRoutes[Call]):
+    """The WebRTC transport of ``VoiceService``: call setup, the calls, attaching (``CallRoutes``:
+    hangup, the limit, refusals, shutdown)."""
+
+    path = "/v1/realtime/calls"
+    kind = "voice"
+    refused_event = "webrtc.call_refused"
 
     def __init__(self, voice: VoiceService) -> None:
+        super().__init__(voice.state)
         self.voice = voice
         self.engine = voice.engine
-        self.calls: dict[str, Call] = {}
-        #: Calls being set up (between the offer and the answer), counted against the limit too.
-        self.num_answering = 0
-        self.tasks: set[asyncio.Task[None]] = set()
-
-    def routes(self) -> list[BaseRoute]:
-        return [
-            Route("/v1/realtime/calls", cors(self.create), methods=["POST", "OPTIONS"]),
-            Route("/v1/realtime/calls/{call_id}/hangup", cors(self.hangup), methods=["POST", "OPTIONS"]),
-        ]
-
-    async def stop(self) -> None:
-        for call in list(self.calls.values()):
-            call.end("server_shutdown")
-        if self.tasks:
-            await asyncio.wait(set(self.tasks), timeout=5.0)
 
     async def create(self, request: Request) -> Response:
         try:
             offer = await read_offer(request)  # read before a slot is taken: a slow body holds none
         except RemoteProtocolError as error:
-            return self._refuse(error)
-        self.num_answering += 1
-        try:
+            return self.refuse(error)
+        with self.answering():
             resume_id = request.query_params.get("session_id")
             if resume_id is not None or offer.resume is not None:
                 return await self._resume(request, offer, resume_id)
             return await self._create(request, offer.sdp, offer.session)
-        finally:
-            self.num_answering -= 1
-
-    def _check_room(self) -> None:
-        limit = self.voice.state.config.webrtc_max_calls
-        if len(self.calls) + self.num_answering > limit:  # this one is answering
-            raise TOO_MANY_CALLS.error(limit=limit)
 
     async def _create(self, request: Request, sdp: str, session: dict[str, Any] | None) -> Response:
         try:
-            _check_offer(sdp)
-            self._check_room()
+            check_offer(sdp, REQUIRED_LINES)
+            self.check_room()
             secret = self.voice.client_secrets.lookup(presented_key(request.scope))
             bound = {**(secret.session if secret is not None else {}), **(session or {})}
             requested = bound.get("model") or request.query_params.get("model") or self.engine.default_model
             validated_session(bound, requested)
             name, model = await self.engine.admit(requested)
         except RemoteProtocolError as error:
-            return self._refuse(error)
+            return self.refuse(error)
         key = presented_key(request.scope)
         return await self._answer(sdp, _track_formats(bound) if bound else bound, name, model, key)
 
@@ -179,15 +151,14 @@ class CallService:
         except RemoteProtocolError as invalid:  # checked already under the requested name; never here
             too_large = invalid
         if too_large is not None:
-            return self._refuse(too_large)
+            return self.refuse(too_large)
         call = await self._negotiate(sdp, key)
         if isinstance(call, Response):
             return call
         session_id = "sess_" + secrets.token_hex(8)
         refused = await self._open(call, session_id, name, model, bound)
         if refused is not None:
-            call.end("refused")
-            await call.pc.close()
+            await _let_go(call, "refused")
             return error_response(refused, STATUS.get(refused.code, 400))
         return self._answered(call, session_id, model=name)
 
@@ -197,8 +168,8 @@ class CallService:
         the session's owner in one step, once the offer is negotiated; the owner's greeting
         (``session.resumed``) and replay go on the new channel, as on a resuming socket."""
         try:
-            _check_offer(offer.sdp)
-            self._check_room()
+            check_offer(offer.sdp, REQUIRED_LINES)
+            self.check_room()
             if session_id is None or offer.resume is None:
                 raise wire_errors.INVALID_RESUME.error(detail=RESUME_PARTS)
             if offer.session is not None:
@@ -206,7 +177,7 @@ class CallService:
             event = checked_resume(offer.resume, session_id)
             self.engine.check_resume(session_id, event.resume_token)  # claimed once negotiated
         except RemoteProtocolError as error:
-            return self._refuse(error)
+            return self.refuse(error)
         call = await self._negotiate(offer.sdp, presented_key(request.scope))
         if isinstance(call, Response):
             return call
@@ -216,10 +187,9 @@ class CallService:
         )
         try:
             self.engine.post_resume(handoff, session_id, event.resume_token)
-        except RemoteProtocolError as error:
-            call.end("refused")
-            await call.pc.close()
-            return self._refuse(error)
+        except RemoteProtocolError as error:  # claimed meanwhile by another resume, or ended
+            await _let_go(call, "refused")
+            return self.refuse(error)
         return self._answered(call, session_id)
 
     async def _negotiate(self, sdp: str, key: str | None) -> Call | Response:
@@ -238,15 +208,15 @@ class CallService:
             answer = await pc.createAnswer()
             await pc.setLocalDescription(answer)
         except Exception as exc:  # aiortc rejects what it cannot negotiate; its words are its internals
-            await pc.close()
+            await _let_go(call, "refused")
             log_event(logger, "webrtc.offer_refused", logging.WARNING, error=f"{type(exc).__name__}: {exc}")
-            return self._refuse(INVALID_OFFER.error(detail=UNNEGOTIABLE, param="sdp"))
+            return self.refuse(INVALID_OFFER.error(detail=UNNEGOTIABLE, param="sdp"))
         return call
 
     def _answered(self, call: Call, session_id: str, model: str | None = None) -> Response:
         """The call's session has it: the call goes live, and the caller gets the SDP answer."""
         self.calls[call.id] = call
-        self._spawn(self._serve(call, session_id, model))
+        self.tasks.spawn(self._serve(call, session_id, model))
         headers = {"Location": f"/v1/realtime/calls/{call.id}"}
         return Response(
             call.pc.localDescription.sdp, status_code=201, media_type="application/sdp", headers=headers
@@ -290,7 +260,7 @@ class CallService:
             if track.kind == "audio" and not listening:  # one caller, one voice: the first audio track
                 listening.append(track)
                 _shorten_jitter_buffer(pc, track)
-                self._spawn(self._listen(call, track))
+                call.tasks.spawn(self._listen(call, track))
 
         @pc.on("datachannel")
         def on_datachannel(channel: Any) -> None:
@@ -314,11 +284,6 @@ class CallService:
         def on_state() -> None:
             if pc.connectionState in ("failed", "closed"):
                 call.end(f"peer_{pc.connectionState}")
-
-    def _spawn(self, coroutine: Any) -> None:
-        task = asyncio.create_task(coroutine)
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
 
     async def _listen(self, call: Call, track: Any) -> None:
         """The caller's audio: Opus frames decoded, resampled to 24 kHz, appended to the session."""
@@ -357,18 +322,15 @@ class CallService:
                 log_event(logger, "webrtc.call_resumed")
             else:
                 log_event(logger, "webrtc.call_opened", model=model)
-            helpers = [asyncio.create_task(call.write()), asyncio.create_task(self._watch(call))]
+            call.tasks.spawn(call.write())
+            call.tasks.spawn(self._watch(call))
             try:
                 await call.closed.wait()
             finally:
-                for task in helpers:
-                    task.cancel()
                 self.calls.pop(call.id, None)
                 for watcher in call.watchers:
                     watcher.close()
-                with contextlib.suppress(Exception):
-                    await call.pc.close()
-                call.end("ended")
+                await _let_go(call, "ended")
                 metrics.unsent_sources.discard(unsent_bytes)
                 log_event(logger, "webrtc.call_closed", reason=call.end_reason)
 
@@ -380,26 +342,9 @@ class CallService:
                 call.end("peer_silent")
                 return
 
-    def _live_call(self, call_id: str, key: str | None) -> Call | None:
-        """The live call ``call_id`` if ``key`` may touch it (the server's key or the call's own);
-        a call opened with another ephemeral key is, for this key, no call at all."""
-        call = self.calls.get(call_id)
-        if call is None or not call.may_be_touched_by(key):
-            return None
-        return call
-
-    async def hangup(self, request: Request) -> Response:
-        call_id = request.path_params["call_id"]
-        call = self._live_call(call_id, presented_key(request.scope))
-        if call is None:
-            error = CALL_NOT_FOUND.error(call_id=call_id, param="call_id")
-            return error_response(error, 404)
-        call.end("hangup")
-        return Response(status_code=200)
-
     async def attach(self, websocket: WebSocket, call_id: str) -> None:
         """A server-side WebSocket on a live call: it sees the call's events and may send its own."""
-        call = self._live_call(call_id, presented_key(websocket.scope))
+        call = self.live_call(call_id, presented_key(websocket.scope))
         if call is None:
             error = CALL_NOT_FOUND.error(call_id=call_id, param="call_id")
             refused = ev.Error(event_id="event_refused", error=error.to_error_body())
@@ -408,7 +353,8 @@ class CallService:
             return
         watcher = Watcher(self.voice.state.config.max_unsent_bytes)
         call.watchers.add(watcher)
-        writer = asyncio.create_task(self._write(websocket, watcher))
+        writer = TaskSet()  # the attached socket's, ended with it
+        writer.spawn(self._write(websocket, watcher))
         try:
             while True:
                 message = await websocket.receive()
@@ -421,20 +367,14 @@ class CallService:
             pass
         finally:
             call.watchers.discard(watcher)
-            writer.cancel()
-
-    def _refuse(self, error: RemoteProtocolError) -> Response:
-        self._count_error(error)
-        log_event(logger, "webrtc.call_refused", logging.WARNING, code=error.code)
-        return error_response(error, STATUS.get(error.code, 400))
+            await writer.close()
 
     async def _write(self, websocket: WebSocket, watcher: Watcher) -> None:
         """The call's events to an attached WebSocket; one that stops reading is closed 4002."""
-        sender = asyncio.create_task(_send_all(websocket, watcher))
-        overflow = asyncio.create_task(watcher.overflow.wait())
-        try:
+        async with asyncio.TaskGroup() as tasks:
+            sender = tasks.create_task(_send_all(websocket, watcher))
+            overflow = tasks.create_task(watcher.overflow.wait())
             await asyncio.wait({sender, overflow}, return_when="FIRST_COMPLETED")
-        finally:
             sender.cancel()
             overflow.cancel()
         code, reason = 1000, ""
@@ -446,13 +386,11 @@ class CallService:
         with contextlib.suppress(Exception):
             await websocket.close(code, reason)
 
-    def _count_error(self, error: RemoteProtocolError) -> None:
-        self.voice.state.metrics.errors.labels(kind="voice", code=error.code).inc()
-
 
 async def _send_all(websocket: WebSocket, watcher: Watcher) -> None:
-    while (text := await watcher.get()) is not None:
-        await websocket.send_text(text)
+    with contextlib.suppress(Exception):  # the socket is gone: its handler's receive says so
+        while (text := await watcher.get()) is not None:
+            await websocket.send_text(text)
 
 
 def _decode(text: str) -> wire.ClientEvent | RemoteProtocolError:
@@ -499,31 +437,16 @@ UNNEGOTIABLE = (
     "the SDP offer could not be negotiated: it must be a WebRTC offer whose audio section offers"
     " Opus, with ICE credentials, a DTLS fingerprint and a setup role"
 )
-#: Lines a negotiable offer has (RFC 8839, 8842), and what the caller is told when one is missing.
-_REQUIRED_LINES = (
-    ("a=ice-ufrag:", "ICE credentials (a=ice-ufrag and a=ice-pwd)"),
-    ("a=ice-pwd:", "ICE credentials (a=ice-ufrag and a=ice-pwd)"),
-    ("a=fingerprint:", "a DTLS fingerprint (a=fingerprint)"),
-    ("a=setup:", "a DTLS setup role (a=setup)"),
-)
+#: Lines a voice call's offer must have: its audio, and what every negotiable offer has.
+REQUIRED_LINES = (("m=audio ", "audio media section"), *NEGOTIABLE_LINES)
 
 
-def _check_offer(sdp: str) -> None:
-    """Refuse, in words the caller can act on, an offer aiortc could not (or should not) take."""
-    if not sdp.lstrip().startswith("v=0"):
-        raise INVALID_OFFER.error(
-            detail="the body is not an SDP offer (it must start with 'v=0')", param="sdp"
-        )
-    text = "\n" + sdp.replace("\r\n", "\n")
-    sections = text.count("\nm=")
-    if sections > MAX_MEDIA_SECTIONS:
-        detail = f"the SDP offer has {sections} media sections; a call takes at most {MAX_MEDIA_SECTIONS}"
-        raise INVALID_OFFER.error(detail=detail, param="sdp")
-    if "\nm=audio " not in text:
-        raise INVALID_OFFER.error(detail="the SDP offer has no audio media section", param="sdp")
-    for line, what in _REQUIRED_LINES:
-        if "\n" + line not in text:
-            raise INVALID_OFFER.error(detail=f"the SDP offer has no {what}", param="sdp")
+async def _let_go(call: Call, reason: str) -> None:
+    """End a call and let go of all it holds: its tasks (cancelled and awaited), its connection."""
+    call.end(reason)
+    await call.tasks.close()
+    with contextlib.suppress(Exception):
+        await call.pc.close()
 
 
 def _session_too_large(session: dict[str, Any], model: str, limit: int | None) -> RemoteProtocolError | None:
