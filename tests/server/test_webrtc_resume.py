@@ -207,7 +207,7 @@ async def test_a_reloaded_page_resumes_its_call_on_a_new_call(server: ServerThre
 
     # The page names one event fewer than it got: that one is sent again, nothing else is.
     second = caller_of(server, mint(server.http_url)["value"])  # any key a call takes: ephemeral too
-    await second.connect(resume=resume_event(session_id, token, seen - 1))
+    await second.take_back(resume_event(session_id, token, seen - 1))
     resumed = await second.event("session.resumed", within=20)
     assert second.events[0] is resumed, second.events[:3]
     assert resumed["replay_from_seq"] == resumed["latest_seq"] == seen, resumed
@@ -239,7 +239,7 @@ async def test_a_call_resumes_a_socket_session_and_a_socket_resumes_it_back(serv
         ({"type": "conversation.item.create", "item": KEPT}, "conversation.item.done"),
     )
     caller = caller_of(server)
-    await caller.connect(resume=resume_event(session_id, token, num_events))
+    await caller.take_back(resume_event(session_id, token, num_events))
     resumed = await caller.event("session.resumed", within=20)
     assert resumed["latest_seq"] == num_events, resumed  # nothing to replay
     assert await the_kept_item(caller) == "remember me"
@@ -267,7 +267,7 @@ async def test_a_call_cannot_take_a_session_its_track_cannot_carry(server: Serve
         server, ({"type": "session.update", "session": PCMU}, "session.updated")
     )
     caller = caller_of(server)
-    await caller.connect(resume=resume_event(session_id, token, num_events))
+    await caller.take_back(resume_event(session_id, token, num_events))
     refused = await caller.wait_for(lambda e: e["type"] in ("error", "session.resumed"), 20, "an answer")
     assert refused["type"] == "error" and refused["error"]["code"] == "invalid_resume", refused
     assert "audio/pcmu" in refused["error"]["message"], refused
@@ -306,7 +306,7 @@ async def test_a_resuming_offer_is_checked_before_anything_is_claimed(server: Se
         )
     # None of them claimed the token: it still takes the session (live here: the old call is replaced).
     second = caller_of(server)
-    await second.connect(resume=resume_event(session_id, token, len(first.events)))
+    await second.take_back(resume_event(session_id, token, len(first.events)))
     assert (await second.event("session.resumed", within=20))["latest_seq"] >= 1
     calls = voice_service(server).calls.calls
     deadline = time.monotonic() + 20

@@ -115,10 +115,12 @@ class Caller(CallPeer):
                 params["session_id"] = resume["session_id"]
             return await http.post(url, files=files, headers=headers, params=params)
 
-    async def connect(
-        self, session: dict[str, Any] | None = None, resume: dict[str, Any] | None = None
-    ) -> None:
-        await self._answered(await self.offer(session, resume), within=20)
+    async def connect(self, session: dict[str, Any] | None = None) -> None:
+        await self._answered(await self.offer(session), within=20)
+
+    async def take_back(self, resume: dict[str, Any]) -> None:
+        """Call to take back the session that ``resume`` (a ``session.resume`` event) names."""
+        await self._answered(await self.offer(resume=resume), within=20)
 
     def audio_since(self, since: float, until: float | None = None) -> bytes:
         return b"".join(pcm for t, pcm in self.frames if t >= since and (until is None or t <= until))

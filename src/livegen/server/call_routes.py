@@ -27,7 +27,7 @@ import asyncio
 import contextlib
 import hmac
 import logging
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
@@ -44,6 +44,8 @@ from livegen.server.bodies import json_object, multipart_fields
 from livegen.server.client_secrets import error_response
 
 if TYPE_CHECKING:
+    from aiortc import RTCPeerConnection
+
     from livegen.server.app import State
 
 logger = logging.getLogger("livegen.server.call_routes")
@@ -205,6 +207,13 @@ class CallRoutes(Generic[C]):
         call.end("hangup")
         return Response(status_code=200)
 
+    def peer_connection(self) -> RTCPeerConnection:
+        """A call's peer connection, gathering with the server's ``--webrtc-ice-servers``."""
+        from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection
+
+        servers = [RTCIceServer(urls=url) for url in self.state.config.webrtc_ice_servers]
+        return RTCPeerConnection(RTCConfiguration(iceServers=servers))
+
     def refuse(self, error: RemoteProtocolError) -> Response:
         """An offer refused: counted, logged (by code) and answered in OpenAI's shape."""
         self.state.metrics.errors.labels(kind=self.kind, code=error.code).inc()
@@ -212,6 +221,23 @@ class CallRoutes(Generic[C]):
             logging.getLogger(type(self).__module__), self.refused_event, logging.WARNING, code=error.code
         )
         return error_response(error, STATUS.get(error.code, 400))
+
+
+def follow_peer(pc: Any, end: Callable[[str], None]) -> None:
+    """End the call when its connection fails or closes (``peer_failed``, ``peer_closed``)."""
+
+    @pc.on("connectionstatechange")  # type: ignore[untyped-decorator]
+    def on_state() -> None:
+        if pc.connectionState in ("failed", "closed"):
+            end(f"peer_{pc.connectionState}")
+
+
+def when_open(channel: Any, open_channel: Callable[[Any], None]) -> None:
+    """Hand the call its data channel once it is open (now, if it is already)."""
+    if channel.readyState == "open":
+        open_channel(channel)
+    else:
+        channel.on("open", lambda: open_channel(channel))
 
 
 @dataclass(frozen=True)

@@ -78,7 +78,9 @@ from livegen.server.call_routes import (
     Offer,
     TaskSet,
     check_offer,
+    follow_peer,
     read_offer,
+    when_open,
 )
 from livegen.server.calls import (
     RATE,
@@ -195,9 +197,9 @@ class CallService(CallRoutes[Call]):
     async def _negotiate(self, sdp: str, key: str | None) -> Call | Response:
         """A call for the offer, with its answer made (or the refusal of an offer aiortc cannot
         take); it has no session yet."""
-        from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+        from aiortc import RTCSessionDescription
 
-        pc = RTCPeerConnection(RTCConfiguration(iceServers=self._ice_servers()))
+        pc = self.peer_connection()
         owner = key if key is not None and key.startswith(EPHEMERAL_PREFIX) else None
         has_channel = "m=application " in sdp
         call = Call("rtc_" + secrets.token_hex(16), pc, owner, max_message_bytes(sdp), has_channel)
@@ -243,12 +245,6 @@ class CallService(CallRoutes[Call]):
             return wire_errors.MODEL_OPEN_FAILED.error(model=name, detail="the session failed to start")
         return outcome.result()
 
-    def _ice_servers(self) -> list[Any]:
-        from aiortc import RTCIceServer
-
-        urls = self.voice.state.config.webrtc_ice_servers
-        return [RTCIceServer(urls=url) for url in urls]
-
     def _wire_peer(self, call: Call) -> None:
         """Route the peer's track, data channel and connection state into the call."""
         pc = call.pc
@@ -275,15 +271,9 @@ class CallService(CallRoutes[Call]):
                 else:
                     call.receive(wire_errors.INVALID_EVENT.error(detail=wire.BINARY_DETAIL))
 
-            if channel.readyState == "open":
-                call.open_channel(channel)
-            else:
-                channel.on("open", lambda: call.open_channel(channel))
+            when_open(channel, call.open_channel)
 
-        @pc.on("connectionstatechange")
-        def on_state() -> None:
-            if pc.connectionState in ("failed", "closed"):
-                call.end(f"peer_{pc.connectionState}")
+        follow_peer(pc, call.end)
 
     async def _listen(self, call: Call, track: Any) -> None:
         """The caller's audio: Opus frames decoded, resampled to 24 kHz, appended to the session."""

@@ -53,7 +53,9 @@ from livegen.server.call_routes import (
     CallRoutes,
     TaskSet,
     check_offer,
+    follow_peer,
     read_offer,
+    when_open,
 )
 from livegen.server.calls import CHANNEL_HIGH_WATER, CHANNEL_LOW_WATER, FLUSH_TIMEOUT_S, unacked
 from livegen.server.video import FrameTrack, negotiated_codec
@@ -265,10 +267,9 @@ class WorldCallService(CallRoutes[WorldCall]):
             )
 
     async def _answer(self, sdp: str, key: str | None) -> Response:
-        from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
+        from aiortc import RTCSessionDescription
 
-        servers = [RTCIceServer(urls=url) for url in self.world.state.config.webrtc_ice_servers]
-        pc = RTCPeerConnection(RTCConfiguration(iceServers=servers))
+        pc = self.peer_connection()
         call = WorldCall("rtc_" + secrets.token_hex(16), pc, key)
         try:
             _wire_peer(call)
@@ -340,15 +341,9 @@ def _wire_peer(call: WorldCall) -> None:
             call.receive(message)
 
         channel.on("close", lambda: call.end("channel_closed"))
-        if channel.readyState == "open":
-            call.open_channel(channel)
-        else:
-            channel.on("open", lambda: call.open_channel(channel))
+        when_open(channel, call.open_channel)
 
-    @pc.on("connectionstatechange")
-    def on_state() -> None:
-        if pc.connectionState in ("failed", "closed"):
-            call.end(f"peer_{pc.connectionState}")
+    follow_peer(pc, call.end)
 
 
 def _unsent_track(pc: Any, sender: Any) -> str | None:
