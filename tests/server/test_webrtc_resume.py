@@ -276,12 +276,18 @@ async def test_a_call_cannot_take_a_session_its_track_cannot_carry(server: Serve
     assert greeting["type"] == "session.resumed", greeting
 
 
-async def raw_offer(server: ServerThread, params: dict[str, str], **parts: Any) -> httpx.Response:
-    """An offer posted by hand, with exactly ``parts`` (JSON) beside its ``sdp``."""
+async def raw_offer(
+    server: ServerThread, params: dict[str, str], *, audio_only: bool = False, **parts: Any
+) -> httpx.Response:
+    """An offer posted by hand, with exactly ``parts`` (JSON) beside its ``sdp`` (``audio_only``:
+    without its data channel's section)."""
     caller = caller_of(server)
     caller.pc.addTrack(caller.microphone)
     await caller.pc.setLocalDescription(await caller.pc.createOffer())
-    files = {"sdp": (None, caller.pc.localDescription.sdp)}
+    sdp = caller.pc.localDescription.sdp
+    if audio_only:
+        sdp = sdp[: sdp.index("m=application ")]
+    files = {"sdp": (None, sdp)}
     files |= {name: (None, json.dumps(part)) for name, part in parts.items()}
     async with httpx.AsyncClient(timeout=30) as http:
         return await http.post(f"{server.http_url}/v1/realtime/calls", files=files, params=params)
@@ -304,6 +310,9 @@ async def test_a_resuming_offer_is_checked_before_anything_is_claimed(server: Se
         assert refused.status_code == 400 and refused.json()["error"]["code"] == "invalid_resume", (
             refused.text
         )
+    # Its greeting and replay go on the data channel: an offer without one cannot resume.
+    mute = await raw_offer(server, at, audio_only=True, resume=resume)
+    assert mute.status_code == 400 and "data channel" in mute.json()["error"]["message"], mute.text
     # None of them claimed the token: it still takes the session (live here: the old call is replaced).
     second = caller_of(server)
     await second.take_back(resume_event(session_id, token, len(first.events)))

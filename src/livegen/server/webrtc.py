@@ -170,7 +170,7 @@ class CallService(CallRoutes[Call]):
         the session's owner in one step, once the offer is negotiated; the owner's greeting
         (``session.resumed``) and replay go on the new channel, as on a resuming socket."""
         try:
-            check_offer(offer.sdp, REQUIRED_LINES)
+            check_offer(offer.sdp, RESUME_LINES)
             self.check_room()
             if session_id is None or offer.resume is None:
                 raise wire_errors.INVALID_RESUME.error(detail=RESUME_PARTS)
@@ -429,6 +429,11 @@ UNNEGOTIABLE = (
 )
 #: Lines a voice call's offer must have: its audio, and what every negotiable offer has.
 REQUIRED_LINES = (("m=audio ", "audio media section"), *NEGOTIABLE_LINES)
+#: A resuming call's offer has a data channel too: the session's greeting and replay go on it.
+RESUME_LINES = (
+    *REQUIRED_LINES,
+    ("m=application ", "data channel (m=application): a resumed session's events go on it"),
+)
 
 
 async def _let_go(call: Call, reason: str) -> None:
