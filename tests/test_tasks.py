@@ -31,8 +31,6 @@ SKIPPED = ("bench/", "client/")
 HELPER = "tasks.py"
 #: Modules being converted to owned spawns now (issue 24); emptied as they land.
 ALLOWED = (
-    "server/webrtc.py",
-    "server/world_calls.py",
     "server/workers.py",
     "server/forward.py",
 )

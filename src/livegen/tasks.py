@@ -10,7 +10,10 @@ stream's answers, a call's own reader). A set holds each task until it ends,
 and ``aclose`` cancels every task still running (those started meanwhile too)
 and awaits them all, so the owner's close leaves nothing behind and no "Task
 was destroyed but it is pending" can happen when a loop stops. What a child
-raises is its owner's to read; the set reports nothing of its own.
+raises is its owner's to read, or, for a set made with a ``logger``, logged
+there (a failure is a bug of that owner alone: a call's listener, say).
+``close`` is an owner's last word: the tasks may end on their own for a grace,
+the rest are cancelled, and a task spawned after it never runs.
 ``tests/test_tasks.py`` scans the source for spawns that go around both.
 
 A module of the package's top, beside ``errors``: the runtime and the models
@@ -20,6 +23,7 @@ both spawn tasks, and neither may import the other.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Coroutine, Iterator
 from typing import Any, TypeVar
 
@@ -29,17 +33,27 @@ T = TypeVar("T")
 class TaskSet:
     """Tasks an owner started; each is held until it ends, ``aclose`` cancels and awaits the rest."""
 
-    __slots__ = ("_tasks",)
+    __slots__ = ("_is_closed", "_logger", "_tasks")
 
-    def __init__(self) -> None:
+    def __init__(self, logger: logging.Logger | None = None) -> None:
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._is_closed = False
+        #: Where a task's failure is logged; None: the owner reads it (or ``cancelled`` does).
+        self._logger = logger
 
     def spawn(self, coroutine: Coroutine[Any, Any, T], *, name: str | None = None) -> asyncio.Task[T]:
-        """Run ``coroutine`` as a task of this set."""
+        """Run ``coroutine`` as a task of this set (after ``close``: cancelled before its first step)."""
         task = asyncio.create_task(coroutine, name=name)
+        if self._is_closed:
+            task.cancel()
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._done)
         return task
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if self._logger is not None and not task.cancelled() and (exc := task.exception()) is not None:
+            self._logger.error("task_failed", exc_info=exc, extra={"fields": {"error": repr(exc)}})
 
     def __len__(self) -> int:
         return len(self._tasks)
@@ -56,6 +70,14 @@ class TaskSet:
         """Cancel every task and wait until each has ended, those they start meanwhile too."""
         while self._tasks:
             await cancelled(*self._tasks)
+
+    async def close(self, grace_s: float = 0.0) -> None:
+        """The owner's end: the tasks may end on their own for up to ``grace_s``, the rest are
+        cancelled and awaited; nothing spawned from now on runs."""
+        self._is_closed = True
+        if self._tasks and grace_s > 0:
+            await asyncio.wait(set(self._tasks), timeout=grace_s)
+        await self.aclose()
 
 
 async def cancelled(*tasks: asyncio.Future[Any]) -> None:

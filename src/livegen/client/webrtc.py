@@ -92,21 +92,35 @@ class Caller(CallPeer):
             for out in resampler.resample(frame):
                 self.frames.append((time.monotonic(), np.asarray(out.to_ndarray(), "<i2").tobytes()))
 
-    async def offer(self, session: dict[str, Any] | None = None) -> httpx.Response:
+    async def offer(
+        self, session: dict[str, Any] | None = None, resume: dict[str, Any] | None = None
+    ) -> httpx.Response:
+        """Post the offer; ``resume`` (a ``session.resume`` event) takes a session that lost its
+        link back as this call (``?session_id=`` and a ``resume`` part)."""
         self.pc.addTrack(self.microphone)
         await self.pc.setLocalDescription(await self.pc.createOffer())
         headers = self._headers()
         sdp = self.pc.localDescription.sdp
         async with httpx.AsyncClient(timeout=30) as http:
             url = f"{self.base_url}{self.calls_path}"
-            if session is None:
+            if session is None and resume is None:
                 headers["Content-Type"] = "application/sdp"
                 return await http.post(url, content=sdp, headers=headers)
-            files = {"sdp": (None, sdp), "session": (None, json.dumps(session))}
-            return await http.post(url, files=files, headers=headers)
+            files = {"sdp": (None, sdp)}
+            if session is not None:
+                files["session"] = (None, json.dumps(session))
+            params = {}
+            if resume is not None:
+                files["resume"] = (None, json.dumps(resume))
+                params["session_id"] = resume["session_id"]
+            return await http.post(url, files=files, headers=headers, params=params)
 
     async def connect(self, session: dict[str, Any] | None = None) -> None:
         await self._answered(await self.offer(session), within=20)
+
+    async def take_back(self, resume: dict[str, Any]) -> None:
+        """Call to take back the session that ``resume`` (a ``session.resume`` event) names."""
+        await self._answered(await self.offer(resume=resume), within=20)
 
     def audio_since(self, since: float, until: float | None = None) -> bytes:
         return b"".join(pcm for t, pcm in self.frames if t >= since and (until is None or t <= until))

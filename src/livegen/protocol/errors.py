@@ -483,7 +483,9 @@ INVALID_RESUME = WireError(
     "invalid_resume",
     "{detail}",
     "livegen",
-    "the first event is not a matching `session.resume`, or `session.resume` inside a session",
+    "the first event is not a matching `session.resume`, `session.resume` inside a session, a"
+    " resuming call's offer without a matching one, or a session whose formats a call's track"
+    " cannot carry",
     kind=InvalidState,
 )
 SESSION_NOT_FOUND = WireError(

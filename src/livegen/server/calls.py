@@ -23,7 +23,10 @@ happens inside a live one:
   ``--max-unsent-bytes``; a backend that stops reading is closed 4002 and the
   call goes on.
 - Who may touch the call: it remembers the ephemeral key that opened it, so
-  hangup and attach take that key or the server's, never another ``ek_`` key.
+  hangup and attach take that key or the server's, never another ``ek_`` key
+  (``call_routes.may_touch``).
+- Its tasks (``tasks``): the channel's writer, the watchdog and the caller's
+  audio listener, cancelled and awaited when the call is let go.
 - ``CallLink``: the call as its session's link (``runtime.voice.lifecycle.Link``);
   the session's owner runs its lifecycle as a socket's, so a call lost without
   a goodbye parks its session and a WebSocket may resume it.
@@ -35,7 +38,7 @@ import asyncio
 import base64
 import contextlib
 import fractions
-import hmac
+import logging
 import re
 import secrets
 import time
@@ -47,6 +50,7 @@ from livegen.protocol import realtime as wire
 from livegen.protocol.errors import WireError
 from livegen.protocol.realtime import server as ev
 from livegen.runtime.closes import CLOSE_NOT_READING
+from livegen.tasks import TaskSet
 
 if TYPE_CHECKING:
     from aiortc import RTCPeerConnection
@@ -117,7 +121,7 @@ def _event_type(text: str) -> str:
     return found.group(1) if found else "server"
 
 
-def _unacked(channel: Any) -> bool:
+def unacked(channel: Any) -> bool:
     """Whether the channel holds data the peer has not acknowledged: its own buffer, and SCTP's
     queues (``bufferedAmount`` drops when data reaches SCTP, before it is sent; closing then would
     lose the call's last events). aiortc 1.16 (pinned) keeps those queues private; if that changes,
@@ -317,6 +321,8 @@ class Call:
         #: When the caller was last heard: media on its track, or a message on its data channel.
         self.last_heard = time.monotonic()
         self.answer = AnswerTrack(self)
+        #: The call's own tasks (its writer, watchdog and listener): cancelled and awaited at its end.
+        self.tasks = TaskSet(logging.getLogger("livegen.server.calls"))
         self._cleared = False
         #: Wire text for the channel, in order, and its size; the writer task moves it on.
         self._queue: deque[str] = deque()
@@ -340,12 +346,6 @@ class Call:
         lost without a goodbye (1006) parks the session for a resume, as a socket's would; a
         hangup, ``session.close``, a silent peer (told ``session.closed``) or a shutdown ends it."""
         return 1006 if self.end_reason in LOST_REASONS else 1000
-
-    def may_be_touched_by(self, key: str | None) -> bool:
-        """Hangup and attach: the server's key (or none, on a server without one) or this call's own."""
-        if key is None or not key.startswith("ek_"):
-            return True  # the API-key middleware has already checked it is the server's
-        return self.key is not None and hmac.compare_digest(key.encode(), self.key.encode())
 
     # -- out: the runner's events and the track's, in order ---------------------------------------
     async def send_text(self, text: str) -> None:
@@ -409,11 +409,13 @@ class Call:
             self.channel.send(text)
 
     async def flush(self) -> None:
-        """Let the call's last events leave (bounded: the peer may be gone)."""
+        """Let the call's last events leave (bounded: the peer may be gone). A channel not open
+        yet is waited for: a resume refused at once has its error to tell a caller still connecting."""
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(FLUSH_TIMEOUT_S):
-                while self._queue or (self.channel is not None and _unacked(self.channel)):
-                    if self.channel is None or self.channel.readyState != "open":
+                while self._queue or (self.channel is not None and unacked(self.channel)):
+                    state = "connecting" if self.channel is None else self.channel.readyState
+                    if state not in ("connecting", "open") or self.end_reason in LOST_REASONS:
                         return
                     await asyncio.sleep(0.02)
 

@@ -1,7 +1,9 @@
-"""``session.resume`` on the WebSocket: reading a resuming connection's first event.
+"""``session.resume``: reading a resuming connection's first event, or a resuming call's.
 
 A resuming connection (``/v1/realtime?session_id=``) must open with a
-``session.resume`` for that session, in time; this module checks that much.
+``session.resume`` for that session, in time; a resuming call
+(``/v1/realtime/calls?session_id=``) carries the same event in its offer's
+``resume`` part. This module checks that much.
 The engine does the rest (``runtime/voice/engine.py``, ``VoiceEngine.hand_over``):
 it claims the single-use token and hands the connection to the session's owner.
 """
@@ -22,7 +24,13 @@ FIRST_EVENT_TIMEOUT_S = 10.0
 
 async def read_resume(websocket: WebSocket, session_id: str) -> wire.SessionResume:
     """The resuming connection's first event, which must be a ``session.resume`` for ``session_id``."""
-    event = wire.decode(await first_text(websocket, wire_errors.INVALID_RESUME))
+    return checked_resume(await first_text(websocket, wire_errors.INVALID_RESUME), session_id)
+
+
+def checked_resume(text: str, session_id: str) -> wire.SessionResume:
+    """``text`` as a ``session.resume`` for ``session_id`` (a socket's first event, a call's
+    ``resume`` part); raises ``invalid_resume`` (or the decoding error) if it is not one."""
+    event = wire.decode(text)
     if not isinstance(event, wire.SessionResume):
         raise InvalidRequest(
             f"a connection with ?session_id= must begin with session.resume, not {event.TYPE}",

@@ -24,14 +24,21 @@ A call ends on ``POST /v1/realtime/calls/{id}/hangup``, on ``session.close``,
 or when nothing (no media, no data-channel message) has come for
 ``NO_MEDIA_TIMEOUT_S`` (the caller is told ``session.closed``). When the peer's
 connection fails or closes, the call is freed and its session parks for a
-resume, as a lost socket's (``calls.Call.close_code``).
+resume, as a lost socket's (``calls.Call.close_code``). A new call takes it
+back (a page that reloaded): ``POST /v1/realtime/calls?session_id=`` with the
+``session.resume`` a socket would send first as the offer's ``resume`` part;
+the token is checked before the media is negotiated, claimed and posted to the
+session's owner in one step after, and the owner's greeting and replay go on
+the new channel (``CallService._resume``). A socket may take it back too.
 
 A server-side WebSocket may attach to a live call with ``/v1/realtime?call_id=``
 to watch its events and send its own (a backend running tools for a browser).
 Hangup and attach take the server's key or the call's own ephemeral key. What
 happens inside a live call (the answer track, the channel's writer and its
-limits, attached sockets, its link) is ``server/calls.py``; this module sets
-calls up, listens to the caller and lets calls go.
+limits, attached sockets, its link) is ``server/calls.py``; what both call
+routes share (the calls, hangup, the limit, offers, CORS, task sets) is
+``server/call_routes.py``; this module sets calls up, listens to the caller and
+lets calls go.
 
 ICE: aiortc gathers host candidates, enough on loopback and a LAN; behind NAT
 give ``--webrtc-ice-servers`` (STUN/TURN URLs) so it gathers reflexive/relay ones.
@@ -50,20 +57,29 @@ import msgspec
 import numpy as np
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Route
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from livegen.errors import RemoteProtocolError
 from livegen.logs import bind_session, log_event
 from livegen.protocol import errors as wire_errors
 from livegen.protocol import realtime as wire
-from livegen.protocol.errors import WireError
 from livegen.protocol.realtime import server as ev
 from livegen.runtime.closes import CLOSE_NOT_READING, NOT_READING_REASON
 from livegen.runtime.voice.engine import configured_session
 from livegen.runtime.voice.lifecycle import Handoff, Opening
 from livegen.server.auth import EPHEMERAL_PREFIX, presented_key
-from livegen.server.bodies import json_object, multipart_fields
+from livegen.server.call_routes import (
+    CALL_NOT_FOUND,
+    INVALID_OFFER,
+    NEGOTIABLE_LINES,
+    STATUS,
+    CallRoutes,
+    Offer,
+    check_offer,
+    follow_peer,
+    read_offer,
+    when_open,
+)
 from livegen.server.calls import (
     RATE,
     SESSION_TOO_LARGE,
@@ -73,6 +89,8 @@ from livegen.server.calls import (
     max_message_bytes,
 )
 from livegen.server.client_secrets import error_response, validated_session
+from livegen.server.resume import checked_resume
+from livegen.tasks import TaskSet
 
 if TYPE_CHECKING:
     from livegen.server.voice import VoiceService
@@ -85,101 +103,106 @@ APPEND_MS = 20
 JITTER_PREFETCH = 1
 #: A call whose caller has not been heard for this long (no media, no data-channel message) ends.
 NO_MEDIA_TIMEOUT_S = 5.0
-#: Media sections an offer may have (a browser's has two: its audio track and the data channel);
-#: each costs aiortc a transceiver, so thousands of them cost memory and stall the server.
-MAX_MEDIA_SECTIONS = 8
-
-INVALID_OFFER = WireError(
-    "invalid_offer", "{detail}", "livegen", "a malformed SDP offer, or one without audio"
-)
-CALL_NOT_FOUND = WireError(
-    "call_not_found",
-    "no live call with id {call_id!r}",
-    "livegen",
-    "an unknown call, or one opened with another ephemeral key",
-)
-TOO_MANY_CALLS = WireError(
-    "too_many_sessions", "the server holds {limit} WebRTC calls", "livegen", "over `--webrtc-max-calls`"
-)
-#: HTTP status for each refusal code at call setup.
-STATUS = {
-    "model_not_ready": 503,
-    "too_many_sessions": 429,
-    "realtime_capacity": 429,
-    "model_error": 500,
-    "call_not_found": 404,
-}
 
 
-class CallService:
-    """The WebRTC transport of ``VoiceService``: call setup, the calls, hangup, attaching."""
+class CallService(CallRoutes[Call]):
+    """The WebRTC transport of ``VoiceService``: call setup, the calls, attaching (``CallRoutes``:
+    hangup, the limit, refusals, shutdown)."""
+
+    path = "/v1/realtime/calls"
+    kind = "voice"
+    refused_event = "webrtc.call_refused"
 
     def __init__(self, voice: VoiceService) -> None:
+        super().__init__(voice.state)
         self.voice = voice
         self.engine = voice.engine
-        self.calls: dict[str, Call] = {}
-        #: Calls being set up (between the offer and the answer), counted against the limit too.
-        self.num_answering = 0
-        self.tasks: set[asyncio.Task[None]] = set()
-
-    def routes(self) -> list[BaseRoute]:
-        return [
-            Route("/v1/realtime/calls", _cors(self.create), methods=["POST", "OPTIONS"]),
-            Route("/v1/realtime/calls/{call_id}/hangup", _cors(self.hangup), methods=["POST", "OPTIONS"]),
-        ]
-
-    async def stop(self) -> None:
-        for call in list(self.calls.values()):
-            call.end("server_shutdown")
-        if self.tasks:
-            await asyncio.wait(set(self.tasks), timeout=5.0)
 
     async def create(self, request: Request) -> Response:
         try:
-            sdp, session = await _offer(request)  # read before a slot is taken: a slow body holds none
+            offer = await read_offer(request)  # read before a slot is taken: a slow body holds none
         except RemoteProtocolError as error:
-            return self._refuse(error)
-        self.num_answering += 1
-        try:
-            return await self._create(request, sdp, session)
-        finally:
-            self.num_answering -= 1
+            return self.refuse(error)
+        with self.answering():
+            resume_id = request.query_params.get("session_id")
+            if resume_id is not None or offer.resume is not None:
+                return await self._resume(request, offer, resume_id)
+            return await self._create(request, offer.sdp, offer.session)
 
     async def _create(self, request: Request, sdp: str, session: dict[str, Any] | None) -> Response:
         try:
-            _check_offer(sdp)
-            config = self.voice.state.config
-            if len(self.calls) + self.num_answering > config.webrtc_max_calls:  # this one is answering
-                raise TOO_MANY_CALLS.error(limit=config.webrtc_max_calls)
+            check_offer(sdp, REQUIRED_LINES)
+            self.check_room()
             secret = self.voice.client_secrets.lookup(presented_key(request.scope))
             bound = {**(secret.session if secret is not None else {}), **(session or {})}
             requested = bound.get("model") or request.query_params.get("model") or self.engine.default_model
             validated_session(bound, requested)
             name, model = await self.engine.admit(requested)
         except RemoteProtocolError as error:
-            return self._refuse(error)
+            return self.refuse(error)
         key = presented_key(request.scope)
         return await self._answer(sdp, _track_formats(bound) if bound else bound, name, model, key)
 
     async def _answer(
         self, sdp: str, bound: dict[str, Any], name: str, model: Any, key: str | None
     ) -> Response:
-        from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
-
         limit = max_message_bytes(sdp)
         try:
             too_large = _session_too_large(bound, name, limit)
         except RemoteProtocolError as invalid:  # checked already under the requested name; never here
             too_large = invalid
         if too_large is not None:
-            self._count_error(too_large)
-            log_event(logger, "webrtc.call_refused", logging.WARNING, code=too_large.code)
-            return error_response(too_large, 400)
-        pc = RTCPeerConnection(RTCConfiguration(iceServers=self._ice_servers()))
+            return self.refuse(too_large)
+        call = await self._negotiate(sdp, key)
+        if isinstance(call, Response):
+            return call
+        session_id = self.voice.state.gate.new_id("sess_", 16)  # tagged: a resume finds its process
+        refused = await self._open(call, session_id, name, model, bound)
+        if refused is not None:
+            await _let_go(call, "refused")
+            return error_response(refused, STATUS.get(refused.code, 400))
+        return self._answered(call, session_id, model=name)
+
+    async def _resume(self, request: Request, offer: Offer, session_id: str | None) -> Response:
+        """A new call for a session that lost its link (a page reloaded): the offer carries the
+        ``session.resume`` a socket would send first. The token is claimed and the call posted to
+        the session's owner in one step, once the offer is negotiated; the owner's greeting
+        (``session.resumed``) and replay go on the new channel, as on a resuming socket."""
+        try:
+            check_offer(offer.sdp, RESUME_LINES)
+            self.check_room()
+            if session_id is None or offer.resume is None:
+                raise wire_errors.INVALID_RESUME.error(detail=RESUME_PARTS)
+            if offer.session is not None:
+                raise wire_errors.INVALID_RESUME.error(detail=RESUME_AS_IT_IS, param="session")
+            event = checked_resume(offer.resume, session_id)
+            self.engine.check_resume(session_id, event.resume_token)  # claimed once negotiated
+        except RemoteProtocolError as error:
+            return self.refuse(error)
+        call = await self._negotiate(offer.sdp, presented_key(request.scope))
+        if isinstance(call, Response):
+            return call
+        link = CallLink(call)
+        handoff = Handoff(
+            link, event.last_event_seq, event.event_id, transport=call.outgoing, formats_fixed=True
+        )
+        try:
+            self.engine.post_resume(handoff, session_id, event.resume_token)
+        except RemoteProtocolError as error:  # claimed meanwhile by another resume, or ended
+            await _let_go(call, "refused")
+            return self.refuse(error)
+        return self._answered(call, session_id)
+
+    async def _negotiate(self, sdp: str, key: str | None) -> Call | Response:
+        """A call for the offer, with its answer made (or the refusal of an offer aiortc cannot
+        take); it has no session yet."""
+        from aiortc import RTCSessionDescription
+
+        pc = self.peer_connection()
         owner = key if key is not None and key.startswith(EPHEMERAL_PREFIX) else None
         has_channel = "m=application " in sdp
         # Tagged with this process in a cluster, so that its hangup and attach reach it (gate.py).
-        call = Call(self.voice.state.gate.new_id("rtc_", 32), pc, owner, limit, has_channel)
+        call = Call(self.voice.state.gate.new_id("rtc_", 32), pc, owner, max_message_bytes(sdp), has_channel)
         try:
             self._wire_peer(call)  # before the offer: aiortc announces the caller's track while applying it
             await pc.setRemoteDescription(RTCSessionDescription(sdp=sdp, type="offer"))
@@ -187,22 +210,18 @@ class CallService:
             answer = await pc.createAnswer()
             await pc.setLocalDescription(answer)
         except Exception as exc:  # aiortc rejects what it cannot negotiate; its words are its internals
-            await pc.close()
-            error = INVALID_OFFER.error(detail=UNNEGOTIABLE, param="sdp")
-            self._count_error(error)
+            await _let_go(call, "refused")
             log_event(logger, "webrtc.offer_refused", logging.WARNING, error=f"{type(exc).__name__}: {exc}")
-            return error_response(error, 400)
-        session_id = self.voice.state.gate.new_id("sess_", 16)  # tagged: a resume finds its process
-        refused = await self._open(call, session_id, name, model, bound)
-        if refused is not None:
-            call.end("refused")
-            await pc.close()
-            return error_response(refused, STATUS.get(refused.code, 400))
+            return self.refuse(INVALID_OFFER.error(detail=UNNEGOTIABLE, param="sdp"))
+        return call
+
+    def _answered(self, call: Call, session_id: str, model: str | None = None) -> Response:
+        """The call's session has it: the call goes live, and the caller gets the SDP answer."""
         self.calls[call.id] = call
-        self._spawn(self._serve(call, session_id, name))
+        self.tasks.spawn(self._serve(call, session_id, model))
         headers = {"Location": f"/v1/realtime/calls/{call.id}"}
         return Response(
-            pc.localDescription.sdp, status_code=201, media_type="application/sdp", headers=headers
+            call.pc.localDescription.sdp, status_code=201, media_type="application/sdp", headers=headers
         )
 
     async def _open(
@@ -213,12 +232,11 @@ class CallService:
         update = {"type": "session.update", "session": bound}
         outcome: asyncio.Future[RemoteProtocolError | None] = asyncio.get_running_loop().create_future()
         opening = Opening(
-            Handoff(CallLink(call), transport=call.outgoing),
+            Handoff(CallLink(call), transport=call.outgoing, formats_fixed=True),
             session_id,
             name,
             model,
             bound=wire.decode(msgspec.json.encode(update)) if bound else None,
-            formats_fixed=True,
             outcome=outcome,
         )
         self.engine.open(opening)
@@ -226,12 +244,6 @@ class CallService:
         if outcome.cancelled():  # the owner failed before the session started (a bug, logged)
             return wire_errors.MODEL_OPEN_FAILED.error(model=name, detail="the session failed to start")
         return outcome.result()
-
-    def _ice_servers(self) -> list[Any]:
-        from aiortc import RTCIceServer
-
-        urls = self.voice.state.config.webrtc_ice_servers
-        return [RTCIceServer(urls=url) for url in urls]
 
     def _wire_peer(self, call: Call) -> None:
         """Route the peer's track, data channel and connection state into the call."""
@@ -244,7 +256,7 @@ class CallService:
             if track.kind == "audio" and not listening:  # one caller, one voice: the first audio track
                 listening.append(track)
                 _shorten_jitter_buffer(pc, track)
-                self._spawn(self._listen(call, track))
+                call.tasks.spawn(self._listen(call, track))
 
         @pc.on("datachannel")
         def on_datachannel(channel: Any) -> None:
@@ -259,20 +271,9 @@ class CallService:
                 else:
                     call.receive(wire_errors.INVALID_EVENT.error(detail=wire.BINARY_DETAIL))
 
-            if channel.readyState == "open":
-                call.open_channel(channel)
-            else:
-                channel.on("open", lambda: call.open_channel(channel))
+            when_open(channel, call.open_channel)
 
-        @pc.on("connectionstatechange")
-        def on_state() -> None:
-            if pc.connectionState in ("failed", "closed"):
-                call.end(f"peer_{pc.connectionState}")
-
-    def _spawn(self, coroutine: Any) -> None:
-        task = asyncio.create_task(coroutine)
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        follow_peer(pc, call.end)
 
     async def _listen(self, call: Call, track: Any) -> None:
         """The caller's audio: Opus frames decoded, resampled to 24 kHz, appended to the session."""
@@ -295,9 +296,10 @@ class CallService:
                 piece.clear()
                 call.put_internal(wire.AudioAppend(audio=audio))
 
-    async def _serve(self, call: Call, session_id: str, name: str) -> None:
+    async def _serve(self, call: Call, session_id: str, model: str | None) -> None:
         """Carry the call from answer to end: its writer and watchdog run until its session lets
-        go of it (``CallLink.close``), then the call lets go of everything."""
+        go of it (``CallLink.close``), then the call lets go of everything. ``model``: the new
+        session's (None: the call resumes a session)."""
         with bind_session(session_id):
             metrics = self.voice.state.metrics
 
@@ -306,19 +308,19 @@ class CallService:
 
             metrics.unsent_sources.add(unsent_bytes)
             # The call's id is its capability on a server without a key: it is never logged.
-            log_event(logger, "webrtc.call_opened", model=name)
-            helpers = [asyncio.create_task(call.write()), asyncio.create_task(self._watch(call))]
+            if model is None:
+                log_event(logger, "webrtc.call_resumed")
+            else:
+                log_event(logger, "webrtc.call_opened", model=model)
+            call.tasks.spawn(call.write())
+            call.tasks.spawn(self._watch(call))
             try:
                 await call.closed.wait()
             finally:
-                for task in helpers:
-                    task.cancel()
                 self.calls.pop(call.id, None)
                 for watcher in call.watchers:
                     watcher.close()
-                with contextlib.suppress(Exception):
-                    await call.pc.close()
-                call.end("ended")
+                await _let_go(call, "ended")
                 metrics.unsent_sources.discard(unsent_bytes)
                 log_event(logger, "webrtc.call_closed", reason=call.end_reason)
 
@@ -330,26 +332,9 @@ class CallService:
                 call.end("peer_silent")
                 return
 
-    def _live_call(self, call_id: str, key: str | None) -> Call | None:
-        """The live call ``call_id`` if ``key`` may touch it (the server's key or the call's own);
-        a call opened with another ephemeral key is, for this key, no call at all."""
-        call = self.calls.get(call_id)
-        if call is None or not call.may_be_touched_by(key):
-            return None
-        return call
-
-    async def hangup(self, request: Request) -> Response:
-        call_id = request.path_params["call_id"]
-        call = self._live_call(call_id, presented_key(request.scope))
-        if call is None:
-            error = CALL_NOT_FOUND.error(call_id=call_id, param="call_id")
-            return error_response(error, 404)
-        call.end("hangup")
-        return Response(status_code=200)
-
     async def attach(self, websocket: WebSocket, call_id: str) -> None:
         """A server-side WebSocket on a live call: it sees the call's events and may send its own."""
-        call = self._live_call(call_id, presented_key(websocket.scope))
+        call = self.live_call(call_id, presented_key(websocket.scope))
         if call is None:
             error = CALL_NOT_FOUND.error(call_id=call_id, param="call_id")
             refused = ev.Error(event_id="event_refused", error=error.to_error_body())
@@ -358,7 +343,8 @@ class CallService:
             return
         watcher = Watcher(self.voice.state.config.max_unsent_bytes)
         call.watchers.add(watcher)
-        writer = asyncio.create_task(self._write(websocket, watcher))
+        writer = TaskSet(logger)  # the attached socket's, ended with it
+        writer.spawn(self._write(websocket, watcher))
         try:
             while True:
                 message = await websocket.receive()
@@ -371,20 +357,14 @@ class CallService:
             pass
         finally:
             call.watchers.discard(watcher)
-            writer.cancel()
-
-    def _refuse(self, error: RemoteProtocolError) -> Response:
-        self._count_error(error)
-        log_event(logger, "webrtc.call_refused", logging.WARNING, code=error.code)
-        return error_response(error, STATUS.get(error.code, 400))
+            await writer.close()
 
     async def _write(self, websocket: WebSocket, watcher: Watcher) -> None:
         """The call's events to an attached WebSocket; one that stops reading is closed 4002."""
-        sender = asyncio.create_task(_send_all(websocket, watcher))
-        overflow = asyncio.create_task(watcher.overflow.wait())
-        try:
+        async with asyncio.TaskGroup() as tasks:
+            sender = tasks.create_task(_send_all(websocket, watcher))
+            overflow = tasks.create_task(watcher.overflow.wait())
             await asyncio.wait({sender, overflow}, return_when="FIRST_COMPLETED")
-        finally:
             sender.cancel()
             overflow.cancel()
         code, reason = 1000, ""
@@ -396,35 +376,11 @@ class CallService:
         with contextlib.suppress(Exception):
             await websocket.close(code, reason)
 
-    def _count_error(self, error: RemoteProtocolError) -> None:
-        self.voice.state.metrics.errors.labels(kind="voice", code=error.code).inc()
-
-
-def _cors(handler: Any) -> Any:
-    """Let pages on other origins call (the origin check upstream already allowed this one):
-    answer the preflight, and let them read the answer, its errors and its ``Location``."""
-
-    async def endpoint(request: Request) -> Response:
-        origin = request.headers.get("origin")
-        if request.method == "OPTIONS":
-            response: Response = Response(status_code=204)
-            response.headers["Access-Control-Allow-Methods"] = "POST"
-            response.headers["Access-Control-Allow-Headers"] = "authorization, content-type"
-            response.headers["Access-Control-Max-Age"] = "600"
-        else:
-            response = await handler(request)
-        if origin is not None:
-            response.headers["Access-Control-Allow-Origin"] = origin
-            response.headers["Access-Control-Expose-Headers"] = "Location"
-            response.headers["Vary"] = "Origin"
-        return response
-
-    return endpoint
-
 
 async def _send_all(websocket: WebSocket, watcher: Watcher) -> None:
-    while (text := await watcher.get()) is not None:
-        await websocket.send_text(text)
+    with contextlib.suppress(Exception):  # the socket is gone: its handler's receive says so
+        while (text := await watcher.get()) is not None:
+            await websocket.send_text(text)
 
 
 def _decode(text: str) -> wire.ClientEvent | RemoteProtocolError:
@@ -432,20 +388,6 @@ def _decode(text: str) -> wire.ClientEvent | RemoteProtocolError:
         return wire.decode(text)
     except RemoteProtocolError as error:
         return error
-
-
-async def _offer(request: Request) -> tuple[str, dict[str, Any] | None]:
-    """The SDP offer and the optional ``session`` of a call request (``application/sdp`` or multipart),
-    read and parsed under the limits of ``server/bodies.py``."""
-    content_type = request.headers.get("content-type", "")
-    body = await request.body()
-    if not content_type.startswith("multipart/form-data"):
-        return body.decode("utf-8", "replace"), None
-    fields = multipart_fields(body, content_type)
-    if "sdp" not in fields:
-        raise wire_errors.MISSING_REQUIRED_PARAMETER.error(name="sdp", param="sdp")
-    session = json_object(fields["session"], "session") if "session" in fields else None
-    return fields["sdp"].decode("utf-8", "replace"), session
 
 
 def _shorten_jitter_buffer(pc: Any, track: Any) -> None:
@@ -470,36 +412,36 @@ def _track_formats(session: dict[str, Any]) -> dict[str, Any]:
     return {**flat, "audio": audio}
 
 
+#: What a resuming call is told when its offer lacks a part, or brings a ``session`` (a resume takes
+#: the session as it is, as a socket's does: ``session.update`` on the channel changes it).
+RESUME_PARTS = (
+    "a call that resumes a session is posted to /v1/realtime/calls?session_id=<id> as multipart"
+    " form data with an `sdp` part and a `resume` part: the session.resume event a socket would send"
+)
+RESUME_AS_IT_IS = (
+    "a call that resumes a session takes it as it is: send session.update on the data channel"
+    " instead of a `session` part"
+)
 #: What a refused offer is told when aiortc cannot negotiate it (its own words are its internals).
 UNNEGOTIABLE = (
     "the SDP offer could not be negotiated: it must be a WebRTC offer whose audio section offers"
     " Opus, with ICE credentials, a DTLS fingerprint and a setup role"
 )
-#: Lines a negotiable offer has (RFC 8839, 8842), and what the caller is told when one is missing.
-_REQUIRED_LINES = (
-    ("a=ice-ufrag:", "ICE credentials (a=ice-ufrag and a=ice-pwd)"),
-    ("a=ice-pwd:", "ICE credentials (a=ice-ufrag and a=ice-pwd)"),
-    ("a=fingerprint:", "a DTLS fingerprint (a=fingerprint)"),
-    ("a=setup:", "a DTLS setup role (a=setup)"),
+#: Lines a voice call's offer must have: its audio, and what every negotiable offer has.
+REQUIRED_LINES = (("m=audio ", "audio media section"), *NEGOTIABLE_LINES)
+#: A resuming call's offer has a data channel too: the session's greeting and replay go on it.
+RESUME_LINES = (
+    *REQUIRED_LINES,
+    ("m=application ", "data channel (m=application): a resumed session's events go on it"),
 )
 
 
-def _check_offer(sdp: str) -> None:
-    """Refuse, in words the caller can act on, an offer aiortc could not (or should not) take."""
-    if not sdp.lstrip().startswith("v=0"):
-        raise INVALID_OFFER.error(
-            detail="the body is not an SDP offer (it must start with 'v=0')", param="sdp"
-        )
-    text = "\n" + sdp.replace("\r\n", "\n")
-    sections = text.count("\nm=")
-    if sections > MAX_MEDIA_SECTIONS:
-        detail = f"the SDP offer has {sections} media sections; a call takes at most {MAX_MEDIA_SECTIONS}"
-        raise INVALID_OFFER.error(detail=detail, param="sdp")
-    if "\nm=audio " not in text:
-        raise INVALID_OFFER.error(detail="the SDP offer has no audio media section", param="sdp")
-    for line, what in _REQUIRED_LINES:
-        if "\n" + line not in text:
-            raise INVALID_OFFER.error(detail=f"the SDP offer has no {what}", param="sdp")
+async def _let_go(call: Call, reason: str) -> None:
+    """End a call and let go of all it holds: its tasks (cancelled and awaited), its connection."""
+    call.end(reason)
+    await call.tasks.close()
+    with contextlib.suppress(Exception):
+        await call.pc.close()
 
 
 def _session_too_large(session: dict[str, Any], model: str, limit: int | None) -> RemoteProtocolError | None:

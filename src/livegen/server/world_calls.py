@@ -40,7 +40,6 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
 
 from livegen.errors import InvalidState, RemoteProtocolError
 from livegen.logs import log_event
@@ -48,17 +47,18 @@ from livegen.protocol import world as wire
 from livegen.runtime.closes import CLOSE_NOT_READING
 from livegen.runtime.world.owner import LinkClosed, SessionOwner
 from livegen.server.auth import EPHEMERAL_PREFIX, presented_key
-from livegen.server.calls import CHANNEL_HIGH_WATER, CHANNEL_LOW_WATER, FLUSH_TIMEOUT_S, _unacked
-from livegen.server.client_secrets import error_response
-from livegen.server.video import FrameTrack, negotiated_codec
-from livegen.server.webrtc import (
-    CALL_NOT_FOUND,
+from livegen.server.call_routes import (
     INVALID_OFFER,
-    MAX_MEDIA_SECTIONS,
-    TOO_MANY_CALLS,
-    _cors,
-    _offer,
+    NEGOTIABLE_LINES,
+    CallRoutes,
+    check_offer,
+    follow_peer,
+    read_offer,
+    when_open,
 )
+from livegen.server.calls import CHANNEL_HIGH_WATER, CHANNEL_LOW_WATER, FLUSH_TIMEOUT_S, unacked
+from livegen.server.video import FrameTrack, negotiated_codec
+from livegen.tasks import TaskSet
 
 if TYPE_CHECKING:
     from aiortc import RTCPeerConnection
@@ -71,7 +71,6 @@ logger = logging.getLogger("livegen.server.world_calls")
 MAX_INBOX = 256
 #: Seconds an answered call may take to open its data channel before it is let go.
 CHANNEL_OPEN_TIMEOUT_S = 20.0
-STATUS = {"too_many_sessions": 429, "not_ready": 503, "call_not_found": 404}
 #: Ends whose last events are worth waiting for (``session.closed``, ``unsent_bytes_exceeded``);
 #: after a hangup, a shutdown or a lost peer the connection is let go at once.
 FLUSHED = frozenset({"session_closed", "outbox_overflow", "closed"})
@@ -80,30 +79,12 @@ UNNEGOTIABLE = (
     "the SDP offer could not be negotiated: it must be a WebRTC offer whose video section receives"
     " VP8 or H.264, with ICE credentials, a DTLS fingerprint and a setup role"
 )
-_REQUIRED_LINES = (
+#: Lines a world call's offer must have: its video and channel, and what every negotiable offer has.
+REQUIRED_LINES = (
     ("m=video ", "video media section: a world call sends its frames on a video track"),
     ("m=application ", "data channel (m=application): a world call's events go on it"),
-    ("a=ice-ufrag:", "ICE credentials (a=ice-ufrag and a=ice-pwd)"),
-    ("a=ice-pwd:", "ICE credentials (a=ice-ufrag and a=ice-pwd)"),
-    ("a=fingerprint:", "DTLS fingerprint (a=fingerprint)"),
-    ("a=setup:", "DTLS setup role (a=setup)"),
+    *NEGOTIABLE_LINES,
 )
-
-
-def check_offer(sdp: str) -> None:
-    """Refuse, in words the caller can act on, an offer that cannot make a world call."""
-    if not sdp.lstrip().startswith("v=0"):
-        raise INVALID_OFFER.error(
-            detail="the body is not an SDP offer (it must start with 'v=0')", param="sdp"
-        )
-    text = "\n" + sdp.replace("\r\n", "\n")
-    sections = text.count("\nm=")
-    if sections > MAX_MEDIA_SECTIONS:
-        detail = f"the SDP offer has {sections} media sections; a call takes at most {MAX_MEDIA_SECTIONS}"
-        raise INVALID_OFFER.error(detail=detail, param="sdp")
-    for line, what in _REQUIRED_LINES:
-        if "\n" + line not in text:
-            raise INVALID_OFFER.error(detail=f"the SDP offer has no {what}", param="sdp")
 
 
 def caller_text(text: str) -> str | None:
@@ -158,12 +139,6 @@ class WorldCall:
         self.ended.set()
         self._channel_room.set()  # a writer waiting for room goes on, and finds the call ended
         self.inbox.put_nowait(None)
-
-    def may_be_touched_by(self, key: str | None) -> bool:
-        """Hangup: the server's key (or none, on a server without one) or this call's own."""
-        if key is None or not key.startswith(EPHEMERAL_PREFIX):
-            return True  # the API-key middleware has already checked it is the server's
-        return self.key is not None and secrets.compare_digest(key, self.key)
 
     def open_channel(self, channel: Any) -> None:
         self.channel = channel
@@ -231,7 +206,7 @@ class WorldCall:
         """Let the call's last events leave (bounded: the peer may be gone)."""
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(FLUSH_TIMEOUT_S):
-                while self.channel is not None and _unacked(self.channel):
+                while self.channel is not None and unacked(self.channel):
                     if self.channel.readyState != "open":
                         return  # SCTP's queues have no event to wait on: polled
                     await asyncio.sleep(0.02)
@@ -261,53 +236,40 @@ class WorldCallLink:
         self.call.end("outbox_overflow" if code == CLOSE_NOT_READING else "closed")
 
 
-class WorldCallService:
-    """The WebRTC transport of ``WorldService``: call setup, the calls, hangup."""
+class WorldCallService(CallRoutes[WorldCall]):
+    """The WebRTC transport of ``WorldService``: call setup and the calls (``CallRoutes``: hangup,
+    the limit, refusals, shutdown)."""
+
+    path = "/v1/worlds/calls"
+    kind = "world"
+    refused_event = "world_call.refused"
 
     def __init__(self, world: WorldService) -> None:
+        super().__init__(world.state)
         self.world = world
-        self.calls: dict[str, WorldCall] = {}
-        #: Calls being set up (between the offer and the answer), counted against the limit too.
-        self.num_answering = 0
-        self.tasks: set[asyncio.Task[None]] = set()
-
-    def routes(self) -> list[BaseRoute]:
-        return [
-            Route("/v1/worlds/calls", _cors(self.create), methods=["POST", "OPTIONS"]),
-            Route("/v1/worlds/calls/{call_id}/hangup", _cors(self.hangup), methods=["POST", "OPTIONS"]),
-        ]
-
-    async def stop(self) -> None:
-        for call in list(self.calls.values()):
-            call.end("server_shutdown")
-        if self.tasks:
-            await asyncio.wait(set(self.tasks), timeout=5.0)
 
     async def create(self, request: Request) -> Response:
         try:
-            sdp = await _offer_sdp(request)
-            check_offer(sdp)
-            limit = self.world.state.config.webrtc_max_calls
-            if len(self.calls) + self.num_answering >= limit:
-                raise TOO_MANY_CALLS.error(limit=limit)
-            if self.world.engine.manager is None:
-                raise InvalidState("the world model is still loading; retry shortly", code="not_ready")
+            sdp = (await read_offer(request)).sdp  # a world call takes no `session` part: ignored
+            check_offer(sdp, REQUIRED_LINES)
         except RemoteProtocolError as error:
-            return self._refuse(error)
-        key = presented_key(request.scope)
-        self.num_answering += 1
-        try:
+            return self.refuse(error)
+        with self.answering():
+            try:
+                self.check_room()
+                if self.world.engine.manager is None:
+                    raise InvalidState("the world model is still loading; retry shortly", code="not_ready")
+            except RemoteProtocolError as error:
+                return self.refuse(error)
+            key = presented_key(request.scope)
             return await self._answer(
                 sdp, key if key is not None and key.startswith(EPHEMERAL_PREFIX) else None
             )
-        finally:
-            self.num_answering -= 1
 
     async def _answer(self, sdp: str, key: str | None) -> Response:
-        from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
+        from aiortc import RTCSessionDescription
 
-        servers = [RTCIceServer(urls=url) for url in self.world.state.config.webrtc_ice_servers]
-        pc = RTCPeerConnection(RTCConfiguration(iceServers=servers))
+        pc = self.peer_connection()
         call = WorldCall("rtc_" + secrets.token_hex(16), pc, key)
         try:
             _wire_peer(call)
@@ -322,12 +284,10 @@ class WorldCallService:
             problem = UNNEGOTIABLE
         if problem is not None:
             await pc.close()
-            return self._refuse(INVALID_OFFER.error(detail=problem, param="sdp"))
+            return self.refuse(INVALID_OFFER.error(detail=problem, param="sdp"))
         call.codec = negotiated_codec(pc.localDescription.sdp)
         self.calls[call.id] = call
-        task = asyncio.create_task(self._serve(call))
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        self.tasks.spawn(self._serve(call))
         headers = {"Location": f"/v1/worlds/calls/{call.id}"}
         return Response(
             pc.localDescription.sdp, status_code=201, media_type="application/sdp", headers=headers
@@ -341,11 +301,12 @@ class WorldCallService:
         world.connections.add(owner)
         # The call's id is its capability on a server without a key: it is never logged.
         log_event(logger, "world_call.opened", codec=call.codec)
-        watchdog = asyncio.create_task(_until_open(call))
+        watchdog = TaskSet(logger)  # the call's, ended with it
+        watchdog.spawn(_until_open(call))
         try:
             await owner.run()
         finally:
-            watchdog.cancel()
+            await watchdog.close()
             world.connections.discard(owner)
             self.calls.pop(call.id, None)
             call.end("ended")
@@ -354,19 +315,6 @@ class WorldCallService:
             with contextlib.suppress(Exception):
                 await call.pc.close()
             log_event(logger, "world_call.closed", reason=call.end_reason, frames=call.track.frames_sent)
-
-    async def hangup(self, request: Request) -> Response:
-        call_id = request.path_params["call_id"]
-        call = self.calls.get(call_id)
-        if call is None or not call.may_be_touched_by(presented_key(request.scope)):
-            return error_response(CALL_NOT_FOUND.error(call_id=call_id, param="call_id"), 404)
-        call.end("hangup")
-        return Response(status_code=200)
-
-    def _refuse(self, error: RemoteProtocolError) -> Response:
-        self.world.state.metrics.errors.labels(kind="world", code=error.code).inc()
-        log_event(logger, "world_call.refused", logging.WARNING, code=error.code)
-        return error_response(error, STATUS.get(error.code, 400))
 
 
 async def _until_open(call: WorldCall) -> None:
@@ -393,15 +341,9 @@ def _wire_peer(call: WorldCall) -> None:
             call.receive(message)
 
         channel.on("close", lambda: call.end("channel_closed"))
-        if channel.readyState == "open":
-            call.open_channel(channel)
-        else:
-            channel.on("open", lambda: call.open_channel(channel))
+        when_open(channel, call.open_channel)
 
-    @pc.on("connectionstatechange")
-    def on_state() -> None:
-        if pc.connectionState in ("failed", "closed"):
-            call.end(f"peer_{pc.connectionState}")
+    follow_peer(pc, call.end)
 
 
 def _unsent_track(pc: Any, sender: Any) -> str | None:
@@ -413,10 +355,3 @@ def _unsent_track(pc: Any, sender: Any) -> str | None:
                 break
             return None
     return "the SDP offer's video section does not receive video: offer it recvonly or sendrecv"
-
-
-async def _offer_sdp(request: Request) -> str:
-    """The SDP offer of a call request (``application/sdp`` or multipart's ``sdp`` field), read
-    under the limits of ``server/bodies.py``."""
-    sdp, _ = await _offer(request)
-    return sdp

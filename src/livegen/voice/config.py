@@ -521,11 +521,11 @@ def _check_fixed(config: Config, name: str, fmt: AudioFormat, param: str) -> Non
     fixed: AudioFormat = getattr(config, name)
     if config.formats_fixed and fmt != fixed:
         raise AUDIO_FORMAT_FIXED.error(
-            field=param, fixed=_format_words(fixed), asked=_format_words(fmt), param=param
+            field=param, fixed=format_words(fixed), asked=format_words(fmt), param=param
         )
 
 
-def _format_words(fmt: AudioFormat) -> str:
+def format_words(fmt: AudioFormat) -> str:
     return f"{fmt.encoding.value} at {fmt.rate} Hz"
 
 

@@ -37,7 +37,7 @@ from typing import Any, ClassVar
 from livegen.errors import CapacityExceeded, RemoteProtocolError
 from livegen.models.voice import OutputKind, VoiceOutput
 from livegen.protocol import realtime as wire
-from livegen.protocol.audio import InputDecoder, pcm_ms
+from livegen.protocol.audio import AudioFormat, InputDecoder, pcm_ms
 from livegen.protocol.errors import (
     CANNOT_UPDATE_VOICE,
     CONVERSATION_ALREADY_HAS_ACTIVE_RESPONSE,
@@ -69,7 +69,7 @@ from livegen.voice.chain import (
     queued,
     stamped,
 )
-from livegen.voice.config import Config, apply_update, check_transcription_model, check_voice
+from livegen.voice.config import Config, apply_update, check_transcription_model, check_voice, format_words
 from livegen.voice.conversation import Conversation, Item
 from livegen.voice.input_rate import InputRate
 from livegen.voice.ledger import InputLedger, Playback
@@ -272,6 +272,21 @@ class Session:
         self._pending_config = config
         self._pending_event_id = event_id
         return [SwitchModel(config.model, config.stream_config())]
+
+    def fix_formats(self, fixed: bool) -> None:
+        """A new link: one that fixes the audio formats (a WebRTC call's track, PCM16 at 24 kHz)
+        takes only a session in them, and its updates may not change them; another allows that
+        again. Raises ``ValueError`` (nothing changed) for formats a fixed link cannot carry."""
+        configs = [c for c in (self.config, self._pending_config) if c is not None]
+        track = AudioFormat()
+        for config in configs if fixed else ():
+            if config.input_format != track or config.output_format != track:
+                formats = f"{format_words(config.input_format)} in, {format_words(config.output_format)} out"
+                carried = f"a call's track carries {format_words(track)} both ways"
+                raise ValueError(f"the session's audio is {formats}; {carried}: resume it over a WebSocket")
+        self.config = replace(self.config, formats_fixed=fixed)
+        if self._pending_config is not None:
+            self._pending_config = replace(self._pending_config, formats_fixed=fixed)
 
     @queued
     def model_switched(self, model: ModelFacts, now: float) -> list[Effect]:

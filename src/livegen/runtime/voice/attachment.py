@@ -62,14 +62,18 @@ class ResumeCredential:
         """The token a client may present now (None while a claim is in progress)."""
         return self._token
 
-    def claim(self, token: str) -> bool:
-        """Whether ``token`` is the current one; if so it is void from now on (single use)."""
+    def matches(self, token: str) -> bool:
+        """Whether ``token`` is the current one (nothing claimed: a transport's early check)."""
         current = self._token
         # Compared against a random string when there is none, so that the time taken says nothing.
         matches = hmac.compare_digest((current or new_token()).encode(), token.encode())
-        if current is None or not matches:
+        return current is not None and matches
+
+    def claim(self, token: str) -> bool:
+        """Whether ``token`` is the current one; if so it is void from now on (single use)."""
+        if not self.matches(token):
             return False
-        self._token, self._claimed = None, current
+        self._token, self._claimed = None, self._token
         return True
 
     def settle(self, token: str) -> None:

@@ -274,6 +274,18 @@ class VoiceEngine:
         live = self.live.get(session_id)
         await handoffs.hand_over(live, handoff, session_id, resume_token, self.send_error)
 
+    def check_resume(self, session_id: str, resume_token: str) -> None:
+        """Raise ``session_not_found``/``invalid_resume_token`` for a resume that ``post_resume``
+        would refuse now; nothing is claimed (a call checks before it negotiates its media)."""
+        live = self.live.get(session_id)
+        if live is None or not live.credential.matches(resume_token):
+            raise handoffs.refusal(live)
+
+    def post_resume(self, handoff: Handoff, session_id: str, resume_token: str) -> None:
+        """A resuming link whose transport answers before the take-over (a WebRTC call): claim
+        and post at once (``handoff.post``); raises ``session_not_found``/``invalid_resume_token``."""
+        handoffs.post(self.live.get(session_id), handoff, resume_token)
+
 
 def configured_session(session: object, model: str, session_id: str) -> dict[str, Any]:
     """The session object ``session`` (a key's or a call's configuration) gives a session of

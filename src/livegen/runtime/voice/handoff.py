@@ -6,8 +6,11 @@ the session's single-use token and posts a ``Handoff`` to the owner
 (``hand_over``), then waits until the owner is done with it. The owner takes it
 over (``take_over``): the greeting (``session.resumed``, or the duplex
 dialect's), the journal's replay after the client's last ``seq``, then live. A
-replay the journal cannot give is an error on the new link, and the session
-stays resumable with its old token.
+replay the journal cannot give, or a session in audio formats the new link
+cannot carry (a WebRTC call's track), is an error on the new link, and the
+session stays resumable with its old token. A transport that must answer
+before the take-over (a call's HTTP answer) claims and posts in one step
+(``post``) and does not wait.
 
 The links the session no longer uses are closed here too (``retire``,
 ``retire_later``), and resumes that arrive as the session ends are turned away
@@ -45,15 +48,30 @@ async def hand_over(
     """A resuming link for ``live`` (None: no such session): claim its token (single use: a second
     resume with it is refused), post the handoff to the session's owner, and return when the
     owner is done with the link."""
-    if live is None or not live.credential.claim(resume_token):
-        error = wire_errors.SESSION_NOT_FOUND if live is None else wire_errors.INVALID_RESUME_TOKEN
-        error = duplex.RESUME_ERRORS[error.code] if handoff.duplex else error
-        await send_error(handoff.link, error.error(detail="no live session with that id"))
+    try:
+        post(live, handoff, resume_token)
+    except RemoteProtocolError as error:
+        await send_error(handoff.link, error)
         await handoff.link.close(1008)
         return
-    live.handoffs.put_nowait(handoff)
     with bind_session(session_id):
         await handoff.released.wait()
+
+
+def post(live: LiveSession | None, handoff: Handoff, resume_token: str) -> None:
+    """Claim ``live``'s token and post ``handoff`` to its owner, in one synchronous step (so the
+    session cannot end between the two unseen: ``turn_away`` answers what was posted). Raises
+    ``session_not_found`` (None: no such session) or ``invalid_resume_token``, nothing claimed."""
+    if live is None or not live.credential.claim(resume_token):
+        raise refusal(live, handoff.duplex)
+    live.handoffs.put_nowait(handoff)
+
+
+def refusal(live: LiveSession | None, is_duplex: bool = False) -> RemoteProtocolError:
+    """Why a resume of ``live`` (None: no such session) with a token is refused."""
+    error = wire_errors.SESSION_NOT_FOUND if live is None else wire_errors.INVALID_RESUME_TOKEN
+    error = duplex.RESUME_ERRORS[error.code] if is_duplex else error
+    return error.error(detail="no live session with that id")
 
 
 async def take_over(live: LiveSession, handoff: Handoff, send_error: SendError) -> bool:
@@ -61,6 +79,14 @@ async def take_over(live: LiveSession, handoff: Handoff, send_error: SendError) 
     a seq never sent) is an error on the new link; the session stays parked."""
     live.attachment.detach()
     session_id = live.runner.session.id
+    try:  # a call's track carries one format: a session in another cannot go on it
+        live.runner.session.fix_formats(handoff.formats_fixed)
+    except ValueError as exc:
+        live.credential.give_back()
+        refusal = wire_errors.INVALID_RESUME.error(detail=exc, event_id=handoff.event_id)
+        with contextlib.suppress(Exception):
+            await send_error(handoff.link, refusal)
+        return False
     token = new_token()
     if handoff.duplex:
         session = live.runner.session.config.to_object(session_id)

@@ -67,6 +67,10 @@ class Handoff:
     #: audio goes to its track, not the channel); None: events go out as the session's dialect
     #: makes them (and so they are journaled while the session is parked).
     transport: Dialect | None = None
+    #: The link carries the default audio formats only (a WebRTC call's track, PCM16 at 24 kHz):
+    #: while it is attached, a ``session.update`` may not change them (``Config.formats_fixed``),
+    #: and it may resume only a session in those formats.
+    formats_fixed: bool = False
 
 
 @dataclass
@@ -105,11 +109,14 @@ class Opening:
     first: str | None = None
     #: The configuration the client's ephemeral key was made with, applied first.
     bound: wire.ClientEvent | None = None
-    #: The transport carries the default audio formats only (``Config.formats_fixed``).
-    formats_fixed: bool = False
     #: Told when the session has started (None) or was refused (the error), for a transport that
     #: answers before the session's first event (a call's HTTP answer).
     outcome: asyncio.Future[RemoteProtocolError | None] | None = None
+
+    @property
+    def formats_fixed(self) -> bool:
+        """The opening link carries the default audio formats only (``Handoff.formats_fixed``)."""
+        return self.handoff.formats_fixed
 
 
 def resumed_event(session_id: str, token: str, last_seq: int, seq: int) -> str:
