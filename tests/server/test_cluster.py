@@ -306,6 +306,56 @@ async def test_a_calls_attach_and_hangup_reach_the_process_that_holds_it(cluster
         await caller.close()
 
 
+async def offer_through(process: dict[str, Any], resume: dict[str, Any]) -> httpx.Response:
+    """A resuming call offer posted to ``process`` (its answer, not taken)."""
+    from livegen.client.webrtc import Caller
+
+    caller = Caller(http(process["address"]), None)
+    OPENED.append(caller)
+    return await caller.offer(resume=resume)
+
+
+async def test_a_lost_call_is_taken_back_by_an_offer_to_the_other_process(cluster: Cluster) -> None:
+    """A page that reloaded posts its resuming offer wherever the port sends it: the offer is
+    relayed to the process that holds the session, whose answer (and so its media) comes back."""
+    pytest.importorskip("aiortc")
+    from livegen.client.webrtc import Caller, loudness
+
+    one, other = cluster.processes()
+    first = Caller(http(one["address"]), None)
+    OPENED.append(first)
+    await first.connect()
+    created = await first.event("session.created")
+    session_id, token = created["session"]["id"], created["resume_token"]
+    assert session_id[5:9] == one["tag"]
+    seen = len(first.events)
+    await first.close()  # a reload: no hangup, no session.close
+    resume = {"type": "session.resume", "session_id": session_id, "resume_token": token}
+    second = Caller(http(other["address"]), None)
+    OPENED.append(second)
+    await second.take_back({**resume, "last_event_seq": seen})  # 201 and an answer, or it fails
+    assert second.call_id is not None and second.call_id[4:8] == one["tag"]  # the owner's call
+    resumed = await second.event("session.resumed", within=20)  # on the channel, from the owner
+    assert resumed["latest_seq"] == seen and second.events[0] is resumed, second.events[:3]
+    asked = time.monotonic()  # and its answer plays on this call's track, from the owner
+    second.send({"type": "response.create"})
+    await second.event("output_audio_buffer.stopped", within=20)
+    assert loudness(second.audio_since(asked)) > 1000
+    # the token was spent on the owner: the old one, through either process, is refused as there
+    for process in (other, one):
+        again = await offer_through(process, {**resume, "last_event_seq": 0})
+        assert again.status_code == 400, again.text
+        assert again.json()["error"]["code"] == "invalid_resume_token", again.text
+        assert len(again.headers.get_list("date")) == 1  # the owner's head, not two servers' merged
+    # a session no process holds (an unknown tag): refused at once, as for a socket
+    gone = await offer_through(other, {**resume, "session_id": "sess_ffff000000000000"})
+    assert gone.status_code == 404 and gone.json()["error"]["code"] == "session_not_found", gone.text
+    async with httpx.AsyncClient() as client:
+        answer = await client.post(f"{http(other['address'])}/v1/realtime/calls/{second.call_id}/hangup")
+    assert answer.status_code == 200, answer.text
+    assert (await second.event("session.closed", within=10))["reason"] == "hangup"
+
+
 async def test_max_sessions_holds_for_all_processes_together(cluster: Cluster) -> None:
     """Through the shared port (the kernel picks the process): the cap is the server's, not each
     process's, so the one past it is refused wherever it lands."""

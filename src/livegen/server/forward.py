@@ -13,7 +13,12 @@ again, as it would without the relay.
 
 A WebRTC call's hangup is one HTTP request, relayed to the process that holds
 the call by ``forward_http`` (plain HTTP/1.1 over asyncio's streams, no
-client library); the ``?call_id=`` attach is a socket, relayed as above.
+client library); the ``?call_id=`` attach is a socket, relayed as above. So is
+a resuming call offer (``POST /v1/realtime/calls?session_id=``): its body (the
+multipart offer, already bounded by ``server/bodies.py``) and its answer (201,
+the SDP answer and its ``Location``, or the owner's refusal) pass unchanged,
+and the call's media then flows between the caller and the owner, whose ICE
+candidates the answer carries.
 
 An owner that is gone (no address, or its address refuses within
 ``CONNECT_TIMEOUT_S``) is OpenAI's ``session_not_found`` on the client's
@@ -46,8 +51,15 @@ logger = logging.getLogger("livegen.server")
 
 #: How long the owner may take to accept the relayed socket before the resume is refused.
 CONNECT_TIMEOUT_S = 3.0
+#: How long a relayed HTTP request may take to be answered by default (a hangup).
+ANSWER_TIMEOUT_S = CONNECT_TIMEOUT_S
 #: Headers the owner needs to see as the client sent them.
 PASSED_HEADERS = ("authorization", "openai-beta", "origin")
+#: And for a relayed HTTP request: its body's type (a multipart offer's boundary).
+HTTP_PASSED_HEADERS = (*PASSED_HEADERS, "content-type")
+#: Response headers the relay's own server writes (uvicorn's ``date`` and ``server``) or that
+#: described the owner's connection, not the answer.
+UNPASSED_ANSWER_HEADERS = (b"connection", b"transfer-encoding", b"date", b"server")
 #: The mark of a relayed connection, honoured on the owner's private port only (``server/gate.py``).
 RELAYED_HEADER = b"x-livegen-relayed"
 #: Close codes that may not be sent in a close frame: the relay aborts instead.
@@ -114,16 +126,25 @@ async def _open_upstream(scope: Scope, address: str) -> ClientConnection | Inval
         return None
 
 
-async def forward_http(scope: Scope, receive: Receive, send: Send, address: str, fallback: ASGIApp) -> None:
-    """Relay one HTTP request (a call's hangup) to the process at ``address`` (its ``ws://`` or
-    ``wss://`` private address) and its answer back; ``fallback`` answers it when that process
-    cannot be reached (for a hangup: the call is gone with it, ``call_not_found``)."""
+async def forward_http(
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    address: str,
+    fallback: ASGIApp,
+    answer_timeout_s: float = ANSWER_TIMEOUT_S,
+) -> None:
+    """Relay one HTTP request (a call's hangup, a resuming call offer), with its query and body, to
+    the process at ``address`` (its ``ws://`` or ``wss://`` private address) and its answer back,
+    status, headers and body, if it comes within ``answer_timeout_s``; ``fallback`` answers it when
+    that process cannot be reached (the call or session is gone with it: ``call_not_found``,
+    ``session_not_found``)."""
     body, more = b"", True
     while more:
         message = await receive()
         body += message.get("body", b"")
         more = message.get("more_body", False) and message["type"] == "http.request"
-    answer = await _request(scope, address, body)
+    answer = await _request(scope, address, body, answer_timeout_s)
     if answer is None:
         replayed = False
 
@@ -141,13 +162,19 @@ async def forward_http(scope: Scope, receive: Receive, send: Send, address: str,
     await send({"type": "http.response.body", "body": content})
 
 
-async def _request(scope: Scope, address: str, body: bytes) -> tuple[int, list[Any], bytes] | None:
+async def _request(
+    scope: Scope, address: str, body: bytes, answer_timeout_s: float
+) -> tuple[int, list[Any], bytes] | None:
     """One HTTP/1.1 exchange with another process of this server (``Connection: close``); None
     when it cannot be reached or answers nothing readable."""
     host, _, port = address.split("://", 1)[1].rpartition(":")
-    passed = [(k, v) for k, v in scope.get("headers", []) if k.decode("latin-1").lower() in PASSED_HEADERS]
-    path = quote(scope["path"])  # as sent: a decoded CR or LF may not reach the request line
-    lines = [f"{scope['method']} {path} HTTP/1.1".encode(), f"host: {host}:{port}".encode()]
+    passed = [
+        (k, v) for k, v in scope.get("headers", []) if k.decode("latin-1").lower() in HTTP_PASSED_HEADERS
+    ]
+    target = quote(scope["path"]).encode()  # as sent: a decoded CR or LF may not reach the request line
+    if query := scope.get("query_string", b""):  # raw, as it came in a request line
+        target += b"?" + query
+    lines = [f"{scope['method']} ".encode() + target + b" HTTP/1.1", f"host: {host}:{port}".encode()]
     lines += [k + b": " + v for k, v in passed]
     lines += [RELAYED_HEADER + b": 1", f"content-length: {len(body)}".encode(), b"connection: close"]
     tls = _private_tls() if address.startswith("wss://") else None
@@ -155,7 +182,8 @@ async def _request(scope: Scope, address: str, body: bytes) -> tuple[int, list[A
     try:
         async with asyncio.timeout(CONNECT_TIMEOUT_S):
             reader, writer = await asyncio.open_connection(host.strip("[]"), int(port), ssl=tls)
-            writer.write(b"\r\n".join(lines) + b"\r\n\r\n" + body)
+        writer.write(b"\r\n".join(lines) + b"\r\n\r\n" + body)
+        async with asyncio.timeout(answer_timeout_s):  # an offer's answer gathers ICE candidates first
             raw = await reader.read()
     except (OSError, TimeoutError) as exc:
         log_event(logger, "cluster.owner_unreachable", logging.WARNING, address=address, error=repr(exc))
@@ -170,7 +198,7 @@ async def _request(scope: Scope, address: str, body: bytes) -> tuple[int, list[A
     except (IndexError, ValueError):
         return None
     headers = [tuple(line.split(b": ", 1)) for line in header_lines if b": " in line]
-    kept = [(k.lower(), v) for k, v in headers if k.lower() not in (b"connection", b"transfer-encoding")]
+    kept = [(k.lower(), v) for k, v in headers if k.lower() not in UNPASSED_ANSWER_HEADERS]
     return status, kept, content
 
 

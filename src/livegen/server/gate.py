@@ -14,7 +14,8 @@
 - a resume (``?session_id=``) of a session another process owns is relayed to
   that process's private address (``server/forward.py``), and so are a WebRTC
   call's ``?call_id=`` attach and its hangup (the call's id carries its
-  process's tag too: its media flows to that process); connections to this
+  process's tag too: its media flows to that process), and a call offer that
+  resumes a session (``POST /v1/realtime/calls?session_id=``); connections to this
   process's private address by the relay (marked ``x-livegen-relayed``) are
   never relayed again nor counted twice, nor refused by a drain (a duplex
   resume names its session in its first message, so ``server/voice.py``
@@ -40,7 +41,13 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from livegen.protocol import errors as wire_errors
 from livegen.server.auth import presented_key, select_subprotocol
 from livegen.server.client_secrets import PREFIX, ClientSecret
-from livegen.server.forward import RELAYED_HEADER, forward, forward_http, send_refusal
+from livegen.server.forward import (
+    ANSWER_TIMEOUT_S,
+    RELAYED_HEADER,
+    forward,
+    forward_http,
+    send_refusal,
+)
 from livegen.server.origins import send_denial
 
 if TYPE_CHECKING:
@@ -51,6 +58,11 @@ if TYPE_CHECKING:
 KINDS = {"/v1/realtime": "voice", "/v1/worlds": "world"}
 #: A WebRTC call's hangup, which goes to the process that holds the call.
 HANGUP = re.compile(r"/v1/realtime/calls/([^/]+)/hangup")
+#: WebRTC call offers; one with ``?session_id=`` goes to the process that holds that session.
+CALLS = "/v1/realtime/calls"
+#: How long the owner may take to answer a relayed call offer (it gathers its ICE candidates
+#: first, which with STUN servers takes seconds; a caller's own client waits about this long).
+OFFER_ANSWER_TIMEOUT_S = 30.0
 
 
 @dataclass
@@ -109,8 +121,8 @@ class GateMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] in ("http", "websocket"):
             await self.gate.adopt_key(scope)
-        if scope["type"] == "http" and (hangup := HANGUP.fullmatch(scope.get("path", ""))):
-            await self._to_call_owner(scope, receive, send, hangup.group(1))
+        if scope["type"] == "http" and (owned := _owned_request(scope)) is not None:
+            await self._to_call_owner(scope, receive, send, owned)
             return
         kind = KINDS.get(scope.get("path", "")) if scope["type"] == "websocket" else None
         if kind is None:
@@ -143,9 +155,10 @@ class GateMiddleware:
                 member.release(kind)
 
     async def _to_call_owner(self, scope: Scope, receive: Receive, send: Send, call_id: str) -> None:
-        """A call's hangup or ``?call_id=`` attach: to the process that holds the call (its media
+        """A call's hangup or ``?call_id=`` attach, or a call offer resuming a session (``call_id``
+        is then the session's id): to the process that holds the call or session (a call's media
         flows there), by the tag in its id; here when that is this process or none is known (the
-        call's route then answers ``call_not_found``)."""
+        route then answers ``call_not_found`` or ``session_not_found``)."""
         gate, member = self.gate, self.gate.member
         if member is None or member.owns(call_id) or _is_relayed(scope, gate.private_port):
             await self.app(scope, receive, send)
@@ -154,7 +167,8 @@ class GateMiddleware:
         if address is None:
             await self.app(scope, receive, send)
         elif scope["type"] == "http":
-            await forward_http(scope, receive, send, address, self.app)
+            timeout_s = OFFER_ANSWER_TIMEOUT_S if scope["path"] == CALLS else ANSWER_TIMEOUT_S
+            await forward_http(scope, receive, send, address, self.app, timeout_s)
         else:
             await self._count(lambda s, r, w: forward(s, r, w, address), scope, receive, send)
 
@@ -177,6 +191,19 @@ class GateMiddleware:
             gate.open_sessions -= 1
             if gate.open_sessions == 0:
                 gate.idle.set()
+
+
+def _owned_request(scope: Scope) -> str | None:
+    """The id whose process answers this HTTP request: a call's hangup names its call, a call
+    offer with ``?session_id=`` the session it resumes; None for any other request."""
+    path = scope.get("path", "")
+    if (hangup := HANGUP.fullmatch(path)) is not None:
+        return hangup.group(1)
+    if path != CALLS or scope.get("method") != "POST":
+        return None
+    query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+    session_ids: list[str] = query.get("session_id") or []
+    return session_ids[0] if session_ids else None
 
 
 def _is_relayed(scope: Scope, private_port: int | None) -> bool:
