@@ -29,6 +29,8 @@ export class CallMemory {
       this.save();
       this.isLeaving = true; // what the closing call does now must not forget it
     });
+    // Back from the back/forward cache: the page lives on, and so does what it saves.
+    window.addEventListener("pageshow", () => (this.isLeaving = false));
   }
 
   /** The call saved before the page (re)loaded, or null. */

@@ -119,6 +119,7 @@ export class VoicePanel {
     this.conversation = new Conversation(this.el.log);
     this.itemResponses = new Map(); // assistant item id -> its response id
     this.isResuming = false; // a resuming call, until its session.resumed
+    this.refusal = null; // why the resume this session replaces was refused (said when it goes live)
   }
 
   /** The served model, or null with why: "loading", "locked" (no key yet) or "none". */
