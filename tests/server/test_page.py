@@ -16,6 +16,10 @@ MODULES = [
     "voice.js",
     "world.js",
     "world-call.js",
+    "call-link.js",
+    "call-memory.js",
+    "voice-conversation.js",
+    "webrtc.js",
     "world-tracks.js",
     "audio-worklet.js",
 ]
@@ -37,9 +41,9 @@ def test_index_is_html_with_every_test_id(start_server: Callable[..., ServerThre
         "status",
     ):
         assert f'data-testid="{test_id}"' in response.text
-    # The transcript bubbles are made by voice.js, one per turn.
-    assert '"voice-user-transcript"' in (STATIC_DIR / "voice.js").read_text()
-    assert '"voice-assistant-transcript"' in (STATIC_DIR / "voice.js").read_text()
+    # The transcript bubbles are made by voice-conversation.js, one per turn.
+    assert '"voice-user-transcript"' in (STATIC_DIR / "voice-conversation.js").read_text()
+    assert '"voice-assistant-transcript"' in (STATIC_DIR / "voice-conversation.js").read_text()
 
 
 @pytest.mark.parametrize("name", [*MODULES, "style.css"])

@@ -11,8 +11,16 @@
 // answer travel on the call's audio track, the events on its data channel, and
 // the server silences the track on a barge-in. Where WebRTC fails, the panel
 // falls back to the WebSocket and says so; `?transport=websocket` forces it.
+//
+// A call survives a reload: the session parks on the server, and the reloaded
+// page takes it back with a new call that resumes it (call-memory.js keeps what
+// that needs); the conversation shown before goes on. If the server refuses the
+// resume, the page starts a new session and says so.
 
+import { CallRefused } from "./call-link.js";
+import { CallMemory } from "./call-memory.js";
 import { api, base64ToBytes, bytesToBase64, describeClose, median } from "./connection.js";
+import { Conversation } from "./voice-conversation.js";
 import { CallLink } from "./webrtc.js";
 
 const DEFAULT_RATE = 24000;
@@ -35,6 +43,14 @@ const TEXT_DONE = new Map([
   ["response.audio_transcript.done", "transcript"],
   ["response.output_text.done", "text"],
   ["response.text.done", "text"],
+]);
+// What a refused resume of a parked session is told with, on the offer or on the new call's channel.
+const RESUME_REFUSALS = new Set([
+  "invalid_resume_token",
+  "session_not_found",
+  "invalid_resume",
+  "resume_gap",
+  "invalid_value",
 ]);
 
 export class VoicePanel {
@@ -71,7 +87,12 @@ export class VoicePanel {
       fallback: null,
       trackEvents: [],
       trackAudibleMs: 0,
+      sessionId: null,
+      callId: null,
+      resume: null, // "resumed", or "refused: <why>" when a reloaded page could not take its call back
     };
+    this.memory = new CallMemory(() => this.conversation.saved());
+    this.saved = CallMemory.saved(); // the call this page had before it reloaded, taken back once ready
     this.idleWords = this.el.state.textContent;
     this.el.start.addEventListener("click", () => this.start());
     this.el.stop.addEventListener("click", () => this.stop("ended"));
@@ -95,8 +116,10 @@ export class VoicePanel {
     this.responseId = null; // the response whose audio is arriving now
     this.droppedResponses = new Set();
     this.lastAckAt = new Map();
-    this.bubbles = new Map();
+    this.conversation = new Conversation(this.el.log);
     this.itemResponses = new Map(); // assistant item id -> its response id
+    this.isResuming = false; // a resuming call, until its session.resumed
+    this.refusal = null; // why the resume this session replaces was refused (said when it goes live)
   }
 
   /** The served model, or null with why: "loading", "locked" (no key yet) or "none". */
@@ -110,6 +133,8 @@ export class VoicePanel {
       none: "This server serves no voice model.",
     };
     this.setState("off", model ? this.idleWords : words[why]);
+    if (model && this.saved && api.transport === "webrtc") this.start(this.saved);
+    this.saved = null;
   }
 
   setState(state, words) {
@@ -129,7 +154,8 @@ export class VoicePanel {
     this.stop("failed", words);
   }
 
-  async start() {
+  /** Start a session: a new one, or (`saved`, a reloaded page's call) the parked one it names. */
+  async start(saved = null) {
     if (this.ws) return;
     this.setState("connecting", "Connecting…");
     this.status.set("Voice: asking for the microphone…", "busy");
@@ -141,7 +167,7 @@ export class VoicePanel {
         audio: { channelCount: 1, echoCancellation: true, noiseSuppression: true, autoGainControl: true },
       });
       await worklet;
-      this.ws = await this.connect();
+      this.ws = await this.connect(saved);
     } catch (error) {
       const words =
         error.name === "NotAllowedError"
@@ -152,36 +178,99 @@ export class VoicePanel {
       this.fail(words);
       return;
     }
-    const ws = this.ws;
-    ws.onmessage = (event) => this.onServerEvent(JSON.parse(event.data));
+    this.listenTo(this.ws);
+  }
+
+  listenTo(ws) {
+    ws.onmessage = (message) => {
+      const event = JSON.parse(message.data);
+      if (ws instanceof CallLink) this.memory.note(event);
+      this.onServerEvent(event);
+    };
     ws.onclose = (event) => {
       if (this.ws === ws) this.stop(event.code === 1000 ? "ended" : "failed", describeClose(event));
     };
     ws.onerror = () => {};
   }
 
-  /** A WebRTC call, or the WebSocket where WebRTC is off or fails (said on the status line). */
-  async connect() {
+  /** A WebRTC call (resuming `saved`'s session if the server still has it), or the WebSocket
+   * where WebRTC is off or fails (said on the status line). */
+  async connect(saved = null) {
     if (api.transport === "webrtc") {
-      this.status.set("Voice: calling over WebRTC…", "busy");
-      const call = new CallLink(this.stats);
-      this.ws = call; // stop() during the call's setup closes it
-      try {
-        await call.open(this.stream, this.model.id);
-        if (this.ws !== call) throw new Error("stopped");
-        this.stats.transport = "webrtc";
-        return call;
-      } catch (error) {
-        call.close();
-        if (this.ws !== call) throw error;
-        this.stats.fallback = error.message;
-        this.status.set(`Voice: WebRTC failed (${error.message}); using the WebSocket`, "warn");
-      }
+      let call = null;
+      if (saved) call = await this.call(saved);
+      if (call === null) call = await this.call(null);
+      if (call) return call;
     } else {
       this.status.set("Voice: connecting to /v1/realtime…", "busy");
     }
     this.stats.transport = "websocket";
     return api.openSocket("/v1/realtime", { model: this.model.id }, ["realtime"]);
+  }
+
+  /** A call, or null where a resume was refused (a new call may follow), or false where WebRTC
+   * failed (the WebSocket follows). */
+  async call(saved) {
+    const words = saved ? "Voice: taking the call back over WebRTC…" : "Voice: calling over WebRTC…";
+    this.status.set(words, "busy");
+    const call = new CallLink(this.stats);
+    this.ws = call; // stop() during the call's setup closes it
+    try {
+      await call.open(this.stream, this.model.id, saved && CallMemory.resumeEvent(saved));
+      if (this.ws !== call) throw new Error("stopped");
+      this.stats.transport = "webrtc";
+      this.stats.callId = call.callId; // a backend may attach to it (/v1/realtime?call_id=)
+      this.memory.begin(saved);
+      this.isResuming = Boolean(saved);
+      this.resumedFrom = saved;
+      return call;
+    } catch (error) {
+      call.close();
+      if (this.ws !== call) throw error;
+      if (saved && error instanceof CallRefused && [400, 404].includes(error.status)) {
+        this.resumeRefused(error.message);
+        return null;
+      }
+      this.stats.fallback = error.message;
+      this.status.set(`Voice: WebRTC failed (${error.message}); using the WebSocket`, "warn");
+      return false;
+    }
+  }
+
+  resumeRefused(words) {
+    this.memory.forget();
+    this.refusal = words;
+    this.stats.resume = `refused: ${words}`;
+  }
+
+  /** The resuming call's channel refused the resume (before `session.resumed`): a new call. */
+  async replaceRefusedCall(words) {
+    const refused = this.ws;
+    refused.onclose = null;
+    refused.close();
+    this.resumeRefused(words);
+    this.ws = null;
+    try {
+      this.ws = await this.connect();
+    } catch (error) {
+      this.fail(error.message);
+      return;
+    }
+    this.listenTo(this.ws);
+  }
+
+  /** The reloaded page has its call back: what it showed before, then the replay, then live. */
+  onResumed(event) {
+    this.isResuming = false;
+    this.stats.sessionId = event.session_id;
+    this.stats.resume = "resumed";
+    const interrupted = this.conversation.show(this.resumedFrom?.conversation || []);
+    interrupted.forEach((id) => this.droppedResponses.add(id));
+    this.startAudio({}); // a call's audio is its track; the worklets only meter the microphone
+    this.setState("live", LISTENING);
+    const missed = event.latest_seq - event.last_event_seq;
+    const words = `Voice: took the call back over WebRTC (${missed} events missed meanwhile), listening`;
+    this.status.set(words, "ok");
   }
 
   get isCall() {
@@ -234,39 +323,49 @@ export class VoicePanel {
   onServerEvent(event) {
     const type = event.type;
     if (type === "session.created") {
+      this.stats.sessionId = event.session?.id ?? null;
       this.startAudio(event.session || {});
       this.setState("live", LISTENING);
       const over = this.isCall ? "over WebRTC" : "over the WebSocket";
       const fallback = this.stats.fallback ? ` (WebRTC failed: ${this.stats.fallback})` : "";
-      this.status.set(`Voice: connected ${over}${fallback}, listening`, fallback ? "warn" : "ok");
+      const refused = this.refusal
+        ? `; the call before the reload could not be taken back (${this.refusal})`
+        : "";
+      const level = fallback || refused ? "warn" : "ok";
+      this.status.set(`Voice: connected ${over}${fallback}, listening${refused}`, level);
+    } else if (type === "session.resumed") {
+      this.onResumed(event);
+    } else if (this.isResuming && type === "error" && RESUME_REFUSALS.has(event.error?.code)) {
+      this.isResuming = false;
+      this.replaceRefusedCall(event.error.message || event.error.code);
     } else if (type === "input_audio_buffer.speech_started") {
       this.bargeIn();
       this.speechEndedAt = null; // a new turn: latency counts from where this one ends
-      this.userBubble(event.item_id).classList.add("pending");
+      this.conversation.user(event.item_id).classList.add("pending");
       this.el.state.textContent = "Hearing you…";
     } else if (type === "input_audio_buffer.speech_stopped") {
       this.speechEndedAt = this.wallTimeOf(event.audio_end_ms);
       this.el.state.textContent = "Thinking…";
     } else if (type === "conversation.item.input_audio_transcription.delta") {
-      const bubble = this.userBubble(event.item_id);
+      const bubble = this.conversation.user(event.item_id);
       bubble.querySelector(".text").textContent += event.delta || "";
     } else if (type === "conversation.item.input_audio_transcription.completed") {
-      const bubble = this.userBubble(event.item_id);
+      const bubble = this.conversation.user(event.item_id);
       bubble.classList.remove("pending");
       bubble.querySelector(".text").textContent = event.transcript || "(nothing heard)";
     } else if (type === "response.created") {
       this.responseId = event.response?.id ?? null;
-      this.assistantBubble(this.responseId);
+      this.conversation.assistant(this.responseId);
     } else if (AUDIO_DELTA.has(type)) {
       this.onAudioDelta(event);
     } else if (AUDIO_DONE.has(type)) {
       this.player?.port.postMessage({ type: "end", responseId: event.response_id });
     } else if (TEXT_DELTA.has(type)) {
       if (this.droppedResponses.has(event.response_id)) return;
-      this.assistantBubble(event.response_id).querySelector(".text").textContent += event.delta || "";
+      this.conversation.assistant(event.response_id).querySelector(".text").textContent += event.delta || "";
     } else if (TEXT_DONE.has(type)) {
       const text = event[TEXT_DONE.get(type)];
-      const bubble = this.assistantBubble(event.response_id);
+      const bubble = this.conversation.assistant(event.response_id);
       if (text && !this.droppedResponses.has(event.response_id)) {
         bubble.querySelector(".text").textContent = text;
       }
@@ -311,11 +410,7 @@ export class VoicePanel {
     const id = response.id;
     this.player?.port.postMessage({ type: "end", responseId: id });
     this.responseStats(id).status = response.status;
-    const bubble = this.bubbles.get(`a:${id}`);
-    if (bubble && response.status && response.status !== "completed" && !bubble.dataset.status) {
-      bubble.dataset.status = response.status;
-      bubble.querySelector(".tag").textContent = response.status;
-    }
+    if (response.status && response.status !== "completed") this.conversation.tag(id, response.status, true);
     if (response.status === "cancelled") this.flushPlayback(id);
   }
 
@@ -336,18 +431,10 @@ export class VoicePanel {
   /** An interrupted answer: what was heard stays, the rest is struck through. */
   showHeard(item) {
     const responseId = this.itemResponses.get(item.id);
-    const bubble = responseId != null && this.bubbles.get(`a:${responseId}`);
     const part = (item.content || [])[0] || {};
     const heard = part.transcript ?? part.text;
-    if (!bubble || item.role !== "assistant" || typeof heard !== "string") return;
-    const text = bubble.querySelector(".text");
-    const full = text.textContent;
-    if (!full.startsWith(heard) || heard.length >= full.length) return;
-    const unheard = document.createElement("span");
-    unheard.className = "unheard";
-    unheard.title = "not heard: cut from the conversation history";
-    unheard.textContent = full.slice(heard.length);
-    text.replaceChildren(heard, unheard);
+    if (responseId == null || item.role !== "assistant" || typeof heard !== "string") return;
+    this.conversation.showHeard(responseId, heard);
   }
 
   /** The user spoke over an answer: silence it now. */
@@ -394,11 +481,7 @@ export class VoicePanel {
     this.stats.flushes += 1;
     this.player?.port.postMessage({ type: "flush" });
     if (this.stats.state === "live" && !this.isMuted) this.el.state.textContent = LISTENING;
-    const bubble = this.bubbles.get(`a:${responseId}`);
-    if (bubble) {
-      bubble.dataset.status = "interrupted";
-      bubble.querySelector(".tag").textContent = "interrupted";
-    }
+    this.conversation.tag(responseId, "interrupted");
   }
 
   onPlayerReport(report) {
@@ -465,33 +548,10 @@ export class VoicePanel {
     this.el.state.textContent = this.isMuted ? "Muted — the model hears silence" : LISTENING;
   }
 
-  userBubble(itemId) {
-    return this.bubble(`u:${itemId}`, "user", "voice-user-transcript", "You");
-  }
-
-  assistantBubble(responseId) {
-    return this.bubble(`a:${responseId}`, "assistant", "voice-assistant-transcript", "livegen");
-  }
-
-  bubble(key, role, testId, who) {
-    let bubble = this.bubbles.get(key);
-    if (!bubble) {
-      bubble = document.createElement("div");
-      bubble.className = `bubble ${role}`;
-      bubble.dataset.testid = testId;
-      bubble.innerHTML = '<span class="who"></span><span class="tag"></span><p class="text"></p>';
-      bubble.querySelector(".who").textContent = who;
-      this.bubbles.set(key, bubble);
-      this.el.log.querySelector(".empty")?.remove();
-      this.el.log.append(bubble);
-    }
-    this.el.log.scrollTop = this.el.log.scrollHeight;
-    return bubble;
-  }
-
   stop(state, words) {
     const ws = this.ws;
     this.ws = null;
+    this.memory.forget();
     if (ws) {
       // Tell the server what was heard before leaving.
       if (this.responseId != null && this.context) {
