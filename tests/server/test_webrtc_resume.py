@@ -194,6 +194,27 @@ async def the_kept_item(caller: Caller) -> str:
     return str(retrieved["item"]["content"][0]["text"])
 
 
+async def test_a_peer_gone_silent_parks_its_session_for_a_resume(server: ServerThread) -> None:
+    """A page that navigated away is often never seen closing by ICE: only its silence tells. Its
+    call is let go after the watchdog's 5 s and its session parks, as a reload's does; the page's
+    resuming offer takes it back (before, the silence ended the session: nothing to resume)."""
+    first = caller_of(server)
+    await first.connect(session=MANUAL)
+    created = await first.event("session.created")
+    session_id, token = created["session"]["id"], created["resume_token"]
+
+    async def mute_forever() -> None:
+        await asyncio.Event().wait()
+
+    first.microphone.recv = mute_forever  # the connection stays up; no packet comes
+    await until_parked(server, session_id)
+    assert not [e for e in first.events if e["type"] == "session.closed"], first.events
+    second = caller_of(server)
+    await second.take_back(resume_event(session_id, token, len(first.events)))
+    resumed = await second.event("session.resumed", within=20)
+    assert resumed["session_id"] == session_id and resumed["latest_seq"] == len(first.events), resumed
+
+
 async def test_a_reloaded_page_resumes_its_call_on_a_new_call(server: ServerThread) -> None:
     first = caller_of(server)
     await first.connect(session=MANUAL)

@@ -72,8 +72,10 @@ CHANNEL_LOW_WATER = 64 * 1024
 QUEUE_HIGH_WATER = 64 * 1024
 #: Seconds a call's last events (``session.closed``) may take to leave before the connection closes.
 FLUSH_TIMEOUT_S = 5.0
-#: How a call's connection is lost without a goodbye (its session parks; ``close_code``).
-LOST_REASONS = frozenset({"peer_failed", "peer_closed", "peer_track_ended"})
+#: How a call's connection is lost without a goodbye (its session parks; ``close_code``). A peer
+#: silent past the watchdog is one too: a page navigated away, a network gone, is often never
+#: seen by ICE as closed, and its session must wait for the page's resume as a reload's does.
+LOST_REASONS = frozenset({"peer_failed", "peer_closed", "peer_track_ended", "peer_silent"})
 _MAX_MESSAGE = re.compile(r"^a=max-message-size:(\d+)\s*$", re.MULTILINE)
 
 EVENT_TOO_LARGE = WireError(
