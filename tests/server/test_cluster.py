@@ -392,3 +392,38 @@ async def test_sigterm_drains_then_ends_the_rest_with_server_shutdown(workers: i
         assert serve.wait(30) is not None
     finally:
         stop(serve)
+
+
+async def test_a_sigterm_to_the_whole_process_group_still_drains() -> None:
+    """Ctrl-C in a terminal and systemd's stop signal the server's whole process group (Ray's own
+    processes too): the server processes get one SIGTERM, through the supervisor, and drain; the
+    server then exits (no call waits on the Ray that died with the signal)."""
+    port = free_port()
+    serve = start_serve(port=port, drain_timeout_s=3.0, workers=2)
+    try:
+        body = wait_for(port, lambda b: len(b["cluster"]["processes"]) == 2)
+        # out of the group the signal goes to: the supervisor alone passes it on, once
+        assert all(os.getpgid(p["pid"]) != serve.pid for p in body["cluster"]["processes"])
+        live, _seen = await open_voice(f"ws://127.0.0.1:{port}")
+        os.killpg(serve.pid, signal.SIGTERM)
+        # the live session goes on while the server drains...
+        await live.send(json.dumps({"type": "response.create"}))
+        assert (await until(live, "response.done", []))["response"]["status"] == "completed"
+        # ...until the drain timeout, when it ends with its terminal event
+        closed = await until(live, "session.closed", [])
+        assert closed.get("reason") == "server_shutdown"
+        assert serve.wait(60) == 0
+    finally:
+        stop(serve)
+
+
+def test_speech_workers_are_out_of_the_servers_process_group() -> None:
+    """A signal to the server's process group must not reach the cascade's speech workers: their
+    slots would restart them while the server stops ("closed its input ... restarting")."""
+    tts = pytest.importorskip("livegen.models.cascade.tts")
+    pool = tts.Pool(engines=("espeak",), size=1)
+    try:
+        (pid,) = pool.pids()
+        assert pid is not None and os.getpgid(pid) != os.getpgrp()
+    finally:
+        pool.close()
