@@ -427,3 +427,36 @@ def test_speech_workers_are_out_of_the_servers_process_group() -> None:
         assert pid is not None and os.getpgid(pid) != os.getpgrp()
     finally:
         pool.close()
+
+
+def is_gone(pid: int) -> bool:
+    """Ended (a zombie not yet reaped by init counts as ended)."""
+    psutil = pytest.importorskip("psutil")
+    try:
+        return bool(psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_server_processes_end_with_a_supervisor_killed_outright() -> None:
+    """Out of the supervisor's process group, they would otherwise serve on, orphaned."""
+    port = free_port()
+    serve = start_serve(port=port, workers=2)
+    pids: list[int] = []
+    try:
+        body = wait_for(port, lambda b: len(b["cluster"]["processes"]) == 2)
+        pids = [p["pid"] for p in body["cluster"]["processes"]]
+        serve.kill()
+        serve.wait()
+        for pid in pids:
+            for _ in range(600):
+                if is_gone(pid):
+                    break
+                time.sleep(0.1)
+            else:
+                pytest.fail(f"server process {pid} outlived its supervisor")
+    finally:
+        stop(serve)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

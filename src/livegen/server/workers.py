@@ -182,7 +182,8 @@ class Supervisor:
         self.actor = coordinator(ray)
         port = self._reserve_port()
         log_event(logger, "server.workers", workers=self.config.workers, port=port, group=self.group)
-        for signum in (signal.SIGTERM, signal.SIGINT):
+        # SIGHUP (the terminal closed) ends the processes now, as SIGINT does: it reaches them no more.
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, self._on_signal)
         try:
             for index in range(self.config.workers):
@@ -208,6 +209,7 @@ class Supervisor:
             "group": self.group,
             "ray_address": self.ray_address,
             "registry": self.registry_spec,
+            "parent": os.getpid(),
         }
         env = {**os.environ, ASSIGNMENT: json.dumps(assignment)}
         # A group of its own: a signal to the server's group reaches it once, passed on by _on_signal.
@@ -307,6 +309,19 @@ def reuse_port_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _end_with_parent(parent: int) -> None:
+    """Out of the supervisor's process group, a server process would outlive a supervisor killed
+    outright: on Linux it is sent SIGINT (end now) when its parent dies."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGINT)
+    if os.getppid() != parent:  # the parent died before that took hold
+        os.kill(os.getpid(), signal.SIGINT)
+
+
 def _child() -> None:
     """One server process of ``--workers``: join Ray, register, serve both ports."""
     from livegen import logs
@@ -316,6 +331,7 @@ def _child() -> None:
 
     limit_malloc_arenas()
     assignment = json.loads(os.environ.pop(ASSIGNMENT))
+    _end_with_parent(assignment["parent"])
     fields: dict[str, Any] = {
         k: tuple(v) if isinstance(v, list) else v for k, v in assignment["config"].items()
     }
