@@ -249,6 +249,42 @@ async def test_a_duplex_session_resumes_through_the_other_process(cluster: Clust
         assert (await recv(again))["type"] == "error"
 
 
+def held_sessions(cluster: Cluster) -> int:
+    report = health(cluster.port).json()["cluster"]
+    return int(report["sessions"].get(cluster.group, {}).get("voice", 0))
+
+
+async def test_a_full_server_still_takes_duplex_resumes(cluster: Cluster) -> None:
+    """A duplex resume (its session named in its first message) is counted as a resume, never
+    refused for room, through its owner or relayed from the other process; a new duplex session
+    is still refused when the server is full."""
+    one, other = cluster.processes()
+    parked: list[dict[str, Any]] = []
+    for _ in range(2):
+        ws = await duplex(one["address"], {"type": "session.update", "session": {}})
+        parked.append(await until(ws, "session.created", []))
+        await drop(ws)
+    for _ in range(50):  # the dropped sockets give their room back
+        if held_sessions(cluster) == 0:
+            break
+        await asyncio.sleep(0.1)
+    for _ in range(MAX_SESSIONS):
+        await open_voice(f"ws://127.0.0.1:{cluster.port}")
+    for created, process in zip(parked, (one, other), strict=True):
+        resume = {"type": "session.resume", "session_id": created["session"]["id"]}
+        resume |= {"resume_token": created["resume_token"], "last_received_server_event_seq": 1}
+        resumed = await recv(await duplex(process["address"], resume))
+        assert resumed["type"] == "session.resumed", resumed
+    refused = await duplex(other["address"], {"type": "session.update", "session": {}})
+    assert (await recv(refused))["error"]["code"] == "too_many_sessions"
+    while OPENED:  # the room comes back for the tests after this one
+        await OPENED.pop().close()
+    for _ in range(100):
+        if held_sessions(cluster) == 0:
+            break
+        await asyncio.sleep(0.1)
+
+
 async def test_a_calls_attach_and_hangup_reach_the_process_that_holds_it(cluster: Cluster) -> None:
     """A WebRTC call stays where its media flows; its id names that process, so an attach and a
     hangup through the other process are relayed there."""

@@ -16,9 +16,10 @@
   call's ``?call_id=`` attach and its hangup (the call's id carries its
   process's tag too: its media flows to that process); connections to this
   process's private address by the relay (marked ``x-livegen-relayed``) are
-  never relayed again nor counted twice, nor refused by a drain (a duplex
-  resume names its session in its first message, so ``server/voice.py``
-  relays it, not the gate).
+  resumes: never relayed again, counted here (the relaying process does not),
+  never refused for room nor by a drain. A duplex socket names the session it
+  resumes in its first message: it is counted when that message comes (a
+  resume as a resume), and ``server/voice.py`` relays it, not the gate.
 
 It also counts the session sockets open here, which a drain waits on, and in a
 cluster learns the ephemeral keys other processes minted, before the key is
@@ -35,9 +36,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qs
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from livegen.errors import RemoteProtocolError
 from livegen.protocol import errors as wire_errors
+from livegen.protocol.realtime import duplex
 from livegen.server.auth import presented_key, select_subprotocol
 from livegen.server.client_secrets import PREFIX, ClientSecret
 from livegen.server.forward import RELAYED_HEADER, forward, forward_http, send_refusal
@@ -127,20 +130,53 @@ class GateMiddleware:
         if session_id is None and gate.draining and not is_relayed:
             await _refuse_draining(scope, receive, send)
             return
-        counted = member is not None and not is_relayed
-        if counted and member is not None:
-            if session_id is not None and not member.owns(session_id):
+        held = [False]  # whether this socket holds one of the server-wide count
+        if member is not None:
+            if session_id is not None and not is_relayed and not member.owns(session_id):
                 await self._relay(scope, receive, send, session_id)
                 return
-            limit = None if session_id is not None else gate.max_sessions
-            if not await member.acquire(kind, limit):
-                await _refuse_full(scope, receive, send, kind, gate.max_sessions)
-                return
+            if kind == "voice" and session_id is None and duplex.wants_duplex(_first_values(query)):
+                # A duplex socket opens or resumes with its first message: counted once it is read.
+                receive = self._count_duplex(receive, send, held)
+            else:
+                # A resume (a relayed socket is one) is counted again, never refused for room.
+                resumes = session_id is not None or is_relayed
+                if not await member.acquire(kind, None if resumes else gate.max_sessions):
+                    await _refuse_full(scope, receive, send, kind, gate.max_sessions)
+                    return
+                held[0] = True
         try:
             await self._count(self.app, scope, receive, send)
         finally:
-            if counted and member is not None:
+            if held[0] and member is not None:
                 member.release(kind)
+
+    def _count_duplex(self, receive: Receive, send: Send, held: list[bool]) -> Receive:
+        """``receive``, which takes the socket's count when its first message comes: a
+        ``session.resume`` is counted as a resume (never refused for room; not here at all when
+        it is relayed to its owner, which counts it), anything else as a new session, refused
+        with ``too_many_sessions`` (close 1013) when the server is full."""
+        gate, member = self.gate, self.gate.member
+        assert member is not None
+        is_first = True
+
+        async def counted_receive() -> Message:
+            nonlocal is_first
+            message = await receive()
+            if not is_first or message["type"] != "websocket.receive":
+                return message
+            is_first = False
+            resumed = _resumed_session(message.get("text"))
+            if resumed is not None and resumed != "" and not member.owns(resumed):
+                return message  # server/voice.py relays it to the owner
+            limit = None if resumed is not None else gate.max_sessions
+            if await member.acquire("voice", limit):
+                held[0] = True
+                return message
+            await send_refusal(send, wire_errors.TOO_MANY_SESSIONS.error(limit=gate.max_sessions), 1013)
+            return {"type": "websocket.disconnect", "code": 1013}
+
+        return counted_receive
 
     async def _to_call_owner(self, scope: Scope, receive: Receive, send: Send, call_id: str) -> None:
         """A call's hangup or ``?call_id=`` attach: to the process that holds the call (its media
@@ -177,6 +213,21 @@ class GateMiddleware:
             gate.open_sessions -= 1
             if gate.open_sessions == 0:
                 gate.idle.set()
+
+
+def _first_values(query: dict[str, list[str]]) -> dict[str, str]:
+    return {key: values[0] for key, values in query.items()}
+
+
+def _resumed_session(text: str | None) -> str | None:
+    """The session a duplex socket's first message resumes (``""`` when it names none), or None
+    when that message is not a ``session.resume``."""
+    if text is None or duplex.first_type(text) != "session.resume":
+        return None
+    try:
+        return duplex.parse_resume(text).session_id
+    except RemoteProtocolError:
+        return ""
 
 
 def _is_relayed(scope: Scope, private_port: int | None) -> bool:
