@@ -496,3 +496,30 @@ def test_server_processes_end_with_a_supervisor_killed_outright() -> None:
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+async def test_a_duplex_resume_attaches_while_the_server_drains() -> None:
+    """As a ``?session_id=`` resume does: a drain refuses new sessions, never resumes; a duplex
+    socket says which it is in its first message, so a new one is refused then (server_draining)."""
+    port = free_port()
+    serve = start_serve(port=port, drain_timeout_s=30.0)
+    try:
+        wait_for(port, lambda b: True)
+        address = f"ws://127.0.0.1:{port}"
+        await open_voice(address)  # a live session: the drain waits for it
+        ws = await duplex(address, {"type": "session.update", "session": {}})
+        created = await until(ws, "session.created", [])
+        await drop(ws)
+        os.kill(serve.pid, signal.SIGTERM)
+        for _ in range(100):
+            if health(port).status_code == 503:
+                break
+            await asyncio.sleep(0.05)
+        resume = {"type": "session.resume", "session_id": created["session"]["id"]}
+        resume |= {"resume_token": created["resume_token"], "last_received_server_event_seq": 1}
+        resumed = await recv(await duplex(address, resume))
+        assert resumed["type"] == "session.resumed", resumed
+        refused = await duplex(address, {"type": "session.update", "session": {}})
+        assert (await recv(refused))["error"]["code"] == "server_draining"
+    finally:
+        stop(serve)

@@ -126,19 +126,20 @@ class GateMiddleware:
         if kind == "voice" and "call_id" in query:
             await self._to_call_owner(scope, receive, send, query["call_id"][0])
             return
+        held = [False]  # whether this socket holds one of the server-wide count
+        is_duplex = _is_duplex_voice(kind, session_id, query)
+        if is_duplex:
+            # A duplex socket opens or resumes with its first message: drained and counted then.
+            receive = self._admit_duplex(receive, send, held, is_relayed)
         # A relayed socket is a resume (a duplex one names its session in its first message).
-        if session_id is None and gate.draining and not is_relayed:
+        elif session_id is None and gate.draining and not is_relayed:
             await _refuse_draining(scope, receive, send)
             return
-        held = [False]  # whether this socket holds one of the server-wide count
         if member is not None:
             if session_id is not None and not is_relayed and not member.owns(session_id):
                 await self._relay(scope, receive, send, session_id)
                 return
-            if kind == "voice" and session_id is None and duplex.wants_duplex(_first_values(query)):
-                # A duplex socket opens or resumes with its first message: counted once it is read.
-                receive = self._count_duplex(receive, send, held)
-            else:
+            if not is_duplex:
                 # A resume (a relayed socket is one) is counted again, never refused for room.
                 resumes = session_id is not None or is_relayed
                 if not await member.acquire(kind, None if resumes else gate.max_sessions):
@@ -151,13 +152,13 @@ class GateMiddleware:
             if held[0] and member is not None:
                 member.release(kind)
 
-    def _count_duplex(self, receive: Receive, send: Send, held: list[bool]) -> Receive:
-        """``receive``, which takes the socket's count when its first message comes: a
-        ``session.resume`` is counted as a resume (never refused for room; not here at all when
-        it is relayed to its owner, which counts it), anything else as a new session, refused
-        with ``too_many_sessions`` (close 1013) when the server is full."""
+    def _admit_duplex(self, receive: Receive, send: Send, held: list[bool], is_relayed: bool) -> Receive:
+        """``receive``, which admits the socket when its first message comes: a
+        ``session.resume`` as a resume (attached while the server drains; counted, never refused
+        for room, and not here at all when it is relayed to its owner, which counts it), anything
+        else as a new session, refused while the server drains (``server_draining``) or when it
+        is full (``too_many_sessions``), then close 1013."""
         gate, member = self.gate, self.gate.member
-        assert member is not None
         is_first = True
 
         async def counted_receive() -> Message:
@@ -167,6 +168,11 @@ class GateMiddleware:
                 return message
             is_first = False
             resumed = _resumed_session(message.get("text"))
+            if resumed is None and gate.draining and not is_relayed:
+                await _send_event(send, _draining_error(), 1013)
+                return {"type": "websocket.disconnect", "code": 1013}
+            if member is None:
+                return message
             if resumed is not None and resumed != "" and not member.owns(resumed):
                 return message  # server/voice.py relays it to the owner
             limit = None if resumed is not None else gate.max_sessions
@@ -239,10 +245,25 @@ def _is_relayed(scope: Scope, private_port: int | None) -> bool:
     return any(key == RELAYED_HEADER for key, _ in scope.get("headers", []))
 
 
-async def _refuse_draining(scope: Scope, receive: Receive, send: Send) -> None:
+def _is_duplex_voice(kind: str, session_id: str | None, query: dict[str, list[str]]) -> bool:
+    return kind == "voice" and session_id is None and duplex.wants_duplex(_first_values(query))
+
+
+def _draining_error() -> dict[str, str | None]:
     message = "the server is draining for a shutdown; connect to another"
-    error = {"type": "server_error", "code": "server_draining", "message": message, "param": None}
-    await send_denial(scope, receive, send, 503, json.dumps({"error": error}).encode())
+    return {"type": "server_error", "code": "server_draining", "message": message, "param": None}
+
+
+async def _refuse_draining(scope: Scope, receive: Receive, send: Send) -> None:
+    body = json.dumps({"error": _draining_error()}).encode()
+    await send_denial(scope, receive, send, 503, body)
+
+
+async def _send_event(send: Send, error: dict[str, str | None], code: int) -> None:
+    """On an accepted socket: OpenAI's error event, as the engine's refusals send it, then the close."""
+    event = {"type": "error", "event_id": "event_refused", "error": error}
+    await send({"type": "websocket.send", "text": json.dumps(event)})
+    await send({"type": "websocket.close", "code": code})
 
 
 async def _refuse_full(scope: Scope, receive: Receive, send: Send, kind: str, limit: int) -> None:
