@@ -363,6 +363,23 @@ async def test_a_key_minted_on_one_process_opens_a_session_on_the_other(cluster:
     assert refused.value.response.status_code == 401
 
 
+async def test_an_owner_that_cannot_be_reached_is_answered_as_for_an_unknown_id(cluster: Cluster) -> None:
+    """A stopped process takes no connection: through the other process a call's attach is
+    refused with call_not_found, as for a call no process holds, and a resume with
+    session_not_found, never hung."""
+    pytest.importorskip("aiortc")
+    one, other = cluster.processes()
+    os.kill(one["pid"], signal.SIGSTOP)
+    try:
+        attach = await websockets.connect(f"{other['address']}/v1/realtime?call_id=rtc_{one['tag']}0000")
+        OPENED.append(attach)
+        assert (await recv(attach))["error"]["code"] == "call_not_found"
+        late = await resume(other["address"], f"sess_{one['tag']}000000000000", "token", last_seq=1)
+        assert (await recv(late))["error"]["code"] == "session_not_found"
+    finally:
+        os.kill(one["pid"], signal.SIGCONT)
+
+
 async def world_chunks(client: WorldClient, count: int) -> list[Any]:
     return [(await client.next_chunk(wait_s=30)).header for _ in range(count)]
 

@@ -198,7 +198,11 @@ class GateMiddleware:
         elif scope["type"] == "http":
             await forward_http(scope, receive, send, address, self.app)
         else:
-            await self._count(lambda s, r, w: forward(s, r, w, address), scope, receive, send)
+            # A process that cannot be reached is answered here too: call_not_found.
+            async def relay(scope: Scope, receive: Receive, send: Send) -> None:
+                await forward(scope, receive, send, address, self.app)
+
+            await self._count(relay, scope, receive, send)
 
     async def _relay(self, scope: Scope, receive: Receive, send: Send, session_id: str) -> None:
         assert self.gate.member is not None
