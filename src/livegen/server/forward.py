@@ -23,7 +23,8 @@ candidates the answer carries.
 An owner that is gone (no address, or its address refuses within
 ``CONNECT_TIMEOUT_S``) is OpenAI's ``session_not_found`` on the client's
 socket, then close 1008, never a hang (a duplex resume: vllm-omni's code for
-it, from this process's engine).
+it, from this process's engine; a call's attach: ``call_not_found``, from
+this process's route, as for a call it never heard of).
 """
 
 from __future__ import annotations
@@ -66,15 +67,19 @@ RELAYED_HEADER = b"x-livegen-relayed"
 UNSENDABLE = frozenset({1005, 1006, 1015})
 
 
-async def forward(scope: Scope, receive: Receive, send: Send, address: str | None) -> None:
-    """Relay this socket to ``address`` (``ws://host:port``), or refuse with ``session_not_found``."""
+async def forward(
+    scope: Scope, receive: Receive, send: Send, address: str | None, fallback: ASGIApp | None = None
+) -> None:
+    """Relay this socket to ``address`` (``ws://host:port``); when no process is there (no
+    address, or it cannot be reached) ``fallback`` answers it, as this process would answer an
+    id it does not know (by default ``session_not_found``; a call's attach: ``call_not_found``)."""
     upstream = None if address is None else await _open_upstream(scope, address)
     if isinstance(upstream, InvalidStatus):  # the owner refused the handshake itself: pass it on
         response = upstream.response
         await send_denial(scope, receive, send, response.status_code, bytes(response.body or b""))
         return
     if upstream is None:
-        await _not_found(scope, receive, send)
+        await (fallback or _not_found)(scope, receive, send)
         return
     await receive()  # websocket.connect
     await send({"type": "websocket.accept", "subprotocol": upstream.subprotocol})

@@ -17,9 +17,10 @@
   process's tag too: its media flows to that process), and a call offer that
   resumes a session (``POST /v1/realtime/calls?session_id=``); connections to this
   process's private address by the relay (marked ``x-livegen-relayed``) are
-  never relayed again nor counted twice, nor refused by a drain (a duplex
-  resume names its session in its first message, so ``server/voice.py``
-  relays it, not the gate).
+  resumes: never relayed again, counted here (the relaying process does not),
+  never refused for room nor by a drain. A duplex socket names the session it
+  resumes in its first message: it is counted when that message comes (a
+  resume as a resume), and ``server/voice.py`` relays it, not the gate.
 
 It also counts the session sockets open here, which a drain waits on, and in a
 cluster learns the ephemeral keys other processes minted, before the key is
@@ -36,9 +37,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qs
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from livegen.errors import RemoteProtocolError
 from livegen.protocol import errors as wire_errors
+from livegen.protocol.realtime import duplex
 from livegen.server.auth import presented_key, select_subprotocol
 from livegen.server.client_secrets import PREFIX, ClientSecret
 from livegen.server.forward import (
@@ -135,24 +138,63 @@ class GateMiddleware:
         if kind == "voice" and "call_id" in query:
             await self._to_call_owner(scope, receive, send, query["call_id"][0])
             return
+        held = [False]  # whether this socket holds one of the server-wide count
+        is_duplex = _is_duplex_voice(kind, session_id, query)
+        if is_duplex:
+            # A duplex socket opens or resumes with its first message: drained and counted then.
+            receive = self._admit_duplex(receive, send, held, is_relayed)
         # A relayed socket is a resume (a duplex one names its session in its first message).
-        if session_id is None and gate.draining and not is_relayed:
+        elif session_id is None and gate.draining and not is_relayed:
             await _refuse_draining(scope, receive, send)
             return
-        counted = member is not None and not is_relayed
-        if counted and member is not None:
-            if session_id is not None and not member.owns(session_id):
+        if member is not None:
+            if session_id is not None and not is_relayed and not member.owns(session_id):
                 await self._relay(scope, receive, send, session_id)
                 return
-            limit = None if session_id is not None else gate.max_sessions
-            if not await member.acquire(kind, limit):
-                await _refuse_full(scope, receive, send, kind, gate.max_sessions)
-                return
+            if not is_duplex:
+                # A resume (a relayed socket is one) is counted again, never refused for room.
+                resumes = session_id is not None or is_relayed
+                if not await member.acquire(kind, None if resumes else gate.max_sessions):
+                    await _refuse_full(scope, receive, send, kind, gate.max_sessions)
+                    return
+                held[0] = True
         try:
             await self._count(self.app, scope, receive, send)
         finally:
-            if counted and member is not None:
+            if held[0] and member is not None:
                 member.release(kind)
+
+    def _admit_duplex(self, receive: Receive, send: Send, held: list[bool], is_relayed: bool) -> Receive:
+        """``receive``, which admits the socket when its first message comes: a
+        ``session.resume`` as a resume (attached while the server drains; counted, never refused
+        for room, and not here at all when it is relayed to its owner, which counts it), anything
+        else as a new session, refused while the server drains (``server_draining``) or when it
+        is full (``too_many_sessions``), then close 1013."""
+        gate, member = self.gate, self.gate.member
+        is_first = True
+
+        async def counted_receive() -> Message:
+            nonlocal is_first
+            message = await receive()
+            if not is_first or message["type"] != "websocket.receive":
+                return message
+            is_first = False
+            resumed = _resumed_session(message.get("text"))
+            if resumed is None and gate.draining and not is_relayed:
+                await _send_event(send, _draining_error(), 1013)
+                return {"type": "websocket.disconnect", "code": 1013}
+            if member is None:
+                return message
+            if resumed is not None and resumed != "" and not member.owns(resumed):
+                return message  # server/voice.py relays it to the owner
+            limit = None if resumed is not None else gate.max_sessions
+            if await member.acquire("voice", limit):
+                held[0] = True
+                return message
+            await send_refusal(send, wire_errors.TOO_MANY_SESSIONS.error(limit=gate.max_sessions), 1013)
+            return {"type": "websocket.disconnect", "code": 1013}
+
+        return counted_receive
 
     async def _to_call_owner(self, scope: Scope, receive: Receive, send: Send, call_id: str) -> None:
         """A call's hangup or ``?call_id=`` attach, or a call offer resuming a session (``call_id``
@@ -170,7 +212,11 @@ class GateMiddleware:
             timeout_s = OFFER_ANSWER_TIMEOUT_S if scope["path"] == CALLS else ANSWER_TIMEOUT_S
             await forward_http(scope, receive, send, address, self.app, timeout_s)
         else:
-            await self._count(lambda s, r, w: forward(s, r, w, address), scope, receive, send)
+            # A process that cannot be reached is answered here too: call_not_found.
+            async def relay(scope: Scope, receive: Receive, send: Send) -> None:
+                await forward(scope, receive, send, address, self.app)
+
+            await self._count(relay, scope, receive, send)
 
     async def _relay(self, scope: Scope, receive: Receive, send: Send, session_id: str) -> None:
         assert self.gate.member is not None
@@ -206,6 +252,21 @@ def _owned_request(scope: Scope) -> str | None:
     return session_ids[0] if session_ids else None
 
 
+def _first_values(query: dict[str, list[str]]) -> dict[str, str]:
+    return {key: values[0] for key, values in query.items()}
+
+
+def _resumed_session(text: str | None) -> str | None:
+    """The session a duplex socket's first message resumes (``""`` when it names none), or None
+    when that message is not a ``session.resume``."""
+    if text is None or duplex.first_type(text) != "session.resume":
+        return None
+    try:
+        return duplex.parse_resume(text).session_id
+    except RemoteProtocolError:
+        return ""
+
+
 def _is_relayed(scope: Scope, private_port: int | None) -> bool:
     """A resume another process relayed here: it arrives on the private port, marked (a client may
     connect to the private port too, and is then served as on the public one)."""
@@ -215,10 +276,25 @@ def _is_relayed(scope: Scope, private_port: int | None) -> bool:
     return any(key == RELAYED_HEADER for key, _ in scope.get("headers", []))
 
 
-async def _refuse_draining(scope: Scope, receive: Receive, send: Send) -> None:
+def _is_duplex_voice(kind: str, session_id: str | None, query: dict[str, list[str]]) -> bool:
+    return kind == "voice" and session_id is None and duplex.wants_duplex(_first_values(query))
+
+
+def _draining_error() -> dict[str, str | None]:
     message = "the server is draining for a shutdown; connect to another"
-    error = {"type": "server_error", "code": "server_draining", "message": message, "param": None}
-    await send_denial(scope, receive, send, 503, json.dumps({"error": error}).encode())
+    return {"type": "server_error", "code": "server_draining", "message": message, "param": None}
+
+
+async def _refuse_draining(scope: Scope, receive: Receive, send: Send) -> None:
+    body = json.dumps({"error": _draining_error()}).encode()
+    await send_denial(scope, receive, send, 503, body)
+
+
+async def _send_event(send: Send, error: dict[str, str | None], code: int) -> None:
+    """On an accepted socket: OpenAI's error event, as the engine's refusals send it, then the close."""
+    event = {"type": "error", "event_id": "event_refused", "error": error}
+    await send({"type": "websocket.send", "text": json.dumps(event)})
+    await send({"type": "websocket.close", "code": code})
 
 
 async def _refuse_full(scope: Scope, receive: Receive, send: Send, kind: str, limit: int) -> None:

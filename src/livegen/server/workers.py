@@ -11,7 +11,13 @@ processes instead, each its own uvicorn and event loop:
   the N processes (``python -m livegen.server.workers``); it restarts one that
   dies once it served (its counts and address are dropped from the coordinator
   first; one that dies before it registered stops the server rather than loop)
-  and passes ``SIGTERM`` on to all of them;
+  and passes ``SIGTERM`` on to all of them. They run in a process group of
+  their own, so a signal to the whole group (Ctrl-C in a terminal, systemd's
+  stop) reaches them once, through the parent, and a first ``SIGTERM`` still
+  drains. Ray's own processes may die with such a signal: while the server
+  stops, every call to Ray is bounded (``STOP_CALL_S``), and a process whose
+  Ray is gone exits without Ray's exit-time disconnect, which would wait out
+  Ray's reconnect timeouts;
 - each process binds the public port with ``SO_REUSEPORT`` (the kernel spreads
   new connections over the processes) and a private port of its own, which
   resumes of its sessions are relayed to from the other processes
@@ -28,6 +34,7 @@ then the rest end with their terminal event (``session.closed``, reason
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import importlib
 import json
@@ -59,6 +66,8 @@ logger = logging.getLogger("livegen.server")
 ASSIGNMENT = "LIVEGEN_WORKER_ASSIGNMENT"
 #: Seconds past ``--drain-timeout`` the parent waits for its processes before it kills them.
 KILL_AFTER_S = 20.0
+#: The most one call to Ray may take while the server stops (Ray may have died with the signal).
+STOP_CALL_S = 2.0
 
 
 class DrainingServer(uvicorn.Server):
@@ -152,10 +161,12 @@ class Supervisor:
         self.group = secrets.token_hex(4)
         self.children: dict[int, tuple[subprocess.Popen[bytes], str]] = {}
         self.stopping = False
+        #: False once a call to Ray failed: the calls left are skipped, and so is Ray's disconnect.
+        self.ray_alive = True
         self._reserved: socket.socket | None = None
 
     def run(self) -> None:
-        from livegen.server.cluster import NAMESPACE, coordinator, stop_services
+        from livegen.server.cluster import NAMESPACE, coordinator
 
         ray = import_ray()
         options: dict[str, Any] = {"namespace": NAMESPACE, "log_to_driver": False}
@@ -173,7 +184,8 @@ class Supervisor:
         self.actor = coordinator(ray)
         port = self._reserve_port()
         log_event(logger, "server.workers", workers=self.config.workers, port=port, group=self.group)
-        for signum in (signal.SIGTERM, signal.SIGINT):
+        # SIGHUP (the terminal closed) ends the processes now, as SIGINT does: it reaches them no more.
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, self._on_signal)
         try:
             for index in range(self.config.workers):
@@ -181,10 +193,7 @@ class Supervisor:
             self._watch(port)
         finally:
             self._stop_all()
-            if self.config.ray_address is None:
-                ray.shutdown()
-            else:
-                stop_services(ray, self.actor)
+            self._leave_ray()
 
     def _reserve_port(self) -> int:
         """The public port: the configured one, or (port 0) one chosen here and held bound (not
@@ -202,9 +211,12 @@ class Supervisor:
             "group": self.group,
             "ray_address": self.ray_address,
             "registry": self.registry_spec,
+            "parent": os.getpid(),
         }
         env = {**os.environ, ASSIGNMENT: json.dumps(assignment)}
-        child = subprocess.Popen([sys.executable, "-m", "livegen.server.workers"], env=env)
+        # A group of its own: a signal to the server's group reaches it once, passed on by _on_signal.
+        command = [sys.executable, "-m", "livegen.server.workers"]
+        child = subprocess.Popen(command, env=env, start_new_session=True)
         self.children[index] = (child, tag)
         log_event(logger, "server.worker_started", index=index, pid=child.pid, tag=tag)
 
@@ -215,10 +227,11 @@ class Supervisor:
                 if child.poll() is None:
                     continue
                 del self.children[index]
-                had_started = self.ray.get(self.actor.address.remote(tag)) is not None
-                self.ray.get(self.actor.forget.remote(tag))  # its counts and address go with it
                 if self.stopping:
+                    self._forget(tag)
                     continue
+                had_started = self._call(self.actor.address, tag) is not None
+                self._forget(tag)
                 log_event(logger, "server.worker_died", logging.ERROR, index=index, code=child.returncode)
                 if not had_started:
                     # It never got going (a port taken, Ray unreachable): no restart loop.
@@ -242,9 +255,52 @@ class Supervisor:
             except subprocess.TimeoutExpired:
                 child.kill()
                 child.wait()
-            self.ray.get(self.actor.forget.remote(tag))
+            self._forget(tag)
         if self._reserved is not None:
             self._reserved.close()
+
+    def _call(self, method: Any, *args: Any) -> Any:
+        """``method(*args)`` of the coordinator, waited for ``STOP_CALL_S`` at most; None (and Ray
+        marked gone) when Ray cannot answer."""
+        if not self.ray_alive:
+            return None
+        try:
+            return self.ray.get(method.remote(*args), timeout=STOP_CALL_S)
+        except Exception as exc:
+            log_event(logger, "cluster.unreachable", logging.WARNING, error=repr(exc))
+            self.ray_alive = False
+            return None
+
+    def _forget(self, tag: str) -> None:
+        """A process that ended: its counts and address go with it."""
+        self._call(self.actor.forget, tag)
+
+    def _leave_ray(self) -> None:
+        """End a Ray of this server's own, or leave a joined one, and exit. Ray's own shutdown
+        (its driver's disconnect) waits out Ray's reconnect timeouts when Ray's processes died
+        with the signal that stops the server (a process group's Ctrl-C, systemd's stop), and a
+        live one cannot be told from a dying one in time: so Ray's processes, the children this
+        process started through ``ray.init``, are ended here, then the process exits at once."""
+        if self.config.ray_address is not None and self.ray_alive:
+            from livegen.server.cluster import stop_services
+
+            stop_services(self.ray, self.actor)  # the last ``livegen serve`` of it stops its services
+            return  # a cluster that answered: Ray leaves it at exit
+        if self.config.ray_address is None:
+            import psutil  # Ray's own dependency
+
+            processes = psutil.Process().children(recursive=True)
+            for process in processes:
+                with contextlib.suppress(psutil.Error):
+                    process.terminate()
+            for process in psutil.wait_procs(processes, timeout=STOP_CALL_S)[1]:
+                with contextlib.suppress(psutil.Error):
+                    process.kill()
+        log_event(logger, "server.stopped")
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 def reuse_port_socket(host: str, port: int) -> socket.socket:
@@ -258,6 +314,19 @@ def reuse_port_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _end_with_parent(parent: int) -> None:
+    """Out of the supervisor's process group, a server process would outlive a supervisor killed
+    outright: on Linux it is sent SIGINT (end now) when its parent dies."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGINT)
+    if os.getppid() != parent:  # the parent died before that took hold
+        os.kill(os.getpid(), signal.SIGINT)
+
+
 def _child() -> None:
     """One server process of ``--workers``: join Ray, register, serve both ports."""
     from livegen import logs
@@ -267,6 +336,7 @@ def _child() -> None:
 
     limit_malloc_arenas()
     assignment = json.loads(os.environ.pop(ASSIGNMENT))
+    _end_with_parent(assignment["parent"])
     fields: dict[str, Any] = {
         k: tuple(v) if isinstance(v, list) else v for k, v in assignment["config"].items()
     }
@@ -288,7 +358,21 @@ def _child() -> None:
     state.gate.join(member, private.getsockname()[1])
     info = {"pid": os.getpid(), "index": assignment["index"], "port": config.port, "node": host}
     ray.get(actor.register.remote(member.tag, {**info, "address": address, "group": member.group}))
-    DrainingServer(_uvicorn_config(app, config), state).run(sockets=[public, private])
+    code = 0
+    try:
+        DrainingServer(_uvicorn_config(app, config), state).run(sockets=[public, private])
+    except (KeyboardInterrupt, SystemExit):
+        pass  # uvicorn raises the stop signal again once it has stopped
+    except BaseException:
+        logger.exception("server process failed")
+        code = 1
+    finally:
+        # Without Ray's exit-time disconnect, which waits out Ray's reconnect timeouts when Ray's
+        # processes died with the server's signal; Ray sees this driver go either way.
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 if __name__ == "__main__":

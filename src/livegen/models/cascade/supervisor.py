@@ -109,8 +109,15 @@ class Slot:
 
     def launch(self) -> subprocess.Popen[bytes]:
         """Start a worker process and its reader; ``handshake`` waits for its hello."""
+        # A session of its own: a signal to the server's process group (Ctrl-C, systemd's stop)
+        # must not kill it, or the slot would restart it while the server stops; the pool ends
+        # it (end of input), and so does its parent's death.
         process = subprocess.Popen(
-            self._argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=_child_env()
+            self._argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=_child_env(),
+            start_new_session=True,
         )
         assert process.stdin is not None
         os.set_blocking(process.stdin.fileno(), False)

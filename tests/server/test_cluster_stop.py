@@ -1,0 +1,190 @@
+"""Stopping, draining and counting across a cluster's processes: a process group's signal, a
+supervisor killed outright, duplex resumes counted as resumes and attached while draining, an
+owner that cannot be reached."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import time
+from typing import Any
+
+import cluster_harness as harness
+import pytest
+import websockets
+from cluster_harness import (
+    MAX_SESSIONS,
+    OPENED,
+    Cluster,
+    drop,
+    duplex,
+    free_port,
+    health,
+    open_voice,
+    recv,
+    resume,
+    start_serve,
+    stop,
+    until,
+    wait_for,
+)
+
+pytest.importorskip("ray")
+
+close_clients = pytest.fixture(autouse=True)(harness.close_clients)
+ray_nodes = pytest.fixture(scope="module")(harness.ray_nodes)
+cluster = pytest.fixture(scope="module")(harness.cluster)
+
+
+# --- stopping, draining and counting across processes -------------------------------------------
+
+
+def held_sessions(cluster: Cluster) -> int:
+    report = health(cluster.port).json()["cluster"]
+    return int(report["sessions"].get(cluster.group, {}).get("voice", 0))
+
+
+async def test_a_full_server_still_takes_duplex_resumes(cluster: Cluster) -> None:
+    """A duplex resume (its session named in its first message) is counted as a resume, never
+    refused for room, through its owner or relayed from the other process; a new duplex session
+    is still refused when the server is full."""
+    one, other = cluster.processes()
+    parked: list[dict[str, Any]] = []
+    for _ in range(2):
+        ws = await duplex(one["address"], {"type": "session.update", "session": {}})
+        parked.append(await until(ws, "session.created", []))
+        await drop(ws)
+    for _ in range(50):  # the dropped sockets give their room back
+        if held_sessions(cluster) == 0:
+            break
+        await asyncio.sleep(0.1)
+    for _ in range(MAX_SESSIONS):
+        await open_voice(f"ws://127.0.0.1:{cluster.port}")
+    for created, process in zip(parked, (one, other), strict=True):
+        resume = {"type": "session.resume", "session_id": created["session"]["id"]}
+        resume |= {"resume_token": created["resume_token"], "last_received_server_event_seq": 1}
+        resumed = await recv(await duplex(process["address"], resume))
+        assert resumed["type"] == "session.resumed", resumed
+    refused = await duplex(other["address"], {"type": "session.update", "session": {}})
+    assert (await recv(refused))["error"]["code"] == "too_many_sessions"
+    while OPENED:  # the room comes back for the tests after this one
+        await OPENED.pop().close()
+    for _ in range(100):
+        if held_sessions(cluster) == 0:
+            break
+        await asyncio.sleep(0.1)
+
+
+async def test_an_owner_that_cannot_be_reached_is_answered_as_for_an_unknown_id(cluster: Cluster) -> None:
+    """A stopped process takes no connection: through the other process a call's attach is
+    refused with call_not_found, as for a call no process holds, and a resume with
+    session_not_found, never hung."""
+    pytest.importorskip("aiortc")
+    one, other = cluster.processes()
+    os.kill(one["pid"], signal.SIGSTOP)
+    try:
+        attach = await websockets.connect(f"{other['address']}/v1/realtime?call_id=rtc_{one['tag']}0000")
+        OPENED.append(attach)
+        assert (await recv(attach))["error"]["code"] == "call_not_found"
+        late = await resume(other["address"], f"sess_{one['tag']}000000000000", "token", last_seq=1)
+        assert (await recv(late))["error"]["code"] == "session_not_found"
+    finally:
+        os.kill(one["pid"], signal.SIGCONT)
+
+
+async def test_a_sigterm_to_the_whole_process_group_still_drains() -> None:
+    """Ctrl-C in a terminal and systemd's stop signal the server's whole process group (Ray's own
+    processes too): the server processes get one SIGTERM, through the supervisor, and drain; the
+    server then exits (no call waits on the Ray that died with the signal)."""
+    port = free_port()
+    serve = start_serve(port=port, drain_timeout_s=3.0, workers=2)
+    try:
+        body = wait_for(port, lambda b: len(b["cluster"]["processes"]) == 2)
+        # out of the group the signal goes to: the supervisor alone passes it on, once
+        assert all(os.getpgid(p["pid"]) != serve.pid for p in body["cluster"]["processes"])
+        live, _seen = await open_voice(f"ws://127.0.0.1:{port}")
+        os.killpg(serve.pid, signal.SIGTERM)
+        # the live session goes on while the server drains...
+        await live.send(json.dumps({"type": "response.create"}))
+        assert (await until(live, "response.done", []))["response"]["status"] == "completed"
+        # ...until the drain timeout, when it ends with its terminal event
+        closed = await until(live, "session.closed", [])
+        assert closed.get("reason") == "server_shutdown"
+        assert serve.wait(60) == 0
+    finally:
+        stop(serve)
+
+
+def test_speech_workers_are_out_of_the_servers_process_group() -> None:
+    """A signal to the server's process group must not reach the cascade's speech workers: their
+    slots would restart them while the server stops ("closed its input ... restarting")."""
+    tts = pytest.importorskip("livegen.models.cascade.tts")
+    pool = tts.Pool(engines=("espeak",), size=1)
+    try:
+        (pid,) = pool.pids()
+        assert pid is not None and os.getpgid(pid) != os.getpgrp()
+    finally:
+        pool.close()
+
+
+def is_gone(pid: int) -> bool:
+    """Ended (a zombie not yet reaped by init counts as ended)."""
+    psutil = pytest.importorskip("psutil")
+    try:
+        return bool(psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_server_processes_end_with_a_supervisor_killed_outright() -> None:
+    """Out of the supervisor's process group, they would otherwise serve on, orphaned."""
+    port = free_port()
+    serve = start_serve(port=port, workers=2)
+    pids: list[int] = []
+    try:
+        body = wait_for(port, lambda b: len(b["cluster"]["processes"]) == 2)
+        pids = [p["pid"] for p in body["cluster"]["processes"]]
+        serve.kill()
+        serve.wait()
+        for pid in pids:
+            for _ in range(600):
+                if is_gone(pid):
+                    break
+                time.sleep(0.1)
+            else:
+                pytest.fail(f"server process {pid} outlived its supervisor")
+    finally:
+        stop(serve)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+async def test_a_duplex_resume_attaches_while_the_server_drains() -> None:
+    """As a ``?session_id=`` resume does: a drain refuses new sessions, never resumes; a duplex
+    socket says which it is in its first message, so a new one is refused then (server_draining)."""
+    port = free_port()
+    serve = start_serve(port=port, drain_timeout_s=30.0)
+    try:
+        wait_for(port, lambda b: True)
+        address = f"ws://127.0.0.1:{port}"
+        await open_voice(address)  # a live session: the drain waits for it
+        ws = await duplex(address, {"type": "session.update", "session": {}})
+        created = await until(ws, "session.created", [])
+        await drop(ws)
+        os.kill(serve.pid, signal.SIGTERM)
+        for _ in range(100):
+            if health(port).status_code == 503:
+                break
+            await asyncio.sleep(0.05)
+        resume = {"type": "session.resume", "session_id": created["session"]["id"]}
+        resume |= {"resume_token": created["resume_token"], "last_received_server_event_seq": 1}
+        resumed = await recv(await duplex(address, resume))
+        assert resumed["type"] == "session.resumed", resumed
+        refused = await duplex(address, {"type": "session.update", "session": {}})
+        assert (await recv(refused))["error"]["code"] == "server_draining"
+    finally:
+        stop(serve)
