@@ -47,6 +47,7 @@ from livegen.protocol import realtime as wire
 from livegen.protocol.realtime import server as ev
 from livegen.server.auth import offered_subprotocols, select_subprotocol
 from livegen.server.origins import send_denial
+from livegen.tasks import TaskSet
 
 logger = logging.getLogger("livegen.server")
 
@@ -217,13 +218,12 @@ def _private_tls() -> ssl.SSLContext:
 
 
 async def _relay(upstream: ClientConnection, receive: Receive, send: Send) -> None:
-    inbound = asyncio.create_task(_client_to_owner(upstream, receive))
+    inbound = TaskSet()  # the client's half: ended with the owner's, however that ends
+    inbound.spawn(_client_to_owner(upstream, receive))
     try:
         await _owner_to_client(upstream, send)
     finally:
-        inbound.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await inbound
+        await inbound.aclose()
         upstream.transport.abort()
 
 

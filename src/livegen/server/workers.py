@@ -55,6 +55,7 @@ from livegen.logs import log_event
 from livegen.models.voice import SHARED_SPEECH_ENV
 from livegen.server.budgets import uvicorn_options
 from livegen.server.config import ServerConfig
+from livegen.tasks import TaskSet
 
 if TYPE_CHECKING:
     from livegen.models import Registry
@@ -78,6 +79,8 @@ class DrainingServer(uvicorn.Server):
         self.state = state
         self._loop: asyncio.AbstractEventLoop | None = None
         self._draining: asyncio.Task[None] | None = None
+        #: The drain's task: held until it ends (it ends the server: ``should_exit``).
+        self._tasks = TaskSet()
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         self._loop = asyncio.get_running_loop()
@@ -96,7 +99,7 @@ class DrainingServer(uvicorn.Server):
         super().handle_exit(sig, frame)
 
     def _start_drain(self) -> None:
-        self._draining = asyncio.get_running_loop().create_task(self.drain())
+        self._draining = self._tasks.spawn(self.drain())
 
     async def drain(self) -> None:
         """Refuse new sessions, wait for the live ones up to the drain timeout, end the rest."""
