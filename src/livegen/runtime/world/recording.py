@@ -269,24 +269,32 @@ class _Writer:
             _write_line(log, self._header)
             self._store.prune()
             video = VideoWriter(self._directory / video_name, width, height, fps, self._store.format)
+            end: dict[str, Any] | None = None
             try:
-                self._drain(log, video)
+                end = self._drain(log, video)
             except Exception as exc:
                 self._abort = self._abort or _failure(exc)
                 raise
             finally:
                 with contextlib.suppress(Exception):  # a failing disk may fail the flush too
                     video.close()
+                if end is not None:  # last, once the video is whole: a reader who sees it may read both
+                    _write_line(log, end)
                 if self._abort is not None:
                     with contextlib.suppress(OSError):
                         code, message = self._abort
                         _write_line(log, {"type": "recording.failed", "code": code, "message": message})
 
-    def _drain(self, log: Any, video: VideoWriter) -> None:
+    def _drain(self, log: Any, video: VideoWriter) -> dict[str, Any] | None:
+        """Write the queue's items until its end, whose line is returned unwritten (None: aborted)."""
         while self._abort is None:
             kind, line, frames, size = self._queue.get()
             if kind == "abort":
-                return
+                return None
+            if kind == "end":
+                with self._lock:
+                    self._queued_bytes -= size
+                return line
             if frames is not None:
                 line["video_frame"] = video.num_frames
                 line["frame_sha256"] = [hashlib.sha256(frame.tobytes()).hexdigest() for frame in frames]
@@ -294,8 +302,7 @@ class _Writer:
             _write_line(log, line)
             with self._lock:
                 self._queued_bytes -= size
-            if kind == "end":
-                return
+        return None
 
 
 def _failure(exc: Exception) -> tuple[str, str]:
