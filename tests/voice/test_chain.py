@@ -74,7 +74,7 @@ def test_apply(state: AttemptState, event: AttemptEvent, after: AttemptState | t
         assert attempt.state is state
 
 
-#: A direct write (``attempt.state = ...``, as the core settles attempts) moves only along
+#: A direct move (``attempt.move(...)``, as the core settles attempts) goes only along
 #: the table: from queued to a settled state, never out of a settled one.
 WRITES = [
     (before, target, before is Q and target is not Q) for before in AttemptState for target in AttemptState
@@ -85,11 +85,11 @@ WRITES = [
 def test_direct_write(before: AttemptState, target: AttemptState, allowed: bool) -> None:
     attempt = attempt_in(before)
     if allowed:
-        attempt.state = target
+        attempt.move(target)
         assert attempt.state is target
     else:
         with pytest.raises(LocalProtocolError, match="cannot become"):
-            attempt.state = target
+            attempt.move(target)
         assert attempt.state is before
 
 

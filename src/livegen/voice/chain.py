@@ -96,7 +96,7 @@ def _moves_from(state: AttemptState) -> frozenset[AttemptState]:
 
 
 #: The table's moves from each state, worked out once: every append's attempt settles through
-#: ``__setattr__``, so it must not walk the table on each write.
+#: ``move``, so it must not walk the table on each move.
 _MOVES = {state: _moves_from(state) for state in AttemptState}
 
 
@@ -129,17 +129,17 @@ class Attempt:
         if after is None:
             raise LocalProtocolError(f"attempt {self.seq} ({self.kind}) is {self.state}: cannot be {event}")
         changed = after is not self.state
-        object.__setattr__(self, "state", after)
+        self.state = after
         return changed
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        # The core also writes ``attempt.state = AttemptState.CANCELLED``: such a write must be
-        # a move of the table too, so settling an attempt twice is refused either way.
-        if name == "state" and "state" in self.__dict__ and value not in _MOVES[self.state]:
-            raise LocalProtocolError(
-                f"attempt {self.seq} ({self.kind}) is {self.state}: cannot become {value}"
-            )
-        object.__setattr__(self, name, value)
+    def move(self, state: AttemptState) -> None:
+        """Settle to ``state`` directly (the core cancels, finishes and fails attempts so); only a
+        move of the table is taken, so settling an attempt twice is refused either way. A method,
+        not a checked ``__setattr__``: that would run for every field of every append's attempt."""
+        if state not in _MOVES[self.state]:
+            why = f"attempt {self.seq} ({self.kind}) is {self.state}: cannot become {state}"
+            raise LocalProtocolError(why)
+        self.state = state
 
 
 @dataclass(frozen=True)

@@ -198,7 +198,7 @@ class Session:
             return []
         effects = self.speaker.end(now, "cancelled", {"type": "cancelled", "reason": "session_closed"})
         for attempt in self.attempts:
-            attempt.state = AttemptState.CANCELLED
+            attempt.move(AttemptState.CANCELLED)
         self.attempts.clear()
         self.ledger.clear()
         self.buffer_bytes = 0
@@ -267,7 +267,7 @@ class Session:
         if self._is_model_locked:
             raise MODEL_CHANGE_UNSUPPORTED.error(model=self.config.model)
         for attempt in self.attempts:  # updates owed to the old stream: the new one opens with the config
-            attempt.state = AttemptState.CANCELLED
+            attempt.move(AttemptState.CANCELLED)
         self.attempts.clear()
         self._pending_config = config
         self._pending_event_id = event_id
@@ -368,7 +368,7 @@ class Session:
         if dropped and dropped[0].reservation is not None:
             self.ledger.rollback(dropped[0].reservation)
         for attempt in dropped:
-            attempt.state = AttemptState.CANCELLED
+            attempt.move(AttemptState.CANCELLED)
         self.attempts = [a for a in self.attempts if a.is_live]
         self._decoder.flush()  # what the resampler held is uncommitted audio too: dropped
         self.buffer_bytes = 0
@@ -454,7 +454,7 @@ class Session:
         """The speaker ended ``response``: its attempts are owed nothing; the idle clock starts."""
         for attempt in self.attempts:
             if attempt.response_id == response.id:
-                attempt.state = AttemptState.CANCELLED  # the speaker sent its terminal: this is it
+                attempt.move(AttemptState.CANCELLED)  # the speaker sent its terminal: this is it
         self.attempts = [a for a in self.attempts if a.is_live]
         # The idle clock starts when the user has heard the whole answer.
         playback = response.playback
@@ -501,8 +501,11 @@ class Session:
 
     def next_deadline(self) -> float | None:
         """When ``tick`` next has something to do, if anything."""
-        deadlines = [d for d in (self.speaker.next_deadline(), self._idle_deadline()) if d is not None]
-        return min(deadlines, default=None)
+        # No list and no min() of one: this runs before every event the runtime handles.
+        speaking, idle = self.speaker.next_deadline(), self._idle_deadline()
+        if speaking is None or idle is None:
+            return idle if speaking is None else speaking
+        return min(speaking, idle)
 
     @queued
     def on_outbox_overflow(self, now: float) -> list[Effect]:
@@ -552,11 +555,11 @@ class Session:
             return []
         self.attempts.remove(attempt)
         if outcome is Outcome.OK:
-            attempt.state = AttemptState.DONE
+            attempt.move(AttemptState.DONE)
             if attempt.reservation is not None:
                 self.ledger.commit(attempt.reservation)
             return []
-        attempt.state = AttemptState.FAILED
+        attempt.move(AttemptState.FAILED)
         effects = [*self._break_chain(attempt, now)]
         message = f"the model refused a {attempt.kind.value}: {error or 'no reason given'}"
         effects.append(self._send(ev.Error(error=MODEL_APPEND_FAILED.event_body(detail=message))))
@@ -580,7 +583,7 @@ class Session:
         later = [a for a in self.attempts if a.kind in INPUT_KINDS and a.seq > failed.seq]
         if failed.kind in INPUT_KINDS:
             for attempt in later:
-                attempt.state = AttemptState.FAILED
+                attempt.move(AttemptState.FAILED)
                 if attempt.reservation is not None:
                     self.ledger.rollback(attempt.reservation)
             self.attempts = [a for a in self.attempts if a.is_live]
