@@ -9,10 +9,10 @@ small batches. Here it is loaded once per cluster, in one named detached Ray
 actor, ``LockstepService`` (``livegen-lockstep-<model>`` in the cluster's
 namespace; whichever process asks first creates it, with its options, the
 others get the same one: ``get_if_exists``; Ray restarts it if it dies:
-``max_restarts``). The model's one ``FrameClock`` runs on the actor's event
-loop (an async actor), so admission stays cluster-wide: the one slot pool and
-the one measured step time refuse a session from any process with the same
-``realtime_capacity``.
+``max_restarts``; with ``--voice-device cuda`` on a node with a free GPU). The
+model's one ``FrameClock`` runs on the actor's event loop (an async actor),
+so admission stays cluster-wide: the one slot pool and the one measured step
+time refuse a session from any process with the same ``realtime_capacity``.
 
 A server process of a cluster (``SHARED_SPEECH_ENV``, set by
 ``server/workers.py`` in each) serves the model through a ``RemoteClock``:
@@ -227,7 +227,10 @@ def _actor(entry: ModelInfo, options: Mapping[str, Any] | None, headroom: float)
     """The cluster's service of ``entry``: created here, with these options, if no process has yet
     (blocks: off the loop)."""
     ray = _ray()
-    actor = ray.remote(num_cpus=NUM_CPUS, max_restarts=-1, max_concurrency=1000)(LockstepService)
+    # A model on a GPU (``--voice-device cuda``) is placed on a node with one free, and holds it.
+    gpus = 1 if str((options or {}).get("device", "")).startswith("cuda") else 0
+    remote = ray.remote(num_cpus=NUM_CPUS, num_gpus=gpus, max_restarts=-1, max_concurrency=1000)
+    actor = remote(LockstepService)
     # Detached: the process that happens to create it may die while the others serve on; the last
     # ``livegen serve`` of the cluster stops it (``server/cluster.py``).
     name = NAME_PREFIX + entry.name
