@@ -32,6 +32,7 @@ class Handle:
         self.dead = False
         self.pending: set[asyncio.Future[Any]] = set()
         self.calls: list[str] = []
+        self.polled: list[list[str]] = []  # the keys of each poll
         self.tasks: set[asyncio.Task[Any]] = set()
 
     def __getattr__(self, name: str) -> Any:
@@ -46,6 +47,8 @@ class Handle:
 
     def call(self, name: str, *args: Any) -> asyncio.Future[Any]:
         self.calls.append(name)
+        if name == "poll":
+            self.polled.append(list(args[0]))
         answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         if self.dead:
             answer.set_exception(ActorDied("the actor died"))
@@ -109,6 +112,8 @@ async def test_a_remote_member_is_stepped_by_the_service_and_hears_its_own_input
     assert said[: len(said) // FRAME_BYTES * FRAME_BYTES] in heard  # after silence while it was late
     assert quiet.late_frames > 0 and clock.steps > 0  # the service's figures, as the polls brought them
     assert handle.calls.count("put") == 1  # one call per put
+    both = sorted([talking.key, quiet.key])
+    assert both in [sorted(keys) for keys in handle.polled]  # one poll brings every member's frames
     await clock.leave(talking)
     assert talking.slot not in model.slots  # the slot was given back in the service
     await clock.stop()
@@ -133,9 +138,9 @@ async def test_the_services_pool_refuses_with_realtime_capacity_and_frees_a_left
 async def test_a_member_whose_polls_stop_is_freed_and_its_slot_reused() -> None:
     service = body("load_one_slot", orphan_s=0.3)
     gone, _ = remote(service)
-    member = await gone.join("sess_gone")
-    assert member.pump is not None
-    member.pump.cancel()  # its process died: no more polls, no leave
+    await gone.join("sess_gone")
+    assert gone.poller is not None
+    gone.poller.cancel()  # its process died: no more polls, no leave
     other, _ = remote(service)
     for _ in range(50):
         try:
@@ -183,7 +188,6 @@ async def test_a_clear_drops_the_input_queued_in_the_service() -> None:
     service = body()
     clock, _ = remote(service)
     member = await clock.join("sess_a")
-    assert member.pump is not None
     await member.put(pcm(400, True))
     queued = service.members[member.key]
     member.clear()

@@ -154,6 +154,8 @@ class FrameClock:
         #: Frames the clock stepped late (a step ran past the next frame's time), and steps made.
         self.missed_frames = 0
         self.steps = 0
+        #: Set once the running step has delivered its frames (then replaced for the next).
+        self._stepped = asyncio.Event()
 
     # -- admission -------------------------------------------------------------------------
     @property
@@ -201,6 +203,10 @@ class FrameClock:
         except Exception as exc:  # a slot that will not close is logged; the others go on
             log_event(logger, "lockstep.close_failed", logging.ERROR, slot=member.slot, error=repr(exc))
 
+    async def stepped(self) -> None:
+        """Until the next step has delivered its frames (a cluster's poll waits on it)."""
+        await self._stepped.wait()
+
     async def stop(self) -> None:
         await self._tasks.aclose()
 
@@ -220,6 +226,8 @@ class FrameClock:
             self.steps += 1
             for member, result in zip(members, results, strict=True):
                 member.deliver(result)
+            stepped, self._stepped = self._stepped, asyncio.Event()
+            stepped.set()
             next_at += self.period_s
             now = self.clock()
             if now > next_at:  # late: step at once, and never burst to catch up

@@ -19,10 +19,12 @@ A server process of a cluster (``SHARED_SPEECH_ENV``, set by
 ``join`` and ``leave`` like a ``FrameClock``'s, and a ``RemoteMember`` with a
 ``Member``'s face (``put``, ``clear``, ``outputs``, ``late_frames``,
 ``is_failed``), so ``lockstep_voice.py`` and the session layer do not know
-where the clock is. Frames cross per member in two kinds of call: one per
-``put`` of input PCM (its backpressure is the actor's ``MAX_QUEUED_FRAMES``),
-and one long poll at a time that returns every output frame ready (or after
-``POLL_S`` none): a frame's added latency is one Ray round trip.
+where the clock is. Frames cross in two kinds of call: one per ``put`` of a
+member's input PCM (its backpressure is the actor's ``MAX_QUEUED_FRAMES``),
+and, per process, one long poll at a time that returns every output frame
+ready for all its members (waiting for the next step when none is, or
+``POLL_S``): a frame's added latency is one Ray round trip, and a process
+makes one poll per frame period, whatever its number of sessions.
 
 Slots of a process that dies are freed by the poll: a live member always has a
 poll in flight or just answered (its session reads its frames, or fails past
@@ -62,7 +64,7 @@ from livegen.models.lockstep import LockstepFrame, LockstepModel, LockstepSpec
 from livegen.models.registry import ModelInfo, Registry
 from livegen.models.voice import SHARED_SPEECH_ENV, ModelHealth
 from livegen.runtime.voice.lockstep import FrameClock, Member, Seat
-from livegen.tasks import TaskSet, cancelled
+from livegen.tasks import TaskSet
 
 logger = logging.getLogger("livegen.runtime.voice.lockstep_service")
 
@@ -145,21 +147,32 @@ class LockstepService:
         if (member := self.members.get(key)) is not None:
             member.clear()
 
-    async def poll(self, key: str, wait_s: float) -> dict[str, Any] | None:
-        """Every output frame of a member ready now, waiting up to ``wait_s`` for the first (a failed
-        frame as its message); None: no such member (the service was restarted, or it was freed)."""
-        member = self.members.get(key)
-        if member is None:
-            return None
-        self.polled[key] = time.monotonic()
-        frames: list[LockstepFrame | str] = []
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(wait_s):
-                frames.append(_wired(await member.outputs.get()))
-        while not member.outputs.empty():
-            frames.append(_wired(member.outputs.get_nowait()))
-        self.polled[key] = time.monotonic()
-        return {"frames": frames, "late_frames": member.late_frames, "clock": self._clock()}
+    async def poll(self, keys: list[str], wait_s: float) -> dict[str, Any]:
+        """Every output frame ready of each member of ``keys`` (one process's), waiting up to
+        ``wait_s`` for the next step when none has one; a member's failed frame as its message,
+        and None for a member not here (the service was restarted, or it freed it)."""
+        members = {key: self.members.get(key) for key in keys}
+        self._stamp(keys)
+        live = [member for member in members.values() if member is not None]
+        if live and all(member.outputs.empty() for member in live):
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait_s):
+                    await self.clock.stepped()
+        self._stamp(keys)
+        answers: dict[str, dict[str, Any] | None] = {}
+        for key, member in members.items():
+            if member is None or self.members.get(key) is not member:
+                answers[key] = None
+                continue
+            frames = [_wired(member.outputs.get_nowait()) for _ in range(member.outputs.qsize())]
+            answers[key] = {"frames": frames, "late_frames": member.late_frames}
+        return {"members": answers, "clock": self._clock()}
+
+    def _stamp(self, keys: list[str]) -> None:
+        now = time.monotonic()
+        for key in keys:
+            if key in self.polled:
+                self.polled[key] = now
 
     async def leave(self, key: str) -> None:
         member = self.members.pop(key, None)
@@ -270,13 +283,12 @@ class RemoteModel:
 
 class RemoteMember(Seat):
     """A session's seat at the cluster's clock: ``put`` and ``clear`` go to the service, its frames
-    come back through ``RemoteClock``'s poll of it into ``outputs``."""
+    come back through its ``RemoteClock``'s poll into ``outputs``."""
 
     def __init__(self, clock: RemoteClock, key: str, session_id: str, slot: int) -> None:
         super().__init__(session_id, slot)
         self.clock = clock
         self.key = key
-        self.pump: asyncio.Task[None] | None = None
 
     async def put(self, pcm: bytes) -> None:
         if self.is_failed:
@@ -296,7 +308,9 @@ class RemoteMember(Seat):
 
 class RemoteClock:
     """A server process's face of the cluster's clock: ``FrameClock``'s ``join``, ``leave`` and
-    ``stop``, and the clock's figures as the service last answered them."""
+    ``stop``, and the clock's figures as the service last answered them. One long poll at a time
+    brings the frames of all this process's members (not one per member: a call per frame per
+    process, whatever its sessions)."""
 
     def __init__(self, actor: Any, info: dict[str, Any]) -> None:
         self.actor = actor
@@ -311,8 +325,9 @@ class RemoteClock:
         self.failures = 0
         self.error = ""
         self.failed_at = 0.0
-        #: Each member's poll loop.
-        self._pumps = TaskSet()
+        #: The poll loop, running while this process has a live member.
+        self.poller: asyncio.Task[None] | None = None
+        self._tasks = TaskSet()
 
     async def join(self, session_id: str, seed: int = 0) -> RemoteMember:
         """A seat at the cluster's clock (``CapacityExceeded``, ``realtime_capacity``, when its pool
@@ -325,15 +340,14 @@ class RemoteClock:
             raise CapacityExceeded(f"{answer['refused']}", code="realtime_capacity")
         member = RemoteMember(self, answer["key"], session_id, answer["slot"])
         self.members[member.key] = member
-        member.pump = self._pumps.spawn(self._pump(member), name="livegen-lockstep-poll")
+        if self.poller is None or self.poller.done():
+            self.poller = self._tasks.spawn(self._poll(), name="livegen-lockstep-poll")
         return member
 
     async def leave(self, member: RemoteMember) -> None:
-        """Stop polling and give the slot back (the service frees it itself if it cannot be told)."""
+        """Give the slot back (the service frees it itself if it cannot be told)."""
         if self.members.pop(member.key, None) is None:
             return
-        if member.pump is not None:
-            await cancelled(member.pump)
         try:
             async with asyncio.timeout(LEAVE_TIMEOUT_S):
                 await self.actor.leave.remote(member.key)
@@ -343,28 +357,32 @@ class RemoteClock:
     async def stop(self) -> None:
         for member in list(self.members.values()):
             await self.leave(member)
-        await self._pumps.aclose()
+        await self._tasks.aclose()
 
-    async def _pump(self, member: RemoteMember) -> None:
-        """The member's long poll, one at a time, until it fails or leaves."""
-        while not member.is_failed:
+    async def _poll(self) -> None:
+        """The members' long poll, one at a time, while one of them is live."""
+        while keys := [key for key, member in self.members.items() if not member.is_failed]:
             try:
-                answer = await self.actor.poll.remote(member.key, POLL_S)
+                answer = await self.actor.poll.remote(keys, POLL_S)
             except Exception as exc:
-                member.deliver(self.failure(exc))
-                return
-            if answer is None:
-                member.deliver(self.failure(None))
+                error = self.failure(exc)
+                for lost in [self.members[k] for k in keys if k in self.members]:
+                    lost.deliver(error)
                 return
             clock = answer["clock"]
-            self.step_cost_s, self.missed_frames, self.steps = (
-                clock["step_cost_s"],
-                clock["missed_frames"],
-                clock["steps"],
-            )
-            member.late_frames = answer["late_frames"]
-            for frame in answer["frames"]:
-                member.deliver(frame if isinstance(frame, LockstepFrame) else ModelError(frame))
+            self.step_cost_s, self.missed_frames = clock["step_cost_s"], clock["missed_frames"]
+            self.steps = clock["steps"]
+            for key, got in answer["members"].items():
+                if (member := self.members.get(key)) is not None:
+                    self._deliver(member, got)
+
+    def _deliver(self, member: RemoteMember, got: dict[str, Any] | None) -> None:
+        if got is None:  # the service no longer knows it
+            member.deliver(self.failure(None))
+            return
+        member.late_frames = got["late_frames"]
+        for frame in got["frames"]:
+            member.deliver(frame if isinstance(frame, LockstepFrame) else ModelError(frame))
 
     def failure(self, exc: Exception | None) -> LockstepServiceUnavailable:
         """The error a session sees when the service failed a call (``exc``) or no longer knows its
