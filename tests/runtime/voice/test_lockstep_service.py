@@ -202,3 +202,16 @@ async def drain_to_failure(member: RemoteMember) -> Any:
         output = await member.outputs.get()
         if not isinstance(output, LockstepFrame):
             return output
+
+
+async def test_a_service_gone_for_good_is_found_again_on_the_next_join() -> None:
+    dead = Handle(body())
+    dead.kill()  # killed by hand, never restarted
+    again = Handle(body())
+    clock = RemoteClock(dead, {"name": "duplex", "spec": [24_000, FRAME_SAMPLES, 4]}, lambda: again)
+    with pytest.raises(LockstepServiceUnavailable):
+        await clock.join("sess_a")
+    member = await clock.join("sess_b")  # looked up (or created) again: the new one admits
+    assert isinstance((await frames_of(member, 1))[0], LockstepFrame)
+    assert clock.actor is again
+    await clock.stop()

@@ -7,12 +7,15 @@ entry with ``lockstep=True``) used to be loaded in each, each with its own
 ``FrameClock``: N copies of the weights, N slot pools, N clocks stepping N
 small batches. Here it is loaded once per cluster, in one named detached Ray
 actor, ``LockstepService`` (``livegen-lockstep-<model>`` in the cluster's
-namespace; whichever process asks first creates it, with its options, the
-others get the same one: ``get_if_exists``; Ray restarts it if it dies:
-``max_restarts``; with ``--voice-device cuda`` on a node with a free GPU). The
-model's one ``FrameClock`` runs on the actor's event loop (an async actor),
-so admission stays cluster-wide: the one slot pool and the one measured step
+namespace; whichever process asks first creates it, with its options and its
+``--duplex-realtime-headroom``, the others get the same one:
+``get_if_exists``; Ray restarts it if it dies: ``max_restarts``; with
+``--voice-device cuda`` it is placed on a node with a free GPU). The model's
+one ``FrameClock`` runs on the actor's event loop (an async actor), so
+admission stays cluster-wide: the one slot pool and the one measured step
 time refuse a session from any process with the same ``realtime_capacity``.
+A handle whose actor is gone for good (killed by hand, stopped by another
+``livegen serve``) is looked up or created again on the next join.
 
 A server process of a cluster (``SHARED_SPEECH_ENV``, set by
 ``server/workers.py`` in each) serves the model through a ``RemoteClock``:
@@ -50,12 +53,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import importlib
 import logging
 import os
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from livegen.errors import CapacityExceeded, ConfigError, LockstepServiceUnavailable, ModelError
@@ -262,7 +266,7 @@ async def connect(entry: ModelInfo, options: Mapping[str, Any] | None, headroom:
             f"the cluster's lockstep service ({NAME_PREFIX}{entry.name}) was not ready within "
             f"{START_TIMEOUT_S:.0f} s"
         ) from None
-    return RemoteClock(actor, info)
+    return RemoteClock(actor, info, functools.partial(_actor, entry, options, headroom))
 
 
 class RemoteModel:
@@ -312,8 +316,11 @@ class RemoteClock:
     brings the frames of all this process's members (not one per member: a call per frame per
     process, whatever its sessions)."""
 
-    def __init__(self, actor: Any, info: dict[str, Any]) -> None:
+    def __init__(self, actor: Any, info: dict[str, Any], find: Callable[[], Any] | None = None) -> None:
         self.actor = actor
+        #: Looks the service up again, or creates it, when the handle's actor is gone for good.
+        self._find = find
+        self.is_lost = False
         self.name = str(info["name"])
         self.model = RemoteModel(self, LockstepSpec(*info["spec"]))
         self.period_s = self.model.spec.frame_ms / 1000.0
@@ -333,8 +340,11 @@ class RemoteClock:
         """A seat at the cluster's clock (``CapacityExceeded``, ``realtime_capacity``, when its pool
         or its step time is full; ``LockstepServiceUnavailable`` when the service cannot answer)."""
         try:
+            if self.is_lost and self._find is not None:  # restarting: the same; gone: made again
+                self.actor, self.is_lost = await asyncio.to_thread(self._find), False
             answer = await self.actor.join.remote(session_id, seed)
         except Exception as exc:
+            self.is_lost = True
             raise self.failure(exc) from exc
         if "refused" in answer:
             raise CapacityExceeded(f"{answer['refused']}", code="realtime_capacity")
