@@ -52,6 +52,8 @@ def lockstep_cluster(ray_nodes: RayNodes) -> Iterator[Cluster]:
         "port": port,
         "ray_address": ray_nodes.address,
         "drain_timeout_s": 1.0,
+        # Admission by the slot pool only: a step slowed by a busy machine never refuses here.
+        "duplex_realtime_headroom": 0.0,
     }
     command = [sys.executable, str(HERE / "cluster_lockstep_models.py"), json.dumps(options)]
     serve = subprocess.Popen(command, env=harness.env(), start_new_session=True)

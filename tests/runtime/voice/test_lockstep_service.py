@@ -184,6 +184,29 @@ async def test_a_restarted_service_fails_the_members_it_no_longer_knows_and_admi
     await clock.stop()
 
 
+async def test_appends_short_of_a_frame_wait_here_and_cross_as_whole_frames() -> None:
+    service = body()
+    clock, handle = remote(service)
+    member = await clock.join("sess_a")
+    half = pcm(20, True)  # half of a 40 ms frame
+    await member.put(half)
+    assert handle.calls.count("put") == 0  # nothing the clock could step yet
+    await member.put(half + half)
+    assert handle.calls.count("put") == 1
+    assert not service.members[member.key]._partial  # whole frames only; the rest waits here
+    model = service.model
+    assert isinstance(model, LockstepDouble)
+    for _ in range(100):
+        if half + half in model.slots[member.slot].frames:
+            break
+        await frames_of(member, 1)
+    assert half + half in model.slots[member.slot].frames  # stepped as one frame
+    member.clear()
+    await member.put(half)
+    assert handle.calls.count("put") == 1  # the half cleared here does not complete this one
+    await clock.stop()
+
+
 async def test_a_clear_drops_the_input_queued_in_the_service() -> None:
     service = body()
     clock, _ = remote(service)

@@ -23,7 +23,8 @@ A server process of a cluster (``SHARED_SPEECH_ENV``, set by
 ``Member``'s face (``put``, ``clear``, ``outputs``, ``late_frames``,
 ``is_failed``), so ``lockstep_voice.py`` and the session layer do not know
 where the clock is. Frames cross in two kinds of call: one per ``put`` of a
-member's input PCM (its backpressure is the actor's ``MAX_QUEUED_FRAMES``),
+member's input PCM that completes a frame (its backpressure is the actor's
+``MAX_QUEUED_FRAMES``),
 and, per process, one long poll at a time that returns every output frame
 ready for all its members (waiting for the next step when none is, or
 ``POLL_S``): a frame's added latency is one Ray round trip, and a process
@@ -293,12 +294,21 @@ class RemoteMember(Seat):
         super().__init__(session_id, slot)
         self.clock = clock
         self.key = key
+        #: Input short of a whole frame, kept here: the clock can step only whole frames, so a
+        #: call per frame at most, however small the appends (a call's 20 ms frames).
+        self._partial = bytearray()
 
     async def put(self, pcm: bytes) -> None:
         if self.is_failed:
             return
+        self._partial += pcm
+        whole = len(self._partial) - len(self._partial) % self.clock.frame_bytes
+        if not whole:
+            return
+        frames = bytes(self._partial[:whole])
+        del self._partial[:whole]
         try:
-            known = await self.clock.actor.put.remote(self.key, pcm)
+            known = await self.clock.actor.put.remote(self.key, frames)
         except Exception as exc:
             self.deliver(self.clock.failure(exc))
             return
@@ -306,6 +316,7 @@ class RemoteMember(Seat):
             self.deliver(self.clock.failure(None))
 
     def clear(self) -> None:
+        self._partial.clear()
         if not self.is_failed:
             self.clock.actor.clear.remote(self.key)  # fire and forget: Ray keeps a caller's order
 
@@ -324,6 +335,7 @@ class RemoteClock:
         self.name = str(info["name"])
         self.model = RemoteModel(self, LockstepSpec(*info["spec"]))
         self.period_s = self.model.spec.frame_ms / 1000.0
+        self.frame_bytes = 2 * self.model.spec.frame_samples
         #: This process's members, by key.
         self.members: dict[str, RemoteMember] = {}
         self.step_cost_s: float | None = None
