@@ -148,6 +148,14 @@ class SpeechServiceUnavailable(StageUnavailable):
     code = "speech_service_unavailable"
 
 
+class LockstepServiceUnavailable(ModelError):
+    """The cluster's lockstep service of a duplex model (``--workers``,
+    ``runtime/voice/lockstep_service.py``) died or could not be reached: the sessions it was
+    serving end (their state was in it); Ray restarts it and new sessions are admitted."""
+
+    code = "lockstep_service_unavailable"
+
+
 class ModelContractError(ModelError):
     """A model broke its contract: a wrong metadata echo, a bad shape or rate."""
 

@@ -72,6 +72,7 @@ CATALOG: list[ModelInfo] = [
         # Never the default: it needs a directory of weights.
         priority=1000,
         auto=False,
+        lockstep=True,
     ),
     ModelInfo(
         name="moshi-tiny",
@@ -83,6 +84,7 @@ CATALOG: list[ModelInfo] = [
         # Never the default: it speaks noise.
         priority=1000,
         auto=False,
+        lockstep=True,
     ),
 ]
 

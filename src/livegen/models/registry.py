@@ -44,6 +44,9 @@ class ModelInfo:
     #: Whether "auto" may pick it; False for a model that needs options to load or is only a test
     #: of its path, so an install without the default's extra never falls back to it.
     auto: bool = True
+    #: A lockstep (native full-duplex) voice model: in a cluster (``--workers``) it is loaded once,
+    #: in the cluster's lockstep service (``runtime/voice/lockstep_service.py``), not per process.
+    lockstep: bool = False
 
     def is_available(self) -> bool:
         return all(importlib.util.find_spec(module) is not None for module in self.requires)

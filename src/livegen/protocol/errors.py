@@ -341,6 +341,16 @@ SPEECH_SERVICE_UNAVAILABLE = WireError(
     error_type="server_error",
     kind=None,
 )
+LOCKSTEP_SERVICE_UNAVAILABLE = WireError(
+    "lockstep_service_unavailable",
+    "{detail}",
+    "livegen",
+    "an `error` event, then the socket closes: the cluster's service of a duplex model (`--workers`) "
+    "died or was unreachable, and this session's state with it; Ray restarts it and new sessions "
+    "are admitted",
+    error_type="server_error",
+    kind=None,
+)
 MODEL_APPEND_FAILED = WireError(
     "model_append_failed",
     "{detail}",
@@ -551,7 +561,8 @@ TABLE: tuple[WireError, ...] = tuple(v for v in dict(globals()).values() if isin
 CODES: frozenset[str] = frozenset(row.code for row in TABLE)
 #: A model failure whose code names a remote stage that failed, by that code (else ``MODEL_FAILED``).
 STAGE_FAILURES: dict[str, WireError] = {
-    row.code: row for row in (ASR_UNAVAILABLE, TTS_UNAVAILABLE, SPEECH_SERVICE_UNAVAILABLE)
+    row.code: row
+    for row in (ASR_UNAVAILABLE, TTS_UNAVAILABLE, SPEECH_SERVICE_UNAVAILABLE, LOCKSTEP_SERVICE_UNAVAILABLE)
 }
 
 

@@ -242,9 +242,11 @@ class Speaker:
 
     # --- model outputs ---------------------------------------------------------------
 
-    def model_failed(self, text: str) -> list[Effect]:
-        """A model error bound to no live response: an ``error`` event, and the session goes on."""
-        return [self._send(ev.Error(error=MODEL_FAILED.event_body(detail=text or "the model failed")))]
+    def model_failed(self, text: str, code: str = "") -> list[Effect]:
+        """A model error bound to no live response: an ``error`` event (a failed stage's code where
+        the table names it), and the session goes on."""
+        row = STAGE_FAILURES.get(code, MODEL_FAILED)
+        return [self._send(ev.Error(error=row.event_body(detail=text or "the model failed")))]
 
     def on_output(self, response: Response, output: VoiceOutput, now: float) -> list[Effect]:
         """One output of the live ``response`` (text, audio, a call, a listen, an error, its end)."""

@@ -483,7 +483,7 @@ class Session:
             return self.speaker.on_transcript(output, self.turns.item_id)
         response = self.speaker.live(output.response_id)
         if kind is OutputKind.ERROR and (output.response_id is None or response is None):
-            return self.speaker.model_failed(output.text)
+            return self.speaker.model_failed(output.text, output.code)
         if response is None:
             return []
         return self.speaker.on_output(response, output, now)

@@ -68,22 +68,40 @@ def worker_of(model: LockstepModel) -> ThreadPoolExecutor:
         return worker
 
 
-class Member:
+class Seat:
+    """What a session reads of its seat: its output frames, its late frames, whether it failed.
+    A ``Member`` here, or a cluster's remote one (``lockstep_service.RemoteMember``)."""
+
+    def __init__(self, session_id: str, slot: int) -> None:
+        self.session_id = session_id
+        self.slot = slot
+        self.outputs: asyncio.Queue[Delivered] = asyncio.Queue()
+        #: Frames stepped with silence because this member's input was late.
+        self.late_frames = 0
+        self.is_failed = False
+
+    def deliver(self, result: Delivered) -> None:
+        if self.is_failed:
+            return
+        if isinstance(result, ModelError):
+            self.is_failed = True
+        elif self.outputs.qsize() >= MAX_UNREAD_FRAMES:  # the session stopped reading its frames
+            self.is_failed = True
+            result = ModelError(f"the session fell {MAX_UNREAD_FRAMES} frames behind the clock")
+        self.outputs.put_nowait(result)
+
+
+class Member(Seat):
     """One session's seat at the clock: its slot, its input frames and its output frames."""
 
     def __init__(self, session_id: str, slot: int, frame_bytes: int) -> None:
-        self.session_id = session_id
-        self.slot = slot
+        super().__init__(session_id, slot)
         self.frame_bytes = frame_bytes
         self.silence = bytes(frame_bytes)
         self._partial = bytearray()
         self._frames: collections.deque[bytes] = collections.deque()
         self._room = asyncio.Event()
         self._room.set()
-        self.outputs: asyncio.Queue[Delivered] = asyncio.Queue()
-        #: Frames stepped with silence because this member's input was late.
-        self.late_frames = 0
-        self.is_failed = False
 
     async def put(self, pcm: bytes) -> None:
         """Input PCM16 at the model rate, cut into frames; waits while ``MAX_QUEUED_FRAMES`` are queued."""
@@ -109,16 +127,6 @@ class Member:
         frame = self._frames.popleft()
         self._room.set()
         return frame
-
-    def deliver(self, result: Delivered) -> None:
-        if self.is_failed:
-            return
-        if isinstance(result, ModelError):
-            self.is_failed = True
-        elif self.outputs.qsize() >= MAX_UNREAD_FRAMES:  # the session stopped reading its frames
-            self.is_failed = True
-            result = ModelError(f"the session fell {MAX_UNREAD_FRAMES} frames behind the clock")
-        self.outputs.put_nowait(result)
 
 
 class FrameClock:
@@ -146,6 +154,8 @@ class FrameClock:
         #: Frames the clock stepped late (a step ran past the next frame's time), and steps made.
         self.missed_frames = 0
         self.steps = 0
+        #: Set once the running step has delivered its frames (then replaced for the next).
+        self._stepped = asyncio.Event()
 
     # -- admission -------------------------------------------------------------------------
     @property
@@ -193,6 +203,10 @@ class FrameClock:
         except Exception as exc:  # a slot that will not close is logged; the others go on
             log_event(logger, "lockstep.close_failed", logging.ERROR, slot=member.slot, error=repr(exc))
 
+    async def stepped(self) -> None:
+        """Until the next step has delivered its frames (a cluster's poll waits on it)."""
+        await self._stepped.wait()
+
     async def stop(self) -> None:
         await self._tasks.aclose()
 
@@ -212,6 +226,8 @@ class FrameClock:
             self.steps += 1
             for member, result in zip(members, results, strict=True):
                 member.deliver(result)
+            stepped, self._stepped = self._stepped, asyncio.Event()
+            stepped.set()
             next_at += self.period_s
             now = self.clock()
             if now > next_at:  # late: step at once, and never burst to catch up
@@ -248,4 +264,4 @@ class FrameClock:
         return output
 
 
-__all__ = ["MAX_QUEUED_FRAMES", "FrameClock", "Member"]
+__all__ = ["MAX_QUEUED_FRAMES", "FrameClock", "Member", "Seat"]

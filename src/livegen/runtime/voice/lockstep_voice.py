@@ -4,7 +4,8 @@ The voice engine serves a ``LockstepModel`` (``models/lockstep.py``) through
 ``LockstepVoice``, a ``VoiceModel`` like any other, so a duplex session goes
 through the same session core, runner, owner and transports as the cascade.
 Its ``LockstepStream`` is the session's seat (``lockstep.Member``) at the
-model's one ``FrameClock``:
+model's one ``FrameClock`` (in a cluster, a ``RemoteMember`` at the cluster's
+lockstep service: ``lockstep_service.py``):
 
 - input: appends (PCM16 at the model rate: the session core resampled them)
   are cut into frames and queued for the clock; a clear drops what is queued;
@@ -31,6 +32,10 @@ from collections.abc import AsyncIterator
 from livegen.models.lockstep import LockstepFrame, LockstepModel
 from livegen.models.voice import ModelHealth, OutputKind, ResponseRequest, StreamConfig, VoiceOutput
 from livegen.runtime.voice.lockstep import FrameClock, Member
+from livegen.runtime.voice.lockstep_service import RemoteClock, RemoteMember, RemoteModel
+
+#: A model's frame clock: this process's own, or a cluster's lockstep service (``lockstep_service``).
+Clock = FrameClock | RemoteClock
 
 
 class LockstepVoice:
@@ -38,7 +43,9 @@ class LockstepVoice:
 
     has_vad = False  # the session core detects the user's speech (``voice/vad.py``)
 
-    def __init__(self, name: str, model: LockstepModel, clock: FrameClock, yield_frames: int) -> None:
+    def __init__(
+        self, name: str, model: LockstepModel | RemoteModel, clock: Clock, yield_frames: int
+    ) -> None:
         self.name = name
         self.model = model
         self.clock = clock
@@ -69,7 +76,7 @@ class LockstepVoice:
 class LockstepStream:
     """One session's ``VoiceStream`` on the clock: appends in, the model's turns out."""
 
-    def __init__(self, clock: FrameClock, member: Member, yield_frames: int) -> None:
+    def __init__(self, clock: Clock, member: Member | RemoteMember, yield_frames: int) -> None:
         self.clock = clock
         self.member = member
         self.yield_frames = yield_frames
@@ -105,8 +112,8 @@ class LockstepStream:
     async def outputs(self) -> AsyncIterator[VoiceOutput]:
         while not self._closed:
             result = await self.member.outputs.get()
-            if not isinstance(result, LockstepFrame):
-                yield VoiceOutput(OutputKind.ERROR, self.epoch, text=str(result), code="model_error")
+            if not isinstance(result, LockstepFrame):  # its code says whose failure (the cluster's service's)
+                yield VoiceOutput(OutputKind.ERROR, self.epoch, text=str(result), code=result.code)
                 return
             for output in self.frame_outputs(result):
                 yield output
@@ -135,7 +142,11 @@ class LockstepStream:
     async def aclose(self) -> None:
         if not self._closed:
             self._closed = True
-            await self.clock.leave(self.member)
+            member = self.member
+            if isinstance(member, RemoteMember):  # the cluster's clock (``lockstep_service``)
+                await member.clock.leave(member)
+            elif isinstance(self.clock, FrameClock):
+                await self.clock.leave(member)
 
 
 __all__ = ["LockstepStream", "LockstepVoice"]

@@ -35,7 +35,9 @@ from livegen.models.voice import (
     VoiceStream,
 )
 from livegen.protocol import errors as wire_errors
+from livegen.runtime.voice import lockstep_service
 from livegen.runtime.voice.lockstep import FrameClock
+from livegen.runtime.voice.lockstep_service import RemoteClock
 from livegen.runtime.voice.lockstep_voice import LockstepVoice
 from livegen.voice.session import ModelFacts
 from livegen.voice.settings import REALTIME_VOICES
@@ -82,13 +84,17 @@ class VoiceModels:
                     # The weights options (--voice-model-path...) are the served model's only.
                     options = self.settings.voice_options() if entry.name == self.names.default else None
                     settings = CascadeSettings.of(self.settings)  # a bad one fails the load, by flag
-                    model = await asyncio.to_thread(self.registry.load, entry.name, options, settings)
+                    if lockstep_service.in_cluster(entry):  # once per cluster, in its service
+                        headroom = self.settings.duplex_realtime_headroom
+                        model = await lockstep_service.connect(entry, options, headroom)
+                    else:
+                        model = await asyncio.to_thread(self.registry.load, entry.name, options, settings)
                     self.loaded[entry.name] = self._configured(entry.name, model)
         return self.loaded[entry.name]
 
     def _configured(self, name: str, model: Any) -> VoiceModel:
         settings = self.settings
-        if isinstance(model, LockstepModel):  # served at its frame clock, batched
+        if isinstance(model, LockstepModel | RemoteClock):  # served at its frame clock, batched
             model = self._lockstep(name, model)
         if settings.llm_base_url and isinstance(model, RemoteLLM):
             model.use_llm(
@@ -103,11 +109,15 @@ class VoiceModels:
             model = model.with_speech(stack)
         return model  # type: ignore[no-any-return]
 
-    def _lockstep(self, name: str, model: LockstepModel) -> LockstepVoice:
-        """A lockstep model as a voice model, with its own frame clock (``runtime/voice/lockstep.py``)."""
-        clock = FrameClock(model, headroom=self.settings.duplex_realtime_headroom)
-        yield_frames = round(self.settings.duplex_yield_ms / model.spec.frame_ms)
-        return LockstepVoice(name, model, clock, yield_frames)
+    def _lockstep(self, name: str, model: LockstepModel | RemoteClock) -> LockstepVoice:
+        """A lockstep model as a voice model, with its own frame clock (``runtime/voice/lockstep.py``),
+        or, in a cluster, the cluster's (``runtime/voice/lockstep_service.py``)."""
+        if isinstance(model, RemoteClock):
+            clock: FrameClock | RemoteClock = model
+        else:
+            clock = FrameClock(model, headroom=self.settings.duplex_realtime_headroom)
+        yield_frames = round(self.settings.duplex_yield_ms / clock.model.spec.frame_ms)
+        return LockstepVoice(name, clock.model, clock, yield_frames)
 
     def facts(self, name: str, model: VoiceModel) -> ModelFacts:
         """What a session's core knows of its model: rates, whether it detects speech, its voices,
