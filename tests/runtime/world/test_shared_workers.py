@@ -71,6 +71,9 @@ class FakeService:
     def forget(self, session_id: str) -> None:
         self.admitted.discard(session_id)
 
+    def refresh(self) -> None:
+        pass
+
     async def close(self) -> None:
         pass
 

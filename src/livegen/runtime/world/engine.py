@@ -196,6 +196,7 @@ class WorldEngine:
             return report
         report.update(ready=True, sessions=len(self.manager), tombstones=len(self.manager.tombstones))
         workers = self.scheduler.workers
+        workers.refresh()  # a cluster's shared services: their counts, for the next check
         if len(workers.workers) > 1:
             report["workers"] = [worker.name for worker in workers.workers]
         if lost := workers.lost_workers:

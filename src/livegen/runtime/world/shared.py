@@ -7,8 +7,9 @@ the model runs instead in ``max(1, --world-workers)`` named, detached actors,
 ``livegen-world-<model>-<i>`` in the cluster's namespace, created by the first
 process with ``get_if_exists`` and attached to by every other
 (``server/workers.py`` tells a process it is one of a cluster through
-``SHARED_WORLD_ENV``). The first process's options (weights, device) configure
-them; the last ``livegen serve`` of the cluster stops them
+``SHARED_WORLD_ENV``). Each asks Ray for a CPU, and a GPU where the model runs
+on one (``--world-device cuda``), so Ray places it where those are. The first
+process's options (weights, device) configure them; the last ``livegen serve`` of the cluster stops them
 (``server/cluster.py`` ``stop_services``), and ``/health`` lists each by its
 ``report``.
 
@@ -38,6 +39,7 @@ again, with empty pools. The steps it was serving fail with ``state_evicted``
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import json
 import logging
@@ -64,6 +66,8 @@ SHARED_WORLD_ENV = "LIVEGEN_WORLD_CLUSTER"
 PREFIX = "livegen-world"
 #: How often (at most) an actor asks the coordinator which processes are gone, unless it is full.
 SWEEP_S = 10.0
+#: How old a process's view of a service's counts may get before ``/health`` asks again.
+REFRESH_S = 1.0
 #: How long the services may take to be placed and to load the model before start-up gives up.
 START_TIMEOUT_S = 300.0
 
@@ -186,6 +190,11 @@ class WorldHost:
             self.pool.release(key)
         self.sessions.pop(key, None)
 
+    def counts(self) -> dict[str, Any]:
+        """Sessions admitted (every process's) and capacity, for a process's ``/health``."""
+        self._sweep(force=False)
+        return self._counts()
+
     def report(self) -> dict[str, Any]:
         """The service for ``/health``: where it runs, its sessions by process, whether restarted."""
         self._sweep(force=False)
@@ -274,6 +283,8 @@ class SharedWorker:
         #: The service's sessions (of every process) and capacity, as its last answer said.
         self.num_sessions = 0
         self.capacity: int | None = None
+        self.counted_at = 0.0
+        self._is_refreshing = False
         self._ray = import_ray()
 
     @property
@@ -306,8 +317,22 @@ class SharedWorker:
     async def close(self) -> None:
         """Nothing: the service is the cluster's, and outlives this process."""
 
+    def refresh(self) -> None:
+        """Ask the service for its counts if the last answer is over ``REFRESH_S`` old, without
+        waiting (``/health`` reads the answer next time): other processes' sessions come and go."""
+        if self._is_refreshing or time.monotonic() - self.counted_at < REFRESH_S:
+            return
+        self._is_refreshing = True
+        self.actor.counts.remote().future().add_done_callback(self._refreshed)
+
+    def _refreshed(self, future: concurrent.futures.Future[Any]) -> None:
+        self._is_refreshing = False  # on Ray's thread: plain assignments
+        with contextlib.suppress(Exception):  # a service restarting answers the next time
+            self._counted(future.result())
+
     def _counted(self, counts: Mapping[str, Any]) -> None:
         self.num_sessions, self.capacity = int(counts["sessions"]), counts["capacity"]
+        self.counted_at = time.monotonic()
 
     async def _call(self, ref: Any) -> Any:
         try:
@@ -330,7 +355,9 @@ async def attach(
     """The cluster's ``num_services`` world services of ``entry``: created here if no process has
     yet, each waited for until its model is loaded."""
     ray = import_ray()
-    host = ray.remote(num_cpus=1, max_restarts=-1, max_concurrency=1)(WorldHost)
+    # A model on a GPU (``--world-device cuda``) asks Ray for one: its services land where one is.
+    num_gpus = 1 if str(options.get("device", "")).startswith("cuda") else 0
+    host = ray.remote(num_cpus=1, num_gpus=num_gpus, max_restarts=-1, max_concurrency=1)(WorldHost)
     names = [service_name(entry.name, index) for index in range(num_services)]
     # Detached: the process that happens to create them may die while the others serve on.
     common: dict[str, Any] = {"namespace": cluster.namespace, "get_if_exists": True, "lifetime": "detached"}
@@ -346,7 +373,7 @@ async def attach(
     except TimeoutError:
         raise ConfigError(
             f"the cluster's world services of {entry.name!r} were not ready within {START_TIMEOUT_S:.0f} s: "
-            f"each needs 1 CPU on a node with livegen installed"
+            f"each needs 1 CPU{' and 1 GPU' if num_gpus else ''} on a node with livegen installed"
         ) from None
     log_event(logger, "world_service.attached", services=names, tag=cluster.tag)
     return [SharedWorker(a, s, n, cluster.tag) for a, s, n in zip(actors, specs, names, strict=True)]

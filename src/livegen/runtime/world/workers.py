@@ -154,6 +154,12 @@ class WorkerPool:
         pools = self.kv_pools
         return (sum(p.num_sessions for p in pools), sum(p.capacity for p in pools)) if pools else None
 
+    def refresh(self) -> None:
+        """Shared services: ask for their counts again where the last answer is old (not awaited)."""
+        if self.is_shared:
+            for worker in self._shared():
+                worker.refresh()
+
     def _shared(self) -> list[SharedWorker]:
         return [cast("SharedWorker", slot.worker) for slot in self._slots]
 
