@@ -39,6 +39,8 @@ class FakeService:
         self.admitted: set[str] = set()
         self.steps: list[list[Tick]] = []
         self.is_restarting = False
+        #: While set and clear, an admission's answer waits for it (the service admitted already).
+        self.answer: asyncio.Event | None = None
 
     @property
     def num_sessions(self) -> int:
@@ -56,6 +58,8 @@ class FakeService:
         if self.is_full:
             raise CapacityExceeded(f"{self.name} is full", code="kv_pool_full")
         self.admitted.add(session_id)
+        if self.answer is not None:
+            await self.answer.wait()
 
     async def step(self, ticks: Sequence[Tick]) -> list[Chunk]:
         await asyncio.sleep(0)
@@ -135,3 +139,15 @@ async def test_a_restarted_service_fails_every_session_of_its_step_without_bisec
     await until(lambda: all(r.session.chunk_index == 1 for r in runners))
     assert all(r.session.status is Status.ACTIVE for r in runners)
     await harness.scheduler.stop()
+
+
+async def test_a_creation_cancelled_while_the_service_admits_takes_the_admission_back() -> None:
+    harness = Harness(1)
+    (service,) = harness.services
+    service.answer = asyncio.Event()
+    reserving = asyncio.ensure_future(harness.scheduler.reserve("s0"))
+    await until(lambda: service.admitted == {"s0"})
+    reserving.cancel()  # the client left while its session.update was being admitted
+    with pytest.raises(asyncio.CancelledError):
+        await reserving
+    assert service.admitted == set() and not harness.scheduler.workers.is_full

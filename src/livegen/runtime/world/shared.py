@@ -23,6 +23,11 @@ step, so two processes never write the same pages. Sessions are keyed in the
 actor by the process's cluster tag and the session id (``tag.id``): ids
 minted by two processes never collide there.
 
+The frame clock's admission (``realtime_capacity``, ``scheduler.py``) stays
+each process's, from the step times it measures; a step waits in the actor
+behind the other processes' steps, so a process's time per tick grows with
+their sessions, and its estimate of the service's load counts them too.
+
 A process that dies leaves its sessions in the actor: the actor releases the
 sessions (pages, admission and model state) of every tag the cluster's
 coordinator no longer lists (the supervisor drops a dead process's tag at

@@ -208,6 +208,9 @@ class WorkerPool:
             except (CapacityExceeded, WorkerRestarted) as exc:
                 refusal = exc
                 continue
+            except asyncio.CancelledError:  # the service may have admitted it: take that back
+                shared[index].forget(session_id)
+                raise
             self._slots[index].sessions.add(session_id)
             self._placed[session_id] = index
             return
