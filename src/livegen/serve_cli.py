@@ -242,7 +242,8 @@ def _default(name: str) -> Any:
     type=click.IntRange(0),
     help="World model workers: 0 steps it in this process, on one core; N starts N Ray actors, each "
     "its own process and core (needs livegen[ray]; 2 on a 2-core machine serve 7-8 tiny-world "
-    "sessions at 16 fps where one process serves 6).",
+    "sessions at 16 fps where one process serves 6). With --workers > 1 or --ray-address the model is "
+    "loaded once per cluster, in max(1, N) shared actors that every server process calls (0 means 1).",
 )
 @click.option(
     "--world-realtime-headroom",

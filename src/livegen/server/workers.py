@@ -174,10 +174,10 @@ class Supervisor:
         ray = import_ray()
         options: dict[str, Any] = {"namespace": NAMESPACE, "log_to_driver": False}
         if self.config.ray_address is None:
-            # CPUs for the world workers every process starts and the shared speech service
-            # (models/cascade/service.py), and no more: Ray starts an idle worker process per CPU
-            # it is given, ~100 MiB each, which nothing here would use.
-            num_cpus = self.config.workers * self.config.world_workers + 1
+            # CPUs for the cluster's shared world services (runtime/world/shared.py) and speech
+            # service (models/cascade/service.py), and no more: Ray starts an idle worker process
+            # per CPU it is given, ~100 MiB each, which nothing here would use.
+            num_cpus = max(1, self.config.world_workers) + 1
             options.update(num_cpus=num_cpus, include_dashboard=False)
         # "local": a Ray of this server's own, even where another runs on the machine (ray.init()
         # without an address may join that one, and refuses num_cpus when it does).
@@ -333,6 +333,7 @@ def _end_with_parent(parent: int) -> None:
 def _child() -> None:
     """One server process of ``--workers``: join Ray, register, serve both ports."""
     from livegen import logs
+    from livegen.runtime.world.shared import SHARED_WORLD_ENV, SharedWorld
     from livegen.server.app import create_app
     from livegen.server.budgets import limit_malloc_arenas
     from livegen.server.cluster import COORDINATOR, NAMESPACE, Member
@@ -348,6 +349,8 @@ def _child() -> None:
     ray = import_ray()
     ray.init(address=assignment["ray_address"], namespace=NAMESPACE, log_to_driver=False)
     os.environ[SHARED_SPEECH_ENV] = "ray"  # the voice model's heavy parts: once, in the cluster
+    shared_world = SharedWorld(assignment["tag"], NAMESPACE, COORDINATOR)
+    os.environ[SHARED_WORLD_ENV] = shared_world.to_env()  # the world model too (its services)
     app = create_app(config, load_registry(assignment["registry"]))
     state: State = app.state.livegen
     public = reuse_port_socket(config.host, config.port)

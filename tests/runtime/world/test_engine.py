@@ -63,7 +63,7 @@ async def test_sessions_wait_for_the_model() -> None:
     engine = new_engine()
     assert engine.health() == {"ready": False, "model": "procedural-world", "reason": "model loading"}
     with pytest.raises(InvalidState) as refused:
-        engine.open(config(), Sinks().text, Sinks().data, print)
+        await engine.open(config(), Sinks().text, Sinks().data, print)
     assert refused.value.code == "not_ready"
 
 
@@ -71,7 +71,7 @@ async def test_open_announces_the_session_and_reconfigure_keeps_what_made_the_wo
     engine: WorldEngine,
 ) -> None:
     sinks = Sinks()
-    runner = engine.open(config(seed=7, pacing="asap"), sinks.text, sinks.data, sinks.errors.append)
+    runner = await engine.open(config(seed=7, pacing="asap"), sinks.text, sinks.data, sinks.errors.append)
     try:
         async with asyncio.timeout(10):
             while not sinks.texts:  # noqa: ASYNC110 - the runner's sender task writes it

@@ -2,16 +2,18 @@
 
 As nano-vllm's ``LLMEngine`` owns its scheduler, the engine owns the model
 (loaded in ``start``: in this process, or in ``--world-workers`` Ray actors
-with their KV pools), the scheduler that batches due sessions into one model
-step, and the session manager (ids, ``--max-sessions``, tombstones). It opens a
-session's runner from its first ``session.update``, reconfigures it from later
-ones, describes it for ``session.created``/``session.updated``, and reports
-readiness: not ready until the model is loaded, nor while the KV pool or the
-realtime capacity is full. It serves each player's link (``serve``: a
-``SessionOwner``, ``owner.py``, decodes its client's messages and hands them here
-or to the session's runner) and each spectator's (``spectate``), and ends them
-all on ``stop``; the transports (``server/world.py``, ``server/world_calls.py``)
-only move text and bytes. ``WorldSettings.of`` reads the server's options.
+with their KV pools; in a cluster of server processes, the cluster's shared
+world services, ``shared.py``, loaded once for every process), the scheduler
+that batches due sessions into one model step, and the session manager (ids,
+``--max-sessions``, tombstones). It opens a session's runner from its first
+``session.update``, reconfigures it from later ones, describes it for
+``session.created``/``session.updated``, and reports readiness: not ready
+until the model is loaded, nor while the KV pool or the realtime capacity is
+full. It serves each player's link (``serve``: a ``SessionOwner``,
+``owner.py``, decodes its client's messages and hands them here or to the
+session's runner) and each spectator's (``spectate``), and ends them all on
+``stop``; the transports (``server/world.py``, ``server/world_calls.py``) only
+move text and bytes. ``WorldSettings.of`` reads the server's options.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ from livegen.protocol import world as wire
 from livegen.runtime.world.owner import Link, SessionOwner
 from livegen.runtime.world.recording import Recordings, RecordingSettings
 from livegen.runtime.world.runner import Options, Runner
-from livegen.runtime.world.scheduler import Scheduler
+from livegen.runtime.world.scheduler import DEFAULT_KV_BUDGET_BYTES, Scheduler
+from livegen.runtime.world.shared import SharedWorld
 from livegen.runtime.world.spectators import SpectatorLimits, Spectators
 from livegen.runtime.world.workers import Worker
 from livegen.world import AcceptStatus, ControlInput, Event, Manager, thaw
@@ -66,6 +69,9 @@ class WorldSettings:
     spectators: SpectatorLimits | None = None
     #: The transports a session may use (``session.capabilities``): WebRTC where calls are served.
     transports: tuple[wire.Transport, ...] = ("websocket",)
+    #: This process's cluster (``--workers``, ``--ray-address``): the model runs in the cluster's
+    #: shared world services (``shared.py``, ``max(1, world_workers)`` of them); None: its own.
+    shared: SharedWorld | None = None
 
     @classmethod
     def of(
@@ -91,6 +97,7 @@ class WorldSettings:
                 max_unsent_bytes=config.max_unsent_bytes,
             ),
             transports=("websocket", "webrtc") if webrtc else ("websocket",),
+            shared=SharedWorld.from_env(),
         )
 
 
@@ -139,7 +146,10 @@ class WorldEngine:
         settings = self.settings
         headroom = settings.realtime_headroom
         model: WorldModel | None = None
-        if settings.world_workers > 0:
+        if settings.shared is not None:
+            workers = await self._attach_shared(settings.shared)
+            scheduler = Scheduler(workers=workers, realtime_headroom=headroom)
+        elif settings.world_workers > 0:
             workers = await self._start_ray_workers(settings.world_workers)
             scheduler = Scheduler(workers=workers, realtime_headroom=headroom)
         else:
@@ -172,6 +182,13 @@ class WorldEngine:
         log_event(logger, "world.workers_started", model=self.entry.name, num_workers=num_workers)
         return list(workers)
 
+    async def _attach_shared(self, cluster: SharedWorld) -> list[Worker]:
+        from livegen.runtime.world.shared import attach
+
+        options, count = dict(self.settings.model_options), max(1, self.settings.world_workers)
+        workers = await attach(self.entry, options, count, DEFAULT_KV_BUDGET_BYTES, cluster)
+        return list(workers)
+
     def health(self) -> dict[str, Any]:
         report: dict[str, Any] = {"ready": False, "model": self.entry.name}
         if self.scheduler is None or self.manager is None:
@@ -179,14 +196,15 @@ class WorldEngine:
             return report
         report.update(ready=True, sessions=len(self.manager), tombstones=len(self.manager.tombstones))
         workers = self.scheduler.workers
+        workers.refresh()  # a cluster's shared services: their counts, for the next check
         if len(workers.workers) > 1:
             report["workers"] = [worker.name for worker in workers.workers]
         if lost := workers.lost_workers:
             report["workers_lost"] = lost
-        pools = workers.kv_pools
-        if pools:
-            sessions = sum(pool.num_sessions for pool in pools)
-            report["kv"] = {"sessions": sessions, "capacity": workers.kv_capacity}
+        if (usage := workers.kv_usage()) is not None:
+            report["kv"] = {"sessions": usage[0], "capacity": usage[1]}
+            if workers.is_shared:  # every process's sessions, as the cluster's services last said
+                report["kv"]["shared"] = [worker.name for worker in workers.workers]
         scheduler = self.scheduler
         if scheduler.tick_cost_s is not None:
             report["realtime"] = {
@@ -234,15 +252,16 @@ class WorldEngine:
                 param="session.model",
             )
 
-    def open(
+    async def open(
         self,
         update: wire.SessionConfig,
         send_text: Callable[[str], Awaitable[None]],
         send_bytes: Callable[[bytes], Awaitable[None]],
         on_error: Callable[[str], None],
     ) -> Runner:
-        """A new session from its first ``session.update``: created, announced, started.
-        A refusal (not ready, a bad seed image, no room) leaves no trace."""
+        """A new session from its first ``session.update``: created, admitted (awaited where the
+        model is a cluster's shared service), announced, started. A refusal (not ready, a bad seed
+        image, no room) leaves no trace."""
         manager, scheduler = self.manager, self.scheduler
         if manager is None or scheduler is None:
             raise InvalidState("the world model is still loading; retry shortly", code="not_ready")
@@ -261,22 +280,19 @@ class WorldEngine:
             seed=update.seed or 0,
             seed_image=seed_image,
         )
-        output = update.output or wire.OutputConfig()
-        options = Options(
-            pacing=update.pacing or "realtime",
-            format=output.format,
-            quality=output.quality,
-            max_chunks_ahead=update.max_chunks_ahead or 4,
-            frames_per_chunk=update.frames_per_chunk,
-            recording=bool(update.recording),
-        )
+        try:
+            await scheduler.reserve(session.session_id)
+        except BaseException:
+            session.begin_close()
+            manager.finish_close(session.session_id, True)
+            raise
         runner = Runner(
             session,
             manager,
             scheduler,
             send_text,
             send_bytes,
-            options,
+            _options(update),
             on_error=on_error,
             max_unsent_bytes=self.settings.max_unsent_bytes,
         )
@@ -286,6 +302,7 @@ class WorldEngine:
         except RemoteProtocolError:
             session.begin_close()
             manager.finish_close(session.session_id, True)
+            scheduler.remove(session.session_id)  # a shared service's admission goes back
             runner.abort_sending()
             raise
         log_event(logger, "world.session_created", session=session.session_id, seed=session.seed)
@@ -403,6 +420,19 @@ class WorldEngine:
             spectators=settings.spectators is not None,
             transports=list(settings.transports),
         )
+
+
+def _options(update: wire.SessionConfig) -> Options:
+    """The runner's options from a session's first ``session.update``."""
+    output = update.output or wire.OutputConfig()
+    return Options(
+        pacing=update.pacing or "realtime",
+        format=output.format,
+        quality=output.quality,
+        max_chunks_ahead=update.max_chunks_ahead or 4,
+        frames_per_chunk=update.frames_per_chunk,
+        recording=bool(update.recording),
+    )
 
 
 def _check_fixed(runner: Runner, update: wire.SessionConfig) -> None:

@@ -202,7 +202,7 @@ class SessionOwner:
         if action is Action.CLOSED:
             raise InvalidState("the session is closed", code="session_closed")
         if isinstance(event, wire.SessionUpdate):
-            self._update(event.session)
+            await self._update(event.session)
         elif action is Action.DRIVE:
             await self._drive(event)
 
@@ -224,13 +224,14 @@ class SessionOwner:
                 self.session.is_closed = True
                 self._closed()
 
-    def _update(self, update: wire.SessionConfig) -> None:
+    async def _update(self, update: wire.SessionConfig) -> None:
         """``session.update`` (OPEN or RECONFIGURE): the first opens the session, later ones
         reconfigure it."""
         session, engine = self.session, self.engine
         engine.check_model(update)
         if session.runner is None:
-            session.runner = engine.open(update, self._send_text, self.link.send_bytes, self._count_error)
+            sends = (self._send_text, self.link.send_bytes)
+            session.runner = await engine.open(update, *sends, self._count_error)
             self.metrics.unsent_sources.add(self._unsent_bytes)
             self.metrics.sessions_total.labels(kind="world").inc()
             self.metrics.sessions_open.labels(kind="world").inc()

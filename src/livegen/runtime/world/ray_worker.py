@@ -62,7 +62,7 @@ class ModelHost:
             self.kv_storage = self.model.new_kv_storage(num_kv_pages)
 
     def step(self, ticks: list[Tick]) -> list[Chunk]:
-        ticks = [replace(tick, controls=_refreeze(tick.controls)) for tick in ticks]
+        ticks = [replace(tick, controls=refreeze(tick.controls)) for tick in ticks]
         chunks = self.model.step(ticks, self.kv_storage)
         self.sessions.update(tick.meta.session_id for tick in ticks)
         return chunks
@@ -75,12 +75,12 @@ class ModelHost:
         return sorted(self.sessions)
 
 
-def _thaw(controls: Mapping[str, Any]) -> dict[str, Any]:
+def thaw_controls(controls: Mapping[str, Any]) -> dict[str, Any]:
     """Plain JSON values for the trip: the cores' frozen values do not pickle."""
     return {name: thaw(data) for name, data in controls.items()}
 
 
-def _refreeze(controls: Mapping[str, Any]) -> dict[str, Any]:
+def refreeze(controls: Mapping[str, Any]) -> dict[str, Any]:
     """The frozen values the model sees in process, rebuilt on the actor's side."""
     return {name: freeze(data) for name, data in controls.items()}
 
@@ -99,7 +99,7 @@ class RayWorker:
         await self._call(self.actor.start.remote(num_kv_pages))
 
     async def step(self, ticks: Sequence[Tick]) -> list[Chunk]:
-        portable = [replace(tick, controls=_thaw(tick.controls)) for tick in ticks]
+        portable = [replace(tick, controls=thaw_controls(tick.controls)) for tick in ticks]
         chunks: list[Chunk] = await self._call(self.actor.step.remote(portable))
         return chunks
 
@@ -190,4 +190,4 @@ class Cluster:
             await asyncio.to_thread(self._ray.shutdown)
 
 
-__all__ = ["Cluster", "ModelHost", "RayWorker", "import_ray"]
+__all__ = ["Cluster", "ModelHost", "RayWorker", "import_ray", "refreeze", "result_of", "thaw_controls"]

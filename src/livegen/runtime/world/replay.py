@@ -138,7 +138,7 @@ async def replay(
                 mismatch=f"the weights differ: recorded {header['weights_digest']}, loaded {digest}"
             )
         collector = _Collector()
-        runner = engine.open(
+        runner = await engine.open(
             _session_config(header), collector.send_text, collector.send_bytes, lambda code: None
         )
         try:

@@ -35,7 +35,9 @@ been measured every session is admitted.
 
 By default there is one worker, in this process (``LocalWorker``); each worker
 runs its model calls in submission order, so a release always lands between
-steps, never during one.
+steps, never during one. A worker that died and was restarted (a cluster's
+shared world service, ``shared.py``) fails its whole step with
+``state_evicted``, without bisection: every session of it lost its state.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ from livegen.errors import CapacityExceeded, LivegenError, StateEvicted
 from livegen.logs import log_event
 from livegen.models.world import Chunk, Tick, WorldModel, WorldSpec
 from livegen.runtime.world.kv_pool import Pool
-from livegen.runtime.world.workers import LocalWorker, Worker, WorkerPool
+from livegen.runtime.world.workers import LocalWorker, Worker, WorkerPool, WorkerRestarted
 from livegen.tasks import TaskSet
 from livegen.world import Plan
 
@@ -146,15 +148,15 @@ class Scheduler:
         await self.workers.close()
 
     # -- sessions --------------------------------------------------------------------------
+    async def reserve(self, session_id: str) -> None:
+        """Admit a new session to a cluster's shared world service before its runner starts
+        (``workers.WorkerPool.reserve``; nothing in a server of its own, where ``add`` admits)."""
+        self._check_realtime()
+        await self.workers.reserve(session_id)
+
     def add(self, runner: Steppable) -> None:
         """Admit a session (raises ``CapacityExceeded`` when the KV pool or the frame clock is full)."""
-        if self.is_realtime_full:
-            load = self.realtime_load(len(self._runners))
-            raise CapacityExceeded(
-                f"the world model cannot make one more session's frames in real time ({len(self._runners)} "
-                f"sessions already need {load:.0%} of its time); retry later",
-                code="realtime_capacity",
-            )
+        self._check_realtime()
         self.workers.admit(runner.session_id)
         self._runners[runner.session_id] = runner
         self.wake()
@@ -177,6 +179,15 @@ class Scheduler:
         chunks_per_s = self.spec.fps / self.spec.frames_per_chunk
         num_workers = max(1, sum(worker.is_alive for worker in self.workers.workers))
         return num_sessions * chunks_per_s * self.tick_cost_s / num_workers
+
+    def _check_realtime(self) -> None:
+        if self.is_realtime_full:
+            load = self.realtime_load(len(self._runners))
+            raise CapacityExceeded(
+                f"the world model cannot make one more session's frames in real time ({len(self._runners)} "
+                f"sessions already need {load:.0%} of its time); retry later",
+                code="realtime_capacity",
+            )
 
     @property
     def is_realtime_full(self) -> bool:
@@ -265,6 +276,10 @@ class Scheduler:
         started = self.clock()
         try:
             chunks = await self.workers.step(entries[0].worker_index, [entry.tick for entry in entries])
+        except WorkerRestarted as exc:  # the worker's state is gone for every session it held
+            for entry in entries:
+                self._fail(entry, "state_evicted", str(exc))
+            return
         except Exception as exc:
             if len(entries) > 1:  # find whose tick fails; the others go on (W6: as they would alone)
                 half = len(entries) // 2

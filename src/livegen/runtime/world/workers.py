@@ -18,6 +18,11 @@ disconnect) fan out to every worker that ever held the session: releasing is
 idempotent, and a worker whose earlier release failed gets another chance.
 A worker that is lost (its process died) takes no new rollouts: its sessions
 fail, and move to a live worker on their ``world.reset``.
+
+In a cluster of server processes the workers are the cluster's shared world
+services (``shared.py``): their pages and admissions are the service's, so the
+pool keeps no KV pool for them, admits a session with an awaited call
+(``reserve``) before its runner starts, and never moves a session between them.
 """
 
 from __future__ import annotations
@@ -26,13 +31,23 @@ import asyncio
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
-from livegen.errors import CapacityExceeded, LocalProtocolError
+from livegen.errors import CapacityExceeded, LocalProtocolError, StateEvicted
 from livegen.models.world import Chunk, Tick, WorldModel, WorldSpec
 from livegen.runtime.world.kv_pool import Pool
 
+if TYPE_CHECKING:
+    from livegen.runtime.world.shared import SharedWorker
+
 T = TypeVar("T")
+#: A page a shared service names (``shared.py``): a tick to one carries one per page to write.
+UNNAMED_PAGE = -1
+
+
+class WorkerRestarted(StateEvicted):
+    """A worker's process died and was restarted (a cluster's shared world service): the steps it
+    was serving fail, every session of them at once, and their state is gone until ``world.reset``."""
 
 
 class Worker(Protocol):
@@ -99,7 +114,7 @@ class WorkerPool:
         if not workers:
             raise ValueError("a worker pool needs at least one worker")
         self.spec = workers[0].spec
-        kv = self.spec.kv
+        kv = self.spec.kv and not getattr(workers[0], "is_shared", False)  # a service pages its own
         self._slots = [
             _Slot(worker, Pool.for_spec(self.spec, kv_budget_bytes) if kv else None) for worker in workers
         ]
@@ -107,6 +122,8 @@ class WorkerPool:
         self._placed: dict[str, int] = {}
         #: Session id -> slots that ever held its model state (were sent one of its ticks).
         self._holders: dict[str, set[int]] = {}
+        #: The workers are a cluster's shared services: they admit and page sessions themselves.
+        self.is_shared = all(getattr(worker, "is_shared", False) for worker in workers)
 
     @property
     def workers(self) -> list[Worker]:
@@ -123,8 +140,28 @@ class WorkerPool:
     @property
     def kv_capacity(self) -> int | None:
         """Sessions the KV pools admit in all, or None for models without KV geometry."""
+        usage = self.kv_usage()
+        return None if usage is None else usage[1]
+
+    def kv_usage(self) -> tuple[int, int] | None:
+        """(sessions admitted, capacity) of the KV pools, or None without KV geometry; a shared
+        service's as its last answer said (every process's sessions)."""
+        if self.is_shared:
+            shared = self._shared()
+            if any(worker.capacity is None for worker in shared):
+                return None
+            return sum(w.num_sessions for w in shared), sum(w.capacity or 0 for w in shared)
         pools = self.kv_pools
-        return sum(pool.capacity for pool in pools) if pools else None
+        return (sum(p.num_sessions for p in pools), sum(p.capacity for p in pools)) if pools else None
+
+    def refresh(self) -> None:
+        """Shared services: ask for their counts again where the last answer is old (not awaited)."""
+        if self.is_shared:
+            for worker in self._shared():
+                worker.refresh()
+
+    def _shared(self) -> list[SharedWorker]:
+        return [cast("SharedWorker", slot.worker) for slot in self._slots]
 
     @property
     def is_full(self) -> bool:
@@ -137,6 +174,8 @@ class WorkerPool:
 
     @staticmethod
     def _can_take(slot: _Slot) -> bool:
+        if getattr(slot.worker, "is_shared", False):
+            return not cast("SharedWorker", slot.worker).is_full
         return slot.worker.is_alive and (slot.kv is None or not slot.kv.is_full)
 
     async def start(self) -> None:
@@ -150,8 +189,34 @@ class WorkerPool:
     # -- placement -------------------------------------------------------------------------
     def admit(self, session_id: str) -> None:
         """Place a new session on the least loaded worker (``CapacityExceeded`` when all are full)."""
-        if session_id not in self._placed:
-            self._place(session_id, self._least_loaded(exclude=None))
+        if session_id in self._placed:
+            return
+        if self.is_shared:
+            raise LocalProtocolError(f"session {session_id!r} was not reserved on a shared world service")
+        self._place(session_id, self._least_loaded(exclude=None))
+
+    async def reserve(self, session_id: str) -> None:
+        """Admit a new session to a shared service, the least loaded first (awaited: it asks the
+        services); nothing for workers of this process, which ``admit`` places at once."""
+        if not self.is_shared or session_id in self._placed:
+            return
+        shared = self._shared()
+        refusal: Exception | None = None
+        for index in sorted(range(len(shared)), key=lambda i: shared[i].num_sessions):
+            try:
+                await shared[index].admit(session_id)
+            except (CapacityExceeded, WorkerRestarted) as exc:
+                refusal = exc
+                continue
+            except asyncio.CancelledError:  # the service may have admitted it: take that back
+                shared[index].forget(session_id)
+                raise
+            self._slots[index].sessions.add(session_id)
+            self._placed[session_id] = index
+            return
+        if isinstance(refusal, CapacityExceeded):
+            raise refusal
+        raise CapacityExceeded(f"no world service is running: {refusal}; retry shortly", code="no_workers")
 
     def remove(self, session_id: str) -> None:
         """The session left (close, disconnect) after its release: forget it."""
@@ -165,6 +230,8 @@ class WorkerPool:
             slot.sessions.discard(session_id)
             if slot.kv is not None:
                 slot.kv.release(session_id)
+            if self.is_shared:
+                cast("SharedWorker", slot.worker).forget(session_id)
 
     def worker_index(self, session_id: str) -> int:
         try:
@@ -215,8 +282,12 @@ class WorkerPool:
     ) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
         """(worker index, context pages, pages to write) for the session's next tick (of ``pages``
         pages where the session's chunks are shorter than the model's)."""
-        index = self._rebalance(session_id) if chunk_index == 0 else self.worker_index(session_id)
+        is_moving = chunk_index == 0 and not self.is_shared  # a service admitted it: it stays there
+        index = self._rebalance(session_id) if is_moving else self.worker_index(session_id)
         self._holders.setdefault(session_id, set()).add(index)
+        if self.is_shared:  # the service names the pages: the tick says how many
+            count = pages or self.spec.pages_in_chunk(chunk_index)
+            return index, (), (UNNAMED_PAGE,) * count if self.spec.kv is not None else ()
         kv = self._slots[index].kv
         context, write = kv.plan(session_id, chunk_index, pages) if kv is not None else ((), ())
         return index, context, write
@@ -253,4 +324,4 @@ class WorkerPool:
                 raise result
 
 
-__all__ = ["LocalWorker", "Worker", "WorkerPool"]
+__all__ = ["UNNAMED_PAGE", "LocalWorker", "Worker", "WorkerPool", "WorkerRestarted"]
