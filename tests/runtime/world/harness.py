@@ -58,6 +58,14 @@ class RunnerHarness:
         return [error["code"] for error in self.errors(session_id)]
 
 
+def settled(runner: Runner, chunks: int) -> bool:
+    """``chunks`` committed and written, none in flight: an ack now counts (W7), and makes it due.
+
+    (A committed chunk is not yet written while its frames encode: an ack for it then is refused,
+    as a client cannot ack what it has not received, and a test that acked it waits forever.)"""
+    return runner.session.chunk_index == chunks and not runner.flow.unsent and runner._ticking is None
+
+
 async def until(condition: Any, timeout_s: float = 15.0) -> None:
     async with asyncio.timeout(timeout_s):
         while not condition():  # noqa: ASYNC110 - polls state that several tasks change

@@ -22,7 +22,7 @@ from livegen.runtime.world.kv_pool import required_bytes
 from livegen.runtime.world.runner import LEAD_FACTOR, LEAD_MARGIN_S, MAX_QUEUED_EVENTS, Options, Runner
 from livegen.runtime.world.scheduler import Scheduler
 from livegen.world import Event, Manager, Status
-from runtime.world.harness import GEOMETRY, RunnerHarness, until
+from runtime.world.harness import GEOMETRY, RunnerHarness, settled, until
 
 
 class RecordingKVModel:
@@ -59,11 +59,6 @@ class Harness(RunnerHarness):
         budget = required_bytes(GEOMETRY, 4, num_sessions)
         super().__init__(Scheduler(model, kv_budget_bytes=budget), model.spec.controls)
         self.model = model
-
-
-def settled(runner: Runner, chunks: int) -> bool:
-    """``chunks`` committed and written, none in flight: an ack now counts (W7), and makes it due."""
-    return runner.session.chunk_index == chunks and not runner.flow.unsent and runner._ticking is None
 
 
 async def test_due_sessions_step_together_with_their_kv_pages() -> None:

@@ -21,7 +21,7 @@ from livegen.runtime.world.kv_pool import required_bytes
 from livegen.runtime.world.scheduler import Scheduler
 from livegen.runtime.world.workers import WorkerPool
 from livegen.world import Status
-from runtime.world.harness import GEOMETRY, RunnerHarness, until
+from runtime.world.harness import GEOMETRY, RunnerHarness, settled, until
 
 SPEC = game.room_spec(kv=GEOMETRY)
 
@@ -180,7 +180,7 @@ async def test_a_failing_worker_fails_only_its_own_sessions() -> None:
     await harness.scheduler.start()
     a = harness.open(max_chunks_ahead=1)
     b = harness.open(max_chunks_ahead=50)
-    await until(lambda: a.session.chunk_index == 1 and b.session.chunk_index >= 1)
+    await until(lambda: settled(a, 1) and b.session.chunk_index >= 1)
     harness.workers[0].is_failing_steps = True
     a.ack(0)
     await until(lambda: a.session.status is Status.FAILED)
@@ -197,7 +197,7 @@ async def test_a_lost_worker_gets_no_new_rollouts_and_its_sessions_move_on_reset
     await harness.scheduler.start()
     a = harness.open(max_chunks_ahead=1)
     b = harness.open(max_chunks_ahead=1)
-    await until(lambda: a.session.chunk_index == 1 and b.session.chunk_index == 1)
+    await until(lambda: settled(a, 1) and settled(b, 1))
     w0, w1 = harness.workers
     assert b.session_id in w1.held
     w1.is_alive, w1.is_failing_steps = False, True  # its process died
