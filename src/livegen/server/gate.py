@@ -13,8 +13,8 @@
   again, never refused for room;
 - a resume (``?session_id=``) of a session another process owns is relayed to
   that process's private address (``server/forward.py``), and so are a WebRTC
-  call's ``?call_id=`` attach and its hangup (the call's id carries its
-  process's tag too: its media flows to that process), and a call offer that
+  call's ``?call_id=`` attach and its hangup, a world call's too (the call's
+  id carries its process's tag too: its media flows to that process), and a call offer that
   resumes a session (``POST /v1/realtime/calls?session_id=``); connections to this
   process's private address by the relay (marked ``x-livegen-relayed``) are
   resumes: never relayed again, counted here (the relaying process does not),
@@ -59,8 +59,9 @@ if TYPE_CHECKING:
 
 #: Session routes and the kind of session each opens.
 KINDS = {"/v1/realtime": "voice", "/v1/worlds": "world"}
-#: A WebRTC call's hangup, which goes to the process that holds the call.
-HANGUP = re.compile(r"/v1/realtime/calls/([^/]+)/hangup")
+#: A WebRTC call's hangup (a voice call's or a world call's), which goes to the process that
+#: holds the call.
+HANGUP = re.compile(r"/v1/(?:realtime|worlds)/calls/([^/]+)/hangup")
 #: WebRTC call offers; one with ``?session_id=`` goes to the process that holds that session.
 CALLS = "/v1/realtime/calls"
 #: How long the owner may take to answer a relayed call offer (it gathers its ICE candidates
