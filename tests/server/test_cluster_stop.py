@@ -96,26 +96,58 @@ async def test_an_owner_that_cannot_be_reached_is_answered_as_for_an_unknown_id(
 
 
 async def test_a_sigterm_to_the_whole_process_group_still_drains() -> None:
-    """Ctrl-C in a terminal and systemd's stop signal the server's whole process group (Ray's own
-    processes too): the server processes get one SIGTERM, through the supervisor, and drain; the
-    server then exits (no call waits on the Ray that died with the signal)."""
+    """Ctrl-C in a terminal and systemd's stop signal the server's whole process group: the
+    server processes get one SIGTERM, through the supervisor, and drain, while the local Ray (out
+    of that group) and its coordinator live on for them; the server then exits, and ends Ray."""
+    psutil = pytest.importorskip("psutil")
     port = free_port()
     serve = start_serve(port=port, drain_timeout_s=3.0, workers=2)
+    ray_processes: list[Any] = []
     try:
         body = wait_for(port, lambda b: len(b["cluster"]["processes"]) == 2)
+        servers = {p["pid"] for p in body["cluster"]["processes"]}
         # out of the group the signal goes to: the supervisor alone passes it on, once
-        assert all(os.getpgid(p["pid"]) != serve.pid for p in body["cluster"]["processes"])
+        assert all(os.getpgid(pid) != serve.pid for pid in servers)
+        descendants = psutil.Process(serve.pid).children(recursive=True)
+        ray_processes = [p for p in descendants if p.pid not in servers]
+        assert any(p.name() == "raylet" for p in ray_processes)
         live, _seen = await open_voice(f"ws://127.0.0.1:{port}")
         os.killpg(serve.pid, signal.SIGTERM)
+        draining = await until_draining(port)
+        # the coordinator answers the draining processes (its Ray did not die with the signal)
+        assert "processes" in draining["cluster"], draining
         # the live session goes on while the server drains...
         await live.send(json.dumps({"type": "response.create"}))
         assert (await until(live, "response.done", []))["response"]["status"] == "completed"
+        assert "processes" in health(port).json()["cluster"]
         # ...until the drain timeout, when it ends with its terminal event
         closed = await until(live, "session.closed", [])
         assert closed.get("reason") == "server_shutdown"
         assert serve.wait(60) == 0
+        for process in ray_processes:  # and no Ray process is left behind
+            for _ in range(100):
+                if is_gone(process.pid):
+                    break
+                await asyncio.sleep(0.1)
+            else:
+                pytest.fail(f"Ray's {process.name()} ({process.pid}) outlived the server")
     finally:
         stop(serve)
+        for process in ray_processes:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+
+
+async def until_draining(port: int) -> dict[str, Any]:
+    """``/health`` once the server drains (503 ``draining``)."""
+    for _ in range(200):
+        answer = health(port)
+        if answer.status_code == 503:
+            body: dict[str, Any] = answer.json()
+            assert body["status"] == "draining", body
+            return body
+        await asyncio.sleep(0.05)
+    pytest.fail("the server did not start draining")
 
 
 def test_speech_workers_are_out_of_the_servers_process_group() -> None:
@@ -140,13 +172,15 @@ def is_gone(pid: int) -> bool:
 
 
 def test_server_processes_end_with_a_supervisor_killed_outright() -> None:
-    """Out of the supervisor's process group, they would otherwise serve on, orphaned."""
+    """Out of the supervisor's process group, they would otherwise serve on, orphaned; and so
+    would its Ray's processes, out of that group too."""
+    psutil = pytest.importorskip("psutil")
     port = free_port()
     serve = start_serve(port=port, workers=2)
     pids: list[int] = []
     try:
-        body = wait_for(port, lambda b: len(b["cluster"]["processes"]) == 2)
-        pids = [p["pid"] for p in body["cluster"]["processes"]]
+        wait_for(port, lambda b: len(b["cluster"]["processes"]) == 2)
+        pids = [p.pid for p in psutil.Process(serve.pid).children(recursive=True)]
         serve.kill()
         serve.wait()
         for pid in pids:
@@ -155,7 +189,7 @@ def test_server_processes_end_with_a_supervisor_killed_outright() -> None:
                     break
                 time.sleep(0.1)
             else:
-                pytest.fail(f"server process {pid} outlived its supervisor")
+                pytest.fail(f"process {pid} ({psutil.Process(pid).name()}) outlived its supervisor")
     finally:
         stop(serve)
         for pid in pids:
