@@ -1,6 +1,6 @@
 """Stopping, draining and counting across a cluster's processes: a process group's signal, a
 supervisor killed outright, duplex resumes counted as resumes and attached while draining, an
-owner that cannot be reached."""
+owner that takes connections but never answers."""
 
 from __future__ import annotations
 
@@ -25,7 +25,6 @@ from cluster_harness import (
     health,
     open_voice,
     recv,
-    resume,
     start_serve,
     stop,
     until,
@@ -78,21 +77,37 @@ async def test_a_full_server_still_takes_duplex_resumes(cluster: Cluster) -> Non
         await asyncio.sleep(0.1)
 
 
-async def test_an_owner_that_cannot_be_reached_is_answered_as_for_an_unknown_id(cluster: Cluster) -> None:
-    """A stopped process takes no connection: through the other process a call's attach is
-    refused with call_not_found, as for a call no process holds, and a resume with
-    session_not_found, never hung."""
+async def test_an_owner_that_never_answers_is_refused_as_busy_not_unknown(cluster: Cluster) -> None:
+    """A stopped process takes connections (its kernel does) and answers none: through the other
+    process a call's attach and a resume are refused once the relay has waited for it, with
+    owner_busy and close 1013 (retry), not as unknown ids, and never hung. (An owner that is gone
+    is refused as unknown: test_cluster.py's killed process.)"""
     pytest.importorskip("aiortc")
     one, other = cluster.processes()
     os.kill(one["pid"], signal.SIGSTOP)
     try:
-        attach = await websockets.connect(f"{other['address']}/v1/realtime?call_id=rtc_{one['tag']}0000")
-        OPENED.append(attach)
-        assert (await recv(attach))["error"]["code"] == "call_not_found"
-        late = await resume(other["address"], f"sess_{one['tag']}000000000000", "token", last_seq=1)
-        assert (await recv(late))["error"]["code"] == "session_not_found"
+        attach, late = await asyncio.gather(
+            refusal(f"{other['address']}/v1/realtime?call_id=rtc_{one['tag']}0000", None),
+            refusal(f"{other['address']}/v1/realtime?session_id=sess_{one['tag']}0000", "token"),
+        )
     finally:
         os.kill(one["pid"], signal.SIGCONT)
+    for (error, code), what in ((attach, "call"), (late, "session")):
+        assert error["code"] == "owner_busy" and what in error["message"], error
+        assert code == 1013
+
+
+async def refusal(url: str, token: str | None) -> tuple[dict[str, Any], int | None]:
+    """The error a socket is refused with, and its close code (a resume sends its event first)."""
+    ws = await websockets.connect(url, open_timeout=30)
+    OPENED.append(ws)
+    if token is not None:
+        session_id = url.rpartition("=")[2]
+        await ws.send(json.dumps({"type": "session.resume", "session_id": session_id, "resume_token": token}))
+    error = (await recv(ws))["error"]
+    with contextlib.suppress(websockets.ConnectionClosed):
+        await asyncio.wait_for(ws.recv(), 10)
+    return error, ws.close_code
 
 
 async def test_a_sigterm_to_the_whole_process_group_still_drains() -> None:

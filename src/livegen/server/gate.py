@@ -45,7 +45,7 @@ from livegen.protocol.realtime import duplex
 from livegen.server.auth import presented_key, select_subprotocol
 from livegen.server.client_secrets import PREFIX, ClientSecret
 from livegen.server.forward import (
-    ANSWER_TIMEOUT_S,
+    OWNER_ANSWER_TIMEOUT_S,
     RELAYED_HEADER,
     forward,
     forward_http,
@@ -210,7 +210,7 @@ class GateMiddleware:
         if address is None:
             await self.app(scope, receive, send)
         elif scope["type"] == "http":
-            timeout_s = OFFER_ANSWER_TIMEOUT_S if scope["path"] == CALLS else ANSWER_TIMEOUT_S
+            timeout_s = OFFER_ANSWER_TIMEOUT_S if scope["path"] == CALLS else OWNER_ANSWER_TIMEOUT_S
             await forward_http(scope, receive, send, address, self.app, timeout_s)
         else:
             # A process that cannot be reached is answered here too: call_not_found.
