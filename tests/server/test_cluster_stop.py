@@ -25,6 +25,7 @@ from cluster_harness import (
     health,
     open_voice,
     recv,
+    resume,
     start_serve,
     stop,
     until,
@@ -63,9 +64,9 @@ async def test_a_full_server_still_takes_duplex_resumes(cluster: Cluster) -> Non
     for _ in range(MAX_SESSIONS):
         await open_voice(f"ws://127.0.0.1:{cluster.port}")
     for created, process in zip(parked, (one, other), strict=True):
-        resume = {"type": "session.resume", "session_id": created["session"]["id"]}
-        resume |= {"resume_token": created["resume_token"], "last_received_server_event_seq": 1}
-        resumed = await recv(await duplex(process["address"], resume))
+        first = {"type": "session.resume", "session_id": created["session"]["id"]}
+        first |= {"resume_token": created["resume_token"], "last_received_server_event_seq": 1}
+        resumed = await recv(await duplex(process["address"], first))
         assert resumed["type"] == "session.resumed", resumed
     refused = await duplex(other["address"], {"type": "session.update", "session": {}})
     assert (await recv(refused))["error"]["code"] == "too_many_sessions"
@@ -229,11 +230,37 @@ async def test_a_duplex_resume_attaches_while_the_server_drains() -> None:
             if health(port).status_code == 503:
                 break
             await asyncio.sleep(0.05)
-        resume = {"type": "session.resume", "session_id": created["session"]["id"]}
-        resume |= {"resume_token": created["resume_token"], "last_received_server_event_seq": 1}
-        resumed = await recv(await duplex(address, resume))
+        first = {"type": "session.resume", "session_id": created["session"]["id"]}
+        first |= {"resume_token": created["resume_token"], "last_received_server_event_seq": 1}
+        resumed = await recv(await duplex(address, first))
         assert resumed["type"] == "session.resumed", resumed
         refused = await duplex(address, {"type": "session.update", "session": {}})
         assert (await recv(refused))["error"]["code"] == "server_draining"
+    finally:
+        stop(serve)
+
+
+async def test_a_drain_keeps_parked_sessions_resumable_until_its_timeout() -> None:
+    """A SIGTERM with only a parked session left (its client dropped) does not end it at once:
+    the drain waits for it as for a live one, so a client that comes back during the drain
+    resumes, and its session then ends with the drain (server_shutdown)."""
+    port = free_port()
+    serve = start_serve(port=port, drain_timeout_s=8.0)
+    try:
+        wait_for(port, lambda b: True)
+        address = f"ws://127.0.0.1:{port}"
+        ws, before = await open_voice(address)
+        session_id, token = before[0]["session"]["id"], before[0]["resume_token"]
+        await drop(ws)
+        wait_for(port, lambda b: b["services"]["voice"]["parked_sessions"] == 1, timeout=20)
+        os.kill(serve.pid, signal.SIGTERM)
+        await until_draining(port)
+        back = await resume(address, session_id, token, last_seq=len(before))
+        assert (await recv(back))["type"] == "session.resumed"
+        await back.send(json.dumps({"type": "response.create"}))
+        assert (await until(back, "response.done", []))["response"]["status"] == "completed"
+        closed = await until(back, "session.closed", [])
+        assert closed.get("reason") == "server_shutdown"
+        serve.wait(60)  # then the server exits (uvicorn ends by raising the SIGTERM it drained on)
     finally:
         stop(serve)

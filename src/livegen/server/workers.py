@@ -29,8 +29,9 @@ processes instead, each its own uvicorn and event loop:
 Every server, one process or many, drains on ``SIGTERM`` (``DrainingServer``):
 new sessions are refused (HTTP 503 ``server_draining``; ``/health`` 503
 ``draining``), live ones may finish for up to ``--drain-timeout`` seconds,
-then the rest end with their terminal event (``session.closed``, reason
-``server_shutdown``) and the process exits. A second signal exits at once.
+and so may parked ones (their clients may resume and finish, until the
+session's resume window closes), then the rest end with their terminal event
+(``session.closed``, reason ``server_shutdown``) and the process exits. A second signal exits at once.
 """
 
 from __future__ import annotations
@@ -71,6 +72,8 @@ ASSIGNMENT = "LIVEGEN_WORKER_ASSIGNMENT"
 KILL_AFTER_S = 20.0
 #: The most one call to Ray may take while the server stops (Ray may have died with the signal).
 STOP_CALL_S = 2.0
+#: How often a drain looks whether the parked sessions have resumed or ended.
+PARKED_POLL_S = 0.2
 #: The argument that makes ``python -m livegen.server.workers`` the supervisor's private Ray.
 RAY_HEAD = "--ray-head"
 #: What ``ray.init`` sets in the environment of the process that starts a Ray, which every driver
@@ -113,14 +116,32 @@ class DrainingServer(uvicorn.Server):
         state = self.state
         gate, timeout_s = state.gate, state.config.drain_timeout_s
         gate.draining = True
-        log_event(logger, "server.draining", sessions=gate.open_sessions, timeout_s=timeout_s)
+        parked = parked_sessions(state)
+        log_event(logger, "server.draining", sessions=gate.open_sessions, parked=parked, timeout_s=timeout_s)
         try:
             async with asyncio.timeout(timeout_s):
-                await gate.idle.wait()
+                await self._until_settled()
         except TimeoutError:
-            log_event(logger, "server.drain_timeout", logging.WARNING, sessions=gate.open_sessions)
+            sessions, parked = gate.open_sessions, parked_sessions(state)
+            log_event(logger, "server.drain_timeout", logging.WARNING, sessions=sessions, parked=parked)
         await state.stop_services()  # the rest: session.closed, reason server_shutdown
         self.should_exit = True
+
+    async def _until_settled(self) -> None:
+        """Until no session socket is open and no session is parked: a parked session's client
+        may come back during the drain (a resume still attaches, ``server/gate.py``), so it is
+        waited for as a live one is, until it resumes and ends, or its resume window closes."""
+        gate = self.state.gate
+        while True:
+            await gate.idle.wait()
+            if parked_sessions(self.state) == 0:
+                return
+            await asyncio.sleep(PARKED_POLL_S)  # the parked set has no event of its own
+
+
+def parked_sessions(state: State) -> int:
+    """Sessions parked for a resume, by the services' own reports."""
+    return sum(int(service.health().get("parked_sessions", 0)) for service in state.services)
 
 
 def run(config: ServerConfig, registry_spec: str | None = None, app: Any = None) -> None:
