@@ -13,8 +13,8 @@
   again, never refused for room;
 - a resume (``?session_id=``) of a session another process owns is relayed to
   that process's private address (``server/forward.py``), and so are a WebRTC
-  call's ``?call_id=`` attach and its hangup (the call's id carries its
-  process's tag too: its media flows to that process), and a call offer that
+  call's ``?call_id=`` attach and its hangup, a world call's too (the call's
+  id carries its process's tag too: its media flows to that process), and a call offer that
   resumes a session (``POST /v1/realtime/calls?session_id=``); connections to this
   process's private address by the relay (marked ``x-livegen-relayed``) are
   resumes: never relayed again, counted here (the relaying process does not),
@@ -45,7 +45,7 @@ from livegen.protocol.realtime import duplex
 from livegen.server.auth import presented_key, select_subprotocol
 from livegen.server.client_secrets import PREFIX, ClientSecret
 from livegen.server.forward import (
-    ANSWER_TIMEOUT_S,
+    OWNER_ANSWER_TIMEOUT_S,
     RELAYED_HEADER,
     forward,
     forward_http,
@@ -59,8 +59,9 @@ if TYPE_CHECKING:
 
 #: Session routes and the kind of session each opens.
 KINDS = {"/v1/realtime": "voice", "/v1/worlds": "world"}
-#: A WebRTC call's hangup, which goes to the process that holds the call.
-HANGUP = re.compile(r"/v1/realtime/calls/([^/]+)/hangup")
+#: A WebRTC call's hangup (a voice call's or a world call's), which goes to the process that
+#: holds the call.
+HANGUP = re.compile(r"/v1/(?:realtime|worlds)/calls/([^/]+)/hangup")
 #: WebRTC call offers; one with ``?session_id=`` goes to the process that holds that session.
 CALLS = "/v1/realtime/calls"
 #: How long the owner may take to answer a relayed call offer (it gathers its ICE candidates
@@ -209,7 +210,7 @@ class GateMiddleware:
         if address is None:
             await self.app(scope, receive, send)
         elif scope["type"] == "http":
-            timeout_s = OFFER_ANSWER_TIMEOUT_S if scope["path"] == CALLS else ANSWER_TIMEOUT_S
+            timeout_s = OFFER_ANSWER_TIMEOUT_S if scope["path"] == CALLS else OWNER_ANSWER_TIMEOUT_S
             await forward_http(scope, receive, send, address, self.app, timeout_s)
         else:
             # A process that cannot be reached is answered here too: call_not_found.

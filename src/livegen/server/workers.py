@@ -6,7 +6,8 @@ app under uvicorn, as before, on one event loop. That loop is the ceiling
 per process, whatever the cores), so ``--workers N`` runs N server
 processes instead, each its own uvicorn and event loop:
 
-- the parent (``Supervisor``) starts a local Ray, or joins ``--ray-address``,
+- the parent (``Supervisor``) starts a local Ray (in a process of its own, out
+  of the server's process group, ended with the parent), or joins ``--ray-address``,
   creates the cluster's coordinator actor (``server/cluster.py``), and starts
   the N processes (``python -m livegen.server.workers``); it restarts one that
   dies once it served (its counts and address are dropped from the coordinator
@@ -14,10 +15,11 @@ processes instead, each its own uvicorn and event loop:
   and passes ``SIGTERM`` on to all of them. They run in a process group of
   their own, so a signal to the whole group (Ctrl-C in a terminal, systemd's
   stop) reaches them once, through the parent, and a first ``SIGTERM`` still
-  drains. Ray's own processes may die with such a signal: while the server
-  stops, every call to Ray is bounded (``STOP_CALL_S``), and a process whose
-  Ray is gone exits without Ray's exit-time disconnect, which would wait out
-  Ray's reconnect timeouts;
+  drains, with the local Ray's processes (the coordinator among them) alive
+  until the parent ends them last. A joined Ray's may still die with such a
+  signal: while the server stops, every call to Ray is bounded
+  (``STOP_CALL_S``), and a process whose Ray is gone exits without Ray's
+  exit-time disconnect, which would wait out Ray's reconnect timeouts;
 - each process binds the public port with ``SO_REUSEPORT`` (the kernel spreads
   new connections over the processes) and a private port of its own, which
   resumes of its sessions are relayed to from the other processes
@@ -27,8 +29,9 @@ processes instead, each its own uvicorn and event loop:
 Every server, one process or many, drains on ``SIGTERM`` (``DrainingServer``):
 new sessions are refused (HTTP 503 ``server_draining``; ``/health`` 503
 ``draining``), live ones may finish for up to ``--drain-timeout`` seconds,
-then the rest end with their terminal event (``session.closed``, reason
-``server_shutdown``) and the process exits. A second signal exits at once.
+and so may parked ones (their clients may resume and finish, until the
+session's resume window closes), then the rest end with their terminal event
+(``session.closed``, reason ``server_shutdown``) and the process exits. A second signal exits at once.
 """
 
 from __future__ import annotations
@@ -69,6 +72,13 @@ ASSIGNMENT = "LIVEGEN_WORKER_ASSIGNMENT"
 KILL_AFTER_S = 20.0
 #: The most one call to Ray may take while the server stops (Ray may have died with the signal).
 STOP_CALL_S = 2.0
+#: How often a drain looks whether the parked sessions have resumed or ended.
+PARKED_POLL_S = 0.2
+#: The argument that makes ``python -m livegen.server.workers`` the supervisor's private Ray.
+RAY_HEAD = "--ray-head"
+#: What ``ray.init`` sets in the environment of the process that starts a Ray, which every driver
+#: of it needs too.
+RAY_HEAD_ENV = ("RAY_AUTH_MODE",)
 
 
 class DrainingServer(uvicorn.Server):
@@ -106,14 +116,32 @@ class DrainingServer(uvicorn.Server):
         state = self.state
         gate, timeout_s = state.gate, state.config.drain_timeout_s
         gate.draining = True
-        log_event(logger, "server.draining", sessions=gate.open_sessions, timeout_s=timeout_s)
+        parked = parked_sessions(state)
+        log_event(logger, "server.draining", sessions=gate.open_sessions, parked=parked, timeout_s=timeout_s)
         try:
             async with asyncio.timeout(timeout_s):
-                await gate.idle.wait()
+                await self._until_settled()
         except TimeoutError:
-            log_event(logger, "server.drain_timeout", logging.WARNING, sessions=gate.open_sessions)
+            sessions, parked = gate.open_sessions, parked_sessions(state)
+            log_event(logger, "server.drain_timeout", logging.WARNING, sessions=sessions, parked=parked)
         await state.stop_services()  # the rest: session.closed, reason server_shutdown
         self.should_exit = True
+
+    async def _until_settled(self) -> None:
+        """Until no session socket is open and no session is parked: a parked session's client
+        may come back during the drain (a resume still attaches, ``server/gate.py``), so it is
+        waited for as a live one is, until it resumes and ends, or its resume window closes."""
+        gate = self.state.gate
+        while True:
+            await gate.idle.wait()
+            if parked_sessions(self.state) == 0:
+                return
+            await asyncio.sleep(PARKED_POLL_S)  # the parked set has no event of its own
+
+
+def parked_sessions(state: State) -> int:
+    """Sessions parked for a resume, by the services' own reports."""
+    return sum(int(service.health().get("parked_sessions", 0)) for service in state.services)
 
 
 def run(config: ServerConfig, registry_spec: str | None = None, app: Any = None) -> None:
@@ -167,23 +195,17 @@ class Supervisor:
         #: False once a call to Ray failed: the calls left are skipped, and so is Ray's disconnect.
         self.ray_alive = True
         self._reserved: socket.socket | None = None
+        #: The process that holds a Ray of this server's own (``_start_ray``); None when joined.
+        self.ray_head: subprocess.Popen[bytes] | None = None
 
     def run(self) -> None:
         from livegen.server.cluster import NAMESPACE, coordinator
 
+        # Ray's own start first: the environment it hands its drivers is read when Ray is imported.
+        self.ray_address = self.config.ray_address or self._start_ray()
         ray = import_ray()
-        options: dict[str, Any] = {"namespace": NAMESPACE, "log_to_driver": False}
-        if self.config.ray_address is None:
-            # CPUs for the cluster's shared world services (runtime/world/shared.py) and speech
-            # service (models/cascade/service.py), and no more: Ray starts an idle worker process
-            # per CPU it is given, ~100 MiB each, which nothing here would use.
-            num_cpus = max(1, self.config.world_workers) + 1
-            options.update(num_cpus=num_cpus, include_dashboard=False)
-        # "local": a Ray of this server's own, even where another runs on the machine (ray.init()
-        # without an address may join that one, and refuses num_cpus when it does).
-        ray.init(address=self.config.ray_address or "local", **options)
+        ray.init(address=self.ray_address, namespace=NAMESPACE, log_to_driver=False)
         self.ray = ray
-        self.ray_address = self.config.ray_address or ray.get_runtime_context().gcs_address
         self.actor = coordinator(ray)
         port = self._reserve_port()
         log_event(logger, "server.workers", workers=self.config.workers, port=port, group=self.group)
@@ -197,6 +219,30 @@ class Supervisor:
         finally:
             self._stop_all()
             self._leave_ray()
+
+    def _start_ray(self) -> str:
+        """A Ray of this server's own, started by a process of its own (``_ray_head``) out of the
+        server's process group: a signal to that group (Ctrl-C, systemd's stop) must not end
+        Ray's processes, and the coordinator with them, while the server processes drain. Its
+        address; it ends when this process closes its stdin, or dies (``_leave_ray`` ends it)."""
+        # CPUs for the world workers every process starts and the shared speech service
+        # (models/cascade/service.py), and no more: Ray starts an idle worker process per CPU
+        # it is given, ~100 MiB each, which nothing here would use.
+        # CPUs for the cluster's shared world services (runtime/world/shared.py) and speech service
+        # (models/cascade/service.py), and no more: Ray starts an idle worker process per CPU it
+        # is given, ~100 MiB each, which nothing here would use.
+        num_cpus = max(1, self.config.world_workers) + 1
+        command = [sys.executable, "-m", "livegen.server.workers", RAY_HEAD, str(num_cpus)]
+        self.ray_head = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True
+        )
+        assert self.ray_head.stdout is not None
+        line = self.ray_head.stdout.readline()
+        if not line:
+            raise SystemExit(f"livegen: Ray did not start (exit code {self.ray_head.wait()}); see its log")
+        settings = json.loads(line)
+        os.environ.update(settings["env"])  # for this driver and the server processes
+        return str(settings["address"])
 
     def _reserve_port(self) -> int:
         """The public port: the configured one, or (port 0) one chosen here and held bound (not
@@ -282,8 +328,9 @@ class Supervisor:
         """End a Ray of this server's own, or leave a joined one, and exit. Ray's own shutdown
         (its driver's disconnect) waits out Ray's reconnect timeouts when Ray's processes died
         with the signal that stops the server (a process group's Ctrl-C, systemd's stop), and a
-        live one cannot be told from a dying one in time: so Ray's processes, the children this
-        process started through ``ray.init``, are ended here, then the process exits at once."""
+        live one cannot be told from a dying one in time: so a Ray of this server's own (the
+        process ``_start_ray`` started and Ray's processes under it) is ended here, then the
+        process exits at once."""
         if self.config.ray_address is not None and self.ray_alive:
             from livegen.server.cluster import stop_services
 
@@ -328,6 +375,25 @@ def _end_with_parent(parent: int) -> None:
     ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGINT)
     if os.getppid() != parent:  # the parent died before that took hold
         os.kill(os.getpid(), signal.SIGINT)
+
+
+def _ray_head(num_cpus: int) -> None:
+    """The supervisor's private Ray (``Supervisor._start_ray``): started here, its address on
+    stdout, ended when stdin closes (the supervisor closed it, or died)."""
+    out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # Ray's prints (and its processes') go to stderr: stdout carries the address alone
+    ray = import_ray()
+    # "local": a Ray of this server's own, even where another runs on the machine (ray.init()
+    # without an address may join that one, and refuses num_cpus when it does). Ray's processes
+    # end with this one (Ray ties them to the process that started them).
+    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+    # What a driver of this Ray needs: its address, and the settings ray.init gave this process's
+    # environment for its children (Ray's token authentication: RAY_AUTH_MODE).
+    settings = {"address": ray.get_runtime_context().gcs_address}
+    settings["env"] = {name: os.environ[name] for name in RAY_HEAD_ENV if name in os.environ}
+    print(json.dumps(settings), file=out, flush=True)
+    sys.stdin.read()
+    ray.shutdown()
 
 
 def _child() -> None:
@@ -382,4 +448,7 @@ def _child() -> None:
 
 
 if __name__ == "__main__":
-    _child()
+    if sys.argv[1:2] == [RAY_HEAD]:
+        _ray_head(int(sys.argv[2]))
+    else:
+        _child()

@@ -26,7 +26,10 @@ channel has not opened within ``CHANNEL_OPEN_TIMEOUT_S``, or when the caller
 stops reading its channel past ``--max-unsent-bytes`` (the session's
 ``unsent_bytes_exceeded``). A bad offer is refused with the voice calls'
 errors (``invalid_offer``, 400), a full server with ``too_many_sessions``
-(429, ``--webrtc-max-calls`` world calls at once).
+(429, ``--webrtc-max-calls`` world calls at once). In a cluster (``--workers``)
+a call's id carries its process's tag, as a voice call's does, so a hangup that
+reaches another process is relayed to the one that holds the call
+(``server/gate.py``).
 """
 
 from __future__ import annotations
@@ -35,7 +38,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import secrets
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
@@ -270,7 +272,8 @@ class WorldCallService(CallRoutes[WorldCall]):
         from aiortc import RTCSessionDescription
 
         pc = self.peer_connection()
-        call = WorldCall("rtc_" + secrets.token_hex(16), pc, key)
+        # Tagged with this process in a cluster, so that its hangup reaches it (server/gate.py).
+        call = WorldCall(self.state.gate.new_id("rtc_", 32), pc, key)
         try:
             _wire_peer(call)
             await pc.setRemoteDescription(RTCSessionDescription(sdp=sdp, type="offer"))
