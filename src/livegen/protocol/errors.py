@@ -504,6 +504,14 @@ SESSION_NOT_FOUND = WireError(
     "livegen",
     "resume of an unknown, ended or expired session",
 )
+OWNER_BUSY = WireError(
+    "owner_busy",
+    "the server process that holds this {what} did not answer within {seconds:g} s; retry",
+    "livegen",
+    "a resume, attach or hangup relayed to a process of the cluster that is alive but did not"
+    " answer in time (a socket closes 1013; HTTP 503)",
+    kind=CapacityExceeded,
+)
 INVALID_RESUME_TOKEN = WireError(
     "invalid_resume_token", "the resume token does not match", "livegen", "resume with a wrong token"
 )

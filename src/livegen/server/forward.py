@@ -48,7 +48,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
-from livegen.errors import InvalidState, RemoteProtocolError
+from livegen.errors import RemoteProtocolError
 from livegen.logs import log_event
 from livegen.protocol import errors as wire_errors
 from livegen.protocol import realtime as wire
@@ -78,19 +78,10 @@ UNPASSED_ANSWER_HEADERS = (b"connection", b"transfer-encoding", b"date", b"serve
 RELAYED_HEADER = b"x-livegen-relayed"
 #: Close codes that may not be sent in a close frame: the relay aborts instead.
 UNSENDABLE = frozenset({1005, 1006, 1015})
-OWNER_BUSY = wire_errors.WireError(
-    "owner_busy",
-    "the server process that holds this {what} did not answer within {seconds:g} s; retry",
-    "livegen",
-    "a resume, attach or hangup relayed to a process of the cluster that is alive but did not"
-    " answer in time (a socket closes 1013; HTTP 503)",
-    error_type="server_error",
-    kind=InvalidState,
-)
 
 
 class OwnerBusy:
-    """The owner took the connection but did not answer in time (``OWNER_BUSY``)."""
+    """The owner took the connection but did not answer in time (``wire_errors.OWNER_BUSY``)."""
 
 
 async def forward(
@@ -305,7 +296,7 @@ def _busy(scope: Scope, seconds: float) -> RemoteProtocolError:
     """``owner_busy``, naming what the request was for: a call (its hangup or attach) or a session."""
     path = scope.get("path", "")
     is_call = path.endswith("/hangup") or b"call_id=" in scope.get("query_string", b"")
-    return OWNER_BUSY.error(what="call" if is_call else "session", seconds=seconds)
+    return wire_errors.OWNER_BUSY.error(what="call" if is_call else "session", seconds=seconds)
 
 
 def _private_tls() -> ssl.SSLContext:
