@@ -18,14 +18,22 @@ For each N:
   processes, their speech workers, the supervisor and Ray) and
   ``client_cpu_cores`` (this process: the users' side);
 - ``max_conversations``: the largest level whose turn p95 stays under the goal;
+- ``cpu_by_role``: the cores each kind of process of the tree used during the
+  level: ``servers``, ``speech_service`` (the cluster's ``livegen-speech``
+  actor: Whisper, Smart Turn, its Ray calls), ``speech_workers`` (Piper),
+  ``ray_and_supervisor``; and ``speech_service``, the service's ``load``
+  from ``/health`` after the level (its sizing; its queue's waits and its
+  pieces' times over the run so far, the last 200 of each);
 - memory: the RSS of each server process once ready and after the levels, and
   of the whole tree; ``memory_per_extra_process_mib`` against the first N.
   With the cascade, ``supervisor_and_ray_rss_mib`` (the tree less the server
   processes) holds each process's speech workers too, not only Ray's.
 
-The questions are synthesised before any server starts, by the cascade
-loaded here and closed again, so that its threads do not share the machine
-with the servers'.
+Every server is started before the first level, and each level is measured
+on each server in turn, so that the servers compared at one level see the
+same load on a shared machine. The questions are synthesised before any
+server starts, by the cascade loaded here and closed again, so that its
+threads do not share the machine with the servers'.
 """
 
 from __future__ import annotations
