@@ -185,12 +185,26 @@ async def test_two_processes_hear_and_answer_through_one_speech_service(
     assert services[0]["pid"] == services[1]["pid"]  # both name the same one
     assert services[0]["recognizers"] == ["whisper-tiny.en"]
     assert services[0]["calls"]["transcribe"] >= 2 and services[0]["calls"]["speak"] >= 4
+    # Its load: both processes' decodes in its one queue, both processes' pieces in its one pool.
+    load = services[0]["load"]
+    assert load["asr_decodes"] >= 2 and load["asr_wait_p95_ms"] is not None, load
+    assert load["speech_pieces"] >= 4 and load["speech_p95_ms"] > 0, load
     # One recogniser, in the service: the server processes' voice model is its view, without
     # workers of its own to report.
     for body in bodies:
         voice = body["services"]["voice"]
         assert "tts_workers" not in voice and voice["speech_service"]["ok"], voice
     assert services[0]["tts_workers"] == 1
+
+
+def test_the_speech_service_sizes_its_recogniser_from_the_nodes_cores(speech_cluster: Cluster) -> None:
+    """The actor asks Ray for one CPU (where to place it) and Ray sets OMP_NUM_THREADS=1 in it; its
+    recogniser is sized from the cores it may run on, as a single server's is, not from that."""
+    load = speech_service(health(speech_cluster.port).json())["load"]
+    cores = len(os.sched_getaffinity(0))
+    assert load["cores"] == cores, load
+    # LIVEGEN_ASR_WORKERS=1 (the fixture): that one worker decodes on every core.
+    assert load["asr"] == {"batch": 8, "workers": 1, "threads": cores}, load
 
 
 async def test_the_speech_service_outlives_the_server_processes_that_die(speech_cluster: Cluster) -> None:

@@ -154,3 +154,18 @@ def test_recognition_is_sized_to_the_cores_and_batch_1_is_the_old_path(
     monkeypatch.setenv("LIVEGEN_ASR_BATCH", "1")
     old = AsrSizing.from_env()
     assert old.is_serial and old.inter_threads == 1 and old.threads == 2
+
+
+def test_recognition_in_a_ray_actor_is_sized_to_the_cores_not_to_its_num_cpus(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The cluster's speech service asks Ray for one CPU, and Ray sets OMP_NUM_THREADS to that in
+    the actor; its recogniser still decodes on every core it may run on (its affinity)."""
+    from livegen.models.cascade.model import AsrSizing, available_cores
+
+    for name in ("LIVEGEN_ASR_BATCH", "LIVEGEN_ASR_WORKERS", "LIVEGEN_ASR_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setattr("os.sched_getaffinity", lambda _: set(range(8)))
+    assert available_cores() == 8
+    assert AsrSizing.from_env() == AsrSizing(8, 4, 2)

@@ -371,6 +371,13 @@ def warm_up(model: CascadeModel) -> None:
         future.result(timeout=120)
 
 
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity): what the cascade sizes itself from.
+    Not Ray's ``num_cpus`` (nor the ``OMP_NUM_THREADS`` Ray sets from it in an actor): that is
+    where Ray places the speech service, not how many cores its models may use."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 @dataclass(frozen=True)
 class AsrSizing:
     """How speech recognition uses the cores: ``workers`` batches decoded at once, each on
@@ -393,7 +400,7 @@ class AsrSizing:
     def of(cls, settings: CascadeSettings) -> AsrSizing:
         """``settings``' batch, workers and threads; by default one worker per core (at most 4),
         each on one thread (two decodes on one core each beat one on two)."""
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        cores = available_cores()
         batch = settings.asr_batch or asr_batch.MAX_BATCH
         if batch == 1:
             return cls(1, 1, settings.asr_threads or 2)

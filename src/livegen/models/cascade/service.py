@@ -71,6 +71,8 @@ NUM_CPUS = 1
 CHUNK_BYTES = tts.SAMPLE_RATE * 2
 #: Seconds ``/health`` reports the service failing after a failed call (unless one succeeds).
 FAILING_S = 30.0
+#: Recent recognitions and pieces ``report`` summarises (its queue waits, its pieces' times).
+RECENT = 200
 #: How long the service may take to be placed and load its models before the server's start fails.
 START_TIMEOUT_S = 600.0
 
@@ -155,7 +157,35 @@ class SpeechService:
             "tts_workers": len(self.model.worker.slots),
             "end_of_turn_model": self.model.endpointer is not None,
             "calls": dict(self.calls),
+            "load": self._load(),
         }
+
+    def _load(self) -> dict[str, Any]:
+        """How the service's models are sized and how busy they are: the cores it sized from (the
+        node's, not Ray's ``num_cpus``), the recogniser's sizing and queue, the recent pieces'
+        time from request to speech (the last ``RECENT`` each)."""
+        stats, sizing = self.model.stats, self.model.asr_sizing
+        waits = list(stats.batches.waits)[-RECENT:]
+        pieces = [seconds for _, seconds in list(stats.tts)[-RECENT:]]
+        return {
+            "cores": model.available_cores(),
+            "asr": {"batch": sizing.batch, "workers": sizing.workers, "threads": sizing.threads},
+            "asr_decodes": sum(size * count for size, count in stats.batches.sizes.items()),
+            "asr_batches": sum(stats.batches.sizes.values()),
+            "asr_wait_p50_ms": _ms_at(waits, 0.5),
+            "asr_wait_p95_ms": _ms_at(waits, 0.95),
+            "speech_pieces": len(stats.tts),
+            "speech_p50_ms": _ms_at(pieces, 0.5),
+            "speech_p95_ms": _ms_at(pieces, 0.95),
+        }
+
+
+def _ms_at(seconds: list[float], share: float) -> float | None:
+    """The ``share`` quantile of ``seconds``, in milliseconds (None: none yet)."""
+    if not seconds:
+        return None
+    ordered = sorted(seconds)
+    return round(1000 * ordered[min(len(ordered) - 1, int(share * len(ordered)))], 1)
 
 
 def _actor(settings: CascadeSettings) -> Any:
