@@ -390,8 +390,11 @@ class Runner:
         self._apply(self.session.take_effects())
 
     async def _run_chain(self) -> None:
+        chain = self._chain
         while True:
-            attempt = await self._chain.get()
+            if chain.empty():  # waited for here, not in a get() coroutine: one frame less per append
+                await chain.wait(None)
+            attempt = chain.get_nowait()
             if not attempt.is_live:
                 continue  # settled by a canceller, which owns its terminal event
             if not self._chain_resumed.is_set():  # no coroutine for the common case, per append
@@ -399,7 +402,10 @@ class Runner:
                 if not attempt.is_live:
                     continue
             try:
-                await _call(self.stream, attempt)
+                if attempt.kind is AttemptKind.APPEND:  # the common case, without _call's frame
+                    await self.stream.append(attempt.epoch, attempt.pcm)
+                else:
+                    await _call(self.stream, attempt)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
