@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import binascii
 import contextlib
 import json
 
@@ -81,6 +82,30 @@ def test_audio_is_strict_base64() -> None:
         with pytest.raises(InvalidRequest) as caught:
             wire.AudioAppend(audio=bad, event_id="x").audio_bytes()
         assert caught.value.code == "invalid_base64" and caught.value.event_id == "x"
+
+
+_BASE64_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+_BASE64_TEXT = st.text(alphabet=_BASE64_ALPHABET + "= \n-é", max_size=40)
+
+
+@given(_BASE64_TEXT)
+def test_audio_decodes_exactly_as_strict_base64_does(text: str) -> None:
+    """The SIMD decoder is a fast path only: every text gets strict base64's bytes, or its refusal
+    with its message (padding past a whole quantum, ``"YWJj="``, is accepted as before)."""
+    try:
+        expected: bytes | str = binascii.a2b_base64(text, strict_mode=True)
+    except (binascii.Error, ValueError) as exc:
+        expected = f"audio is not valid base64: {exc}"
+    try:
+        got: bytes | str = wire.AudioAppend(audio=text).audio_bytes()
+    except InvalidRequest as error:
+        assert error.code == "invalid_base64"
+        got = error.message
+    assert got == expected
+
+
+def test_padding_past_a_whole_quantum_is_accepted_as_strict_base64_accepts_it() -> None:
+    assert wire.AudioAppend(audio="YWJj=").audio_bytes() == b"abc"
 
 
 json_values = st.recursive(

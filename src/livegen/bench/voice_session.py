@@ -15,6 +15,13 @@ and ask for a response. For each load level the bench reports:
 - ``sessions_per_core``: the largest level whose p99 stays under 10 ms (the
   median of ``--runs`` runs of the level).
 
+The clients are lean, because they share the machine with the server (the
+``--workers`` comparison runs both unpinned on the same cores): every session
+sends the same three messages, encoded once (the append's base64 and JSON are
+not redone per send; the bytes go out as text frames, so the server receives
+exactly what a per-send encoding would give it), and received events are
+counted without being decoded. ``client_cpu_seconds`` says what they cost.
+
 Sessions start streaming together once all are connected, each at its own
 phase: spread evenly over the 20 ms append period and the 2 s turn period, as
 independent users are (no two users end their turns in the same instant).
@@ -165,9 +172,16 @@ def _serve(port: int, cpu: int | None, niceness: int, ws: str) -> None:
 # --- the clients ------------------------------------------------------------------------
 
 
-def _silence_append() -> str:
+def _silence_append() -> bytes:
     audio = base64.b64encode(bytes(RATE * APPEND_MS // 1000 * 2)).decode()
-    return json.dumps({"type": "input_audio_buffer.append", "audio": audio})
+    return json.dumps({"type": "input_audio_buffer.append", "audio": audio}).encode()
+
+
+#: Every session's messages, encoded once (UTF-8 JSON, sent as text frames): the clients share
+#: the machine with the server, and each byte they spend re-encoding is one the server lacks.
+APPEND_MESSAGE = _silence_append()
+COMMIT_MESSAGE = b'{"type":"input_audio_buffer.commit"}'
+RESPONSE_MESSAGE = b'{"type":"response.create"}'
 
 
 async def _client(
@@ -182,7 +196,6 @@ async def _client(
     (0..1) of the append period on and end its turns ``phase`` of the way into each turn period."""
     import websockets
 
-    append = _silence_append()
     async with websockets.connect(url, max_size=None, compression=None, open_timeout=120) as ws:
         created = json.loads(await ws.recv())
         session_id = created["session"]["id"]
@@ -193,8 +206,10 @@ async def _client(
         sends[session_id] = times
 
         async def read() -> None:
-            async for _ in ws:
-                counts[1] += 1
+            with contextlib.suppress(websockets.ConnectionClosed):
+                while True:
+                    await ws.recv(decode=False)  # counted, never read: no UTF-8 decode
+                    counts[1] += 1
 
         reader = asyncio.create_task(read())
         loop = asyncio.get_running_loop()
@@ -205,11 +220,11 @@ async def _client(
         for index in range(num_appends):
             await asyncio.sleep(max(0.0, start + index * APPEND_MS / 1000 - loop.time()))
             times.append(time.time())
-            await ws.send(append)
+            await ws.send(APPEND_MESSAGE, text=True)
             counts[0] += 1
             if index % APPENDS_PER_TURN == turn_end:  # every 2 s: end the turn and ask for a tone
-                await ws.send('{"type":"input_audio_buffer.commit"}')
-                await ws.send('{"type":"response.create"}')
+                await ws.send(COMMIT_MESSAGE, text=True)
+                await ws.send(RESPONSE_MESSAGE, text=True)
                 counts[0] += 2
         await asyncio.sleep(0.7)
         reader.cancel()
@@ -278,8 +293,10 @@ async def _level(
     connected = asyncio.Barrier(num_sessions)
     phases = [0.0 if aligned else i / num_sessions for i in range(num_sessions)]
     cpu_before, wall_before = _cpu_seconds(pids), time.monotonic()
+    client_cpu_before = time.process_time()
     await asyncio.gather(*(_client(url, seconds, sends, counts, p, connected) for p in phases))
     cpu = _cpu_seconds(pids) - cpu_before
+    client_cpu = time.process_time() - client_cpu_before
     wall = time.monotonic() - wall_before
     arrivals = await asyncio.to_thread(_collect, out_dir, list(sends))
     latencies: list[float] = []
@@ -303,6 +320,8 @@ async def _level(
         "server_cpu_seconds": round(cpu, 2),
         "server_cpu_utilisation": round(cpu / wall, 3),
         "events_per_second_per_core": round(events / cpu, 1) if cpu else None,
+        # What the clients themselves cost (this process): on one machine it is the server's loss.
+        "client_cpu_seconds": round(client_cpu, 2),
     }
 
 

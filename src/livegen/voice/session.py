@@ -513,9 +513,12 @@ class Session:
         return self.speaker.on_outbox_overflow(now)
 
     def _idle_deadline(self) -> float | None:
+        vad = self.config.turn_detection
+        if vad is None or vad.idle_timeout_ms is None:
+            return None  # no idle timeout (the common case), asked before every event: decided first
         # The idle timeout answers, and a transcription session never does.
         can_idle = self.response is None and not self.config.is_transcription and not self.is_closed
-        return self.turns.deadline(self.config.turn_detection, can_idle)
+        return self.turns.deadline(vad, can_idle)
 
     # --- turns -------------------------------------------------------------------------
 

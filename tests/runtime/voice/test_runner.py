@@ -161,3 +161,18 @@ async def test_a_burst_of_appends_is_applied_in_order_and_an_over_budget_one_is_
     assert [e["error"].get("event_id") for e in h.of("error")] == ["evt_2"]
     assert h.session.ledger.pending_bytes == 0  # each reservation settled, none twice
     await h.close()
+
+
+async def test_appends_the_model_took_give_their_budget_back_before_the_next_one() -> None:
+    """Each append the model took is settled before the runner's next item (not through the
+    mailbox): a stream of appends many times the input budget, each taken before the next is
+    sent, is never refused, and the budget ends empty (V3, V5)."""
+    h = await Harness(_WireRateVoice(), limits=Limits(max_input_bytes=48 * 100)).start()
+    for index in range(20):  # 20 x 60 ms against a 100 ms budget
+        await h.client(append(60))
+        await h.wait_for(lambda sent, n=index + 1: len(h.stream.received) == n)
+    await h.client({"type": "input_audio_buffer.commit"})
+    await h.wait_for(lambda sent: bool(h.of("input_audio_buffer.committed")))
+    assert h.of("error") == []
+    assert h.session.ledger.pending_bytes == 0 and h.session.ledger.num_pending == 0
+    await h.close()

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import msgspec
+import pybase64
 
 from livegen.protocol import errors as wire_errors
 from livegen.protocol.realtime.fields import Count, SessionShape, check_nested, decode_session, explain
@@ -46,7 +47,18 @@ class AudioAppend(ClientEvent, frozen=True, kw_only=True):
     audio: str
 
     def audio_bytes(self) -> bytes:
-        """The appended bytes; refuses text that is not strict base64."""
+        """The appended bytes; refuses text that is not strict base64.
+
+        ``pybase64`` (SIMD) decodes first: the standard library's decoder took about 6 us of
+        every 20 ms append, some 8% of the server's CPU at 200 streaming sessions. It accepts
+        a subset of what ``binascii``'s strict mode accepts, with the same bytes (it refuses
+        padding past a whole quantum, which strict mode ignores), so whatever it refuses goes
+        to ``binascii``, whose verdict and message are the wire's.
+        """
+        try:
+            return pybase64.b64decode(self.audio, validate=True)
+        except (binascii.Error, ValueError):
+            pass
         try:
             return binascii.a2b_base64(self.audio, strict_mode=True)
         except (binascii.Error, ValueError) as exc:

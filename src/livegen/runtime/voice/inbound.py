@@ -30,7 +30,13 @@ async def read(link: Link, live: LiveSession, events_in: Any) -> int | Exception
             if isinstance(message, int):
                 return message
             events_in.inc()
-            if isinstance(message, RemoteProtocolError | wire.ClientEvent):
+            if type(message) is str and live.duplex is None:  # a Realtime text event: no deliver frame
+                try:
+                    event: wire.ClientEvent | RemoteProtocolError = wire.decode(message)
+                except RemoteProtocolError as error:
+                    event = error
+                await live.runner.put_client(event)
+            elif isinstance(message, RemoteProtocolError | wire.ClientEvent):
                 await live.runner.put_client(message)
             else:
                 await deliver(message, live)

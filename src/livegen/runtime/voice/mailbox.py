@@ -1,8 +1,8 @@
 """``Mailbox``: a FIFO with one consumer, for the voice runner's hot path.
 
-Every audio append crosses two queues (reader -> runner, runner -> chain) and
-its settlement a third time, so a queue's cost per item is paid tens of
-thousands of times a second on a busy core. ``asyncio.Queue`` serves any number
+Every audio append crosses two queues (reader -> runner, runner -> chain), so
+a queue's cost per item is paid tens of thousands of times a second on a busy
+core (its settlement skips the mailbox: ``Runner._settle_taken``). ``asyncio.Queue`` serves any number
 of consumers and tracks unfinished tasks; this queue serves exactly one consumer
 and does only what the runner needs:
 
