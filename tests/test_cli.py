@@ -35,7 +35,7 @@ def test_serve_takes_every_default_from_server_config() -> None:
 
     import click
 
-    from livegen.serve_cli import serve
+    from livegen.cli.serve import serve
     from livegen.server.config import ServerConfig
 
     fields = {f.name: f for f in dataclasses.fields(ServerConfig)}

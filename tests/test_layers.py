@@ -71,8 +71,10 @@ CORES = ("livegen.protocol", "livegen.voice", "livegen.world")
 CONTRACTS = ("livegen.models.voice", "livegen.models.world", "livegen.models.controls")
 #: The training package: shipped for `livegen train-world`, never imported by what serves.
 TRAINING = ("livegen.training",)
+#: The command line: every ``livegen`` command, on top of everything (issue 38).
+CLI = ("livegen.cli", "livegen.__main__")
 #: What does not serve: the load generators, the command line, the training code.
-NOT_SERVING = ("livegen.bench", "livegen.cli", "livegen.serve_cli", "livegen.__main__", *TRAINING)
+NOT_SERVING = ("livegen.bench", *CLI, *TRAINING)
 
 
 @dataclass(frozen=True)
@@ -154,6 +156,13 @@ RULES: tuple[Rule, ...] = (
         ("livegen.world", "livegen.voice"),
         "a model describes its controls with the contracts (models/controls.py), never the cores that "
         "check them: models/ and world/ import each other only through the contracts (issue 24)",
+    ),
+    Rule(
+        ("livegen",),
+        ("livegen.cli",),
+        "cli/ sits on top: it parses a command's options and calls the layers below, which never "
+        "import a command (issue 38)",
+        exempt=CLI,
     ),
 )
 
@@ -274,6 +283,8 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
         "livegen/runtime",
         "livegen/models",
         "livegen/client",
+        "livegen/bench",
+        "livegen/cli",
     ):
         (tmp_path / name).mkdir(exist_ok=True)
         (tmp_path / name / "__init__.py").write_text("")
@@ -321,6 +332,8 @@ WRONG_IMPORTS = [
         9,
     ),
     ("livegen/models/probe.py", "from livegen.world.schema import KEYS_V1\n", "livegen.world.schema", 10),
+    ("livegen/server/probe.py", "from livegen.cli.serve import serve\n", "livegen.cli.serve", 11),
+    ("livegen/bench/probe.py", "COMMAND = 'livegen.cli.talk:talk'\n", "livegen.cli.talk", 11),
 ]
 
 
@@ -348,13 +361,13 @@ RIGHT_IMPORTS = [
     ("livegen/server/probe.py", "from livegen.models import Registry\nfrom livegen.runtime import engine\n"),
     ("livegen/server/probe.py", "from livegen.models.registry import Kind\n"),
     ("livegen/bench/probe.py", "from livegen.training import data\n"),
-    ("livegen/cli.py", "def train():\n    from livegen.training.loop import train\n"),
+    ("livegen/cli/probe.py", "def train():\n    from livegen.training.loop import train\n"),
+    ("livegen/cli/probe.py", "from livegen.server.app import State\nfrom livegen.cli import main\n"),
 ]
 
 
 @pytest.mark.parametrize(("path", "source"), RIGHT_IMPORTS)
 def test_an_allowed_import_passes(tmp_path: Path, path: str, source: str) -> None:
-    (tmp_path / "livegen" / "bench").mkdir(parents=True)
     src = _tree(tmp_path, {"livegen/runtime/engine.py": "", path: source})
     assert violations(src) == []
 

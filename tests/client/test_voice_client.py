@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from livegen.cli import main
-from livegen.client.talk_cli import read_wav, write_wav
+from livegen.cli.talk import read_wav, write_wav
 from livegen.client.voice import OUTPUT_RATE, VoiceClient, VoiceError
 from livegen.server.thread import ServerThread
 from voice.scripted import registry

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from PIL import Image
 
 from livegen.cli import main
-from livegen.client.world_cli import parse_script
+from livegen.cli.world import parse_script
 from livegen.server.config import ServerConfig
 from livegen.server.thread import ServerThread
 

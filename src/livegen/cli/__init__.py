@@ -1,9 +1,13 @@
-"""The ``livegen`` command: list models, and the lazily loaded tools (``serve`` among them).
+"""The ``livegen`` command: every subcommand lives in this package, one module per command.
 
-Subcommands that pull in heavy modules (clients, training, benchmarks) are
-named here by import path and imported only when run, so ``livegen --help``
-and ``livegen serve`` start fast; ``serve`` and its many options are
-``serve_cli.py``. Add a tool by adding a line to ``TOOLS`` or ``BENCHES``.
+This package sits on top of everything else (nothing imports it; tests/test_layers.py
+checks): ``serve.py`` (and ``serve_cascade.py``, ``serve_help.py``) is the server's
+command line, ``talk.py`` and ``world.py`` the clients' commands, ``replay.py``
+``livegen world replay``. Subcommands that pull in heavy modules (clients, training,
+benchmarks) are named here by import path and imported only when run, so
+``livegen --help`` and ``livegen serve`` start fast. Each benchmark's own options stay
+beside its load generator in ``bench/`` (``BENCHES`` names them). Add a tool by adding a
+line to ``TOOLS`` or ``BENCHES``.
 """
 
 from __future__ import annotations
@@ -16,14 +20,14 @@ import click
 
 #: Subcommand name -> "module:click_command", loaded on use.
 TOOLS: dict[str, str] = {
-    "serve": "livegen.serve_cli:serve",
-    "talk": "livegen.client.talk_cli:talk",
-    "world": "livegen.client.world_cli:world",
+    "serve": "livegen.cli.serve:serve",
+    "talk": "livegen.cli.talk:talk",
+    "world": "livegen.cli.world:world",
     "train-world": "livegen.training.tinyworld.train:command",
 }
 
 #: Subcommands added to a tool's group when it loads: tool -> {name: "module:click_command"}.
-SUBTOOLS: dict[str, dict[str, str]] = {"world": {"replay": "livegen.runtime.world.replay_cli:replay"}}
+SUBTOOLS: dict[str, dict[str, str]] = {"world": {"replay": "livegen.cli.replay:replay"}}
 
 #: ``livegen bench <name>`` -> "module:click_command", loaded on use.
 BENCHES: dict[str, str] = {

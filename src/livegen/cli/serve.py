@@ -2,7 +2,7 @@
 
 Each option reads its default from ``ServerConfig`` (``_default``), where it is stated once, so
 ``--help`` shows what a server started without the flag does; ``tests/test_cli.py`` checks it.
-The options are many, hence a module of their own beside ``cli.py``, which loads it on use.
+The options are many, hence a module of their own, which ``cli/__init__.py`` loads on use.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any
 
 import click
 
+from livegen.cli.serve_cascade import cascade_options
 from livegen.models.voice import LLMLimits  # light: the defaults of the --llm-* limits
-from livegen.serve_cascade import cascade_options
 from livegen.server.config import ServerConfig  # light: the server's package loads its app lazily
 
 

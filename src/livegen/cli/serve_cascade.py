@@ -1,4 +1,4 @@
-"""``livegen serve``'s options of the cascade voice model, apart from ``serve_cli``'s many others.
+"""``livegen serve``'s options of the cascade voice model, apart from ``serve.py``'s many others.
 
 Each is a ``ServerConfig`` field of the same name, which ``runtime/voice/models.py`` hands to the
 model as one ``CascadeSettings``. Each also reads its ``LIVEGEN_`` variable when the flag is not
