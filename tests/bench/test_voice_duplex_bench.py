@@ -16,7 +16,7 @@ pytest.importorskip("transformers")
 
 def test_voice_duplex_bench_reports_step_times_sessions_held_and_first_audio(tmp_path: Path) -> None:
     out, table = tmp_path / "duplex.json", tmp_path / "duplex.md"
-    args = ["bench", "voice-duplex", "--sizes", "1,3", "--steps", "3", "--warmup", "1"]
+    args = ["bench", "voice-lockstep", "--sizes", "1,3", "--steps", "3", "--warmup", "1"]
     result = CliRunner().invoke(main, [*args, "--json", str(out), "--markdown", str(table)])
     assert result.exit_code == 0, result.output
     report = json.loads(out.read_text())
@@ -35,6 +35,6 @@ def test_voice_duplex_bench_reports_step_times_sessions_held_and_first_audio(tmp
 
 
 def test_voice_duplex_bench_refuses_an_empty_size_list() -> None:
-    result = CliRunner().invoke(main, ["bench", "voice-duplex", "--sizes", ","])
+    result = CliRunner().invoke(main, ["bench", "voice-lockstep", "--sizes", ","])
     assert result.exit_code != 0
     assert "--sizes" in result.output

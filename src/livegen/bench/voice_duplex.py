@@ -1,4 +1,4 @@
-"""``livegen bench voice-duplex``: how many native full-duplex sessions one model holds in lockstep.
+"""``livegen bench voice-lockstep`` (once ``voice-duplex``): native full-duplex sessions held in lockstep.
 
 For each batch size it opens that many sessions (each its own seed and its own noise input), steps
 them together for ``--steps`` frames after a warm-up, and reports the step time's median and p95
@@ -208,7 +208,7 @@ def command(
         click.echo(f"  p50 {rows[-1]['step_ms_p50']} ms, p95 {rows[-1]['step_ms_p95']} ms", err=True)
     held = [row["sessions"] for row in rows if row["held"]]
     report = {
-        "command": f"livegen bench voice-duplex --geometry {geometry} "
+        "command": f"livegen bench voice-lockstep --geometry {geometry} "
         f"--sizes {','.join(map(str, batch_sizes))} --steps {steps} --device {device} --dtype {dtype} "
         f"--threads {threads}",
         "model": model_name if geometry == "tiny" else "moshi (7B geometry, random weights)",

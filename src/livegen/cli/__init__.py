@@ -32,7 +32,7 @@ SUBTOOLS: dict[str, dict[str, str]] = {"world": {"replay": "livegen.cli.replay:r
 #: ``livegen bench <name>`` -> "module:click_command", loaded on use.
 BENCHES: dict[str, str] = {
     "voice-model": "livegen.bench.voice_model:command",
-    "voice-duplex": "livegen.bench.voice_duplex:command",
+    "voice-lockstep": "livegen.bench.voice_duplex:command",
     "voice-barge-in": "livegen.bench.voice_barge_in:command",
     "world-session": "livegen.bench.world_session:world_session",
     "voice-session": "livegen.bench.voice_session:voice_session",
@@ -49,18 +49,30 @@ BENCHES: dict[str, str] = {
     "audio-api": "livegen.bench.audio_api:command",
 }
 
+#: Old ``livegen bench`` names -> the name now: they still run, hidden from the list. "duplex" is
+#: vllm-omni's wire dialect; the native full-duplex models are lockstep models.
+BENCH_ALIASES: dict[str, str] = {"voice-duplex": "voice-lockstep"}
+
 
 class LazyGroup(click.Group):
     """A click group whose subcommands are imported only when invoked or listed in help."""
 
-    def __init__(self, *args: Any, lazy: dict[str, str] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        lazy: dict[str, str] | None = None,
+        aliases: dict[str, str] | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.lazy = lazy if lazy is not None else {}
+        self.aliases = aliases if aliases is not None else {}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self.lazy})
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        cmd_name = self.aliases.get(cmd_name, cmd_name)
         if cmd_name in self.lazy:
             command = _load(self.lazy[cmd_name])
             if isinstance(command, click.Group):
@@ -104,7 +116,7 @@ def models() -> None:
         click.echo(f"{entry.name:<20} {entry.kind.value:<6} {status}{marker}  {entry.description}")
 
 
-@main.group(cls=LazyGroup, lazy=BENCHES)
+@main.group(cls=LazyGroup, lazy=BENCHES, aliases=BENCH_ALIASES)
 def bench() -> None:
     """Benchmarks: each prints medians and ratios against a baseline run in the same process."""
 

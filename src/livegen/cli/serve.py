@@ -1,5 +1,7 @@
 """``livegen serve``: the server's command line, one option per ``ServerConfig`` setting.
 
+``serve_help.py`` sorts the options into the groups of ``--help GROUP`` and reads ``--config``.
+
 Each option reads its default from ``ServerConfig`` (``_default``), where it is stated once, so
 ``--help`` shows what a server started without the flag does; ``tests/test_cli.py`` checks it.
 The options are many, hence a module of their own, which ``cli/__init__.py`` loads on use.
@@ -12,6 +14,7 @@ from typing import Any
 import click
 
 from livegen.cli.serve_cascade import cascade_options
+from livegen.cli.serve_help import ServeCommand, config_option
 from livegen.models.voice import LLMLimits  # light: the defaults of the --llm-* limits
 from livegen.server.config import ServerConfig  # light: the server's package loads its app lazily
 
@@ -21,7 +24,8 @@ def _default(name: str) -> Any:
     return ServerConfig.__dataclass_fields__[name].default
 
 
-@click.command()
+@click.command(cls=ServeCommand)
+@config_option
 @click.option("--host", default=_default("host"), show_default=True, help="Address to listen on.")
 @click.option(
     "--port", default=_default("port"), show_default=True, type=click.IntRange(0, 65535), help="TCP port."
@@ -205,19 +209,22 @@ def _default(name: str) -> Any:
     "of an answer; then that response fails (tts_unavailable, asr_unavailable) and /health says so.",
 )
 @click.option(
-    "--duplex-yield-ms",
+    "--lockstep-yield-ms",
+    "duplex_yield_ms",
     default=_default("duplex_yield_ms"),
     show_default=True,
     type=click.FloatRange(1),
-    help="A native duplex voice model (moshi) has yielded its turn after this long not speaking: its "
-    "response ends completed (shorter cuts answers at pauses; longer holds the turn past them).",
+    help="A lockstep (native full-duplex) voice model (moshi) has yielded its turn after this long not "
+    "speaking: its response ends completed (shorter cuts answers at pauses; longer holds the turn past "
+    "them).",
 )
 @click.option(
-    "--duplex-realtime-headroom",
+    "--lockstep-realtime-headroom",
+    "duplex_realtime_headroom",
     default=_default("duplex_realtime_headroom"),
     show_default=True,
     type=click.FloatRange(0),
-    help="Admit a native duplex voice session only while the model's measured batched step takes at "
+    help="Admit a lockstep voice session only while the model's measured batched step takes at "
     "most this share of its frame period (0: admit up to the model's slots).",
 )
 @click.option(
