@@ -265,7 +265,7 @@ def _default(name: str) -> Any:
     envvar="RAY_ADDRESS",
     default=None,
     help="Ray cluster to join, e.g. 'head:6379' or 'auto': this server's processes register there and "
-    "resume any process's sessions (one per machine, all behind one proxy: README, 'Several machines'); "
+    "resume any process's sessions (one per machine, all behind one proxy: docs/scaling.md); "
     "--world-workers are placed there [default: a local Ray, started only for --workers > 1 or "
     "--world-workers].",
 )

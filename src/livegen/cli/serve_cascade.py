@@ -2,7 +2,7 @@
 
 Each is a ``ServerConfig`` field of the same name, which ``runtime/voice/models.py`` hands to the
 model as one ``CascadeSettings``. Each also reads its ``LIVEGEN_`` variable when the flag is not
-given (flag, then variable, then the model's default: the README's option table says so once),
+given (flag, then variable, then the model's default: docs/configuration.md's table says so once),
 so a bad value in either stops the server at startup, naming the flag and the variable.
 """
 

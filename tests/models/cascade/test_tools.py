@@ -310,14 +310,14 @@ async def test_a_bounded_context_drops_the_oldest_turns_never_instructions_or_to
 def test_the_readme_agent_runs(
     start_server: Callable[..., ServerThread], cascade: Any, chat_server: ChatServer
 ) -> None:
-    """README's agent with one tool, run as written, against livegen and a scripted endpoint."""
+    """docs/voice-models.md's agent with one tool, run as written, against livegen and a scripted endpoint."""
     import os
     import re
     import subprocess
     import sys
     from pathlib import Path
 
-    readme = (Path(__file__).parents[3] / "README.md").read_text()
+    readme = (Path(__file__).parents[3] / "docs" / "voice-models.md").read_text()
     [code] = re.findall(
         r"<!-- tool-agent:begin -->\n```python\n(.*?)```\n<!-- tool-agent:end -->", readme, re.S
     )
