@@ -3,92 +3,37 @@
 This package sits on top of everything else (nothing imports it; tests/test_layers.py
 checks): ``serve.py`` (and ``serve_cascade.py``, ``serve_help.py``) is the server's
 command line, ``talk.py`` and ``world.py`` the clients' commands, ``replay.py``
-``livegen world replay``. Subcommands that pull in heavy modules (clients, training,
-benchmarks) are named here by import path and imported only when run, so
-``livegen --help`` and ``livegen serve`` start fast. Each benchmark's own options stay
-beside its load generator in ``bench/`` (``BENCHES`` names them). Add a tool by adding a
-line to ``TOOLS`` or ``BENCHES``.
+``livegen world replay``, ``models.py`` the model list and ``bench.py`` the benchmarks'
+group. Every subcommand is named here by import path and imported only when run
+(``lazy.py``), so ``livegen --help`` and ``livegen serve`` start fast. Add a tool by adding
+a line to ``TOOLS``, a benchmark by adding one to ``bench.py``'s ``BENCHES``.
 """
 
 from __future__ import annotations
 
-import importlib
 import sys
-from typing import Any
 
 import click
+
+from livegen.cli.lazy import LazyGroup
 
 #: Subcommand name -> "module:click_command", loaded on use.
 TOOLS: dict[str, str] = {
     "serve": "livegen.cli.serve:serve",
+    "models": "livegen.cli.models:models",
     "talk": "livegen.cli.talk:talk",
     "world": "livegen.cli.world:world",
+    "bench": "livegen.cli.bench:bench",
     "train-world": "livegen.training.tinyworld.train:command",
 }
 
 #: Subcommands added to a tool's group when it loads: tool -> {name: "module:click_command"}.
 SUBTOOLS: dict[str, dict[str, str]] = {"world": {"replay": "livegen.cli.replay:replay"}}
 
-#: ``livegen bench <name>`` -> "module:click_command", loaded on use.
-BENCHES: dict[str, str] = {
-    "voice-model": "livegen.bench.voice_model:command",
-    "voice-lockstep": "livegen.bench.voice_duplex:command",
-    "voice-barge-in": "livegen.bench.voice_barge_in:command",
-    "world-session": "livegen.bench.world_session:world_session",
-    "voice-session": "livegen.bench.voice_session:voice_session",
-    "world-workers": "livegen.bench.world_workers:world_workers",
-    "world-model": "livegen.bench.world_model:command",
-    "world-stream": "livegen.bench.world_stream:command",
-    "voice-conversations": "livegen.bench.voice_conversations:command",
-    "voice-faults": "livegen.bench.voice_faults:command",
-    "churn": "livegen.bench.churn:command",
-    "voice-webrtc": "livegen.bench.voice_webrtc:command",
-    "voice-tools": "livegen.bench.voice_tools:command",
-    "voice-preambles": "livegen.bench.voice_preambles:command",
-    "fuzz": "livegen.bench.fuzz:command",
-    "audio-api": "livegen.bench.audio_api:command",
-}
 
-#: Old ``livegen bench`` names -> the name now: they still run, hidden from the list. "duplex" is
-#: vllm-omni's wire dialect; the native full-duplex models are lockstep models.
-BENCH_ALIASES: dict[str, str] = {"voice-duplex": "voice-lockstep"}
-
-
-class LazyGroup(click.Group):
-    """A click group whose subcommands are imported only when invoked or listed in help."""
-
-    def __init__(
-        self,
-        *args: Any,
-        lazy: dict[str, str] | None = None,
-        aliases: dict[str, str] | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(*args, **kwargs)
-        self.lazy = lazy if lazy is not None else {}
-        self.aliases = aliases if aliases is not None else {}
-
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted({*super().list_commands(ctx), *self.lazy})
-
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        cmd_name = self.aliases.get(cmd_name, cmd_name)
-        if cmd_name in self.lazy:
-            command = _load(self.lazy[cmd_name])
-            if isinstance(command, click.Group):
-                for name, target in SUBTOOLS.get(cmd_name, {}).items():
-                    command.add_command(_load(target), name)
-            return command
-        return super().get_command(ctx, cmd_name)
-
-
-def _load(target: str) -> click.Command:
-    module_name, _, attribute = target.partition(":")
-    command: click.Command = getattr(importlib.import_module(module_name), attribute)
-    return command
-
-
-@click.group(cls=LazyGroup, lazy=TOOLS, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=LazyGroup, lazy=TOOLS, subtools=SUBTOOLS, context_settings={"help_option_names": ["-h", "--help"]}
+)
 @click.version_option(package_name="livegen")
 def main() -> None:
     """livegen: a realtime session engine for streaming generative models.
@@ -97,28 +42,6 @@ def main() -> None:
     sessions stream generated frames at /v1/worlds. Start with `livegen serve`
     and open http://127.0.0.1:8000/ in a browser.
     """
-
-
-@main.command()
-def models() -> None:
-    """List the registered models, their kind, and whether they can load here."""
-    from livegen.models import Kind, default_registry
-
-    registry = default_registry()
-    entries = registry.entries()
-    if not entries:
-        click.echo("no models registered")
-        return
-    defaults = {registry.default(kind) for kind in Kind}
-    for entry in entries:
-        status = "available" if entry.is_available() else f"needs {', '.join(entry.missing())}"
-        marker = " (default)" if entry in defaults else ""
-        click.echo(f"{entry.name:<20} {entry.kind.value:<6} {status}{marker}  {entry.description}")
-
-
-@main.group(cls=LazyGroup, lazy=BENCHES, aliases=BENCH_ALIASES)
-def bench() -> None:
-    """Benchmarks: each prints medians and ratios against a baseline run in the same process."""
 
 
 if __name__ == "__main__":  # pragma: no cover
