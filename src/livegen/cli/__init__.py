@@ -3,8 +3,8 @@
 This package sits on top of everything else (nothing imports it; tests/test_layers.py
 checks): ``serve.py`` (and ``serve_cascade.py``, ``serve_help.py``) is the server's
 command line, ``talk.py`` and ``world.py`` the clients' commands, ``replay.py``
-``livegen world replay``, ``models.py`` the model list and ``bench.py`` the benchmarks'
-group. Every subcommand is named here by import path and imported only when run
+``livegen world replay``, ``models.py`` the model list, ``train_world.py`` the training
+command and ``bench.py`` the benchmarks' group. Every subcommand is named here by import path and imported only when run
 (``lazy.py``), so ``livegen --help`` and ``livegen serve`` start fast. Add a tool by adding
 a line to ``TOOLS``, a benchmark by adding one to ``bench.py``'s ``BENCHES``.
 """
@@ -24,7 +24,7 @@ TOOLS: dict[str, str] = {
     "talk": "livegen.cli.talk:talk",
     "world": "livegen.cli.world:world",
     "bench": "livegen.cli.bench:bench",
-    "train-world": "livegen.training.tinyworld.train:command",
+    "train-world": "livegen.cli.train_world:command",
 }
 
 #: Subcommands added to a tool's group when it loads: tool -> {name: "module:click_command"}.

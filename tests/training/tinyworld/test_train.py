@@ -99,7 +99,7 @@ def test_train_world_command_writes_checkpoint_and_metrics(tmp_path: Path) -> No
 
 def test_train_world_options_take_their_defaults_from_hyper() -> None:
     """One source of truth: each option named after a ``Hyper`` field defaults to that field."""
-    from livegen.training.tinyworld.train import command
+    from livegen.cli.train_world import command
 
     options = {param.name: param.default for param in command.params}
     hyper = {field.name: field.default for field in fields(Hyper)}
