@@ -4,9 +4,10 @@ This package sits on top of everything else (nothing imports it; tests/test_laye
 checks): ``serve.py`` (and ``serve_cascade.py``, ``serve_help.py``) is the server's
 command line, ``talk.py`` and ``world.py`` the clients' commands, ``replay.py``
 ``livegen world replay``, ``models.py`` the model list, ``train_world.py`` the training
-command and ``bench.py`` the benchmarks' group. Every subcommand is named here by import path and imported only when run
-(``lazy.py``), so ``livegen --help`` and ``livegen serve`` start fast. Add a tool by adding
-a line to ``TOOLS``, a benchmark by adding one to ``bench.py``'s ``BENCHES``.
+command and ``bench.py`` the benchmarks' group. Every subcommand is named here by import
+path and imported only when run (``lazy.py``), so ``livegen --help`` and ``livegen serve``
+start fast. Add a tool by adding a line to ``TOOLS``, a benchmark by adding one to
+``bench.py``'s ``BENCHES``.
 """
 
 from __future__ import annotations
