@@ -132,6 +132,13 @@ def test_a_bad_config_value_names_its_option(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "'--port'" in result.output
 
 
+def test_every_option_is_in_the_configuration_docs() -> None:
+    """docs/configuration.md's table is where an option's meaning is written out at length."""
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text()
+    missing = [opt for param in serve.params for opt in param.opts[:1] if f"`{opt}`" not in doc]
+    assert not missing, f"not in docs/configuration.md: {missing}"
+
+
 def test_the_old_duplex_flags_still_work_hidden() -> None:
     assert _params("--duplex-yield-ms", "500")["duplex_yield_ms"] == 500
     assert _params("--duplex-realtime-headroom=0.5")["duplex_realtime_headroom"] == 0.5
