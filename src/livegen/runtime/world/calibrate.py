@@ -1,0 +1,87 @@
+"""Measuring a batch's cost before any session asks: the scheduler's start-up calibration.
+
+Admission (``scheduler.py``) needs what a batch of n sessions costs before n
+sessions exist: with only one session measured, the next is judged from one
+session's step scaled up, and a model whose step is mostly a fixed cost (the
+page's 1-frame chunks on tiny-world) refused the second browser tab (issue 39).
+So ``calibrate`` steps short rollouts of stand-in sessions through the real
+worker path (placement, KV pages, the model's step, release) at a few batch
+sizes and each chunk length the model makes, and records the steps with
+context (past each rollout's first chunk) in the scheduler's ``StepCosts``.
+Live steps then replace these numbers as sessions run (the medians keep the
+most recent ``capacity.STEPS_KEPT``).
+
+It runs once, on the first worker, before the server says it is ready. A
+cluster's shared world services are not calibrated here: their admission is
+the services' and their steps are shared with other processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import TYPE_CHECKING
+
+from livegen.errors import CapacityExceeded, LivegenError
+from livegen.logs import log_event
+from livegen.models.world import Tick, TickMeta, WorldSpec
+from livegen.world import freeze
+
+if TYPE_CHECKING:
+    from livegen.runtime.world.scheduler import Scheduler
+
+logger = logging.getLogger("livegen.world")
+
+#: Batch sizes measured at start (the sizes between borrow the next larger one's cost).
+BATCHES = (1, 2, 3, 4, 6, 8)
+#: Chunks of each stand-in rollout; the first (no context yet) is not recorded.
+CHUNKS = 3
+#: Stand-in session ids: never a real session's (those are 12 hex digits).
+PREFIX = "livegen-calibration"
+
+
+async def calibrate(scheduler: Scheduler, batches: tuple[int, ...] = BATCHES, chunks: int = CHUNKS) -> None:
+    """Record step times of batches of ``batches`` sizes, for each chunk length the model makes."""
+    spec = scheduler.spec
+    if scheduler.workers.is_shared or not scheduler.workers.workers:
+        return
+    lengths = sorted({spec.frames_per_chunk, spec.for_session(1).frames_per_chunk})
+    for frames in lengths:
+        for batch in batches:
+            try:
+                await _rollouts(scheduler, spec.for_session(frames), batch, chunks)
+            except CapacityExceeded:  # the KV pool holds fewer sessions: larger batches cannot run
+                break
+            except LivegenError as exc:  # a model that cannot step blanks: live steps measure it
+                log_event(logger, "world.calibration_failed", logging.WARNING, error=repr(exc))
+                return
+    log_event(logger, "world.calibrated", step_ms=scheduler.capacity()["step_ms"])
+
+
+async def _rollouts(scheduler: Scheduler, spec: WorldSpec, batch: int, chunks: int) -> None:
+    workers = scheduler.workers
+    ids = [f"{PREFIX}-{spec.frames_per_chunk}-{batch}-{i}" for i in range(batch)]
+    try:
+        for session_id in ids:
+            workers.place(session_id, 0)
+        for index in range(chunks):
+            ticks = [_tick(scheduler, spec, session_id, index) for session_id in ids]
+            started = scheduler.clock()
+            await workers.step(0, ticks)
+            if index > 0:
+                scheduler.costs.record(spec.frames_per_chunk, batch, scheduler.clock() - started)
+            for session_id in ids:
+                workers.commit(session_id)
+    finally:
+        for session_id in ids:
+            with contextlib.suppress(LivegenError):
+                await workers.release(session_id)
+            workers.remove(session_id)
+
+
+def _tick(scheduler: Scheduler, spec: WorldSpec, session_id: str, index: int) -> Tick:
+    pages = spec.pages_in_chunk(index)
+    _, context, write = scheduler.workers.plan(session_id, index, pages)
+    meta = TickMeta(session_id, f"{session_id}-{index}", index, ())
+    controls = {track.name: freeze(track.default) for track in spec.controls}
+    return Tick(meta, 0, "", controls, context, write, num_frames=spec.frames_in_chunk(index))
