@@ -366,7 +366,18 @@ def _realtime_row(server: Any, url: str, sessions: int, mode: str, setup: Setup,
     elapsed = time.perf_counter() - wall_before
     # The server's process only: with --world-workers the model's time is spent in Ray's actors.
     row["server_cpu_cores"] = round((_cpu_seconds(server.pid) - cpu_before) / elapsed, 2)
+    row["health_realtime"] = _health_realtime(url)
     return row
+
+
+def _health_realtime(url: str) -> Any:
+    """What the server's ``/health`` says of its realtime capacity now (None where it says nothing)."""
+    import httpx
+
+    health_url = url.replace("ws://", "http://").replace("/v1/worlds", "/health")
+    with contextlib.suppress(httpx.HTTPError, KeyError, ValueError):
+        return httpx.get(health_url, timeout=5).json()["services"]["world"].get("realtime")
+    return None
 
 
 def _start_setup(model_name: str, setup: Setup, server_args: list[str]) -> tuple[Any, str]:

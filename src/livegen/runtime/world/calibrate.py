@@ -11,9 +11,14 @@ context (past each rollout's first chunk) in the scheduler's ``StepCosts``.
 Live steps then replace these numbers as sessions run (the medians keep the
 most recent ``capacity.STEPS_KEPT``).
 
-It runs once, on the first worker, before the server says it is ready. A
-cluster's shared world services are not calibrated here: their admission is
-the services' and their steps are shared with other processes.
+It runs once, on the first worker, before the server says it is ready, and
+stops growing a chunk length's batch once a batch is already too slow for the
+frame clock (larger ones could not be admitted anyway, and a slow model, causal
+Wan on a CPU, would spend minutes there); a model that cannot step stand-ins
+(out of memory at a batch its KV pool admits) ends the calibration, logged, and
+live steps measure it instead. A cluster's shared world services are not
+calibrated here: their admission is the services' and their steps are shared
+with other processes.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ logger = logging.getLogger("livegen.world")
 #: Batch sizes measured at start (the sizes between borrow the next larger one's cost).
 BATCHES = (1, 2, 3, 4, 6, 8)
 #: Chunks of each stand-in rollout; the first (no context yet) is not recorded.
-CHUNKS = 3
+CHUNKS = 4
 #: Stand-in session ids: never a real session's (those are 12 hex digits).
 PREFIX = "livegen-calibration"
 
@@ -52,9 +57,11 @@ async def calibrate(scheduler: Scheduler, batches: tuple[int, ...] = BATCHES, ch
                 await _rollouts(scheduler, spec.for_session(frames), batch, chunks)
             except CapacityExceeded:  # the KV pool holds fewer sessions: larger batches cannot run
                 break
-            except LivegenError as exc:  # a model that cannot step blanks: live steps measure it
+            except Exception as exc:  # a model that cannot step stand-ins: live steps measure it
                 log_event(logger, "world.calibration_failed", logging.WARNING, error=repr(exc))
                 return
+            if scheduler.costs.load({frames: batch}) > (scheduler.realtime_headroom or 1.0):
+                break  # already past the frame clock: no larger batch of this length is admitted
     log_event(logger, "world.calibrated", step_ms=scheduler.capacity()["step_ms"])
 
 
@@ -69,7 +76,8 @@ async def _rollouts(scheduler: Scheduler, spec: WorldSpec, batch: int, chunks: i
             started = scheduler.clock()
             await workers.step(0, ticks)
             if index > 0:
-                scheduler.costs.record(spec.frames_per_chunk, batch, scheduler.clock() - started)
+                seconds = scheduler.clock() - started
+                scheduler.costs.record(spec.frames_per_chunk, batch, seconds, calibration=True)
             for session_id in ids:
                 workers.commit(session_id)
     finally:

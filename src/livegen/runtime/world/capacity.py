@@ -23,6 +23,12 @@ longer length's cost as is (a shorter chunk never costs more), or a shorter
 one's in proportion to the frames. Nothing measured: no estimate, and
 admission admits (the first step measures it).
 
+A size calibrated at start (``calibrate.py``) but not yet stepped live is
+scaled by how the live steps compare with their own calibration: a start
+on a busy machine (two servers loading at once) measured every size slow,
+and a neighbour that came since makes every size slower alike; the live
+steps say by how much. A live median always wins over a calibrated one.
+
 Pure arithmetic over recorded numbers: no clock, no I/O.
 """
 
@@ -40,40 +46,51 @@ MAX_BATCH = 1024
 
 
 class StepCosts:
-    """Measured step seconds, keyed by (frames per chunk, batch size)."""
+    """Measured step seconds, keyed by (frames per chunk, batch size): live steps, and the start's
+    calibration (``calibrate.py``) for the sizes no live step has had yet."""
 
     def __init__(self, fps: float) -> None:
         self.fps = fps
-        self._steps: dict[tuple[int, int], collections.deque[float]] = {}
-        self._medians: dict[tuple[int, int], float] = {}
+        self._steps: dict[tuple[bool, int, int], collections.deque[float]] = {}
+        #: Live steps, then calibration's: frames per chunk -> batch size -> median seconds.
+        self._live: dict[int, dict[int, float]] = {}
+        self._calibrated: dict[int, dict[int, float]] = {}
 
-    def record(self, frames: int, batch: int, seconds: float) -> None:
-        kept = self._steps.setdefault((frames, batch), collections.deque(maxlen=STEPS_KEPT))
+    def record(self, frames: int, batch: int, seconds: float, *, calibration: bool = False) -> None:
+        kept = self._steps.setdefault((calibration, frames, batch), collections.deque(maxlen=STEPS_KEPT))
         kept.append(seconds)
-        self._medians[frames, batch] = statistics.median(kept)
+        table = self._calibrated if calibration else self._live
+        table.setdefault(frames, {})[batch] = statistics.median(kept)
 
     @property
     def is_measured(self) -> bool:
-        return bool(self._medians)
+        return bool(self._live or self._calibrated)
+
+    def _sizes(self, frames: int) -> dict[int, float]:
+        """Batch size -> seconds for one chunk length: live medians, and calibrated sizes scaled by
+        how the largest live size that was calibrated too compares with its calibration (a start
+        on a busy machine, or a neighbour since, moves every calibrated size alike)."""
+        live, calibrated = self._live.get(frames, {}), self._calibrated.get(frames, {})
+        both = [n for n in live if n in calibrated]
+        scale = live[max(both)] / calibrated[max(both)] if both else 1.0
+        return {**{n: seconds * scale for n, seconds in calibrated.items()}, **live}
 
     def measured(self) -> dict[int, dict[int, float]]:
-        """Frames per chunk -> batch size -> median seconds, as measured (for ``/health``)."""
-        table: dict[int, dict[int, float]] = {}
-        for (frames, batch), seconds in sorted(self._medians.items()):
-            table.setdefault(frames, {})[batch] = seconds
-        return table
+        """Frames per chunk -> batch size -> seconds, as admission reads them (for ``/health``)."""
+        lengths = sorted({*self._live, *self._calibrated})
+        return {frames: dict(sorted(self._sizes(frames).items())) for frames in lengths}
 
     def estimate(self, frames: int, batch: int) -> float | None:
         """Seconds a step of ``batch`` chunks of ``frames`` frames takes, at most (None: unmeasured)."""
-        table = self.measured()
-        if frames in table:
-            return _by_size(table[frames], batch)
-        longer = [f for f in table if f > frames]
+        lengths = {*self._live, *self._calibrated}
+        if frames in lengths:
+            return _by_size(self._sizes(frames), batch)
+        longer = [f for f in lengths if f > frames]
         if longer:
-            return _by_size(table[min(longer)], batch)
-        if table:
-            shorter = max(table)
-            return _by_size(table[shorter], batch) * frames / shorter
+            return _by_size(self._sizes(min(longer)), batch)
+        if lengths:
+            shorter = max(lengths)
+            return _by_size(self._sizes(shorter), batch) * frames / shorter
         return None
 
     def load(self, batches: Mapping[int, int]) -> float:
