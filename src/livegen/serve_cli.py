@@ -250,8 +250,9 @@ def _default(name: str) -> Any:
     default=_default("world_realtime_headroom"),
     show_default=True,
     type=click.FloatRange(0),
-    help="Admit a world session only while every session's chunks need at most this share of the "
-    "model's measured time (0: no frame-clock admission).",
+    help="Admit a realtime world session only while the batch that would include it needs at most "
+    "this share of a worker's time (step times measured per batch size; asap sessions are not "
+    "charged; 0: no frame-clock admission).",
 )
 @click.option(
     "--ray-address",

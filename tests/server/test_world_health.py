@@ -98,7 +98,7 @@ async def test_not_ready_while_one_more_session_would_miss_the_frame_clock() -> 
         scheduler.costs.record(4, 2, 0.1)
         scheduler.costs.record(4, 3, 0.3)
         assert service.health()["ready"] is True
-        assert service.health()["realtime"]["capacity"] == 2  # two in one 100 ms step: 40%
+        assert service.health()["realtime"]["capacity"] == {"4": 2}  # two in one 100 ms step: 40%
         scheduler.add(IdleRunner("two"))  # type: ignore[arg-type]
         health = service.health()
         assert health["ready"] is False and health["reason"] == "realtime capacity full"
@@ -123,7 +123,7 @@ async def test_metrics_show_the_measured_step_per_batch_size_and_what_it_allows(
         text = app.state.livegen.metrics.render().decode()
         assert 'livegen_world_step_seconds{batch="2",frames="4"} 0.1' in text
         # 50 ms more a session, 4 steps a second: 4 sessions need 80%, 5 would need 100%
-        assert "livegen_world_realtime_capacity 4.0" in text
+        assert 'livegen_world_realtime_capacity{frames="4"} 4.0' in text
         assert "livegen_world_realtime_sessions 0.0" in text
     finally:
         await service.stop()

@@ -14,7 +14,7 @@ import contextlib
 import dataclasses
 import importlib.util
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -76,7 +76,8 @@ class CapacityCollector(Collector):
         )
         allowed = GaugeMetricFamily(
             "livegen_world_realtime_capacity",
-            "Realtime world sessions of the model's chunk length the measured steps allow",
+            "Realtime world sessions the measured steps allow, by chunk length (frames), all of that length",
+            labels=["frames"],
         )
         realtime = GaugeMetricFamily("livegen_world_realtime_sessions", "Realtime world sessions admitted")
         load = GaugeMetricFamily(
@@ -88,8 +89,8 @@ class CapacityCollector(Collector):
                 for batch, seconds in sizes.items():
                     step.add_metric([str(frames), str(batch)], seconds)
             report = scheduler.capacity()
-            if isinstance(report["capacity"], int):
-                allowed.add_metric([], report["capacity"])
+            for frames, count in cast("dict[str, int]", report["capacity"]).items():
+                allowed.add_metric([frames], count)
             realtime.add_metric([], scheduler.num_realtime)
             load.add_metric([], scheduler.realtime_load)
         yield from (step, allowed, realtime, load)

@@ -89,7 +89,7 @@ async def test_realtime_sessions_are_admitted_while_their_batch_keeps_the_frame_
             harness.open(pacing="realtime", max_chunks_ahead=1000)
         assert refused.value.code == "realtime_capacity"
         assert harness.scheduler.num_sessions == capacity  # the refused one holds nothing
-        assert harness.scheduler.capacity()["capacity"] == capacity
+        assert harness.scheduler.capacity()["capacity"] == {"4": capacity}
     finally:
         await harness.scheduler.stop()
 

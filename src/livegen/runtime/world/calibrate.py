@@ -11,7 +11,8 @@ context (past each rollout's first chunk) in the scheduler's ``StepCosts``.
 Live steps then replace these numbers as sessions run (the medians keep the
 most recent ``capacity.STEPS_KEPT``).
 
-It runs once, on the first worker, before the server says it is ready, and
+It runs once, on every live worker at once (they share the cores), before
+the server says it is ready, and
 stops growing a chunk length's batch once a batch is already too slow for the
 frame clock (larger ones could not be admitted anyway, and a slow model, causal
 Wan on a CPU, would spend minutes there); a model that cannot step stand-ins
@@ -23,6 +24,7 @@ with other processes.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from typing import TYPE_CHECKING
@@ -66,25 +68,37 @@ async def calibrate(scheduler: Scheduler, batches: tuple[int, ...] = BATCHES, ch
 
 
 async def _rollouts(scheduler: Scheduler, spec: WorldSpec, batch: int, chunks: int) -> None:
+    """``batch`` stand-ins on every live worker, stepped on all of them at once: workers share the
+    machine's cores, and a worker's step while the others step too is what admission must read
+    (measured alone, two Ray workers on 2 cores admitted 6 page sessions that then played 10 fps)."""
     workers = scheduler.workers
-    ids = [f"{PREFIX}-{spec.frames_per_chunk}-{batch}-{i}" for i in range(batch)]
+    indices = [i for i, worker in enumerate(workers.workers) if worker.is_alive]
+    ids = {i: [f"{PREFIX}-{i}-{spec.frames_per_chunk}-{batch}-{n}" for n in range(batch)] for i in indices}
     try:
-        for session_id in ids:
-            workers.place(session_id, 0)
-        for index in range(chunks):
-            ticks = [_tick(scheduler, spec, session_id, index) for session_id in ids]
-            started = scheduler.clock()
-            await workers.step(0, ticks)
-            if index > 0:
-                seconds = scheduler.clock() - started
-                scheduler.costs.record(spec.frames_per_chunk, batch, seconds, calibration=True)
-            for session_id in ids:
-                workers.commit(session_id)
+        for index, worker_ids in ids.items():
+            for session_id in worker_ids:
+                workers.place(session_id, index)
+        for chunk in range(chunks):
+            seconds = await asyncio.gather(
+                *(_timed_step(scheduler, spec, index, worker_ids, chunk) for index, worker_ids in ids.items())
+            )
+            for elapsed in seconds if chunk > 0 else ():
+                scheduler.costs.record(spec.frames_per_chunk, batch, elapsed, calibration=True)
     finally:
-        for session_id in ids:
+        for session_id in (session_id for worker_ids in ids.values() for session_id in worker_ids):
             with contextlib.suppress(LivegenError):
                 await workers.release(session_id)
             workers.remove(session_id)
+
+
+async def _timed_step(scheduler: Scheduler, spec: WorldSpec, index: int, ids: list[str], chunk: int) -> float:
+    ticks = [_tick(scheduler, spec, session_id, chunk) for session_id in ids]
+    started = scheduler.clock()
+    await scheduler.workers.step(index, ticks)
+    elapsed = scheduler.clock() - started
+    for session_id in ids:
+        scheduler.workers.commit(session_id)
+    return elapsed
 
 
 def _tick(scheduler: Scheduler, spec: WorldSpec, session_id: str, index: int) -> Tick:

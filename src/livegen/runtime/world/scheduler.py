@@ -248,16 +248,17 @@ class Scheduler:
 
     def capacity(self) -> dict[str, object]:
         """What ``/health`` and ``/metrics`` show: step time per batch size, and the realtime
-        sessions of the model's chunk length that it allows on the live workers."""
-        frames, headroom = self.spec.frames_per_chunk, self.realtime_headroom or 1.0
-        per_worker = self.costs.capacity(frames, headroom)
+        sessions of each measured chunk length (all of that length) it allows on the live workers."""
+        headroom, live = self.realtime_headroom or 1.0, len(self._live_workers())
+        measured = self.costs.measured()
+        allowed = {str(f): (self.costs.capacity(f, headroom) or 0) * live for f in measured}
         return {
             "step_ms": {
                 str(length): {str(n): round(s * 1000, 2) for n, s in sizes.items()}
-                for length, sizes in self.costs.measured().items()
+                for length, sizes in measured.items()
             },
             "sessions": self.num_realtime,
-            "capacity": None if per_worker is None else per_worker * len(self._live_workers()),
+            "capacity": allowed,
             "load": round(self.realtime_load, 3),
             "headroom": self.realtime_headroom,
         }
