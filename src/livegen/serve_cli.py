@@ -241,8 +241,9 @@ def _default(name: str) -> Any:
     show_default=True,
     type=click.IntRange(0),
     help="World model workers: 0 steps it in this process, on one core; N starts N Ray actors, each "
-    "its own process and core (needs livegen[ray]; 2 on a 2-core machine serve 7-8 tiny-world "
-    "sessions at 16 fps where one process serves 6). With --workers > 1 or --ray-address the model is "
+    "its own process and core (needs livegen[ray]; on a shared 2-core machine one process admitted 4 "
+    "page tiny-world sessions at 15.9 fps or more, and 2 workers did no better: docs/capacity.md). "
+    "With --workers > 1 or --ray-address the model is "
     "loaded once per cluster, in max(1, N) shared actors that every server process calls (0 means 1).",
 )
 @click.option(

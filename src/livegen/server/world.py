@@ -89,8 +89,8 @@ class CapacityCollector(Collector):
                 for batch, seconds in sizes.items():
                     step.add_metric([str(frames), str(batch)], seconds)
             report = scheduler.capacity()
-            for frames, count in cast("dict[str, int]", report["capacity"]).items():
-                allowed.add_metric([frames], count)
+            for length, count in cast("dict[str, int]", report["capacity"]).items():
+                allowed.add_metric([length], count)
             realtime.add_metric([], scheduler.num_realtime)
             load.add_metric([], scheduler.realtime_load)
         yield from (step, allowed, realtime, load)
