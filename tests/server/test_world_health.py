@@ -7,6 +7,7 @@ from typing import Any
 
 from livegen.models.room import game
 from livegen.models.world import KVGeometry
+from livegen.runtime.world.capacity import StepCosts
 from livegen.runtime.world.kv_pool import required_bytes
 from livegen.runtime.world.scheduler import Scheduler
 from livegen.server import ServerConfig, create_app
@@ -69,8 +70,14 @@ async def test_not_ready_while_the_kv_pool_is_full() -> None:
 class IdleRunner:
     """A session that is never due: only its admission matters here."""
 
+    is_realtime = True
+    spec = game.room_spec()
+
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
+
+    def restart_clock(self, phase: Any) -> None:
+        pass
 
     def is_due(self, now: float, early_s: float = 0.0) -> bool:
         return False
@@ -86,13 +93,37 @@ async def test_not_ready_while_one_more_session_would_miss_the_frame_clock() -> 
     assert scheduler is not None
     try:
         scheduler.add(IdleRunner("one"))  # type: ignore[arg-type]
-        scheduler.tick_cost_s = 0.1  # measured: 100 ms a tick, 40% of the worker per session
+        scheduler.costs = StepCosts(scheduler.spec.fps)  # measured: 100 ms a step of one or two
+        scheduler.costs.record(4, 1, 0.1)
+        scheduler.costs.record(4, 2, 0.1)
+        scheduler.costs.record(4, 3, 0.3)
         assert service.health()["ready"] is True
+        assert service.health()["realtime"]["capacity"] == {"4": 2}  # two in one 100 ms step: 40%
         scheduler.add(IdleRunner("two"))  # type: ignore[arg-type]
         health = service.health()
         assert health["ready"] is False and health["reason"] == "realtime capacity full"
-        assert health["realtime"]["tick_ms"] == 100.0
+        assert health["realtime"]["step_ms"] == {"4": {"1": 100.0, "2": 100.0, "3": 300.0}}
+        assert health["realtime"]["sessions"] == 2 and health["realtime"]["load"] == 0.4
         scheduler.remove("two")
         assert service.health()["ready"] is True
+    finally:
+        await service.stop()
+
+
+async def test_metrics_show_the_measured_step_per_batch_size_and_what_it_allows() -> None:
+    app = create_app(ServerConfig(api_key=None, voice_model="none", world_model="procedural-world"))
+    [service] = app.state.livegen.services
+    await service.start()
+    try:
+        scheduler = service.engine.scheduler
+        assert scheduler is not None
+        scheduler.costs = StepCosts(scheduler.spec.fps)
+        scheduler.costs.record(4, 1, 0.05)
+        scheduler.costs.record(4, 2, 0.1)
+        text = app.state.livegen.metrics.render().decode()
+        assert 'livegen_world_step_seconds{batch="2",frames="4"} 0.1' in text
+        # 50 ms more a session, 4 steps a second: 4 sessions need 80%, 5 would need 100%
+        assert 'livegen_world_realtime_capacity{frames="4"} 4.0' in text
+        assert "livegen_world_realtime_sessions 0.0" in text
     finally:
         await service.stop()

@@ -34,7 +34,10 @@ load on a shared machine; each length gets its own model and served ms/frame.
 ``--world-workers N`` (repeatable) does the same for where the model runs: 0
 in the server's process, N in N Ray actors (each its own process and core);
 each length is served with each. The ``cpu`` column is the server's process
-only: Ray's actors are not in it.
+only: Ray's actors are not in it. ``--baseline-src DIR`` (a checkout of another
+revision, e.g. ``git worktree add /tmp/old main``) serves each set-up a second
+time from that checkout's ``src``, so today's admission and this code's meet
+the same load in one run (the ``code`` column: ``this`` or ``baseline``).
 
 Everything runs on the same machine as the server, so the figures include the
 client's share of the CPU, as a browser's would.
@@ -95,10 +98,16 @@ def _free_port() -> int:
         return port
 
 
-def start_server(model_name: str, port: int, extra: list[str]) -> subprocess.Popen[bytes]:
+def start_server(
+    model_name: str, port: int, extra: list[str], src: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """A ``livegen serve`` of this code, or of the checkout at ``src`` (its ``src`` folder)."""
+    import livegen
+
     command = [sys.executable, "-m", "livegen", "serve", "--port", str(port), "--voice-model", "none"]
     command += ["--world-model", model_name, "--log-level", "warning", *extra]
-    server = subprocess.Popen(command, env=os.environ.copy())
+    code = src / "src" if src is not None else Path(livegen.__file__).resolve().parents[1]
+    server = subprocess.Popen(command, env={**os.environ, "PYTHONPATH": str(code)})
     deadline = time.monotonic() + 120
     import httpx
 
@@ -342,8 +351,9 @@ def _load_model(model_name: str, fpc: int | None) -> Any:
     return default_registry().load(model_name, {} if fpc is None else {"frames_per_chunk": fpc})
 
 
-#: A served set-up: frames per chunk and world workers (None: the server's default for each).
-Setup = tuple[int | None, int | None]
+#: A served set-up: frames per chunk and world workers (None: the server's default for each), and
+#: the checkout it serves from (None: this code; else ``--baseline-src``).
+Setup = tuple[int | None, int | None, Path | None]
 
 
 def _realtime_row(server: Any, url: str, sessions: int, mode: str, setup: Setup, args: Any) -> dict[str, Any]:
@@ -351,20 +361,37 @@ def _realtime_row(server: Any, url: str, sessions: int, mode: str, setup: Setup,
     cpu_before, wall_before = _cpu_seconds(server.pid), time.perf_counter()
     level = asyncio.run(realtime_level(url, sessions, seconds, warm_up, ahead, mode, ask))
     row: dict[str, Any] = {"frames_per_chunk": setup[0], "world_workers": setup[1], "ack_at": mode, **level}
+    row["code"] = _code(setup)
     row["session_frames_per_chunk"] = ask
     elapsed = time.perf_counter() - wall_before
     # The server's process only: with --world-workers the model's time is spent in Ray's actors.
     row["server_cpu_cores"] = round((_cpu_seconds(server.pid) - cpu_before) / elapsed, 2)
+    row["health_realtime"] = _health_realtime(url)
     return row
+
+
+def _health_realtime(url: str) -> Any:
+    """What the server's ``/health`` says of its realtime capacity now (None where it says nothing)."""
+    import httpx
+
+    health_url = url.replace("ws://", "http://").replace("/v1/worlds", "/health")
+    with contextlib.suppress(httpx.HTTPError, KeyError, ValueError):
+        return httpx.get(health_url, timeout=5).json()["services"]["world"].get("realtime")
+    return None
 
 
 def _start_setup(model_name: str, setup: Setup, server_args: list[str]) -> tuple[Any, str]:
     """A server for one set-up, and its world URL."""
     port = _free_port()
-    fpc, workers = setup
+    fpc, workers, src = setup
     extra = [] if fpc is None else ["--world-frames-per-chunk", str(fpc)]
     extra += [] if workers is None else ["--world-workers", str(workers)]
-    return start_server(model_name, port, [*server_args, *extra]), f"ws://127.0.0.1:{port}/v1/worlds"
+    server = start_server(model_name, port, [*server_args, *extra], src)
+    return server, f"ws://127.0.0.1:{port}/v1/worlds"
+
+
+def _code(setup: Setup) -> str:
+    return "this" if setup[2] is None else "baseline"
 
 
 def _run_summary(model: Any, model_ms: list[float], served: dict[str, Any]) -> dict[str, Any]:
@@ -391,12 +418,14 @@ def measure(
     chunk_lengths: list[int | None] | None = None,
     worker_counts: list[int | None] | None = None,
     session_frames_per_chunk: int | None = None,
+    baseline_src: Path | None = None,
 ) -> dict[str, Any]:
     """One server per set-up, a chunk length (``None``: the model's own) and a number of world
     workers (``None``: the server's default), all up at once; each level runs on each in turn, so
     that the set-ups meet the same load on a shared machine."""
     lengths = chunk_lengths or [None]
-    setups = [(fpc, workers) for fpc in lengths for workers in worker_counts or [None]]
+    sources = [None, baseline_src] if baseline_src is not None else [None]
+    setups = [(fpc, w, src) for fpc in lengths for w in worker_counts or [None] for src in sources]
     models = {fpc: _load_model(model_name, fpc) for fpc in lengths}
     model_ms = {fpc: [model_ms_per_frame(model, model_chunks)] for fpc, model in models.items()}
     servers: dict[Setup, tuple[Any, str]] = {}
@@ -404,8 +433,9 @@ def measure(
         for setup in setups:
             servers[setup] = _start_setup(model_name, setup, server_args)
         served = {}
-        for (fpc, workers), (_, url) in servers.items():
-            served[fpc, workers] = asyncio.run(
+        for setup, (_, url) in servers.items():
+            fpc = setup[0]
+            served[setup] = asyncio.run(
                 served_ms_per_frame(url, served_seconds, models[fpc].spec.frames_per_chunk)
             )
             model_ms[fpc].append(model_ms_per_frame(models[fpc], model_chunks))
@@ -425,7 +455,9 @@ def measure(
         for server, _ in servers.values():
             server.wait(timeout=30)
     runs = [
-        _run_summary(models[fpc], model_ms[fpc], served[fpc, w]) | {"world_workers": w} for fpc, w in setups
+        _run_summary(models[setup[0]], model_ms[setup[0]], served[setup])
+        | {"world_workers": setup[1], "code": _code(setup)}
+        for setup in setups
     ]
     for row in rows:
         row["frames_per_chunk"] = models[row["frames_per_chunk"]].spec.frames_per_chunk
@@ -486,6 +518,13 @@ def measure(
     "for 1 (docs/world-protocol.md) [default: none asked, the server's length].",
 )
 @click.option(
+    "--baseline-src",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="Also serve every set-up from this checkout (its src/), e.g. main's in a scratch worktree: "
+    "today's admission beside this code's, in one run (the code column).",
+)
+@click.option(
     "--webrtc",
     is_flag=True,
     help="Instead: each level over the WebSocket (PNG) and over WebRTC (/v1/worlds/calls, VP8) on one "
@@ -511,6 +550,7 @@ def command(
     chunk_lengths: tuple[int, ...],
     worker_counts: tuple[int, ...],
     session_frames_per_chunk: int | None,
+    baseline_src: Path | None,
     webrtc: bool,
     busy_neighbour: bool,
     served_seconds: float,
@@ -546,6 +586,7 @@ def command(
         list(chunk_lengths) or None,
         list(worker_counts) or None,
         session_frames_per_chunk,
+        baseline_src,
     )
     _echo(result, ahead)
     if json_path is not None:
@@ -566,7 +607,8 @@ def _echo(result: dict[str, Any], ahead: int) -> None:
     for run in result["runs"]:
         served = run["served"]
         click.echo(
-            f"{run['frames_per_chunk']} frames/chunk, {_workers(run['world_workers'])}, ms/frame: served "
+            f"{run['code']}: {run['frames_per_chunk']} frames/chunk, {_workers(run['world_workers'])}, "
+            f"ms/frame: served "
             f"{served['ms_per_frame']:.2f} vs bench "
             f"{run['bench_ms_per_frame']:.2f} (x{run['served_over_bench']:.2f}); served chunks say model "
             f"{served['header_model_ms_per_frame']:.2f} ms/frame, encode "
@@ -576,12 +618,13 @@ def _echo(result: dict[str, Any], ahead: int) -> None:
     asks = "" if asked is None else f", each session asking for {asked} frame(s) a chunk"
     click.echo(f"realtime, {ahead} ahead{asks}:")
     click.echo(
-        f"{'f/chunk':>8}{'workers':>8}{'ack at':>7}{'sessions':>9}{'refused':>8}{'fps min':>9}{'fps med':>9}"
+        f"{'code':>9}{'f/chunk':>8}{'workers':>8}{'ack at':>7}{'sessions':>9}{'refused':>8}"
+        f"{'fps min':>9}{'fps med':>9}"
         f"{'stalls/min':>11}{'p50 ms':>8}{'p95 ms':>8}{'cpu':>6}"
     )
     for row in result["realtime"]:
         click.echo(
-            f"{row['frames_per_chunk']:>8}{_fmt(row['world_workers']):>8}{row['ack_at']:>7}"
+            f"{row['code']:>9}{row['frames_per_chunk']:>8}{_fmt(row['world_workers']):>8}{row['ack_at']:>7}"
             f"{row['sessions']:>9}{row['refused']:>8}"
             f"{row['fps_min']:>9.2f}{row['fps_median']:>9.2f}{row['stalls_per_min_median']:>11.1f}"
             f"{_fmt(row['input_to_shown_p50_ms']):>8}{_fmt(row['input_to_shown_p95_ms']):>8}"

@@ -248,8 +248,9 @@ def _default(name: str) -> Any:
     show_default=True,
     type=click.IntRange(0),
     help="World model workers: 0 steps it in this process, on one core; N starts N Ray actors, each "
-    "its own process and core (needs livegen[ray]; 2 on a 2-core machine serve 7-8 tiny-world "
-    "sessions at 16 fps where one process serves 6). With --workers > 1 or --ray-address the model is "
+    "its own process and core (needs livegen[ray]; on a shared 2-core machine one process admitted 4 "
+    "page tiny-world sessions at 15.9 fps or more, and 2 workers did no better: docs/capacity.md). "
+    "With --workers > 1 or --ray-address the model is "
     "loaded once per cluster, in max(1, N) shared actors that every server process calls (0 means 1).",
 )
 @click.option(
@@ -257,8 +258,9 @@ def _default(name: str) -> Any:
     default=_default("world_realtime_headroom"),
     show_default=True,
     type=click.FloatRange(0),
-    help="Admit a world session only while every session's chunks need at most this share of the "
-    "model's measured time (0: no frame-clock admission).",
+    help="Admit a realtime world session only while the batch that would include it needs at most "
+    "this share of a worker's time (step times measured per batch size; asap sessions are not "
+    "charged; 0: no frame-clock admission).",
 )
 @click.option(
     "--ray-address",

@@ -89,8 +89,9 @@ class ServerConfig:
     mcp_timeout_s: float = 30.0
     #: World workers: 0 steps the world model in this process; N > 0 starts N Ray actors.
     world_workers: int = 0
-    #: Share of the world model's measured time realtime sessions may need; past it, a new session
-    #: is refused (``realtime_capacity``) and /health is not ready. 0: no frame-clock admission.
+    #: Share of a world worker's time its realtime sessions' batches may need (step times measured
+    #: per batch size); past it, a new realtime session is refused (``realtime_capacity``) and
+    #: /health is not ready. 0: no frame-clock admission.
     world_realtime_headroom: float = 0.85
     #: Ray cluster to join (e.g. "auto" or "head:6379"): the server's processes register there, resume
     #: each other's sessions and share counts (``server/cluster.py``); world workers are placed there.

@@ -4,6 +4,8 @@ It accepts a socket (choosing the subprotocol that carries a browser's key), wra
 as a ``Link`` and hands it to the ``WorldEngine`` (``runtime/world/``) as a player's or
 a spectator's: it knows no world event nor runner, it only moves text and bytes.
 WebRTC calls (``/v1/worlds/calls``, ``server/world_calls.py``) link to the same engine.
+It also puts the scheduler's measured batch costs and the realtime sessions they
+allow on ``/metrics`` (``CapacityCollector``), as ``/health`` shows them.
 """
 
 from __future__ import annotations
@@ -11,8 +13,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib.util
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, cast
 
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 from starlette.routing import BaseRoute, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
@@ -57,6 +62,40 @@ class WebSocketLink:
         await self.websocket.close(code=code, reason=reason)
 
 
+class CapacityCollector(Collector):
+    """``/metrics``: the world steps' measured cost per batch size and what it allows (issue 39)."""
+
+    def __init__(self, engine: WorldEngine) -> None:
+        self.engine = engine
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        step = GaugeMetricFamily(
+            "livegen_world_step_seconds",
+            "Median measured world model step, by chunk length (frames) and batch size (sessions)",
+            labels=["frames", "batch"],
+        )
+        allowed = GaugeMetricFamily(
+            "livegen_world_realtime_capacity",
+            "Realtime world sessions the measured steps allow, by chunk length (frames), all of that length",
+            labels=["frames"],
+        )
+        realtime = GaugeMetricFamily("livegen_world_realtime_sessions", "Realtime world sessions admitted")
+        load = GaugeMetricFamily(
+            "livegen_world_realtime_load", "Share of the busiest world worker's time realtime sessions need"
+        )
+        scheduler = self.engine.scheduler
+        if scheduler is not None:
+            for frames, sizes in scheduler.costs.measured().items():
+                for batch, seconds in sizes.items():
+                    step.add_metric([str(frames), str(batch)], seconds)
+            report = scheduler.capacity()
+            for length, count in cast("dict[str, int]", report["capacity"]).items():
+                allowed.add_metric([length], count)
+            realtime.add_metric([], scheduler.num_realtime)
+            load.add_metric([], scheduler.realtime_load)
+        yield from (step, allowed, realtime, load)
+
+
 class WorldService:
     name = "world"
 
@@ -66,6 +105,7 @@ class WorldService:
         has_calls = importlib.util.find_spec("aiortc") is not None
         settings = WorldSettings.of(state.config, recording_settings(state.config), webrtc=has_calls)
         self.engine = WorldEngine(state.registry, state.world_model, settings)
+        state.metrics.registry.register(CapacityCollector(self.engine))
         #: The players' session owners, the engine's: a call (``world_calls.py``) joins them too.
         self.connections = self.engine.owners
         #: The WebRTC transport (``server/world_calls.py``), when aiortc is installed (``webrtc`` extra).

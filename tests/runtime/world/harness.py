@@ -43,7 +43,12 @@ class RunnerHarness:
             messages.append(data)
 
         runner = Runner(
-            session, self.manager, self.scheduler, send_text, send_bytes, Options(pacing="asap", **options)
+            session,
+            self.manager,
+            self.scheduler,
+            send_text,
+            send_bytes,
+            Options(**{"pacing": "asap", **options}),
         )
         runner.start()
         return runner

@@ -208,16 +208,18 @@ async def test_admission_refuses_a_session_the_frame_clock_cannot_hold() -> None
     harness = Harness(model, num_sessions=4)
     harness.scheduler.clock = lambda: now[0]
     await harness.scheduler.start()
-    harness.open(max_chunks_ahead=2)  # unmeasured: admitted
-    await until(lambda: harness.scheduler.tick_cost_s is not None)
-    assert harness.scheduler.tick_cost_s == pytest.approx(0.1)
-    assert harness.scheduler.realtime_load(1) == pytest.approx(0.4)
-    harness.open(max_chunks_ahead=2)  # two need 80% of the worker's time: admitted
+    harness.open(max_chunks_ahead=2)  # asap: never charged, it measures the step
+    await until(lambda: harness.scheduler.costs.is_measured)
+    assert harness.scheduler.costs.estimate(4, 1) == pytest.approx(0.1)
+    assert harness.scheduler.worker_load(0, {4: 1}) == pytest.approx(0.4)
+    harness.open(pacing="realtime", max_chunks_ahead=2)  # the first realtime one: admitted
+    harness.open(pacing="realtime", max_chunks_ahead=2)  # two need 80% of the worker's time: admitted
     assert harness.scheduler.is_realtime_full
     with pytest.raises(CapacityExceeded) as error:
-        harness.open()  # three would need 120%
+        harness.open(pacing="realtime")  # three would need 120%
     assert error.value.code == "realtime_capacity"
-    assert harness.scheduler.workers.kv_pools[0].num_sessions == 2  # the refused one holds nothing
+    harness.open()  # an asap one still is: it uses what is left
+    assert harness.scheduler.workers.kv_pools[0].num_sessions == 4  # the refused one holds nothing
     await harness.scheduler.stop()
 
 
@@ -237,12 +239,13 @@ async def test_admission_follows_a_sustained_slowdown_not_a_burst(tick_s: Any, e
     await harness.scheduler.start()
     harness.open(max_chunks_ahead=40)
     await until(lambda: len(harness.model.batches) == 40)
-    assert harness.scheduler.tick_cost_s == pytest.approx(estimate)
+    assert harness.scheduler.costs.estimate(4, 1) == pytest.approx(estimate)
+    harness.open(pacing="realtime", max_chunks_ahead=1)
     if estimate > 0.1:  # two sessions need 2 x 4 chunks/s x 0.3 s: more than the worker has
         with pytest.raises(CapacityExceeded):
-            harness.open()
+            harness.open(pacing="realtime")
     else:
-        harness.open()
+        harness.open(pacing="realtime")
     await harness.scheduler.stop()
 
 
@@ -289,6 +292,7 @@ class Waiting:
 
     deadline: float
     session_id: str = "waiting"
+    is_realtime: bool = False
 
     def is_due(self, now: float, early_s: float = 0.0) -> bool:
         return False

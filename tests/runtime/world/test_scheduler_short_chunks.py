@@ -97,16 +97,17 @@ async def test_admission_counts_sixteen_one_frame_chunks_a_second() -> None:
     now = [100.0]
     model = OneFrameModel(now, tick_s=0.02)  # 20 ms a tick: 32% of a worker per session
     harness = RunnerHarness(
-        Scheduler(model, kv_budget_bytes=required_bytes(GEOMETRY, 1, 4), clock=lambda: now[0]),
+        Scheduler(model, kv_budget_bytes=required_bytes(GEOMETRY, 1, 5), clock=lambda: now[0]),
         model.spec.controls,
     )
     await harness.scheduler.start()
-    first = harness.open(max_chunks_ahead=2)
-    await until(lambda: harness.scheduler.tick_cost_s is not None)
-    assert harness.scheduler.realtime_load(1) == pytest.approx(16 * 0.02)
-    harness.open(max_chunks_ahead=2)  # two need 64%: admitted
+    first = harness.open(max_chunks_ahead=2)  # asap: it measures the step, never charged
+    await until(lambda: harness.scheduler.costs.is_measured)
+    assert harness.scheduler.worker_load(0, {1: 1}) == pytest.approx(16 * 0.02)
+    harness.open(pacing="realtime", max_chunks_ahead=2)
+    harness.open(pacing="realtime", max_chunks_ahead=2)  # two need 64%: admitted
     with pytest.raises(CapacityExceeded) as error:
-        harness.open()  # three would need 96%
+        harness.open(pacing="realtime")  # three would need 96%
     assert error.value.code == "realtime_capacity"
     pool = harness.scheduler.workers.kv_pools[0]
     assert pool.pages_per_session == GEOMETRY.sink_frames + GEOMETRY.window_frames + 1

@@ -86,9 +86,9 @@ async def test_admission_charges_a_session_for_its_frames_whatever_its_chunk_len
     harness.open(max_chunks_ahead=8, frames_per_chunk=frames_per_chunk)
     await until(lambda: harness.scheduler.num_steps >= 8)
     await harness.scheduler.stop()
-    # 4 frames a tick at 25 ms a frame: 0.1 s a full tick, 16 frames/s: 40% of the worker per session
-    assert harness.scheduler.tick_cost_s == pytest.approx(4 * FRAME_S)
-    assert harness.scheduler.realtime_load(1) == pytest.approx(16 * FRAME_S)
+    # 25 ms a frame: a chunk of n frames steps in n x 25 ms, 16/n times a second: 40% of the worker
+    assert harness.scheduler.costs.estimate(frames_per_chunk, 1) == pytest.approx(frames_per_chunk * FRAME_S)
+    assert harness.scheduler.worker_load(0, {frames_per_chunk: 1}) == pytest.approx(16 * FRAME_S)
 
 
 def test_a_session_gets_the_nearest_length_the_model_makes() -> None:

@@ -33,6 +33,7 @@ from livegen.logs import log_event
 from livegen.models import ModelInfo, Registry
 from livegen.models.world import WorldModel
 from livegen.protocol import world as wire
+from livegen.runtime.world.calibrate import calibrate
 from livegen.runtime.world.owner import Link, SessionOwner
 from livegen.runtime.world.recording import Recordings, RecordingSettings
 from livegen.runtime.world.runner import Options, Runner
@@ -157,6 +158,8 @@ class WorldEngine:
             model = await asyncio.to_thread(self.registry.load, self.entry.name, options)
             scheduler = Scheduler(model, realtime_headroom=headroom)
         await scheduler.start()
+        if headroom > 0:  # admission reads what batches cost: measure them before the first session
+            await calibrate(scheduler)
         self.manager = Manager(
             tracks=scheduler.spec.controls,
             new_id=lambda: uuid.uuid4().hex[:12],
@@ -206,11 +209,8 @@ class WorldEngine:
             if workers.is_shared:  # every process's sessions, as the cluster's services last said
                 report["kv"]["shared"] = [worker.name for worker in workers.workers]
         scheduler = self.scheduler
-        if scheduler.tick_cost_s is not None:
-            report["realtime"] = {
-                "tick_ms": round(scheduler.tick_cost_s * 1000, 2),
-                "load": round(scheduler.realtime_load(scheduler.num_sessions), 3),
-            }
+        if scheduler.costs.is_measured:
+            report["realtime"] = scheduler.capacity()
         if workers.is_full:
             is_running = len(lost) < len(workers.workers)
             report.update(ready=False, reason="KV pool full" if is_running else "no world worker is running")
@@ -281,7 +281,8 @@ class WorldEngine:
             seed_image=seed_image,
         )
         try:
-            await scheduler.reserve(session.session_id)
+            realtime = (update.pacing or "realtime") == "realtime"
+            await scheduler.reserve(session.session_id, update.frames_per_chunk, realtime=realtime)
         except BaseException:
             session.begin_close()
             manager.finish_close(session.session_id, True)
@@ -351,6 +352,10 @@ class WorldEngine:
         """A later ``session.update``: output and pacing change; what made the world is fixed."""
         _check_fixed(runner, update)
         options, output = runner.options, update.output
+        is_switching = update.pacing == "realtime" and not runner.is_realtime
+        if is_switching:  # an asap session is not charged: now it is, and may not fit
+            assert self.scheduler is not None
+            self.scheduler.check_realtime(runner.spec.frames_per_chunk)
         runner.options = dataclasses.replace(  # a new object: a chunk mid-encode keeps its snapshot
             options,
             pacing=update.pacing or options.pacing,
@@ -358,6 +363,8 @@ class WorldEngine:
             quality=options.quality if output is None else output.quality,
             max_chunks_ahead=update.max_chunks_ahead or options.max_chunks_ahead,
         )
+        if is_switching and self.scheduler is not None:
+            self.scheduler.align(runner)  # paced from now, in step with the others
         self.wake()
 
     def accept(self, runner: Runner, event: wire.WorldEvent) -> None:

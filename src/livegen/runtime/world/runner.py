@@ -143,6 +143,17 @@ class Runner:
         self._sender = self._tasks.spawn(self._send_loop(), name=f"livegen-world-send-{self.session_id}")
 
     @property
+    def is_realtime(self) -> bool:
+        return self.options.pacing == "realtime"
+
+    def restart_clock(self, phase: Callable[[float], float]) -> None:
+        """Anchor the media clock so the next chunk is due now, then at ``phase`` of that anchor
+        (the scheduler's: in step with the other realtime sessions, so their chunks batch)."""
+        index = self.session.chunk_index
+        played_s = self.spec.media_time_ms(index - 1) / 1000 if index else 0.0
+        self._anchor = phase(self._clock() - played_s)
+
+    @property
     def unsent_bytes(self) -> int:
         """Bytes queued for the socket and not yet written."""
         return self._outbox.num_bytes
@@ -273,6 +284,7 @@ class Runner:
         self.flow.reset()
         self._lead.reset()
         self._anchor = self._ready_since = self._clock()
+        self._scheduler.align(self)
         self.send(wire.ResetDone())
         for tap in list(self.taps):
             tap.reset()

@@ -18,20 +18,20 @@ others get their chunks from the smaller steps, the same frames a batch gives
 (W6). One client's input the model cannot take (issue 30: a mouse motion no
 float holds) no longer fails every session batched with it.
 
-Admission knows the frame clock: each step's time per tick is measured (per
-full-length tick: a session that asked for shorter chunks is charged for its
-frames, the overhead of its extra chunks included, ``_full_ticks``)
-(a batch costs about its size times one tick on a CPU; the median over the last
-``TICK_COST_STEPS`` steps: a neighbour's burst does not halve the capacity, and
-a neighbour that stays busy lowers it, where the least step time had kept
-admitting sessions that then all stalled: 8 tiny-world sessions on two Ray
-workers beside a process busy half of one core played 15 fps with 200 stalls
-a minute, where the median admitted 6 that held 16 fps),
-and a new session is
-refused (``CapacityExceeded``, code ``realtime_capacity``) when the sessions
-already admitted, plus it, would need more than ``realtime_headroom`` of the
-workers' time to make every session's chunks in real time. Until a step has
-been measured every session is admitted.
+Admission knows what a batch costs (issue 39): every step's time is recorded
+by its chunk length and batch size (``capacity.StepCosts``, medians of recent
+steps), and a new realtime session is refused (``CapacityExceeded``, code
+``realtime_capacity``) when, on every live worker, the batch that would
+include it would need more than ``realtime_headroom`` of the worker's time to
+make each of its realtime sessions' chunks in real time. A session is charged
+for its own chunk length (a 1-frame chunk 16 times a second costs what a
+1-frame step costs, its overhead included). ``pacing: asap`` sessions are
+never charged: they join a realtime step only while the realtime load with
+them stays within the headroom, and step on their own only in the gap before
+the worker's next realtime deadline, so they use what is left. A realtime
+session's media clock is anchored in phase with the others of its chunk
+length, so their chunks fall due together and batch. Until a step has been
+measured every session is admitted.
 
 By default there is one worker, in this process (``LocalWorker``); each worker
 runs its model calls in submission order, so a release always lands between
@@ -46,15 +46,15 @@ import asyncio
 import collections
 import contextlib
 import logging
-import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from livegen.errors import CapacityExceeded, LivegenError, StateEvicted
 from livegen.logs import log_event
 from livegen.models.world import Chunk, Tick, WorldModel, WorldSpec
+from livegen.runtime.world.capacity import StepCosts, ceil_phase
 from livegen.runtime.world.kv_pool import Pool
 from livegen.runtime.world.workers import LocalWorker, Worker, WorkerPool, WorkerRestarted
 from livegen.tasks import TaskSet
@@ -67,9 +67,6 @@ DEFAULT_KV_BUDGET_BYTES = 512 * 1024 * 1024
 #: The share of the workers' time realtime sessions may need: the rest absorbs uneven steps,
 #: encoding and the sockets, so that every admitted session still gets its frames on time.
 REALTIME_HEADROOM = 0.85
-#: Steps whose time per tick the admission estimate takes the median of: what the model costs
-#: on this machine as it is now, a neighbour's sustained load included, not one burst.
-TICK_COST_STEPS = 32
 
 
 class Steppable(Protocol):
@@ -78,6 +75,15 @@ class Steppable(Protocol):
     session_id: str
     #: The model's spec as the session sees it (its chunk length, ``WorldSpec.for_session``).
     spec: WorldSpec
+
+    @property
+    def is_realtime(self) -> bool:
+        """Paced to the media clock (charged by admission), not ``asap``."""
+        ...
+
+    def restart_clock(self, phase: Callable[[float], float]) -> None:
+        """Anchor the media clock so the next chunk is due now, moved to ``phase(anchor)``."""
+        ...
 
     def is_due(self, now: float, early_s: float = 0.0) -> bool: ...
     def next_deadline(self) -> float | None: ...
@@ -123,11 +129,12 @@ class Scheduler:
         #: The last step's seconds: a session due within it joins this round's batch rather than
         #: waiting behind it for the next (one batched step costs less than two in a row).
         self.batch_window_s = 0.0
-        #: One tick's seconds in a batched step: the least over recent steps (None until measured).
-        self.tick_cost_s: float | None = None
-        self._tick_costs: collections.deque[float] = collections.deque(maxlen=TICK_COST_STEPS)
-        #: The share of the workers' time admitted sessions may need (0: no such limit).
+        #: Measured step seconds by chunk length and batch size (``capacity.py``).
+        self.costs = StepCosts(self.spec.fps)
+        #: The share of a worker's time its realtime sessions may need (0: no such limit).
         self.realtime_headroom = realtime_headroom
+        #: Chunk length -> the media-clock origin its realtime sessions are anchored in phase with.
+        self._phases: dict[int, float] = {}
 
     @property
     def num_sessions(self) -> int:
@@ -148,18 +155,32 @@ class Scheduler:
         await self.workers.close()
 
     # -- sessions --------------------------------------------------------------------------
-    async def reserve(self, session_id: str) -> None:
+    async def reserve(
+        self, session_id: str, frames_per_chunk: int | None = None, *, realtime: bool = True
+    ) -> None:
         """Admit a new session to a cluster's shared world service before its runner starts
         (``workers.WorkerPool.reserve``; nothing in a server of its own, where ``add`` admits)."""
-        self._check_realtime()
+        if realtime:
+            self.check_realtime(self.spec.for_session(frames_per_chunk).frames_per_chunk)
         await self.workers.reserve(session_id)
 
     def add(self, runner: Steppable) -> None:
         """Admit a session (raises ``CapacityExceeded`` when the KV pool or the frame clock is full)."""
-        self._check_realtime()
+        if runner.is_realtime:
+            self.check_realtime(runner.spec.frames_per_chunk)
         self.workers.admit(runner.session_id)
         self._runners[runner.session_id] = runner
+        self.align(runner)
         self.wake()
+
+    def align(self, runner: Steppable) -> None:
+        """Anchor a realtime runner's media clock in phase with the others of its chunk length
+        (on creation, reset, or a switch to realtime pacing): their chunks fall due together."""
+        if not runner.is_realtime:
+            return
+        frames = runner.spec.frames_per_chunk
+        period = frames / runner.spec.fps
+        runner.restart_clock(lambda base: ceil_phase(self._phases.setdefault(frames, base), period, base))
 
     def remove(self, session_id: str) -> None:
         self._runners.pop(session_id, None)
@@ -172,29 +193,125 @@ class Scheduler:
     def wake(self) -> None:
         self._wake.set()
 
-    def realtime_load(self, num_sessions: int) -> float:
-        """The share of the workers' time ``num_sessions`` realtime sessions need (0 unmeasured)."""
-        if self.tick_cost_s is None:
-            return 0.0
-        chunks_per_s = self.spec.fps / self.spec.frames_per_chunk
-        num_workers = max(1, sum(worker.is_alive for worker in self.workers.workers))
-        return num_sessions * chunks_per_s * self.tick_cost_s / num_workers
+    # -- admission ---------------------------------------------------------------------------
+    def _live_workers(self) -> list[int]:
+        return [index for index, worker in enumerate(self.workers.workers) if worker.is_alive]
 
-    def _check_realtime(self) -> None:
-        if self.is_realtime_full:
-            load = self.realtime_load(len(self._runners))
+    def realtime_batches(self, index: int) -> collections.Counter[int]:
+        """Chunk length -> realtime sessions placed on worker ``index``."""
+        return collections.Counter(
+            runner.spec.frames_per_chunk
+            for runner in self._runners.values()
+            if runner.is_realtime and self.workers.worker_index(runner.session_id) == index
+        )
+
+    def worker_load(self, index: int, extra: Mapping[int, int] | None = None) -> float:
+        """The share of worker ``index``'s time its realtime sessions need, with ``extra`` more
+        (chunk length -> count): each length's batch once per chunk period (0 unmeasured)."""
+        batches = self.realtime_batches(index)
+        batches.update(extra or {})
+        return self.costs.load(batches)
+
+    @property
+    def realtime_load(self) -> float:
+        """The busiest live worker's realtime load (0 unmeasured)."""
+        return max((self.worker_load(index) for index in self._live_workers()), default=0.0)
+
+    @property
+    def num_realtime(self) -> int:
+        return sum(runner.is_realtime for runner in self._runners.values())
+
+    def _fit_load(self, frames: int) -> float | None:
+        """The least load a live worker would have with one more realtime session of ``frames``
+        frames a chunk; None when it fits anyway (no limit, nothing measured, no realtime yet)."""
+        if self.realtime_headroom <= 0 or not self.costs.is_measured or not self.num_realtime:
+            return None
+        return min((self.worker_load(index, {frames: 1}) for index in self._live_workers()), default=None)
+
+    def check_realtime(self, frames: int) -> None:
+        """Refuse (``realtime_capacity``) one more realtime session of ``frames``-frame chunks that
+        would make some realtime session's batch miss the frame clock on every worker."""
+        load = self._fit_load(frames)
+        if load is not None and load > self.realtime_headroom:
             raise CapacityExceeded(
-                f"the world model cannot make one more session's frames in real time ({len(self._runners)} "
-                f"sessions already need {load:.0%} of its time); retry later",
+                f"the world model cannot make one more session's frames in real time (with it, "
+                f"{self.num_realtime + 1} realtime sessions would need {load:.0%} of a worker's time, "
+                f"over the {self.realtime_headroom:.0%} headroom); retry later",
                 code="realtime_capacity",
             )
 
     @property
     def is_realtime_full(self) -> bool:
-        """True when one more session would push the batch past real time for everyone."""
-        if not self._runners or self.realtime_headroom <= 0:
-            return False
-        return self.realtime_load(len(self._runners) + 1) > self.realtime_headroom
+        """True when one more realtime session of the model's chunk length would not fit."""
+        load = self._fit_load(self.spec.frames_per_chunk)
+        return load is not None and load > self.realtime_headroom
+
+    def capacity(self) -> dict[str, object]:
+        """What ``/health`` and ``/metrics`` show: step time per batch size, and the realtime
+        sessions of each measured chunk length (all of that length) it allows on the live workers."""
+        headroom, live = self.realtime_headroom or 1.0, len(self._live_workers())
+        measured = self.costs.measured()
+        allowed = {str(f): (self.costs.capacity(f, headroom) or 0) * live for f in measured}
+        return {
+            "step_ms": {
+                str(length): {str(n): round(s * 1000, 2) for n, s in sizes.items()}
+                for length, sizes in measured.items()
+            },
+            "sessions": self.num_realtime,
+            "capacity": allowed,
+            "load": round(self.realtime_load, 3),
+            "headroom": self.realtime_headroom,
+        }
+
+    def _fit_asap(self, due: list[Steppable], now: float) -> list[Steppable]:
+        """The due sessions to step now: every realtime one, and the ``asap`` ones that leave the
+        realtime ones their frame clock (``_asap_share``)."""
+        asap: dict[int, list[Steppable]] = {}
+        for runner in due:
+            if not runner.is_realtime:
+                asap.setdefault(self.workers.worker_index(runner.session_id), []).append(runner)
+        if not asap:
+            return due
+        kept = {id(runner) for runner in due if runner.is_realtime}
+        for index, runners in asap.items():
+            realtime = [r for r in due if r.is_realtime and self.workers.worker_index(r.session_id) == index]
+            kept.update(id(runner) for runner in self._asap_share(index, runners, realtime, now))
+        return [runner for runner in due if id(runner) in kept]
+
+    def _asap_share(
+        self, index: int, asap: list[Steppable], realtime: list[Steppable], now: float
+    ) -> list[Steppable]:
+        """With realtime sessions due: the asap ones of their chunk lengths while the realtime load
+        with them stays within the headroom. Without: the asap ones (of one chunk length) whose
+        step ends before the worker's next realtime deadline."""
+        limit = self.realtime_headroom or 1.0
+        taken: list[Steppable] = []
+        if realtime:
+            lengths = {runner.spec.frames_per_chunk for runner in realtime}
+            extra: collections.Counter[int] = collections.Counter()
+            for runner in asap:
+                frames = runner.spec.frames_per_chunk
+                if (
+                    frames in lengths
+                    and self.worker_load(index, extra + collections.Counter({frames: 1})) <= limit
+                ):
+                    extra[frames] += 1
+                    taken.append(runner)
+            return taken
+        deadlines = [
+            d
+            for runner in self._runners.values()
+            if runner.is_realtime
+            and self.workers.worker_index(runner.session_id) == index
+            and (d := runner.next_deadline()) is not None
+        ]
+        frames = asap[0].spec.frames_per_chunk
+        for runner in (r for r in asap if r.spec.frames_per_chunk == frames):
+            cost = self.costs.estimate(frames, len(taken) + 1)
+            if deadlines and cost is not None and now + cost > min(deadlines):
+                break
+            taken.append(runner)
+        return taken
 
     # -- the loop --------------------------------------------------------------------------
     async def _loop(self) -> None:
@@ -205,7 +322,10 @@ class Scheduler:
                 await self._sleep(now, waiting)
                 continue
             window = self.batch_window_s
-            due = [runner for runner in waiting if runner.is_due(now, window)]
+            due = self._fit_asap([runner for runner in waiting if runner.is_due(now, window)], now)
+            if not due:  # only asap sessions, and no gap for them before a realtime deadline
+                await self._sleep(now, waiting)
+                continue
             entries = [entry for runner in due if (entry := self._plan(runner, now, window)) is not None]
             for group in _by_worker(entries):
                 self._launch(group)
@@ -292,8 +412,7 @@ class Scheduler:
             return
         model_ms = (self.clock() - started) * 1000
         self.batch_window_s = model_ms / 1000
-        self._tick_costs.append(model_ms / 1000 / self._full_ticks(entries))
-        self.tick_cost_s = statistics.median(self._tick_costs)
+        self.costs.record(entries[0].runner.spec.frames_per_chunk, len(entries), model_ms / 1000)
         self.num_steps += 1
         self.num_ticks += len(entries)
         by_request = {chunk.meta.request_id: chunk for chunk in chunks}
@@ -304,17 +423,6 @@ class Scheduler:
                 continue
             self.workers.commit(entry.runner.session_id)
             entry.runner.tick_done(entry.plan, chunk, model_ms)
-
-    def _full_ticks(self, entries: list[_Entry]) -> float:
-        """A step's ticks counted in full-length chunks: a one-frame tick of a 4-frame model is a
-        quarter, so a session with short chunks is charged for its frames, and the overhead each
-        short chunk adds is in the measured time (the estimate stays per full-length tick)."""
-        spec = self.spec
-        return sum(
-            (e.tick.num_frames or spec.frames_in_chunk(i)) / spec.frames_in_chunk(i)
-            for e in entries
-            for i in (e.tick.meta.chunk_index,)
-        )
 
     def _fail(self, entry: _Entry, code: str, message: str) -> None:
         self.workers.clear(entry.runner.session_id)

@@ -122,6 +122,8 @@ class WorkerPool:
         self._placed: dict[str, int] = {}
         #: Session id -> slots that ever held its model state (were sent one of its ticks).
         self._holders: dict[str, set[int]] = {}
+        #: Sessions placed with ``place``: their first chunk does not move them.
+        self._pinned: set[str] = set()
         #: The workers are a cluster's shared services: they admit and page sessions themselves.
         self.is_shared = all(getattr(worker, "is_shared", False) for worker in workers)
 
@@ -221,6 +223,7 @@ class WorkerPool:
     def remove(self, session_id: str) -> None:
         """The session left (close, disconnect) after its release: forget it."""
         self._holders.pop(session_id, None)
+        self._pinned.discard(session_id)
         self._unplace(session_id)
 
     def _unplace(self, session_id: str) -> None:
@@ -260,6 +263,11 @@ class WorkerPool:
         # A session moving off ``exclude`` frees its place there: count it as gone; on a tie it stays.
         return min(candidates, key=lambda i: (len(self._slots[i].sessions) - (i == exclude), i != exclude, i))
 
+    def place(self, session_id: str, index: int) -> None:
+        """Place a session on worker ``index`` where it stays (calibration's stand-ins)."""
+        self._place(session_id, index)
+        self._pinned.add(session_id)
+
     def _place(self, session_id: str, index: int) -> None:
         slot = self._slots[index]
         if slot.kv is not None:
@@ -282,7 +290,8 @@ class WorkerPool:
     ) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
         """(worker index, context pages, pages to write) for the session's next tick (of ``pages``
         pages where the session's chunks are shorter than the model's)."""
-        is_moving = chunk_index == 0 and not self.is_shared  # a service admitted it: it stays there
+        # A service admitted it, or it was placed where it must stay: it stays there.
+        is_moving = chunk_index == 0 and not self.is_shared and session_id not in self._pinned
         index = self._rebalance(session_id) if is_moving else self.worker_index(session_id)
         self._holders.setdefault(session_id, set()).add(index)
         if self.is_shared:  # the service names the pages: the tick says how many
