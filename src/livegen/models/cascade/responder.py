@@ -162,6 +162,16 @@ def small_talk(said: str, now: datetime) -> str | None:
 
 
 RULES: list[Rule] = [repeat, help_, sums, time_, date, cannot, small_talk]
+#: The rules whose answers are exact (the clock, the calendar, sums): answered before a
+#: language model is asked (``exact``), faster and never wrong the way a small model can be.
+EXACT: list[Rule] = [sums, time_, date]
+
+
+def exact(text: str, now: datetime) -> str | None:
+    """The answer of an ``EXACT`` rule to ``text``, or None (a language model answers it)."""
+    said, _ = _head(text)
+    return next((answer for rule in EXACT if said and (answer := rule(said, now)) is not None), None)
+
 
 #: Commands a near miss may stand for; "repeat after me" keeps the words after it.
 COMMANDS = [
