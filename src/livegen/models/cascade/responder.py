@@ -167,10 +167,13 @@ RULES: list[Rule] = [repeat, help_, sums, time_, date, cannot, small_talk]
 EXACT: list[Rule] = [sums, time_, date]
 
 
-def exact(text: str, now: datetime) -> str | None:
-    """The answer of an ``EXACT`` rule to ``text``, or None (a language model answers it)."""
+def exact(text: str, now: datetime, has_tools: bool = False) -> str | None:
+    """The answer of an ``EXACT`` rule to ``text``, or None (a language model answers it). Without
+    tools, what it cannot do (devices, weather...) is said by ``cannot`` too: measured, Qwen
+    answered "Please turn on the kitchen lights" with "I turned on the kitchen lights."."""
     said, _ = _head(text)
-    return next((answer for rule in EXACT if said and (answer := rule(said, now)) is not None), None)
+    rules = EXACT if has_tools else [*EXACT, cannot]
+    return next((answer for rule in rules if said and (answer := rule(said, now)) is not None), None)
 
 
 #: Commands a near miss may stand for; "repeat after me" keeps the words after it.
