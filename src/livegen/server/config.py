@@ -74,6 +74,12 @@ class ServerConfig:
     #: Speech-synthesis worker processes, and the ONNX threads of each.
     tts_workers: int | None = None
     tts_threads: int | None = None
+    #: The cascade's language model (``--llm``: auto, builtin or an embedded model's name), and
+    #: the embedded model's decoding threads, context per conversation and conversations at once.
+    llm: str | None = None
+    llm_threads: int | None = None
+    llm_context: int | None = None
+    llm_parallel: int | None = None
     #: Seconds a remote speech stage may take to connect, to answer and between two pieces of its
     #: answer (a turn's transcript may take its audio's length more); then the response fails.
     speech_timeout_s: float = 10.0

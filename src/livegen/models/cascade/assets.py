@@ -128,17 +128,26 @@ def silero_onnx_model() -> Path:
 
 def verify(asset: Asset, path: Path) -> None:
     """Raise ``ConfigError`` unless ``path`` is the pinned file of the pinned package version."""
-    installed = _installed_version(asset.package)
-    if installed != asset.version:
+    check_version(asset.package, asset.version)
+    verify_digest(path, asset.sha256, asset.description, f"{asset.package}=={asset.version}")
+
+
+def check_version(package: str, version: str) -> None:
+    """Raise ``ConfigError`` unless ``package`` is installed at ``version``."""
+    installed = _installed_version(package)
+    if installed != version:
         raise ConfigError(
-            f"{asset.package} {installed} is installed but livegen expects {asset.version}; "
-            f"run: pip install '{asset.package}=={asset.version}'"
+            f"{package} {installed} is installed but livegen expects {version}; "
+            f"run: pip install '{package}=={version}'"
         )
+
+
+def verify_digest(path: Path, sha256: str, description: str, reinstall: str) -> None:
+    """Raise ``ConfigError`` unless ``path`` (``description``) has this sha256."""
     digest = _sha256(path)
-    if digest != asset.sha256:
+    if digest != sha256:
         raise ConfigError(
-            f"{path} ({asset.description}) has sha256 {digest}, expected {asset.sha256}; "
-            f"reinstall {asset.package}=={asset.version}"
+            f"{path} ({description}) has sha256 {digest}, expected {sha256}; reinstall {reinstall}"
         )
 
 

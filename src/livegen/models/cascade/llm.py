@@ -30,6 +30,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from livegen import tasks
@@ -44,6 +45,8 @@ from livegen.models.cascade.chat_stream import (
     LLMTooLarge,
     ToolCall,
 )
+from livegen.models.llm import prompt
+from livegen.models.llm.tool_text import ToolText
 from livegen.models.voice import HistoryTurn, LLMLimits
 
 __all__ = [
@@ -78,6 +81,19 @@ class Settings:
     context_tokens: int | None = None
     #: Deadlines and caps of one answer (``--llm-*`` of ``livegen serve``).
     limits: LLMLimits = field(default_factory=LLMLimits)
+    #: The embedded model (``livegen.models.llm``): told who it is and what it cannot do
+    #: (``prompt.system``, the session's instructions after it), and the built-in responder's
+    #: exact answers (time, date, sums) come first.
+    is_assistant: bool = False
+
+
+def assistant_chat(chat: Chat, now: datetime) -> Chat:
+    """``chat`` with its system message the assistant's prompt, the session's instructions after
+    it (the client's default instructions are the prompt's job, so they are not repeated)."""
+    instructions = chat[0]["content"] if chat and chat[0]["role"] == "system" else None
+    rest = chat[1:] if instructions is not None else chat
+    given = None if instructions == DEFAULT_INSTRUCTIONS else instructions
+    return [{"role": "system", "content": prompt.system(now, given)}, *rest]
 
 
 Chat = list[dict[str, Any]]
@@ -181,6 +197,16 @@ def has_images(history: Sequence[HistoryTurn]) -> bool:
     return next((bool(turn.images) for turn in reversed(history) if turn.role == "user"), False)
 
 
+def _read_calls(calls: ToolText, event: Event) -> list[Event]:
+    """``event`` through ``calls``: words held while they may be a call, the call before the end."""
+    if isinstance(event, str):
+        return [words] if (words := calls.feed(event)) else []
+    if isinstance(event, Finish):
+        words, call = calls.finish()
+        return [*([words] if words else []), *([call] if call else []), event]
+    return [event]
+
+
 class Client:
     def __init__(self, settings: Settings) -> None:
         import httpx
@@ -209,6 +235,8 @@ class Client:
         deadlines then never fire while this generator is suspended in its consumer's code. The
         reader is this generator's: ended, and awaited, however the generator ends.
         """
+        if self.settings.is_assistant:
+            chat = assistant_chat(chat, datetime.now().astimezone())
         body: dict[str, Any] = {"model": self.settings.model, "messages": chat, "stream": True}
         body["max_tokens"] = min(self.settings.max_tokens, max_tokens or self.settings.max_tokens)
         body["stream_options"] = {"include_usage": True}
@@ -227,9 +255,12 @@ class Client:
             events.put_nowait(None)
 
         reader.add_done_callback(ended)
+        # The embedded model may write a call as words: held while it may be one (``tool_text``).
+        calls = ToolText(chat_stream.declared(tools)) if self.settings.is_assistant and tools else None
         try:
             while (event := await events.get()) is not None:
-                yield event
+                for each in [event] if calls is None else _read_calls(calls, event):
+                    yield each
             reader.result()  # re-raises the reader's error
         finally:
             await tasks.cancelled(reader)  # its HTTP stream closed before the answer's consumer goes on
@@ -239,7 +270,9 @@ class Client:
 
         limits = self.settings.limits
         key = (self.settings.base_url, self.settings.model)
-        parser = chat_stream.Parser(limits, tools, body["max_tokens"], chat_stream.BARE_THINKERS.get(key))
+        # The embedded model is known not to think: its words are spoken as they come, never held.
+        bare = False if self.settings.is_assistant else chat_stream.BARE_THINKERS.get(key)
+        parser = chat_stream.Parser(limits, tools, body["max_tokens"], bare)
         loop = asyncio.get_running_loop()
         started = loop.time()
         try:

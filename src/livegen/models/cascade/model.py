@@ -14,10 +14,12 @@ from its Silero state to its responses, lives in ``stream.Stream``. ``load``
 is the registry's loader: it checks the pinned weights, loads Whisper, starts
 the speech workers and warms them up, so the first user does not pay for it.
 
-Replies come from the built-in responder unless a language model is set,
-with ``use_llm`` (``livegen serve --llm-base-url``), else with
+Replies come from an OpenAI-compatible endpoint where one is set, with
+``use_llm`` (``livegen serve --llm-base-url``), else with
 ``LIVEGEN_LLM_BASE_URL`` / ``LIVEGEN_LLM_MODEL`` (``LIVEGEN_LLM_API_KEY`` if it
-needs one) when the model loads.
+needs one) when the model loads; else from the embedded language model
+``--llm`` chooses (``livegen.models.llm``: Qwen where the ``llm`` extra is
+installed), reached the same way on loopback; else from the built-in responder.
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ from livegen.models.cascade import (
 )
 from livegen.models.cascade.settings import CascadeSettings
 from livegen.models.cascade.stream import Stream
+from livegen.models.llm import choice
+from livegen.models.llm.service import EmbeddedLLM
 from livegen.models.voice import (
     ClipSegment,
     LLMLimits,
@@ -60,6 +64,9 @@ from livegen.models.voice import (
     TurnDetection,
 )
 
+#: The embedded model's deadlines: a session it cannot start answering within this (every slot
+#: busy, a long queue) fails with ``llm_timeout`` rather than waiting half a minute in silence.
+EMBEDDED_LIMITS = LLMLimits(first_token_s=20.0, answer_s=120.0)
 #: What a client's transcription model name means when it is not one of ``asr.CHOICES``
 #: (OpenAI's names, "whisper-1", "gpt-4o-transcribe"...): the server's default recogniser.
 TRANSCRIPTION_MODEL = asr.DEFAULT
@@ -114,6 +121,8 @@ class CascadeModel:
         #: semantic_vad's end-of-turn model; None without pipecat-ai (semantic_vad is then timed by silence).
         self.endpointer = endpointer
         self.llm = llm_settings
+        #: The embedded language model's worker (``--llm``), if one answers; shared by the process.
+        self.embedded: EmbeddedLLM | None = None
         self.stats = Stats()
         #: Whether streams start recognising and answering at a pause (off: the benchmark's baseline).
         self.is_speculative = True
@@ -145,6 +154,14 @@ class CascadeModel:
                 context_tokens=context_tokens,
                 limits=limits or LLMLimits(),
             )
+
+    def use_embedded(self, settings: CascadeSettings) -> None:
+        """Answer with the embedded language model ``settings`` choose (``--llm``), if any: its
+        worker is started (once per process) and its prompt cached before the first session."""
+        started = choice.start(settings, EMBEDDED_LIMITS)
+        if started is not None:
+            self.embedded, self.llm = started
+            choice.warm_up(self.embedded, self.llm)
 
     def with_speech(self, stack: SpeechStack) -> CascadeModel:
         """This model, for one server's sessions, speaking and hearing through ``stack``'s remote
@@ -301,6 +318,10 @@ class CascadeModel:
             detail["stages"] = {stage.name: stage.report() for stage in stages}
             for stage in (stage for stage in stages if stage.is_failing):
                 is_ready, reason = False, f"the remote {stage.name} stage is failing: {stage.error}"
+        if self.embedded is not None and self.llm is not None and self.llm.is_assistant:
+            detail["llm"] = report = self.embedded.health()
+            if report["state"] != "ready":  # its responses fail meanwhile: not ready, and why
+                is_ready, reason = False, f"the language model is restarting: {report['last_error']}"
         return ModelHealth(is_ready, reason, detail)
 
     def close(self) -> None:
@@ -311,6 +332,8 @@ class CascadeModel:
             self.endpointer.close()
         if self.batcher is not None:
             self.batcher.close()
+        if self.embedded is not None:
+            self.embedded.close()
 
 
 _loaded: CascadeModel | None = None
@@ -355,6 +378,8 @@ def _load(given: CascadeSettings) -> CascadeModel:
         os.environ.get("LIVEGEN_LLM_API_KEY"),
         context_tokens=_env_int("LIVEGEN_LLM_CONTEXT_TOKENS", 0) or None,
     )
+    if model.llm is None:  # an endpoint named by its variable replaces the embedded model
+        model.use_embedded(settings)
     warm_up(model)
     return model
 

@@ -143,9 +143,10 @@ def start(
     """Start making the answer to ``user_text``, on a task ``spawn`` owns; read it with
     ``Answer.pieces``."""
     answer = Answer(user_text, voice, ask, mcp=mcp_run)
-    if client is None or ask is None:
-        now = datetime.now().astimezone()
-        text = responder.OPENING if user_text is None else responder.reply(user_text, now)
+    now = datetime.now().astimezone()
+    exact = _exact(client, user_text, has_images, has_tools, now)
+    if client is None or ask is None or exact is not None:
+        text = exact or (responder.OPENING if user_text is None else responder.reply(user_text, now))
         if has_tools and text == responder.FALLBACK:
             text = NO_TOOLS
         if has_images:  # whatever the words asked, they asked about what it cannot see
@@ -157,6 +158,16 @@ def start(
     else:
         answer._producer = spawn(_produce(answer, speak, _from_llm(client, ask, answer)))
     return answer
+
+
+def _exact(
+    client: llm.Client | None, user_text: str | None, has_images: bool, has_tools: bool, now: datetime
+) -> str | None:
+    """The built-in responder's exact answer (time, date, sums) where the embedded assistant would
+    be asked: it is instant, and a small model gets sums and the clock wrong."""
+    if client is None or not client.settings.is_assistant or not user_text or has_images:
+        return None
+    return responder.exact(user_text, now, has_tools)
 
 
 async def _produce(answer: Answer, speak: Speak, texts: AsyncIterator[str]) -> None:

@@ -162,6 +162,19 @@ def small_talk(said: str, now: datetime) -> str | None:
 
 
 RULES: list[Rule] = [repeat, help_, sums, time_, date, cannot, small_talk]
+#: The rules whose answers are exact (the clock, the calendar, sums): answered before a
+#: language model is asked (``exact``), faster and never wrong the way a small model can be.
+EXACT: list[Rule] = [sums, time_, date]
+
+
+def exact(text: str, now: datetime, has_tools: bool = False) -> str | None:
+    """The answer of an ``EXACT`` rule to ``text``, or None (a language model answers it). Without
+    tools, what it cannot do (devices, weather...) is said by ``cannot`` too: measured, Qwen
+    answered "Please turn on the kitchen lights" with "I turned on the kitchen lights."."""
+    said, _ = _head(text)
+    rules = EXACT if has_tools else [*EXACT, cannot]
+    return next((answer for rule in rules if said and (answer := rule(said, now)) is not None), None)
+
 
 #: Commands a near miss may stand for; "repeat after me" keeps the words after it.
 COMMANDS = [

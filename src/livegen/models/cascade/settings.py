@@ -23,7 +23,16 @@ from livegen.errors import ConfigError
 #: The Silero builds a session can run, the default first.
 VAD_BACKENDS = ("onnx", "ggml")
 #: The settings that count something (workers, threads, a batch): each at least 1.
-COUNTS = ("asr_batch", "asr_workers", "asr_threads", "tts_workers", "tts_threads")
+COUNTS = (
+    "asr_batch", "asr_workers", "asr_threads", "tts_workers", "tts_threads",
+    "llm_threads", "llm_context", "llm_parallel",
+)  # fmt: skip
+#: ``--llm``: the embedded model where installed (``auto``), none (``builtin``: the rule-based
+#: responder, unless ``--llm-base-url`` names an endpoint), or one of ``LLM_MODELS`` by name.
+LLM_CHOICES = ("auto", "builtin")
+#: The embedded models by name (``livegen.models.llm.weights.EMBEDDED``'s keys, kept here so
+#: that checking a flag imports nothing).
+LLM_MODELS = ("qwen2.5-coder-1.5b", "smollm2-135m")
 
 
 @dataclass(frozen=True)
@@ -44,6 +53,12 @@ class CascadeSettings:
     #: Speech-synthesis worker processes, and the ONNX threads of each.
     tts_workers: int | None = None
     tts_threads: int | None = None
+    #: The language model that answers (``LLM_CHOICES`` or ``LLM_MODELS``), its decoding threads,
+    #: its context per session in tokens, and the sessions it answers at once.
+    llm: str | None = None
+    llm_threads: int | None = None
+    llm_context: int | None = None
+    llm_parallel: int | None = None
 
     def __post_init__(self) -> None:
         for name in (field.name for field in fields(self)):
@@ -84,6 +99,13 @@ def checked(name: str, value: object, source: str) -> str | int:
         if backend not in VAD_BACKENDS:
             raise ConfigError(f"unknown voice activity detector {source}; choose {' or '.join(VAD_BACKENDS)}")
         return backend
+    if name == "llm":
+        choice = str(value).strip().lower()
+        if choice not in (*LLM_CHOICES, *LLM_MODELS):
+            raise ConfigError(
+                f"unknown language model {source}; choose one of {', '.join(LLM_CHOICES + LLM_MODELS)}"
+            )
+        return choice
     if name not in COUNTS:
         return str(value)
     try:

