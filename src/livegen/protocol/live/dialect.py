@@ -89,7 +89,6 @@ class LiveDialect:
     _events: int = 0
     #: Input items: (start_ms, end_ms) on the timeline, by item id (from the VAD's events).
     _spans: dict[str, list[int]] = field(default_factory=dict)
-    _transcribed: set[str] = field(default_factory=set)
 
     # --- client -> session -------------------------------------------------------------
     def start(self, event: live.SessionStart, started_at: int) -> Step:
@@ -200,11 +199,10 @@ class LiveDialect:
         elif kind == "input_audio_buffer.speech_stopped":
             span = self._spans.setdefault(str(event.get("item_id")), [self.input_ms, self.input_ms])
             span[1] = int(event.get("audio_end_ms", self.input_ms))
-        elif kind == "conversation.item.input_audio_transcription.delta":
-            return self._input_transcript(event, str(event.get("delta") or ""))
         elif kind == "conversation.item.input_audio_transcription.completed":
-            if event.get("item_id") not in self._transcribed:
-                return self._input_transcript(event, str(event.get("transcript") or ""))
+            # The whole utterance as one piece: the recogniser's interim captions come in bursts
+            # of its own, and pipecat ends a user's turn 0.8 s after a piece.
+            return self._input_transcript(event, str(event.get("transcript") or ""))
         elif kind == "session.closed":
             return [self.closed_event(event.get("reason") == "client_closed")]
         return []
@@ -232,7 +230,6 @@ class LiveDialect:
 
     def _input_transcript(self, event: dict[str, Any], text: str) -> list[live.ServerEvent]:
         item_id = str(event.get("item_id"))
-        self._transcribed.add(item_id)
         if not text:
             return []
         start, end = self._spans.get(item_id, [self.input_ms, self.input_ms])
