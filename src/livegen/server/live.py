@@ -27,6 +27,7 @@ from livegen.protocol.live import events as live
 from livegen.protocol.live.dialect import LiveDialect
 from livegen.runtime.voice.lifecycle import Handoff, Opening
 from livegen.runtime.voice.live import LiveLink
+from livegen.runtime.voice.lockstep_voice import LockstepVoice
 from livegen.server.auth import presented_key, select_subprotocol
 from livegen.server.resume import first_text
 
@@ -65,7 +66,7 @@ class LiveService:
             await self._refuse(plain, error)
             return
         session_id = new_session_id(self.voice.state)
-        dialect = LiveDialect(session_id)
+        dialect = LiveDialect(session_id, native=isinstance(model, LockstepVoice))
         try:
             step = dialect.start(start, int(time.time()))
         except RemoteProtocolError as error:

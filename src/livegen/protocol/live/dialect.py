@@ -74,6 +74,9 @@ class LiveDialect:
     """One GPT-Live session's translation state."""
 
     session_id: str
+    #: A native duplex (lockstep) model: it takes no instructions, context nor voice, and has no
+    #: recogniser; what asks for them is refused by name (``protocol/errors.py``, ``LIVE_UNSUPPORTED``).
+    native: bool = False
     config: live.SessionConfig | None = None
     #: ``expires_at`` of the session object (the transport's clock, set when it starts).
     started_at: int = 0
@@ -95,6 +98,8 @@ class LiveDialect:
         """The session's configuration, checked (what cannot be honoured is refused by name)."""
         config = event.session
         _refuse_unserved(config, event.event_id)
+        if self.native:
+            _refuse_native(config, event.event_id)
         self.config, self.started_at, self._start_event_id = config, started_at, event.event_id
         step = Step(to_session=[self._update(config)])
         for item in config.input or []:
@@ -144,6 +149,12 @@ class LiveDialect:
         if tokens > MAX_APPEND_TOKENS:
             raise wire_errors.LIVE_APPEND_TOO_LONG.error(
                 channel=channel, tokens=tokens, maximum=MAX_APPEND_TOKENS, event_id=event.event_id
+            )
+        if self.native:
+            why = "a native duplex model takes no instructions, context nor commentary: it hears audio only"
+            name = f"session.{channel}.append"
+            raise wire_errors.LIVE_UNSUPPORTED.error(
+                name=name, detail=why, param="type", event_id=event.event_id
             )
         start = self.input_ms
         step = Step()
@@ -281,7 +292,9 @@ class LiveDialect:
         if isinstance(voice, str) and voice != DEFAULT_VOICE:
             audio_out["voice"] = voice
         turns = {"type": "server_vad", "create_response": True, "interrupt_response": True}
-        audio_in = {"format": fmt, "turn_detection": turns, "transcription": {"model": "whisper-1"}}
+        audio_in: dict[str, Any] = {"format": fmt, "turn_detection": turns}
+        if not self.native:  # a native model has no recogniser: only its own words come back
+            audio_in["transcription"] = {"model": "whisper-1"}
         session: dict[str, Any] = {
             "type": "realtime",
             "output_modalities": ["audio"],
@@ -309,6 +322,22 @@ def _refuse_unserved(config: live.SessionConfig, event_id: str | None) -> None:
         )
     if config.delegation is not None:
         _check_delegation(config.delegation, event_id)
+
+
+def _refuse_native(config: live.SessionConfig, event_id: str | None) -> None:
+    voice = config.audio.output.voice if config.audio and config.audio.output else None
+    asked = (
+        ("session.instructions", bool(config.instructions), "the model takes no instructions"),
+        ("session.input", bool(config.input), "the model hears audio only: it takes no history"),
+        (
+            "session.audio.output.voice",
+            voice not in (None, DEFAULT_VOICE),
+            "the model speaks in its own voice",
+        ),
+    )
+    for param, is_asked, why in asked:
+        if is_asked:
+            raise wire_errors.LIVE_UNSUPPORTED.error(name=param, detail=why, param=param, event_id=event_id)
 
 
 def _check_delegation(delegation: live.Delegation, event_id: str | None) -> None:
