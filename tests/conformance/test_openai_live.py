@@ -81,9 +81,11 @@ class Live:
 
 
 @asynccontextmanager
-async def connect(server: ServerThread, session: dict[str, Any] | None = None) -> AsyncIterator[Live]:
+async def connect(
+    server: ServerThread, session: dict[str, Any] | None = None, key: str = API_KEY
+) -> AsyncIterator[Live]:
     client = AsyncOpenAI(
-        api_key=API_KEY, base_url=f"{server.http_url}/v1", websocket_base_url=f"{server.ws_url}/v1"
+        api_key=key, base_url=f"{server.http_url}/v1", websocket_base_url=f"{server.ws_url}/v1"
     )
     async with client.live.connect() as connection:
         await connection.send({"type": "session.start", "event_id": "start_1", "session": session or START})
@@ -223,3 +225,17 @@ async def test_an_unknown_field_in_session_start_is_refused(plain_server: Server
         assert error["error"]["param"] == "session.turn_detection"
         assert error["client_event_id"] == "start_1"
         assert not live.of("session.started")
+
+
+@conformance("live-keys")
+async def test_an_ephemeral_key_opens_a_session_and_a_wrong_key_gets_openais_error(
+    plain_server: ServerThread,
+) -> None:
+    async with AsyncOpenAI(api_key=API_KEY, base_url=f"{plain_server.http_url}/v1") as sdk:
+        ephemeral = (await sdk.realtime.client_secrets.create()).value
+    async with connect(plain_server, key=ephemeral) as live:
+        assert (await started(live))["type"] == "session.started"
+    with pytest.raises(Exception) as refused:  # refused at the upgrade, as /v1/realtime is
+        async with connect(plain_server, key="sk-wrong") as live:
+            await started(live)
+    assert "401" in str(refused.value)
