@@ -100,7 +100,7 @@ async def started(live: Live) -> dict[str, Any]:
     return (await until(lambda: live.of("session.started") or live.of("error"), 60, "session.started"))[0]
 
 
-@conformance("live-spoken-turn")
+@conformance("spoken-turn")
 async def test_a_spoken_turn_has_both_transcripts_and_real_time_audio(
     plain_server: ServerThread, speech: Any
 ) -> None:
@@ -216,7 +216,7 @@ async def test_bad_input_gets_openais_error_and_the_session_goes_on(plain_server
         await until(lambda: live.of("session.input_audio.muted"), 30, "the session goes on")
 
 
-@conformance("live-strict-start")
+@conformance("live-errors")
 async def test_an_unknown_field_in_session_start_is_refused(plain_server: ServerThread) -> None:
     async with connect(plain_server, {**START, "turn_detection": {"type": "server_vad"}}) as live:
         error = (await until(lambda: live.of("error"), 30, "the refusal"))[0]
