@@ -100,9 +100,18 @@ def test_the_output_stream_is_gapless_and_places_each_piece_where_its_speech_sta
     timeline.push_audio(b"\x01" * 48 * 100)
     frames += timeline.frames(400)
     audio = [f for f in frames if isinstance(f, live.OutputAudioDelta)]
-    assert [f.start_ms for f in audio] == list(range(0, 400, 40))
+    assert [f.start_ms for f in audio] == list(range(0, 360, 40))  # silence: a frame less ahead
     [piece] = [f for f in frames if isinstance(f, live.OutputTranscriptDelta)]
-    assert (piece.start_ms, piece.end_ms) == (120, 220)
+    assert (piece.start_ms, piece.end_ms) == (80, 180)
+
+
+def test_speech_made_in_a_silence_leaves_at_once() -> None:
+    timeline = OutputTimeline(bytes_per_ms=48)
+    assert timeline.frames(200)[-1].start_ms == 120  # silence is sent a frame short of the lead
+    assert timeline.frames(200) == []
+    timeline.push_audio(b"\x01" * 48 * 40)
+    [speech] = timeline.frames(200)  # the same moment: the speech does not wait for the clock
+    assert isinstance(speech, live.OutputAudioDelta) and speech.start_ms == 160
 
 
 def test_a_barge_in_drops_what_was_not_sent() -> None:

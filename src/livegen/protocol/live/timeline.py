@@ -74,11 +74,14 @@ class OutputTimeline:
         return dropped
 
     def frames(self, until_ms: int) -> list[live.OutputAudioDelta | live.OutputTranscriptDelta]:
-        """The frames (and the transcript pieces they begin) that start before ``until_ms``."""
+        """The frames (and the transcript pieces they begin) that start before ``until_ms`` (a frame
+        earlier for silence)."""
         if not self.queued_ms and until_ms - self.position_ms > MAX_LAG_MS:
             self.position_ms = until_ms - self.frame_ms  # silence is not owed: catch up
         out: list[live.OutputAudioDelta | live.OutputTranscriptDelta] = []
-        while self.position_ms < until_ms:
+        # Silence goes out a frame later than speech may: the frame after a silence is still
+        # unsent when speech arrives, so speech leaves at once rather than a frame late.
+        while self.position_ms < (until_ms if self.queued_ms else until_ms - self.frame_ms):
             out += self._frame()
         return out
 
