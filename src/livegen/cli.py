@@ -43,6 +43,7 @@ BENCHES: dict[str, str] = {
     "voice-preambles": "livegen.bench.voice_preambles:command",
     "fuzz": "livegen.bench.fuzz:command",
     "audio-api": "livegen.bench.audio_api:command",
+    "voice-live": "livegen.bench.voice_live:command",
 }
 
 
