@@ -75,8 +75,9 @@ async def test_spoken_turn(plain_server: ServerThread, speech: Callable[..., byt
         microphone = Microphone(the_bot.send_audio)
         microphone.say(speech(QUESTION))
         await until(lambda: the_bot.of(TTSStoppedFrame) or the_bot.errors(), within=120, what="the answer")
-        # The answer plays at real time: its stream goes quiet once it has all been heard.
-        await until(lambda: _spoken(the_bot) and not any(the_bot.of(SpeechOutputAudioRawFrame)[-1].audio), 30)
+        # The answer plays at real time: its stream goes quiet once it has all been heard (a second
+        # of silence: speech made slower than real time, on a loaded machine, has shorter gaps).
+        await until(lambda: _spoken(the_bot) and _quiet(the_bot, 1.0), 60, "the answer heard")
         await microphone.stop()
     assert the_bot.errors() == []
     [transcript] = the_bot.of(TranscriptionFrame)
@@ -84,6 +85,17 @@ async def test_spoken_turn(plain_server: ServerThread, speech: Callable[..., byt
     assert ("12" in said or "twelve" in said) and ("7" in said or "seven" in said)
     assert "84" in the_bot.text() or "eighty" in the_bot.text().lower()
     assert _spoken(the_bot) > 48_000  # over a second of speech
+
+
+def _quiet(the_bot: Bot, seconds: float) -> bool:
+    """Whether the stream's last ``seconds`` are silence."""
+    recent, total = [], 0
+    for frame in reversed(the_bot.of(SpeechOutputAudioRawFrame)):
+        recent.append(frame)
+        total += len(frame.audio)
+        if total >= seconds * 48_000:
+            return not any(any(f.audio) for f in recent)
+    return False
 
 
 def _spoken(the_bot: Bot) -> int:

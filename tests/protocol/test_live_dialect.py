@@ -122,3 +122,18 @@ def test_a_barge_in_drops_what_was_not_sent() -> None:
     assert not any(
         any(base64.b64decode(f.delta)) for f in timeline.frames(400) if isinstance(f, live.OutputAudioDelta)
     )
+
+
+def test_commentary_while_the_model_speaks_is_no_error_to_the_client() -> None:
+    dialect = started()
+    step = dialect.inbound(event(type="session.commentary.append", content="Mention the weather."))
+    [create] = [e for e in step.to_session if e["type"] == "response.create"]
+    busy = {
+        "code": "conversation_already_has_active_response",
+        "message": "busy",
+        "event_id": create["event_id"],
+    }
+    assert dialect.outbound({"type": "error", "error": busy}) == []
+    other = {"code": "invalid_value", "message": "bad", "event_id": "client_1"}
+    [error] = dialect.outbound({"type": "error", "error": other})
+    assert isinstance(error, live.Error) and error.error["client_event_id"] == "client_1"

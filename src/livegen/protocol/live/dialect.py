@@ -52,6 +52,9 @@ SESSION_TTL_S = 3600
 DEFAULT_VOICE = "marin"
 COMMENTARY = "Say this to the user now, in your own words: {content}"
 THINKING = "Context for you to know, not to say: {content}"
+#: The ``event_id`` of the responses the dialect asks for itself (commentary): their refusals
+#: (a response already under way) are the dialect's, not the client's.
+OWN_RESPONSE = "live_commentary"
 _BYTES_PER_MS = {"audio/pcm": 2, "audio/pcmu": 1, "audio/pcma": 1}
 
 
@@ -173,7 +176,7 @@ class LiveDialect:
         else:
             step.to_session += [
                 _system_item(COMMENTARY.format(content=event.content)),
-                {"type": "response.create"},
+                {"type": "response.create", "event_id": OWN_RESPONSE},
             ]
             ack = live.CommentaryAppended
         step.to_client.append(
@@ -234,6 +237,11 @@ class LiveDialect:
     def _error(self, event: dict[str, Any]) -> list[live.ServerEvent]:
         body = dict(event.get("error") or {})
         client_event_id = body.pop("event_id", None)
+        busy = wire_errors.CONVERSATION_ALREADY_HAS_ACTIVE_RESPONSE.code
+        if client_event_id == OWN_RESPONSE and body.get("code") == busy:
+            # The model was already speaking: it takes the commentary into the answer under way
+            # or the next one (the client asked for no response: GPT-Live's model owns them).
+            return []
         body["client_event_id"] = client_event_id
         if not self._started_sent and self._own_updates == 0:
             client_event_id = client_event_id or self._start_event_id

@@ -28,6 +28,7 @@ from livegen.protocol.live import events as live
 from livegen.protocol.live.dialect import LiveDialect, Step, bytes_per_ms
 from livegen.protocol.live.timeline import OutputTimeline
 from livegen.runtime.voice.lifecycle import Link
+from livegen.tasks import TaskSet
 
 #: How far ahead of its play time a frame is sent: the client's jitter buffer, and the room
 #: that lets speech made at any moment leave at once.
@@ -44,7 +45,8 @@ class LiveLink:
         self._pending: list[str] = [json.dumps(event) for event in start.to_session]
         self._lock = asyncio.Lock()
         self._t0: float | None = None
-        self._pacer: asyncio.Task[None] | None = None
+        #: The pacer's task, owned here: the link's close cancels and awaits it.
+        self._tasks = TaskSet()
         self.end_reason: str | None = None
 
     # --- the session's events, out ------------------------------------------------------
@@ -75,7 +77,7 @@ class LiveLink:
 
     def _start_clock(self) -> None:
         self._t0 = time.monotonic()
-        self._pacer = asyncio.ensure_future(self._pace())
+        self._tasks.spawn(self._pace(), name="live-output-pacer")
 
     async def _pace(self) -> None:
         period = self.timeline.frame_ms / 2000
@@ -92,8 +94,7 @@ class LiveLink:
             await self._send(frame)
 
     async def close(self, code: int) -> None:
-        if self._pacer is not None:
-            self._pacer.cancel()
+        await self._tasks.close()
         await self.inner.close(code)
 
     # --- the client's events, in --------------------------------------------------------
