@@ -36,6 +36,12 @@ CAPABILITIES: dict[str, str] = {
     "preambles": "a slow answer is preceded by a spoken `phase: commentary` item, then `final_answer`",
     "mcp-tools": "`{type: mcp}` tools: listed, called by the server, approved, failures contained",
     "translation-session": "`client.realtime.translations`: speech recognised, translated, spoken",
+    "live-appends": "GPT-Live: instructions, thinking, commentary appends acknowledged; commentary spoken",
+    "live-mute": "GPT-Live: input muted (the model hears silence) and unmuted, each acknowledged",
+    "live-close": "GPT-Live: `session.close` ends with `session.closed`; a later event is refused",
+    "live-errors": "GPT-Live: unknown field, append over the bound, malformed message: OpenAI's error",
+    "live-keys": "GPT-Live: an ephemeral key opens a session; a wrong key is refused",
+    "live-lockstep": "GPT-Live over a lockstep model (moshi-tiny): it speaks; what it cannot do is refused",
 }
 
 #: Worst first: a cell shows the worst outcome of its tests.

@@ -29,6 +29,7 @@ BENCHES: dict[str, str] = {
     "voice-preambles": "livegen.bench.voice_preambles:command",
     "fuzz": "livegen.bench.fuzz:command",
     "audio-api": "livegen.bench.audio_api:command",
+    "voice-live": "livegen.bench.voice_live:command",
 }
 
 #: Old ``livegen bench`` names -> the name now: they still run, hidden from the list. "duplex" is

@@ -60,9 +60,12 @@ GROUPS: dict[str, tuple[str, tuple[str, ...]]] = {
         ),
     ),
     "llm": (
-        "the language model's limits: context, timeouts, answer sizes",
+        "the language model: the embedded one's threads, context and parallel conversations; limits, timeouts, answer sizes",
         (
             "llm_context_tokens",
+            "llm_threads",
+            "llm_context",
+            "llm_parallel",
             "llm_first_token_s",
             "llm_answer_s",
             "llm_max_line_kib",

@@ -564,6 +564,46 @@ SESSION_RESUME_CONFLICT = WireError(
     "last_received_server_event_seq",
 )
 
+# --- OpenAI's GPT-Live dialect (protocol/live/, runtime/voice/live.py) ----------------------
+UNKNOWN_PARAMETER = WireError(
+    "unknown_parameter",
+    "Unknown parameter: '{name}'.",
+    "openai",
+    "GPT-Live: a field the SDK's types do not have (`param` is its dotted path); the session goes on",
+)
+LIVE_NOT_STARTED = WireError(
+    "session_not_started",
+    "The session has not started: send session.start first.",
+    "livegen",
+    "GPT-Live: an event before `session.start` (the connection is closed)",
+)
+LIVE_ALREADY_STARTED = WireError(
+    "session_already_started",
+    "The session has already started.",
+    "livegen",
+    "GPT-Live: a second `session.start`",
+)
+LIVE_CLOSED = WireError(
+    "session_closed",
+    "The session is closed: no event is taken after session.close.",
+    "livegen",
+    "GPT-Live: an event after `session.close`",
+    kind=InvalidState,
+)
+LIVE_APPEND_TOO_LONG = WireError(
+    "append_too_long",
+    "The {channel} append is {tokens} tokens long; the most one append may carry is {maximum}.",
+    "livegen",
+    "GPT-Live: an instructions, thinking or commentary append over the 500-token bound",
+    "content",
+)
+LIVE_UNSUPPORTED = WireError(
+    "unsupported_parameter",
+    "unsupported parameter {name!r}: {detail}",
+    "livegen",
+    "GPT-Live: a setting or event this server cannot honour (`param` names it); refused, never ignored",
+)
+
 TABLE: tuple[WireError, ...] = tuple(v for v in dict(globals()).values() if isinstance(v, WireError))
 #: Every code livegen can send on the voice wire.
 CODES: frozenset[str] = frozenset(row.code for row in TABLE)

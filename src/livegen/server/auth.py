@@ -31,7 +31,7 @@ OPEN_PREFIXES = ("/static/",)
 #: Where an ephemeral key stands in for the server's: opening voice sessions, and hanging up calls.
 EPHEMERAL_PATHS = frozenset(
     {"/v1/realtime", "/v1/realtime/translations", "/v1/realtime/calls", "/v1/worlds/calls"}
-)
+) | {"/v1/live/sessions"}  # GPT-Live (server/live.py)
 EPHEMERAL_HANGUP = (("/v1/realtime/calls/", "/v1/worlds/calls/"), "/hangup")
 EPHEMERAL_PREFIX = "ek_"
 #: Where translation sessions open (``server/translation.py``): only translation keys open them.

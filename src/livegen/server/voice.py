@@ -100,6 +100,9 @@ class VoiceService:
         from livegen.server.translation import TranslationService  # its routes refer back to these
 
         routes += TranslationService(self).routes()
+        from livegen.server.live import LiveService  # GPT-Live (/v1/live/sessions), on this engine
+
+        routes += LiveService(self).routes()
         if self.calls is not None:
             routes += self.calls.routes()
         return routes

@@ -1,0 +1,115 @@
+"""A GPT-Live session's link: the client's connection seen through the GPT-Live dialect.
+
+The transport (``server/live.py``) reads ``session.start``, admits the session
+and wraps its plain link in a ``LiveLink``, which it hands to the engine as any
+session's opening link: the engine runs an ordinary voice session, and every
+event in and out passes through ``protocol/live/dialect.py``. The link adds
+what a sans-IO dialect cannot have, the clock: the output audio goes out as a
+gapless real-time stream (``protocol/live/timeline.py``), one frame every
+``FRAME_MS``, silence between utterances, each frame sent ``LEAD_MS`` before
+it plays; a barge-in (a response cancelled) drops what had not gone out.
+
+GPT-Live has no resume, so a lost socket ends the session (it is never parked),
+as ``session.close`` does (``session.closed`` first).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import time
+from typing import Any
+
+from livegen.errors import RemoteProtocolError
+from livegen.protocol import realtime as wire
+from livegen.protocol.live import events as live
+from livegen.protocol.live.dialect import LiveDialect, Step, bytes_per_ms
+from livegen.protocol.live.timeline import OutputTimeline
+from livegen.runtime.voice.lifecycle import Link
+from livegen.tasks import TaskSet
+
+#: How far ahead of its play time a frame is sent: the client's jitter buffer, and the room
+#: that lets speech made at any moment leave at once.
+LEAD_MS = 80
+
+
+class LiveLink:
+    """``inner`` (a ``Link``) speaking GPT-Live; the session's start goes first."""
+
+    def __init__(self, inner: Link, dialect: LiveDialect, start: Step) -> None:
+        self.inner = inner
+        self.dialect = dialect
+        self.timeline = OutputTimeline(bytes_per_ms(dialect.format))
+        self._pending: list[str] = [json.dumps(event) for event in start.to_session]
+        self._lock = asyncio.Lock()
+        self._t0: float | None = None
+        #: The pacer's task, owned here: the link's close cancels and awaits it.
+        self._tasks = TaskSet()
+        self.end_reason: str | None = None
+
+    # --- the session's events, out ------------------------------------------------------
+    async def send_text(self, text: str) -> None:
+        event: dict[str, Any] = json.loads(text)
+        kind = event.get("type")
+        if kind == "response.output_audio.delta":
+            self.timeline.push_audio(base64.b64decode(event.get("delta") or ""))
+        elif kind == "response.output_audio_transcript.delta":
+            self.timeline.push_text(str(event.get("delta") or ""))
+        elif kind == "response.done":
+            status = (event.get("response") or {}).get("status")
+            if status == "cancelled":
+                self.timeline.clear()  # a barge-in: nothing of the old turn plays after it
+            self.timeline.end_response()
+            await self._send(self.dialect.usage_event())
+        elif kind == "session.closed":
+            self.timeline.clear()
+        for out in self.dialect.outbound(event):
+            await self._send(out)
+            if isinstance(out, live.SessionStarted):
+                self._start_clock()
+        await self._pump()
+
+    async def _send(self, event: live.ServerEvent | live.OutputAudioDelta) -> None:
+        async with self._lock:
+            await self.inner.send_text(live.encode(event))
+
+    def _start_clock(self) -> None:
+        self._t0 = time.monotonic()
+        self._tasks.spawn(self._pace(), name="live-output-pacer")
+
+    async def _pace(self) -> None:
+        period = self.timeline.frame_ms / 2000
+        with contextlib.suppress(Exception):  # the socket went: the session's end follows
+            while True:
+                await self._pump()
+                await asyncio.sleep(period)
+
+    async def _pump(self) -> None:
+        if self._t0 is None:
+            return
+        now_ms = int((time.monotonic() - self._t0) * 1000)
+        for frame in self.timeline.frames(now_ms + LEAD_MS):
+            await self._send(frame)
+
+    async def close(self, code: int) -> None:
+        await self._tasks.close()
+        await self.inner.close(code)
+
+    # --- the client's events, in --------------------------------------------------------
+    async def receive(self) -> str | wire.ClientEvent | RemoteProtocolError | int:
+        while not self._pending:
+            message = await self.inner.receive()
+            if isinstance(message, int):
+                return 1000  # GPT-Live has no resume: a lost socket ends the session, never parks it
+            if not isinstance(message, str):
+                return message
+            try:
+                step = self.dialect.inbound(live.decode(message))
+            except RemoteProtocolError as error:
+                return error  # the session sends it (through ``send_text``) and goes on
+            for reply in step.to_client:
+                await self._send(reply)
+            self._pending += [json.dumps(event) for event in step.to_session]
+        return self._pending.pop(0)

@@ -1,0 +1,139 @@
+"""The GPT-Live dialect and its output timeline, sans-IO (``protocol/live/``)."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from livegen.errors import RemoteProtocolError
+from livegen.protocol.live import events as live
+from livegen.protocol.live.dialect import MAX_APPEND_TOKENS, LiveDialect
+from livegen.protocol.live.timeline import OutputTimeline
+
+
+def started(native: bool = False, **session: object) -> LiveDialect:
+    dialect = LiveDialect("sess_1", native=native)
+    start = live.decode(json.dumps({"type": "session.start", "session": {"model": "gpt-live-1", **session}}))
+    assert isinstance(start, live.SessionStart)
+    dialect.start(start, 0)
+    return dialect
+
+
+def event(**fields: object) -> live.ClientEvent:
+    return live.decode(json.dumps(fields))
+
+
+def test_an_unknown_field_anywhere_is_openais_unknown_parameter() -> None:
+    with pytest.raises(RemoteProtocolError) as refused:
+        live.decode(
+            json.dumps(
+                {"type": "session.start", "session": {"model": "m", "audio": {"output": {"speed": 2}}}}
+            )
+        )
+    assert (refused.value.code, refused.value.param) == ("unknown_parameter", "session.audio.output.speed")
+    assert str(refused.value) == "Unknown parameter: 'session.audio.output.speed'."
+
+
+def test_append_events_take_a_null_delegation_id() -> None:
+    append = event(type="session.commentary.append", content="Hello.", delegation_id=None)
+    assert isinstance(append, live.CommentaryAppend) and append.delegation_id is None
+
+
+def test_muted_audio_reaches_the_session_as_silence_of_the_same_length() -> None:
+    dialect = started()
+    dialect.inbound(event(type="session.input_audio.mute"))
+    speech = base64.b64encode(b"\x01\x02" * 2400).decode()  # 100 ms at 24 kHz
+    [append] = dialect.inbound(event(type="session.input_audio.append", audio=speech)).to_session
+    assert base64.b64decode(append["audio"]) == bytes(4800)
+    assert dialect.input_ms == 100  # the session's clock goes on
+    dialect.inbound(event(type="session.input_audio.unmute"))
+    [append] = dialect.inbound(event(type="session.input_audio.append", audio=speech)).to_session
+    assert append["audio"] == speech
+
+
+def test_commentary_makes_the_model_speak_and_is_acknowledged_on_the_timeline() -> None:
+    dialect = started()
+    dialect.input_ms = 1200
+    step = dialect.inbound(event(type="session.commentary.append", event_id="c1", content="Greet them."))
+    assert [e["type"] for e in step.to_session] == ["conversation.item.create", "response.create"]
+    [ack] = step.to_client
+    assert isinstance(ack, live.CommentaryAppended) and (ack.client_event_id, ack.start_ms) == ("c1", 1200)
+
+
+def test_an_append_over_the_bound_is_refused_and_changes_nothing() -> None:
+    dialect = started(instructions="Base.")
+    with pytest.raises(RemoteProtocolError) as refused:
+        dialect.inbound(event(type="session.instructions.append", content="word " * MAX_APPEND_TOKENS))
+    assert refused.value.code == "append_too_long"
+    assert dialect.instructions == "Base."
+
+
+def test_an_event_after_close_is_refused() -> None:
+    dialect = started()
+    assert dialect.inbound(event(type="session.close")).close
+    with pytest.raises(RemoteProtocolError) as refused:
+        dialect.inbound(event(type="session.input_audio.mute", event_id="late"))
+    assert (refused.value.code, refused.value.event_id) == ("session_closed", "late")
+
+
+def test_a_native_model_is_not_asked_for_what_it_cannot_do() -> None:
+    with pytest.raises(RemoteProtocolError) as refused:
+        started(native=True, instructions="Be brief.")
+    assert refused.value.param == "session.instructions"
+    dialect = LiveDialect("sess_1", native=True)
+    start = event(type="session.start", session={"model": "gpt-live-1"})
+    assert isinstance(start, live.SessionStart)
+    [update] = dialect.start(start, 0).to_session
+    assert (
+        "transcription" not in update["session"]["audio"]["input"] and "instructions" not in update["session"]
+    )
+
+
+def test_the_output_stream_is_gapless_and_places_each_piece_where_its_speech_starts() -> None:
+    timeline = OutputTimeline(bytes_per_ms=48)
+    frames = timeline.frames(80)  # silence before the model speaks
+    timeline.push_text("Hello")  # the transcript comes before its audio: it waits for it
+    frames += timeline.frames(120)
+    assert frames[-1].delta == frames[0].delta  # a silent frame: nothing is said yet
+    timeline.push_audio(b"\x01" * 48 * 100)
+    frames += timeline.frames(400)
+    audio = [f for f in frames if isinstance(f, live.OutputAudioDelta)]
+    assert [f.start_ms for f in audio] == list(range(0, 360, 40))  # silence: a frame less ahead
+    [piece] = [f for f in frames if isinstance(f, live.OutputTranscriptDelta)]
+    assert (piece.start_ms, piece.end_ms) == (80, 180)
+
+
+def test_speech_made_in_a_silence_leaves_at_once() -> None:
+    timeline = OutputTimeline(bytes_per_ms=48)
+    assert timeline.frames(200)[-1].start_ms == 120  # silence is sent a frame short of the lead
+    assert timeline.frames(200) == []
+    timeline.push_audio(b"\x01" * 48 * 40)
+    [speech] = timeline.frames(200)  # the same moment: the speech does not wait for the clock
+    assert isinstance(speech, live.OutputAudioDelta) and speech.start_ms == 160
+
+
+def test_a_barge_in_drops_what_was_not_sent() -> None:
+    timeline = OutputTimeline(bytes_per_ms=48)
+    timeline.push_audio(b"\x01" * 48 * 1000)
+    timeline.frames(200)
+    assert timeline.clear() == 800
+    assert not any(
+        any(base64.b64decode(f.delta)) for f in timeline.frames(400) if isinstance(f, live.OutputAudioDelta)
+    )
+
+
+def test_commentary_while_the_model_speaks_is_no_error_to_the_client() -> None:
+    dialect = started()
+    step = dialect.inbound(event(type="session.commentary.append", content="Mention the weather."))
+    [create] = [e for e in step.to_session if e["type"] == "response.create"]
+    busy = {
+        "code": "conversation_already_has_active_response",
+        "message": "busy",
+        "event_id": create["event_id"],
+    }
+    assert dialect.outbound({"type": "error", "error": busy}) == []
+    other = {"code": "invalid_value", "message": "bad", "event_id": "client_1"}
+    [error] = dialect.outbound({"type": "error", "error": other})
+    assert isinstance(error, live.Error) and error.error["client_event_id"] == "client_1"
