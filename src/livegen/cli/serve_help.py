@@ -60,7 +60,7 @@ GROUPS: dict[str, tuple[str, tuple[str, ...]]] = {
         ),
     ),
     "llm": (
-        "the language model: the embedded one's threads, context and parallel conversations; limits, timeouts, answer sizes",
+        "the language model: the embedded one's threads, context, parallel conversations; limits, timeouts",
         (
             "llm_context_tokens",
             "llm_threads",
