@@ -12,6 +12,9 @@ client to reach the attack; each attack is a path (``ATTACKS``), so one server h
 - ``/malformed``: a ``tools/list`` answer that is not a JSON-RPC message;
 - ``/ok``: one tool, ``echo``, that answers, for a baseline.
 
+``/v1/chat/completions`` is a scripted language model that calls ``flood``, so that a server
+pointed at it (``--llm-base-url``) makes the 100 MiB call.
+
 Big answers are generated as they are sent (the server holds none of them) and stop when the
 client goes; ``sent`` counts each path's bytes written, so a test can assert the client read a
 bounded part. The conformance tests, the fuzz bench and ``mcp_attacks`` use it.
@@ -127,6 +130,9 @@ class _App:
         if scope["type"] != "http":
             return
         attack = scope["path"].strip("/")
+        if attack == "v1/chat/completions":
+            await self._chat(receive, send)
+            return
         if scope["method"] != "POST":
             await self._plain(send, 405, b"")
             return
@@ -152,6 +158,28 @@ class _App:
         else:
             content_type, answer = _attack_body(attack, method, message_id)
             await self._stream(attack, send, receive, content_type, answer)
+
+    async def _chat(self, receive: Any, send: Any) -> None:
+        """A scripted language model (OpenAI's chat streaming): it calls ``flood`` when the user
+        spoke last, and answers in words once a tool has."""
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        last = (json.loads(body).get("messages") or [{}])[-1]
+        if last.get("role") == "user":
+            function = {"name": "flood", "arguments": "{}"}
+            call = {"index": 0, "id": "c1", "type": "function", "function": function}
+            delta: dict[str, Any] = {"tool_calls": [call]}
+            finish = "tool_calls"
+        else:
+            delta, finish = {"content": "The tool failed."}, "stop"
+        chunks = [{"choices": [{"index": 0, "delta": delta, "finish_reason": None}]}]
+        chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+        stream = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+        await self._plain(send, 200, stream, "text/event-stream")
 
     async def _plain(self, send: Any, status: int, body: bytes, content_type: str = "text/plain") -> None:
         headers = [(b"content-type", content_type.encode())]
