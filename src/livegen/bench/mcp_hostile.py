@@ -10,6 +10,8 @@ client to reach the attack; each attack is a path (``ATTACKS``), so one server h
 - ``/call-100mib``: one tool whose ``tools/call`` answers 100 MiB;
 - ``/sse-endless``: a ``tools/list`` answered as an SSE stream of notifications that never ends;
 - ``/malformed``: a ``tools/list`` answer that is not a JSON-RPC message;
+- ``/gzip``: a ``tools/list`` answer of 20 KiB that gzip inflates to 20 MiB;
+- ``/hang``: a ``tools/list`` never answered (its connection held until the client leaves);
 - ``/ok``: one tool, ``echo``, that answers, for a baseline.
 
 ``/v1/chat/completions`` is a scripted language model that calls ``flood``, so that a server
@@ -23,6 +25,7 @@ bounded part. The conformance tests, the fuzz bench and ``mcp_attacks`` use it.
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import socket
 import threading
@@ -33,7 +36,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-ATTACKS = ("tools-10k", "listing-200mib", "listing-endless", "call-100mib", "sse-endless", "malformed")
+ATTACKS = (
+    "tools-10k",
+    "listing-200mib",
+    "listing-endless",
+    "call-100mib",
+    "sse-endless",
+    "malformed",
+    "gzip",
+    "hang",
+)
 MIB = 1024 * 1024
 _CHUNK = 256 * 1024
 
@@ -45,6 +57,9 @@ class Hostile:
     sent: Counter[str] = field(default_factory=Counter)
     #: JSON-RPC methods asked, by path.
     asked: dict[str, list[str]] = field(default_factory=dict)
+    #: Answers being written now, and the most at once.
+    open_now: int = 0
+    most_at_once: int = 0
 
     def url(self, attack: str) -> str:
         return f"{self.base}/{attack}"
@@ -94,6 +109,11 @@ async def _sse_forever() -> AsyncIterator[bytes]:
         await asyncio.sleep(0)
 
 
+def _bomb(message_id: Any) -> bytes:
+    tool = {"name": "bomb", "description": "x" * (20 * MIB), "inputSchema": {"type": "object"}}
+    return gzip.compress(_answer(message_id, {"tools": [tool]}), compresslevel=9)
+
+
 def _attack_body(attack: str, method: str, message_id: Any) -> tuple[str, AsyncIterator[bytes] | bytes]:
     """(content type, body) of ``attack``'s answer to ``method``."""
     json_type = "application/json"
@@ -106,6 +126,10 @@ def _attack_body(attack: str, method: str, message_id: Any) -> tuple[str, AsyncI
             return json_type, _listing(message_id, None, None)
         if attack == "sse-endless":
             return "text/event-stream", _sse_forever()
+        if attack == "gzip":
+            return json_type, _bomb(message_id)
+        if attack == "hang":
+            return json_type, b""  # never sent: the answer waits for the client to leave
         if attack == "malformed":
             return json_type, b'{"jsonrpc": "2.0", "id": ' + json.dumps(
                 message_id
@@ -187,29 +211,35 @@ class _App:
         await send({"type": "http.response.body", "body": body})
 
     async def _stream(self, attack: str, send: Any, receive: Any, content_type: str, answer: Any) -> None:
-        if isinstance(answer, bytes):
-            self.host.sent[attack] += len(answer)
-            await self._plain(send, 200, answer, content_type)
-            return
+        self.host.open_now += 1
+        self.host.most_at_once = max(self.host.most_at_once, self.host.open_now)
         gone = asyncio.ensure_future(receive())  # http.disconnect once the client leaves
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [(b"content-type", content_type.encode())],
-            }
-        )
         try:
-            async for chunk in answer:
-                if gone.done():
-                    return
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                self.host.sent[attack] += len(chunk)
-            await send({"type": "http.response.body", "body": b""})
+            if attack == "hang":
+                await gone
+                return
+            await self._write(attack, send, gone, content_type, answer)
         except OSError:
             return
         finally:
+            self.host.open_now -= 1
             gone.cancel()
+
+    async def _write(self, attack: str, send: Any, gone: Any, content_type: str, answer: Any) -> None:
+        headers = [(b"content-type", content_type.encode())]
+        if attack == "gzip":
+            headers.append((b"content-encoding", b"gzip"))
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        if isinstance(answer, bytes):
+            self.host.sent[attack] += len(answer)
+            await send({"type": "http.response.body", "body": answer})
+            return
+        async for chunk in answer:
+            if gone.done():
+                return
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            self.host.sent[attack] += len(chunk)
+        await send({"type": "http.response.body", "body": b""})
 
 
 @contextmanager
