@@ -139,6 +139,7 @@ async def _fuzz_voice(
                         with contextlib.suppress(websockets.ConnectionClosed):
                             await ws.recv()  # the server closes with 1007: then a new socket
                         break
+                    message: str | bytes
                     if family == "mcp":
                         message = mcp_case(rng, mcp_base, ATTACKS)
                     else:

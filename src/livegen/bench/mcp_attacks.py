@@ -11,6 +11,8 @@ server's RSS (its process tree's) is sampled every 50 ms. Reported per attack: t
 median ``/health`` round trip, the RSS growth at its peak and 3 s after the attack ended, how the
 listings or the call ended, and the seconds it took. A session naming a well-behaved server
 warms the server up first, and is measured as the first row (``well-behaved``), the baseline.
+Each attack gets a fresh server (``--shared``: one for all), so that memory one attack kept does
+not hide the next one's growth.
 """
 
 from __future__ import annotations
@@ -133,31 +135,41 @@ def _serve(tree: Path, port: int, chat_url: str, log: Any) -> subprocess.Popen[b
     return subprocess.Popen(command, cwd=tree, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
+def _served(tree: Path, hostile: Hostile, names: tuple[str, ...], log: Any) -> dict[str, Any]:
+    """Each of ``names`` against one server, warmed up by a well-behaved session first."""
+    port = _free_port()
+    server = _serve(tree, port, f"{hostile.base}/v1", log)
+    report: dict[str, Any] = {}
+    try:
+        _wait_healthy(port, server, timeout=300)
+        asyncio.run(_session(f"ws://127.0.0.1:{port}/v1/realtime", hostile, ("ok",)))  # warm up
+        for name in names:
+            report[name] = asyncio.run(_attack(port, server.pid, hostile, ATTACKS[name]))
+            click.echo(f"{name}: {json.dumps(report[name])}", err=True)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    return report
+
+
 @click.command()
 @click.option(
     "--tree", type=click.Path(file_okay=False, path_type=Path), default=None, help="Source tree to serve."
 )
 @click.option("--attack", "attacks", multiple=True, type=click.Choice(list(ATTACKS)), help="Only these.")
+@click.option("--fresh/--shared", default=True, show_default=True, help="A fresh server for each attack.")
 @click.option(
     "--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Write the report here."
 )
-def main(tree: Path | None, attacks: tuple[str, ...], json_path: str | None) -> None:
+def main(tree: Path | None, attacks: tuple[str, ...], fresh: bool, json_path: str | None) -> None:
     tree = (tree or Path(__file__).resolve().parents[3]).resolve()
-    port = _free_port()
+    names = attacks or tuple(ATTACKS)
     report: dict[str, Any] = {"tree": str(tree), "load": os.getloadavg()}
     with serve_hostile() as hostile, tempfile.TemporaryDirectory() as tmp:
         log_path = Path(tmp) / "server.log"
         with log_path.open("wb") as log:
-            server = _serve(tree, port, f"{hostile.base}/v1", log)
-            try:
-                _wait_healthy(port, server, timeout=300)
-                asyncio.run(_session(f"ws://127.0.0.1:{port}/v1/realtime", hostile, ("ok",)))  # warm up
-                for name in attacks or tuple(ATTACKS):
-                    report[name] = asyncio.run(_attack(port, server.pid, hostile, ATTACKS[name]))
-                    click.echo(f"{name}: {json.dumps(report[name])}", err=True)
-            finally:
-                server.terminate()
-                server.wait(timeout=30)
+            for batch in [(name,) for name in names] if fresh else [names]:
+                report.update(_served(tree, hostile, batch, log))
         report["tracebacks"] = log_path.read_text(errors="replace").count("Traceback")
     text = json.dumps(report, indent=2)
     click.echo(text)

@@ -152,9 +152,10 @@ def _server_url(url: Any, param: str) -> str:
     if parts.username is not None or parts.password is not None:
         detail = f"{param} must not hold a user name or password; give the secret as authorization or headers"
         raise _refuse(detail, param)
-    if any(c in url for c in "\r\n\t\0 "):
+    text = str(url)
+    if any(c in text for c in "\r\n\t\0 "):
         raise _refuse(f"{param} must not hold spaces or control characters", param)
-    return url
+    return text
 
 
 def _names(value: Any, param: str) -> tuple[str, ...]:
