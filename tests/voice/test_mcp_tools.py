@@ -91,3 +91,63 @@ def test_an_approval_response_must_answer_a_pending_request() -> None:
         drive(session.receive, wire.ItemCreate(item=item), 0.0)
     assert (caught.value.code, caught.value.param) == ("invalid_value", "item.approval_request_id")
     assert len(session.conversation.history()) == before
+
+
+def _refused(session: Session, tools: list[dict[str, Any]]) -> RemoteProtocolError:
+    before = session.config
+    with pytest.raises(RemoteProtocolError) as caught:
+        drive(session.receive, wire.session_update({"tools": tools}), 0.0)
+    assert session.config == before
+    return caught.value
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://tools.internal:99999/mcp",
+        "http://tools.internal:8o80/mcp",
+        "http://[::1/mcp",
+        "http://[fe80::1%25eth0/mcp",
+        "http://tools.internal:0/mcp",
+    ],
+)
+def test_a_server_url_with_a_bad_port_or_a_broken_ipv6_literal_is_invalid_value_naming_it(url: str) -> None:
+    error = _refused(_session(), [{**TOOL, "server_url": url}])
+    assert (error.code, error.param) == ("invalid_value", "session.tools[0].server_url")
+
+
+@pytest.mark.parametrize(
+    "url", ["http://me:pa55word@tools.internal:8080/mcp", "http://me@tools.internal:8080/mcp"]
+)
+def test_a_server_url_with_userinfo_is_refused_pointing_to_authorization(url: str) -> None:
+    error = _refused(_session(), [{**TOOL, "server_url": url}])
+    assert (error.code, error.param) == ("invalid_value", "session.tools[0].server_url")
+    assert "authorization" in str(error) and "pa55word" not in str(error)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "Host",
+        "host",
+        "Transfer-Encoding",
+        "Connection",
+        "Content-Length",
+        "Upgrade",
+        "TE",
+        "Mcp-Session-Id",
+        "X Bad",
+    ],
+)
+def test_host_hop_by_hop_and_framing_headers_are_refused(name: str) -> None:
+    tool = {**TOOL, "headers": {"X-Key": "k", name: "evil.internal"}}
+    error = _refused(_session(), [tool])
+    assert (error.code, error.param) == ("invalid_value", "session.tools[0].headers")
+
+
+def test_a_session_names_at_most_16_mcp_servers() -> None:
+    tools = [{**TOOL, "server_label": f"kb{i}"} for i in range(17)]
+    error = _refused(_session(), tools)
+    assert (error.code, error.param) == ("invalid_value", "session.tools[16]")
+    effects = drive(_session().receive, wire.session_update({"tools": tools[:16]}), 0.0)
+    assert _types(effects).count("mcp_list_tools.in_progress") == 16

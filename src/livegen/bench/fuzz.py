@@ -5,7 +5,9 @@ with it) takes one family of abusive messages at a time on a fuzzing socket,
 as fast as it answers: deep nesting, a wrong type in every field, huge
 integers, binary messages, invalid UTF-8 frames (each closes its socket:
 reconnect; the server runs with ``--resume-grace 0`` so that they are not parked), the
-largest append a frame can carry, and world messages. Meanwhile
+largest append a frame can carry, world messages, and ``mcp``: session updates naming hostile
+MCP servers (``mcp_hostile``: 10,000 tools, 200 MiB and endless listings, gzip, hangs...) or MCP
+tools with a malformed field. Meanwhile
 a second voice session sends a probe event every 10 ms and times its answer:
 the longest probe round trip over a family is the longest the server's event
 loop stalled for it (plus the probe's own few ms). The probe runs in a process
@@ -38,11 +40,14 @@ import click
 import websockets
 from websockets.frames import Frame, Opcode
 
-from livegen.bench.fuzz_cases import voice_case, voice_fields, world_cases
+from livegen.bench.fuzz_cases import mcp_case, voice_case, voice_fields, world_cases
+from livegen.bench.mcp_hostile import ATTACKS, serve_hostile
 
 SERVE = [sys.executable, "-m", "livegen", "serve"]
-FAMILIES = ("nesting", "wrong_type", "huge", "binary", "invalid_utf8", "big_append", "world")
+FAMILIES = ("nesting", "wrong_type", "huge", "binary", "invalid_utf8", "big_append", "world", "mcp")
 PROBE_PERIOD_S = 0.01
+#: The ``mcp`` family's hostile MCP servers are on loopback; their deadline is short.
+MCP_OPTIONS = ("--mcp-allowed-hosts", "127.0.0.1", "--mcp-timeout", "5")
 #: A 13 MiB message once base64-encoded: the largest append under the 16 MiB frame limit.
 BIG_APPEND_BYTES = int(9.75 * 1024 * 1024)
 
@@ -116,7 +121,7 @@ async def _answered(ws: Any, event_id: str) -> int:
 
 
 async def _fuzz_voice(
-    url: str, family: str, seconds: float, rng: random.Random, big: str
+    url: str, family: str, seconds: float, rng: random.Random, big: str, mcp_base: str = ""
 ) -> tuple[int, int, int]:
     """(messages sent, replies, sessions lost: ended by the server when they should have gone on)."""
     fields = voice_fields()
@@ -134,7 +139,11 @@ async def _fuzz_voice(
                         with contextlib.suppress(websockets.ConnectionClosed):
                             await ws.recv()  # the server closes with 1007: then a new socket
                         break
-                    message = big if family == "big_append" else voice_case(rng, family, fields)
+                    message: str | bytes
+                    if family == "mcp":
+                        message = mcp_case(rng, mcp_base, ATTACKS)
+                    else:
+                        message = big if family == "big_append" else voice_case(rng, family, fields)
                     await ws.send(message)
                     sent += 1
                     replies += await _answered(ws, f"s{sent}")  # the fuzzer never runs ahead
@@ -170,7 +179,7 @@ def _stats(times: list[float]) -> dict[str, float]:
     return {"probes": len(times), "probe_p50_ms": at(0.5), "probe_p99_ms": at(0.99), "probe_max_ms": at(1.0)}
 
 
-async def _run(port: int, seconds: float, seed: int) -> dict[str, Any]:
+async def _run(port: int, seconds: float, seed: int, mcp_base: str) -> dict[str, Any]:
     voice_url, world_url = f"ws://127.0.0.1:{port}/v1/realtime", f"ws://127.0.0.1:{port}/v1/worlds"
     rng = random.Random(seed)
     big = json.dumps(
@@ -188,7 +197,7 @@ async def _run(port: int, seconds: float, seed: int) -> dict[str, Any]:
         if family == "world":
             sent, replies, lost = await _fuzz_world(world_url, seconds, rng)
         else:
-            sent, replies, lost = await _fuzz_voice(voice_url, family, seconds, rng, big)
+            sent, replies, lost = await _fuzz_voice(voice_url, family, seconds, rng, big, mcp_base)
         counts = {"sent": sent, "replies": replies, "sessions_lost": lost}
         report[family] = {**counts, **_stats(await probe.finish())}
     return report
@@ -215,19 +224,28 @@ def _count_log(path: Path) -> dict[str, int]:
 def command(seconds: float, seed: int, world_model: str, json_path: str | None) -> None:
     """Fuzz a real server over the wire; count tracebacks and time the longest stall."""
     port = _free_port()
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, serve_hostile() as hostile:
         log_path = Path(tmp) / "server.log"
         with log_path.open("wb") as log:
             server = subprocess.Popen(
                 # --resume-grace 0: each 1007 close would park a session otherwise
-                [*SERVE, "--port", str(port), "--world-model", world_model, "--resume-grace", "0"],
+                [
+                    *SERVE,
+                    "--port",
+                    str(port),
+                    "--world-model",
+                    world_model,
+                    "--resume-grace",
+                    "0",
+                    *MCP_OPTIONS,
+                ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env={k: v for k, v in os.environ.items() if k != "LIVEGEN_API_KEY"},
             )
             try:
                 _wait_healthy(port, server)
-                report = asyncio.run(_run(port, seconds, seed))
+                report = asyncio.run(_run(port, seconds, seed, hostile.base))
                 report["server_alive"] = server.poll() is None
             finally:
                 server.terminate()

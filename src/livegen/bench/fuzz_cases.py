@@ -163,3 +163,46 @@ def world_cases(rng: random.Random, count: int) -> Iterator[str | bytes]:
         else:
             wrong = json.dumps(rng.choice([[], {}, True, -1, 1.5]))
             yield rng.choice([WORLD_TEMPLATES[2], WORLD_TEMPLATES[4]]) % wrong
+
+
+#: Malformed fields of an MCP tool, each refused with ``invalid_value`` naming it.
+MCP_ODD_FIELDS: list[dict[str, Any]] = [
+    {"server_url": "http://[::1/mcp"},
+    {"server_url": "http://127.0.0.1:99999/mcp"},
+    {"server_url": "http://127.0.0.1:8o80/mcp"},
+    {"server_url": "http://user:secret@127.0.0.1/mcp"},
+    {"server_url": "ftp://127.0.0.1/mcp"},
+    {"server_url": 7},
+    {"headers": {"Host": "internal.example"}},
+    {"headers": {"Transfer-Encoding": "chunked"}},
+    {"headers": {"Content-Length": "0"}},
+    {"headers": {"X-Key": "a\r\nHost: b"}},
+    {"headers": {"Bad Name": "x"}},
+    {"headers": {f"X-{i}": "x" for i in range(40)}},
+    {"headers": ["X-Key"]},
+    {"authorization": 5},
+    {"require_approval": "sometimes"},
+    {"allowed_tools": {"read_only": True}},
+    {"server_label": "no spaces allowed"},
+    {"connector_id": "connector_gmail"},
+]
+
+
+def mcp_case(rng: random.Random, base: str, attacks: tuple[str, ...]) -> str:
+    """A ``session.update`` naming hostile MCP servers (``mcp_hostile``, at ``base``), or one
+    MCP tool with a malformed field."""
+    if rng.random() < 0.5:
+        chosen = rng.sample(attacks, rng.randint(1, min(4, len(attacks))))
+        tools = [
+            {
+                "type": "mcp",
+                "server_label": f"h{i}",
+                "server_url": f"{base}/{attack}",
+                "require_approval": "never",
+            }
+            for i, attack in enumerate(chosen)
+        ]
+    else:
+        tool = {"type": "mcp", "server_label": "odd", "server_url": f"{base}/ok"}
+        tools = [{**tool, **rng.choice(MCP_ODD_FIELDS)}]
+    return json.dumps({"type": "session.update", "session": {"type": "realtime", "tools": tools}})

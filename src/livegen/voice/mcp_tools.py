@@ -26,7 +26,37 @@ _LABEL = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 #: Fields of OpenAI's MCP tool livegen cannot honour: refused by name, never ignored.
 _UNSUPPORTED = ("connector_id", "tunnel_id")
 MAX_HEADERS = 32
+#: MCP servers one session may name: each is listed on its own connection when named.
+MAX_SERVERS = 16
 MAX_HEADER_BYTES = 8192
+#: Headers a client may not set for its MCP server: ``Host`` would reach a virtual host behind an
+#: allowed address that the operator never allowed; hop-by-hop and framing headers belong to the
+#: connection (one could smuggle a second request); the MCP session's own are the client library's.
+_FORBIDDEN_HEADERS = frozenset(
+    {
+        "host",
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+        "content-length",
+        "content-encoding",
+        "content-type",
+        "accept-encoding",
+        "expect",
+        "mcp-session-id",
+        "mcp-protocol-version",
+        "last-event-id",
+    }
+)
+#: A header name as HTTP spells one (RFC 9110's token).
+_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 
 
 @dataclass(frozen=True)
@@ -91,13 +121,7 @@ def parse_mcp_tool(raw: dict[str, Any], param: str) -> McpTool:
     if not isinstance(label, str) or not _LABEL.match(label):
         detail = f"{param}.server_label must be 1-64 letters, digits, underscores or dashes, got {label!r}"
         raise _refuse(detail, f"{param}.server_label")
-    url = raw.get("server_url")
-    if (
-        not isinstance(url, str)
-        or urlsplit(url).scheme not in ("http", "https")
-        or not urlsplit(url).hostname
-    ):
-        raise _refuse(f"{param}.server_url must be an http or https URL, got {url!r}", f"{param}.server_url")
+    url = _server_url(raw.get("server_url"), f"{param}.server_url")
     description = raw.get("server_description") or ""
     if not isinstance(description, str):
         raise _refuse(f"{param}.server_description must be a string", f"{param}.server_description")
@@ -112,6 +136,26 @@ def parse_mcp_tool(raw: dict[str, Any], param: str) -> McpTool:
         description,
         _headers(raw.get("headers"), raw.get("authorization"), param),
     )
+
+
+def _server_url(url: Any, param: str) -> str:
+    """An http(s) URL with a host, a port that is a number in range, and no userinfo (a password in
+    the URL would be echoed with it: secrets go in ``authorization`` or ``headers``)."""
+    try:
+        parts = urlsplit(url) if isinstance(url, str) else None
+        port = parts.port if parts is not None else None  # raises for a port out of range or not a number
+    except ValueError:  # a broken IPv6 literal ("http://[::1/mcp"), a bad port
+        parts, port = None, None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or port == 0:
+        # never the URL itself: it may hold a password
+        raise _refuse(f"{param} must be an http or https URL with a host and a valid port", param)
+    if parts.username is not None or parts.password is not None:
+        detail = f"{param} must not hold a user name or password; give the secret as authorization or headers"
+        raise _refuse(detail, param)
+    text = str(url)
+    if any(c in text for c in "\r\n\t\0 "):
+        raise _refuse(f"{param} must not hold spaces or control characters", param)
+    return text
 
 
 def _names(value: Any, param: str) -> tuple[str, ...]:
@@ -167,6 +211,10 @@ def _headers(value: Any, authorization: Any, param: str) -> tuple[tuple[str, str
         raise _refuse(detail, f"{param}.headers")
     if any(any(c in k + v for c in "\r\n\0") for k, v in headers.items()):
         raise _refuse(f"{param}.headers must not hold line breaks", f"{param}.headers")
+    for name in value:
+        if not _TOKEN.match(name) or name.lower() in _FORBIDDEN_HEADERS:
+            detail = f"{param}.headers may not set {name[:64]!r}: it is not a client's to give an MCP server"
+            raise _refuse(detail, f"{param}.headers")
     return tuple(headers.items())
 
 

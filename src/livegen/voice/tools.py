@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from livegen.protocol.errors import INVALID_VALUE
-from livegen.voice.mcp_tools import McpTool, parse_mcp_tool
+from livegen.voice.mcp_tools import MAX_SERVERS, McpTool, parse_mcp_tool
 
 #: OpenAI's bounds: 128 tools a request, names of 1-64 letters, digits, underscores or dashes.
 MAX_TOOLS = 128
@@ -72,6 +72,9 @@ def parse_session_tools(
     servers: list[McpTool] = []
     for index, raw in enumerate(value):
         if allow_mcp and isinstance(raw, dict) and raw.get("type") == "mcp":
+            if len(servers) == MAX_SERVERS:
+                detail = f"{param} names more than {MAX_SERVERS} MCP servers, the most one session may"
+                raise _refuse(detail, f"{param}[{index}]")
             server = parse_mcp_tool(raw, f"{param}[{index}]")
             if any(s.server_label == server.server_label for s in servers):
                 detail = f"two MCP servers are labelled {server.server_label!r}"

@@ -21,16 +21,20 @@ an error or an event; errors name the server by its label and host.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import re
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from livegen.models.cascade import mcp_http
 from livegen.models.voice import McpServer
+
+mcp_http.quiet_mcp_logs()
 
 logger = logging.getLogger("livegen.models.cascade")
 
@@ -77,36 +81,70 @@ def _where(server: McpServer) -> str:
 
 
 async def _session(server: McpServer, operation: Callable[[Any], Any]) -> Any:
-    """Run ``operation(session)`` on a fresh connection to ``server``, within its deadline."""
-    import httpx2
-    from mcp.client.session import ClientSession
-    from mcp.client.streamable_http import streamable_http_client
-
+    """Run ``operation(session)`` on a fresh connection to ``server``, within its deadline, its
+    answers' byte caps and the process's bound on connections at once (``mcp_http``)."""
+    budget, gate, connected = mcp_http.Budget(), mcp_http.gate(), False
     try:
         async with asyncio.timeout(server.timeout_s):
-            timeout = httpx2.Timeout(server.timeout_s)
-            async with httpx2.AsyncClient(headers=dict(server.headers), timeout=timeout) as http:
-                transport = streamable_http_client(
-                    server.server_url, http_client=http, max_sse_event_size=MAX_EVENT_BYTES
-                )
-                async with transport as (read, write), ClientSession(read, write) as session:
-                    await session.initialize()
-                    return await operation(session)
+            async with gate:
+                connected = True
+                return await _bounded(_connect(server, operation, budget), budget)
     except TimeoutError:
+        if not connected:
+            raise McpFailure(
+                "http_error", f"this server has {mcp_http.MAX_AT_ONCE} MCP requests under way; try later"
+            ) from None
         raise McpFailure(
             "http_error", f"{_where(server)} did not answer within {server.timeout_s:g} s"
         ) from None
     except McpFailure:
         raise
     except Exception as exc:  # unreachable, refused, a broken stream, a protocol error
+        if budget.exceeded:
+            raise McpFailure("http_error", f"{_where(server)}: {budget.exceeded}") from None
         raise McpFailure("http_error", f"cannot use {_where(server)}: {_reason(exc)}") from None
+
+
+async def _connect(server: McpServer, operation: Callable[[Any], Any], budget: mcp_http.Budget) -> Any:
+    import httpx2
+    from mcp.client.session import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    headers = {**dict(server.headers), "Accept-Encoding": "identity"}
+    transport = mcp_http.BoundedTransport(budget)
+    timeout = httpx2.Timeout(server.timeout_s)
+    async with httpx2.AsyncClient(headers=headers, timeout=timeout, transport=transport) as http:
+        stream = streamable_http_client(
+            server.server_url, http_client=http, max_sse_event_size=MAX_EVENT_BYTES
+        )
+        async with stream as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            return await operation(session)
+
+
+async def _bounded(work: Coroutine[Any, Any, Any], budget: mcp_http.Budget) -> Any:
+    """``work``'s result, or its failure the moment one answer passes its cap: whatever the
+    ``mcp`` package does with that answer's error (retry, reconnect), nothing more is read."""
+    task = asyncio.ensure_future(work)
+    tripped = asyncio.ensure_future(budget.tripped.wait())
+    try:
+        await asyncio.wait({task, tripped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        tripped.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+    if budget.exceeded:
+        raise mcp_http.AnswerTooLarge(budget.exceeded)
+    return task.result()
 
 
 def _reason(exc: BaseException) -> str:
     """The innermost cause of a failure (anyio wraps them in groups), without any header."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
-    return f"{type(exc).__name__}: {str(exc)[:200]}"
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"  # one line, whatever it said
 
 
 async def list_tools(server: McpServer) -> list[ListedTool]:

@@ -6,6 +6,9 @@ response the tools listed so far, waiting for listings still under way (each wit
 deadline). ``McpRun`` is bound to one response: its calls are reported with that response's id
 and epoch, and the approvals it waits for are answered through ``Stream.approve``. A cancelled
 response cancels its call (the task is the response's), and its pending approvals with it.
+
+Both are bounded: a session lists at most ``MAX_LISTINGS_AT_ONCE`` servers at once, and a
+response makes at most ``MAX_CALLS`` calls, however many rounds and calls its model asks for.
 """
 
 from __future__ import annotations
@@ -28,6 +31,11 @@ logger = logging.getLogger("livegen.models.cascade")
 #: ``report(kind, item_id, text)``: a listing's outcome, for the session.
 Report = Callable[[OutputKind, str, str], None]
 Spawn = Callable[[Coroutine[Any, Any, Any]], "asyncio.Task[Any]"]
+#: Listings of one session under way at once (the rest wait their turn): with the process's
+#: bound (``mcp_http.MAX_AT_ONCE``), one session naming many servers cannot hold every connection.
+MAX_LISTINGS_AT_ONCE = 4
+#: MCP calls one response may make, over all its rounds; the model is told of any past them.
+MAX_CALLS = 8
 
 
 class McpTools:
@@ -36,6 +44,7 @@ class McpTools:
         self._report = report
         #: The servers' listings by their ``mcp_list_tools`` item id, in the session's order.
         self._listings: dict[str, asyncio.Task[list[mcp.ListedTool]]] = {}
+        self._gate = asyncio.Semaphore(MAX_LISTINGS_AT_ONCE)
 
     @property
     def is_empty(self) -> bool:
@@ -52,7 +61,8 @@ class McpTools:
 
     async def _list(self, item_id: str, server: McpServer) -> list[mcp.ListedTool]:
         try:
-            tools = await mcp.list_tools(server)
+            async with self._gate:
+                tools = await mcp.list_tools(server)
         except mcp.McpFailure as failure:
             logger.warning("listing MCP tools failed: %s", failure)
             self._report(OutputKind.MCP_TOOLS_FAILED, item_id, str(failure))
@@ -84,6 +94,8 @@ class McpRun:
     emit: Emit
     #: Approval requests waiting for the client, by id (the stream's, shared by its responses).
     approvals: dict[str, asyncio.Future[bool]] = field(default_factory=dict)
+    #: Calls asked for so far (``MAX_CALLS`` at most are made).
+    asked: int = 0
 
     def chat_tools(self) -> list[dict[str, Any]]:
         return [tool.to_chat() for tool in self.tools.values()]
@@ -94,6 +106,10 @@ class McpRun:
     async def run(self, call: ToolCall) -> str:
         """Make the call (after the client's approval, where needed); what the model is told."""
         tool = self.tools[call.name]
+        self.asked += 1
+        if self.asked > MAX_CALLS:
+            logger.info("MCP call of %r not made: the response made its %d calls", tool.name[:64], MAX_CALLS)
+            return f"Not called: this answer made {MAX_CALLS} tool calls, the most it may. Answer now."
         label = tool.server.server_label
         approval = ""
         if tool.server.needs_approval(tool.name):
