@@ -76,11 +76,13 @@ def _failures(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if "MCP" in r.getMessage() and "failed" in r.getMessage()]
 
 
+#: The caps each attack may trip first. An endless SSE stream of small notifications passes the
+#: object cap or the byte cap first depending on how its chunks arrive; either ends it at once.
 ATTACKS = {
-    "tools-10k": "JSON objects",
-    "listing-200mib": f"passed {MAX_LIST_BYTES} bytes",
-    "listing-endless": f"passed {MAX_LIST_BYTES} bytes",
-    "sse-endless": f"passed {MAX_LIST_BYTES} bytes",
+    "tools-10k": ("JSON objects",),
+    "listing-200mib": (f"passed {MAX_LIST_BYTES} bytes",),
+    "listing-endless": (f"passed {MAX_LIST_BYTES} bytes",),
+    "sse-endless": (f"passed {MAX_LIST_BYTES} bytes", "JSON objects"),
 }
 
 
@@ -108,9 +110,9 @@ async def test_hostile_listings_in_one_session_update_each_fail_at_their_cap_and
     assert {e.item_id for e in failed} == listed and len(listed) == len(ATTACKS)
     assert not recorder.of("mcp_list_tools.completed")
     lines = _failures(caplog)
-    for attack, reason in ATTACKS.items():
+    for attack, reasons in ATTACKS.items():
         label = attack.replace("-", "_")
-        assert any(label in line and reason in line for line in lines), (attack, lines)
+        assert any(label in line and any(r in line for r in reasons) for line in lines), (attack, lines)
         assert hostile.sent[attack] < SENT_BOUND, (attack, hostile.sent[attack])
     await _still_serving(server, hostile)
 

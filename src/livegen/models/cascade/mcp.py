@@ -21,7 +21,6 @@ an error or an event; errors name the server by its label and host.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import re
@@ -125,19 +124,25 @@ async def _connect(server: McpServer, operation: Callable[[Any], Any], budget: m
 async def _bounded(work: Coroutine[Any, Any, Any], budget: mcp_http.Budget) -> Any:
     """``work``'s result, or its failure the moment one answer passes its cap: whatever the
     ``mcp`` package does with that answer's error (retry, reconnect), nothing more is read."""
-    task = asyncio.ensure_future(work)
-    tripped = asyncio.ensure_future(budget.tripped.wait())
-    try:
+    outcome: dict[str, Any] = {}
+
+    async def run() -> None:
+        try:
+            outcome["value"] = await work
+        except Exception as exc:  # raised below as itself, not inside the group's ExceptionGroup
+            outcome["error"] = exc
+
+    async with asyncio.TaskGroup() as tasks:
+        task = tasks.create_task(run())
+        tripped = tasks.create_task(budget.tripped.wait())
         await asyncio.wait({task, tripped}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
         tripped.cancel()
-        if not task.done():
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
-    if budget.exceeded:
+        task.cancel()  # the group awaits it: a tripped answer's work is ended, never left running
+    if budget.exceeded or ("value" not in outcome and "error" not in outcome):
         raise mcp_http.AnswerTooLarge(budget.exceeded)
-    return task.result()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
 
 
 def _reason(exc: BaseException) -> str:
