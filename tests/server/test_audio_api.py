@@ -191,6 +191,59 @@ def test_the_body_and_duration_caps(start_server: Callable[..., ServerThread], s
     assert error_of(chunked, 413)["code"] == "request_too_large"
 
 
+def hostile_uploads(beside: Path) -> dict[str, bytes]:
+    """Uploads that ask FFmpeg to open other files: the spoken WAV ``beside`` the server (its working
+    directory), by relative and absolute path, as playlists of each kind FFmpeg reads."""
+    relative, absolute = beside.name, str(beside)
+    id3 = b"ID3\x04\x00\x00\x00\x00\x00\x00"  # an empty ID3v2 tag: looks like the start of an mp3
+    return {
+        "ffconcat.wav": f"ffconcat version 1.0\nfile {relative}\n".encode(),
+        "ffconcat-absolute.mp3": f"ffconcat version 1.0\nfile '{absolute}'\n".encode(),
+        "ffconcat-after-id3.mp3": id3 + f"ffconcat version 1.0\nfile {relative}\n".encode(),
+        "hls.m4a": f"#EXTM3U\n#EXT-X-TARGETDURATION:10\n#EXTINF:10,\n{relative}\n#EXT-X-ENDLIST\n".encode(),
+        "hls-file-url.ogg": f"#EXTM3U\n#EXTINF:10,\nfile:{absolute}\n".encode(),
+        "concat-url.webm": f"ffconcat version 1.0\nfile 'concat:{absolute}|{absolute}'\n".encode(),
+        "subfile.flac": f"ffconcat version 1.0\nfile 'subfile,,start,0,end,0,,:{absolute}'\n".encode(),
+        "sdp.wav": b"v=0\no=- 0 0 IN IP4 127.0.0.1\ns=x\nc=IN IP4 127.0.0.1\nm=audio 9 RTP/AVP 0\n",
+    }
+
+
+@pytest.mark.slow
+def test_uploads_never_open_the_servers_files(
+    server: ServerThread, spoken: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The spoken WAV lies in the server's working directory (the server runs in this process).
+    private = tmp_path / "voicemail.wav"
+    private.write_bytes(spoken.read_bytes())
+    monkeypatch.chdir(tmp_path)
+    for name, upload in hostile_uploads(private).items():
+        response = transcribe(server, (name, upload), response_format="json")
+        assert "kitchen" not in response.text.lower(), (name, response.text)  # the file's words
+        error = error_of(response, 400)
+        assert (error["code"], error["param"]) == ("invalid_value", "file"), (name, error)
+        assert error["message"].startswith("Invalid file format."), (name, error)
+    # The route still hears a real upload of the same words.
+    assert "kitchen" in transcribe(server, ("said.wav", private.read_bytes())).json()["text"].lower()
+
+
+def wav_at(rate: int, num_bytes: int) -> bytes:
+    out = io.BytesIO()
+    with wave.open(out, "wb") as writer:
+        writer.setnchannels(1), writer.setsampwidth(2), writer.setframerate(rate)
+        writer.writeframes(bytes(num_bytes))
+    return out.getvalue()
+
+
+@pytest.mark.slow
+def test_sample_rates_outside_8_to_192_khz_are_refused(server: ServerThread) -> None:
+    # 3 KB claiming 1 Hz: 25 minutes of audio that would cost minutes of CPU to resample (issue 37, 6).
+    for rate in (1, 7_999, 192_001):
+        error = error_of(transcribe(server, (f"r{rate}.wav", wav_at(rate, 3_000))), 400)
+        assert (error["code"], error["param"]) == ("invalid_value", "file"), error
+        assert f"{rate} Hz" in error["message"]
+    assert transcribe(server, ("r8000.wav", wav_at(8_000, 16_000))).status_code == 200
+
+
 # -- speech -----------------------------------------------------------------------------------------
 
 
