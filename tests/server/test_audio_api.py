@@ -22,6 +22,7 @@ import av
 import httpx
 import numpy as np
 import pytest
+import websockets
 from openai import OpenAI
 
 from browser.speech import write_speech
@@ -242,6 +243,46 @@ def test_sample_rates_outside_8_to_192_khz_are_refused(server: ServerThread) -> 
         assert (error["code"], error["param"]) == ("invalid_value", "file"), error
         assert f"{rate} Hz" in error["message"]
     assert transcribe(server, ("r8000.wav", wav_at(8_000, 16_000))).status_code == 200
+
+
+#: Every transcription model name OpenAI's SDK documents, with dated forms: a client's default
+#: (pipecat 1.14 asks for ``gpt-realtime-whisper``) is the server's recogniser (issue 37, item 14).
+OPENAI_NAMES = (
+    "whisper-1", "gpt-4o-transcribe", "gpt-4o-transcribe-diarize", "gpt-4o-mini-transcribe",
+    "gpt-4o-mini-transcribe-2025-03-20", "gpt-4o-mini-transcribe-2025-12-15", "gpt-realtime-whisper",
+    "gpt-transcribe", "gpt-transcribe-2026-01-15", "gpt-live-transcribe",
+)  # fmt: skip
+
+
+@pytest.mark.slow
+def test_every_openai_transcription_name_is_the_routes_recogniser(server: ServerThread, spoken: Path) -> None:
+    for name in OPENAI_NAMES:
+        heard = transcribe(server, ("said.wav", spoken.read_bytes()), model=name)
+        assert heard.status_code == 200 and "kitchen" in heard.json()["text"].lower(), (name, heard.text)
+    for unknown in ("whisper-9", "gpt-realtime-whisper-2025", "gpt-4o-transcribe-1999-01-01x"):
+        assert error_of(transcribe(server, ("said.wav", b""), model=unknown), 404)["param"] == "model"
+
+
+@pytest.mark.slow
+async def test_every_openai_transcription_name_is_a_sessions_recogniser(server: ServerThread) -> None:
+    headers = {"Authorization": f"Bearer {KEY}"}
+    async with websockets.connect(f"{server.ws_url}/v1/realtime", additional_headers=headers) as ws:
+        for name in (*OPENAI_NAMES, "whisper-huge"):
+            update = {"type": "realtime", "audio": {"input": {"transcription": {"model": name}}}}
+            await ws.send(json.dumps({"type": "session.update", "session": update}))
+            answer = await next_of(ws, ("session.updated", "error"))
+            if name == "whisper-huge":  # neither OpenAI's nor the server's: still refused by name
+                assert answer["error"]["param"] == "session.audio.input.transcription.model", answer
+            else:
+                assert answer["type"] == "session.updated", (name, answer)
+                assert answer["session"]["audio"]["input"]["transcription"]["model"] == name
+
+
+async def next_of(ws: Any, kinds: tuple[str, ...]) -> dict[str, Any]:
+    while True:
+        event: dict[str, Any] = json.loads(await ws.recv())
+        if event["type"] in kinds:
+            return event
 
 
 # -- speech -----------------------------------------------------------------------------------------
