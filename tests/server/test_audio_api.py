@@ -11,6 +11,8 @@ from __future__ import annotations
 import base64
 import io
 import json
+import logging
+import random
 import socket
 import time
 import wave
@@ -26,6 +28,7 @@ import websockets
 from openai import OpenAI
 
 from browser.speech import write_speech
+from livegen.bench.fuzz_uploads import nested_opens, upload_cases
 from livegen.server import ServerConfig
 from livegen.server.thread import ServerThread
 from voice.scripted import SlowLoadingVoice, registry, slow_registry
@@ -192,23 +195,6 @@ def test_the_body_and_duration_caps(start_server: Callable[..., ServerThread], s
     assert error_of(chunked, 413)["code"] == "request_too_large"
 
 
-def hostile_uploads(beside: Path) -> dict[str, bytes]:
-    """Uploads that ask FFmpeg to open other files: the spoken WAV ``beside`` the server (its working
-    directory), by relative and absolute path, as playlists of each kind FFmpeg reads."""
-    relative, absolute = beside.name, str(beside)
-    id3 = b"ID3\x04\x00\x00\x00\x00\x00\x00"  # an empty ID3v2 tag: looks like the start of an mp3
-    return {
-        "ffconcat.wav": f"ffconcat version 1.0\nfile {relative}\n".encode(),
-        "ffconcat-absolute.mp3": f"ffconcat version 1.0\nfile '{absolute}'\n".encode(),
-        "ffconcat-after-id3.mp3": id3 + f"ffconcat version 1.0\nfile {relative}\n".encode(),
-        "hls.m4a": f"#EXTM3U\n#EXT-X-TARGETDURATION:10\n#EXTINF:10,\n{relative}\n#EXT-X-ENDLIST\n".encode(),
-        "hls-file-url.ogg": f"#EXTM3U\n#EXTINF:10,\nfile:{absolute}\n".encode(),
-        "concat-url.webm": f"ffconcat version 1.0\nfile 'concat:{absolute}|{absolute}'\n".encode(),
-        "subfile.flac": f"ffconcat version 1.0\nfile 'subfile,,start,0,end,0,,:{absolute}'\n".encode(),
-        "sdp.wav": b"v=0\no=- 0 0 IN IP4 127.0.0.1\ns=x\nc=IN IP4 127.0.0.1\nm=audio 9 RTP/AVP 0\n",
-    }
-
-
 @pytest.mark.slow
 def test_uploads_never_open_the_servers_files(
     server: ServerThread, spoken: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -217,7 +203,7 @@ def test_uploads_never_open_the_servers_files(
     private = tmp_path / "voicemail.wav"
     private.write_bytes(spoken.read_bytes())
     monkeypatch.chdir(tmp_path)
-    for name, upload in hostile_uploads(private).items():
+    for name, upload in nested_opens(private).items():
         response = transcribe(server, (name, upload), response_format="json")
         assert "kitchen" not in response.text.lower(), (name, response.text)  # the file's words
         error = error_of(response, 400)
@@ -225,6 +211,30 @@ def test_uploads_never_open_the_servers_files(
         assert error["message"].startswith("Invalid file format."), (name, error)
     # The route still hears a real upload of the same words.
     assert "kitchen" in transcribe(server, ("said.wav", private.read_bytes())).json()["text"].lower()
+
+
+@pytest.mark.slow
+def test_a_fuzz_of_hostile_uploads_gets_200_or_400_file(
+    server: ServerThread,
+    spoken: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    private = tmp_path / "voicemail.wav"
+    private.write_bytes(spoken.read_bytes())
+    monkeypatch.chdir(tmp_path)
+    answered: dict[int, int] = {}
+    for name, upload in upload_cases(random.Random(37), 120, private):
+        response = transcribe(server, (name, upload))
+        answered[response.status_code] = answered.get(response.status_code, 0) + 1
+        assert "kitchen" not in response.text.lower(), (name, upload[:64])
+        if response.status_code != 200:
+            error = error_of(response, 400)
+            assert (error["code"], error["param"]) == ("invalid_value", "file"), (name, upload[:64], error)
+    assert set(answered) == {200, 400}, answered  # both families reached: some decode, most do not
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+    assert httpx.get(f"{server.http_url}/health").status_code == 200
 
 
 def wav_at(rate: int, num_bytes: int) -> bytes:

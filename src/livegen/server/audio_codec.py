@@ -140,6 +140,8 @@ def _decode_stream(container: Any, rate: int, max_samples: int) -> bytes:
     streams = [s for s in container.streams if s.type == "audio"]
     if not streams:
         raise BadAudio("the file has no audio stream")
+    if streams[0].codec_context is None:  # a stream of a codec FFmpeg has no decoder for
+        raise BadAudio("the file's audio cannot be decoded")
     check_rate(streams[0].codec_context.sample_rate)
     max_seconds = max_samples / rate
     resampler = av.AudioResampler(format="s16", layout="mono", rate=rate)
