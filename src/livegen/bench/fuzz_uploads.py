@@ -64,10 +64,10 @@ def wav(rate: int, channels: int, num_bytes: int, width: int = 2) -> bytes:
 
 
 def _mutated(rng: random.Random, data: bytes) -> bytes:
-    data = bytearray(data)
+    mutable = bytearray(data)
     for _ in range(rng.randint(1, 8)):
-        data[rng.randrange(len(data))] = rng.randrange(256)
-    return bytes(data)
+        mutable[rng.randrange(len(mutable))] = rng.randrange(256)
+    return bytes(mutable)
 
 
 def upload_cases(rng: random.Random, count: int, beside: Path) -> Iterator[tuple[str, bytes]]:
