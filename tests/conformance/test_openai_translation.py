@@ -29,7 +29,9 @@ from conformance.conftest import API_KEY, _serve
 from conformance.test_openai_sdk import VERSION
 from livegen.models import Registry
 from livegen.server.thread import ServerThread
+from livegen.voice.translation import MAX_TRANSLATION_TOKENS
 from models.cascade.support import ChatServer, serve_chat, speak_afresh
+from models.cascade.test_llm_faults import LIMITS, big_text, endless_text, error_500, hang, undeclared
 
 CLIENT = f"openai-python {VERSION} (GA)"
 SAID = "Good morning, the train to the city leaves at nine."
@@ -53,6 +55,18 @@ def llm_server(voice_registry: Registry, chat: ChatServer) -> Iterator[ServerThr
     finally:
         server.stop()
         voice_registry.load("cascade").use_llm(None, None)  # the suite's other servers have none
+
+
+@pytest.fixture
+def strict_llm_server(voice_registry: Registry, chat: ChatServer) -> Iterator[ServerThread]:
+    """The same with the language-model limits small, so that each fault ends in seconds."""
+    server = _serve(voice_registry, llm_base_url=chat.url, llm_model="tiny", **LIMITS)
+    try:
+        server.wait_ready(timeout=300)
+        yield server
+    finally:
+        server.stop()
+        voice_registry.load("cascade").use_llm(None, None)
 
 
 def _sdk(server: ServerThread, key: str = API_KEY) -> AsyncOpenAI:
@@ -101,6 +115,13 @@ class Translation:
                 return
             await asyncio.sleep(0.05)
         raise AssertionError(f"spoke {self.spoken()!r}, not {text!r}; got {[e.type for e in self.events]}")
+
+    async def until_spoken_at_end(self, text: str, within: float = 120.0) -> None:
+        for _ in range(int(within / 0.05)):
+            if self.spoken().endswith(text):
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"spoke {self.spoken()!r}, not {text!r} at last")
 
     def spoken(self) -> str:
         return "".join(e.delta for e in self.of("session.output_transcript.delta"))
@@ -194,3 +215,36 @@ async def test_an_unknown_translation_event_is_refused_and_the_session_goes_on(
         await call.close()
     assert error.error.code == "invalid_value" and "session.close" in error.error.message
     assert updated.session.audio.output.language == "es"
+
+
+#: Language-model faults (``tests/models/cascade/test_llm_faults.py``'s) and the code each is told by.
+TRANSLATION_FAULTS = {
+    "error_500": (error_500, "llm_failed"),
+    "hang": (hang, "llm_timeout"),  # past --llm-first-token-timeout (2 s here)
+    "tool_call": (undeclared, "llm_invalid_tool_call"),
+    "big_text": (big_text, "llm_output_too_large"),
+    "endless_text": (endless_text, "llm_output_too_large"),
+}
+
+
+@pytest.mark.parametrize("fault", list(TRANSLATION_FAULTS))
+async def test_a_failed_translation_is_an_error_and_the_session_goes_on(
+    strict_llm_server: ServerThread, chat: ChatServer, fault: str
+) -> None:
+    answer, code = TRANSLATION_FAULTS[fault]
+    chat.faults["train"] = answer  # the utterance's transcript says "train"
+    connect = _sdk(strict_llm_server).realtime.translations.connect
+    async with connect(model="gpt-realtime-translate") as connection:
+        call = Translation(connection)
+        await call.wait_for("session.created")
+        call.speech = speak_afresh(SAID, rate=24_000)
+        failed = await call.wait_for("error")
+        spoken_before = call.spoken()
+        chat.faults.clear()
+        chat.reply = list(TRANSLATED)
+        call.speech = speak_afresh("The weather is lovely today.", rate=24_000)
+        await call.until_spoken_at_end("".join(TRANSLATED))
+        await call.close()
+    assert failed.error.code == code, failed
+    assert len(spoken_before.split()) <= MAX_TRANSLATION_TOKENS  # endless text: spoken within the cap
+    assert len(call.of("error")) == 1 and call.events[-1].type == "session.closed"

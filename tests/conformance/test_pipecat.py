@@ -103,9 +103,15 @@ class Bot:
 
 
 @asynccontextmanager
-async def bot(server: ServerThread) -> AsyncIterator[Bot]:
-    # pipecat's defaults (model gpt-realtime-2.1, server VAD), but for the server's URL and key.
-    llm = OpenAIRealtimeLLMService(api_key=API_KEY, base_url=f"{server.ws_url}/v1/realtime")
+async def bot(server: ServerThread, properties: events.SessionProperties | None = None) -> AsyncIterator[Bot]:
+    # pipecat's defaults (model gpt-realtime-2.1, server VAD), but for the server's URL and key;
+    # ``properties`` as pipecat's docs set them.
+    settings = (
+        None if properties is None else OpenAIRealtimeLLMService.Settings(session_properties=properties)
+    )
+    llm = OpenAIRealtimeLLMService(
+        api_key=API_KEY, base_url=f"{server.ws_url}/v1/realtime", settings=settings
+    )
     upstream, downstream = Recorder(), Recorder()
     worker = PipelineWorker(
         Pipeline([upstream, llm, downstream]), params=PipelineParams(audio_in_sample_rate=24_000)
@@ -138,6 +144,26 @@ async def test_spoken_turn(plain_server: ServerThread, speech: Callable[..., byt
     assert "12" in transcript.text and "7" in transcript.text
     assert "84" in the_bot.text()
     assert sum(len(f.audio) for f in the_bot.of(TTSAudioRawFrame)) > 48_000
+
+
+@pytest.mark.conformance(client=CLIENT, capability="spoken-turn")
+async def test_spoken_turn_with_pipecats_default_transcription(
+    plain_server: ServerThread, speech: Callable[..., bytes]
+) -> None:
+    # pipecat's docs turn transcripts on with ``InputAudioTranscription()``, whose default model is
+    # ``gpt-realtime-whisper``: refused invalid_value, its session never heard (issue 37, item 14).
+    transcription = events.InputAudioTranscription()
+    assert transcription.model == "gpt-realtime-whisper"  # pipecat's own default, not chosen here
+    audio = events.AudioConfiguration(input=events.AudioInput(transcription=transcription))
+    async with bot(plain_server, events.SessionProperties(audio=audio)) as the_bot:
+        microphone = Microphone(the_bot.send_audio)
+        microphone.say(speech(QUESTION))
+        await until(lambda: the_bot.of(TTSStoppedFrame) or the_bot.errors(), within=120, what="the answer")
+        await microphone.stop()
+    assert the_bot.errors() == []
+    [transcript] = the_bot.of(TranscriptionFrame)
+    assert "12" in transcript.text and "7" in transcript.text
+    assert "84" in the_bot.text()
 
 
 @pytest.mark.conformance(client=CLIENT, capability="barge-in")

@@ -11,6 +11,8 @@ from __future__ import annotations
 import base64
 import io
 import json
+import logging
+import random
 import socket
 import time
 import wave
@@ -22,9 +24,11 @@ import av
 import httpx
 import numpy as np
 import pytest
+import websockets
 from openai import OpenAI
 
 from browser.speech import write_speech
+from livegen.bench.fuzz_uploads import nested_opens, upload_cases
 from livegen.server import ServerConfig
 from livegen.server.thread import ServerThread
 from voice.scripted import SlowLoadingVoice, registry, slow_registry
@@ -189,6 +193,106 @@ def test_the_body_and_duration_caps(start_server: Callable[..., ServerThread], s
         content=chunks,
     )
     assert error_of(chunked, 413)["code"] == "request_too_large"
+
+
+@pytest.mark.slow
+def test_uploads_never_open_the_servers_files(
+    server: ServerThread, spoken: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The spoken WAV lies in the server's working directory (the server runs in this process).
+    private = tmp_path / "voicemail.wav"
+    private.write_bytes(spoken.read_bytes())
+    monkeypatch.chdir(tmp_path)
+    for name, upload in nested_opens(private).items():
+        response = transcribe(server, (name, upload), response_format="json")
+        assert "kitchen" not in response.text.lower(), (name, response.text)  # the file's words
+        error = error_of(response, 400)
+        assert (error["code"], error["param"]) == ("invalid_value", "file"), (name, error)
+        assert error["message"].startswith("Invalid file format."), (name, error)
+    # The route still hears a real upload of the same words.
+    assert "kitchen" in transcribe(server, ("said.wav", private.read_bytes())).json()["text"].lower()
+
+
+@pytest.mark.slow
+def test_a_fuzz_of_hostile_uploads_gets_200_or_400_file(
+    server: ServerThread,
+    spoken: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    private = tmp_path / "voicemail.wav"
+    private.write_bytes(spoken.read_bytes())
+    monkeypatch.chdir(tmp_path)
+    answered: dict[int, int] = {}
+    for name, upload in upload_cases(random.Random(37), 120, private):
+        response = transcribe(server, (name, upload))
+        answered[response.status_code] = answered.get(response.status_code, 0) + 1
+        assert "kitchen" not in response.text.lower(), (name, upload[:64])
+        if response.status_code != 200:
+            error = error_of(response, 400)
+            assert (error["code"], error["param"]) == ("invalid_value", "file"), (name, upload[:64], error)
+    assert set(answered) == {200, 400}, answered  # both families reached: some decode, most do not
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+    assert httpx.get(f"{server.http_url}/health").status_code == 200
+
+
+def wav_at(rate: int, num_bytes: int) -> bytes:
+    out = io.BytesIO()
+    with wave.open(out, "wb") as writer:
+        writer.setnchannels(1), writer.setsampwidth(2), writer.setframerate(rate)
+        writer.writeframes(bytes(num_bytes))
+    return out.getvalue()
+
+
+@pytest.mark.slow
+def test_sample_rates_outside_8_to_192_khz_are_refused(server: ServerThread) -> None:
+    # 3 KB claiming 1 Hz: 25 minutes of audio that would cost minutes of CPU to resample (issue 37, 6).
+    for rate in (1, 7_999, 192_001):
+        error = error_of(transcribe(server, (f"r{rate}.wav", wav_at(rate, 3_000))), 400)
+        assert (error["code"], error["param"]) == ("invalid_value", "file"), error
+        assert f"{rate} Hz" in error["message"]
+    assert transcribe(server, ("r8000.wav", wav_at(8_000, 16_000))).status_code == 200
+
+
+#: Every transcription model name OpenAI's SDK documents, with dated forms: a client's default
+#: (pipecat 1.14 asks for ``gpt-realtime-whisper``) is the server's recogniser (issue 37, item 14).
+OPENAI_NAMES = (
+    "whisper-1", "gpt-4o-transcribe", "gpt-4o-transcribe-diarize", "gpt-4o-mini-transcribe",
+    "gpt-4o-mini-transcribe-2025-03-20", "gpt-4o-mini-transcribe-2025-12-15", "gpt-realtime-whisper",
+    "gpt-transcribe", "gpt-transcribe-2026-01-15", "gpt-live-transcribe",
+)  # fmt: skip
+
+
+@pytest.mark.slow
+def test_every_openai_transcription_name_is_the_routes_recogniser(server: ServerThread, spoken: Path) -> None:
+    for name in OPENAI_NAMES:
+        heard = transcribe(server, ("said.wav", spoken.read_bytes()), model=name)
+        assert heard.status_code == 200 and "kitchen" in heard.json()["text"].lower(), (name, heard.text)
+    for unknown in ("whisper-9", "gpt-realtime-whisper-2025", "gpt-4o-transcribe-1999-01-01x"):
+        assert error_of(transcribe(server, ("said.wav", b""), model=unknown), 404)["param"] == "model"
+
+
+@pytest.mark.slow
+async def test_every_openai_transcription_name_is_a_sessions_recogniser(server: ServerThread) -> None:
+    headers = {"Authorization": f"Bearer {KEY}"}
+    async with websockets.connect(f"{server.ws_url}/v1/realtime", additional_headers=headers) as ws:
+        for name in (*OPENAI_NAMES, "whisper-huge"):
+            update = {"type": "realtime", "audio": {"input": {"transcription": {"model": name}}}}
+            await ws.send(json.dumps({"type": "session.update", "session": update}))
+            answer = await next_of(ws, ("session.updated", "error"))
+            if name == "whisper-huge":  # neither OpenAI's nor the server's: still refused by name
+                assert answer["error"]["param"] == "session.audio.input.transcription.model", answer
+            else:
+                assert answer["type"] == "session.updated", (name, answer)
+                assert answer["session"]["audio"]["input"]["transcription"]["model"] == name
+
+
+async def next_of(ws: Any, kinds: tuple[str, ...]) -> dict[str, Any]:
+    while True:
+        event: dict[str, Any] = json.loads(await ws.recv())
+        if event["type"] in kinds:
+            return event
 
 
 # -- speech -----------------------------------------------------------------------------------------

@@ -142,6 +142,24 @@ def test_a_client_leaving_mid_body_logs_no_traceback(
     assert httpx.get(f"{server.http_url}/health").status_code == 200
 
 
+def test_garbage_after_a_404_or_405_is_refused_without_a_traceback(
+    start_server: StartServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Found by a fuzz (issue 37, item 11): the 400 for the garbage half-closed the connection, then
+    # the answer to the request before it wrote after write_eof() and uvicorn logged a traceback.
+    server = voice(start_server)
+    caplog.set_level(logging.INFO)
+    for head in ("GET /nope HTTP/1.1", "DELETE /health HTTP/1.1", "GET /v1/models HTTP/1.1"):
+        sock = connect(server)
+        sock.sendall(f"{head}\r\nHost: 127.0.0.1\r\n\r\n\x00garbage\r\n\r\n".encode())
+        sock.shutdown(socket.SHUT_WR)
+        status, body = answer(sock)  # read until the server closes: the first answer ran by then
+        assert status == 400 and error_of(body)["code"] == "invalid_value", (head, status, body)
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+    assert len([r for r in caplog.records if r.getMessage() == "http.refused"]) == 3
+    assert httpx.get(f"{server.http_url}/health").status_code == 200
+
+
 # --- parsing -----------------------------------------------------------------------------------
 
 

@@ -23,6 +23,7 @@ Models never see WebSockets, wire events or base64.
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -378,14 +379,28 @@ class ClipSegment:
     logprobs: tuple[Mapping[str, Any], ...] | None = None
 
 
-#: OpenAI's transcription models: a voice model takes each to mean its default recogniser.
+#: OpenAI's transcription models (the names its SDK documents): a voice model takes each, and each
+#: one's dated form (``gpt-4o-mini-transcribe-2025-03-20``), to mean its default recogniser. A client
+#: names one by default (pipecat 1.14: ``gpt-realtime-whisper``), so none may be refused.
 OPENAI_TRANSCRIPTION_MODELS = (
     "whisper-1",
     "gpt-4o-transcribe",
+    "gpt-4o-transcribe-diarize",
     "gpt-4o-mini-transcribe",
     "gpt-4o-mini-transcribe-2025-12-15",
+    "gpt-realtime-whisper",
+    "gpt-live-transcribe",
     "gpt-transcribe",
 )
+_DATED = re.compile(r"(?P<name>.+)-\d{4}-\d{2}-\d{2}")
+
+
+def is_openai_transcription_model(name: str) -> bool:
+    """One of OpenAI's transcription model names, or its dated form."""
+    dated = _DATED.fullmatch(name)
+    return name in OPENAI_TRANSCRIPTION_MODELS or (
+        dated is not None and dated["name"] in OPENAI_TRANSCRIPTION_MODELS
+    )
 
 
 @runtime_checkable

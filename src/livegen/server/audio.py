@@ -6,8 +6,9 @@ audio clients work unchanged and one livegen can be another's recogniser or
 voice. Same API key as every route (``auth.py``), OpenAI's error shape and
 status codes (``audio_requests.py`` checks the fields).
 
-- Transcriptions take OpenAI's multipart form: ``file`` (any format PyAV
-  decodes, see ``audio_codec``), ``model`` (the model's recognisers by name;
+- Transcriptions take OpenAI's multipart form: ``file`` (OpenAI's formats
+  only, each read by its own demuxer and nothing beside it, at 8-192 kHz: see
+  ``audio_codec``), ``model`` (the model's recognisers by name;
   OpenAI's transcription names mean the server's default one),
   ``response_format`` (json, text, verbose_json, srt, vtt), ``language``,
   ``prompt`` (its end), ``temperature`` (taken; decoding is never sampled),

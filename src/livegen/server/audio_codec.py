@@ -3,9 +3,21 @@
 Uploads (wav, mp3, flac, ogg, webm, m4a...) are decoded and resampled to the
 model's rate by PyAV (FFmpeg; it comes with aiortc, the ``webrtc`` extra);
 without PyAV only WAV is read (the standard library's ``wave``, resampled by
-soxr). Decoding stops as soon as the audio passes the duration cap, so a long
-file costs no more than the cap. Both run in a worker thread (the caller's
-``asyncio.to_thread``), never on the event loop.
+soxr). Both run in a worker thread (the caller's ``asyncio.to_thread``), never
+on the event loop.
+
+An upload is hostile until proven otherwise. FFmpeg left to probe would take a
+text upload for an ``ffconcat`` or HLS playlist and open the files it names
+(relative paths pass its safe mode): the server's own files, transcribed back
+to the client. So the demuxer is chosen here from the file's first bytes, only
+among those of OpenAI's formats (``DEMUXERS``), forced on FFmpeg, and kept to
+that list (``format_whitelist``) with no protocol at all for anything it might
+open beside the upload (``protocol_whitelist``); anything else is ``BadAudio``.
+The cost is bounded on the source, before resampling: a sample rate outside
+``SOURCE_RATES`` is refused (a WAV that claims 1 Hz would take minutes of CPU
+to resample), and the duration cap is charged on the source's own samples, so
+decoding stops as soon as the audio passes it and a long file costs no more
+than the cap.
 
 Speech leaves as OpenAI sends it: ``pcm`` (PCM16 mono, 24 kHz) as is, ``wav``
 with a header whose lengths say "unknown" (0xFFFFFFFF, as streaming WAV
@@ -44,6 +56,19 @@ MEDIA_TYPES = {
 }
 
 
+#: FFmpeg's demuxers for OpenAI's formats: wav; mp3 (mp3, mpga, mpeg audio); flac; ogg (ogg, oga);
+#: matroska (webm); mov (mp4, m4a); mpeg (MPEG program streams).
+DEMUXERS = ("wav", "mp3", "flac", "ogg", "matroska", "mov", "mpeg")
+#: The sample rates an upload may have: telephone to studio.
+SOURCE_RATES = (8_000, 192_000)
+#: No demuxer may open anything but the upload itself: no FFmpeg protocol is named "none".
+SAFE_OPTIONS = {
+    "format_whitelist": ",".join(DEMUXERS),
+    "protocol_whitelist": "none",
+    "enable_drefs": "0",  # mov: never follow a track's reference to another file
+}
+
+
 class BadAudio(ValueError):
     """The upload is not audio this server can decode."""
 
@@ -67,34 +92,70 @@ def decode(data: bytes, rate: int, max_seconds: float) -> bytes:
     return _decode_wav(data, rate, int(max_seconds * rate))
 
 
+def sniff(data: bytes) -> str | None:
+    """The demuxer (one of ``DEMUXERS``) that the file's first bytes say it is written for; None
+    for anything else (a playlist, an image, text)."""
+    if data[:3] == b"ID3" and len(data) >= 10:  # an ID3v2 tag (before mp3, sometimes flac): skip it
+        size = (data[6] & 0x7F) << 21 | (data[7] & 0x7F) << 14 | (data[8] & 0x7F) << 7 | data[9] & 0x7F
+        return "flac" if data[10 + size : 14 + size] == b"fLaC" else "mp3"
+    if data[:4] in (b"RIFF", b"RF64", b"BW64") and data[8:12] == b"WAVE":
+        return "wav"
+    if data[4:8] in (b"ftyp", b"moov", b"mdat", b"free", b"wide", b"skip"):
+        return "mov"
+    by_magic = {b"fLaC": "flac", b"OggS": "ogg", b"\x1a\x45\xdf\xa3": "matroska", b"\x00\x00\x01\xba": "mpeg"}
+    if found := by_magic.get(data[:4]):
+        return found
+    # An MPEG audio frame's sync word, of layer I-III (layer bits 00 would be ADTS AAC, not ours).
+    if len(data) >= 2 and data[0] == 0xFF and data[1] & 0xE0 == 0xE0 and data[1] & 0x06:
+        return "mp3"
+    return None
+
+
+def check_rate(source_rate: int) -> None:
+    low, high = SOURCE_RATES
+    if not low <= source_rate <= high:
+        raise BadAudio(f"a sample rate of {source_rate} Hz; uploads are read from {low} to {high} Hz")
+
+
 def _decode_pyav(data: bytes, rate: int, max_samples: int) -> bytes:
     import av
 
-    chunks: list[bytes] = []
-    num_samples = 0
+    demuxer = sniff(data)
+    if demuxer is None:
+        raise BadAudio("not a file of a supported format")
     try:
-        with av.open(io.BytesIO(data), mode="r") as container:
-            streams = [s for s in container.streams if s.type == "audio"]
-            if not streams:
-                raise BadAudio("the file has no audio stream")
-            resampler = av.AudioResampler(format="s16", layout="mono", rate=rate)
-            for frame in container.decode(streams[0]):
-                if not isinstance(frame, av.AudioFrame):
-                    continue
-                for out in resampler.resample(frame):
-                    chunks.append(out.to_ndarray().tobytes())
-                    num_samples += out.samples
-                if num_samples > max_samples:
-                    raise TooLong(f"{num_samples / rate:.1f} s")
-            for out in resampler.resample(None):
-                chunks.append(out.to_ndarray().tobytes())
-                num_samples += out.samples
+        with av.open(io.BytesIO(data), mode="r", format=demuxer, options=SAFE_OPTIONS) as container:
+            return _decode_stream(container, rate, max_samples)
     except (av.FFmpegError, StopIteration, ValueError, IndexError) as exc:
         if isinstance(exc, BadAudio | TooLong):
             raise
         raise BadAudio(str(exc)) from exc
-    if num_samples > max_samples:
-        raise TooLong(f"{num_samples / rate:.1f} s")
+
+
+def _decode_stream(container: Any, rate: int, max_samples: int) -> bytes:
+    """The first audio stream, resampled; each frame's rate checked and the cap charged on the
+    source's seconds before a frame is resampled."""
+    import av
+
+    streams = [s for s in container.streams if s.type == "audio"]
+    if not streams:
+        raise BadAudio("the file has no audio stream")
+    if streams[0].codec_context is None:  # a stream of a codec FFmpeg has no decoder for
+        raise BadAudio("the file's audio cannot be decoded")
+    check_rate(streams[0].codec_context.sample_rate)
+    max_seconds = max_samples / rate
+    resampler = av.AudioResampler(format="s16", layout="mono", rate=rate)
+    chunks: list[bytes] = []
+    source_seconds = 0.0
+    for frame in container.decode(streams[0]):
+        if not isinstance(frame, av.AudioFrame):
+            continue
+        check_rate(frame.sample_rate)  # a stream may change its rate midway (chained Ogg, mp3 frames)
+        source_seconds += frame.samples / frame.sample_rate
+        if source_seconds > max_seconds:
+            raise TooLong(f"{source_seconds:.1f} s")
+        chunks.extend(out.to_ndarray().tobytes() for out in resampler.resample(frame))
+    chunks.extend(out.to_ndarray().tobytes() for out in resampler.resample(None))
     return b"".join(chunks)
 
 
@@ -106,6 +167,7 @@ def _decode_wav(data: bytes, rate: int, max_samples: int) -> bytes:
             width, channels, source_rate = reader.getsampwidth(), reader.getnchannels(), reader.getframerate()
             if width != 2:
                 raise BadAudio("only 16-bit WAV can be read without PyAV")
+            check_rate(source_rate)
             # A streamed WAV's header may say 0xFFFFFFFF: read no more than the cap allows, and count.
             cap = int(max_samples * source_rate / rate) + 1
             frames = reader.readframes(min(reader.getnframes(), cap))

@@ -17,7 +17,7 @@ from typing import Any
 from starlette.datastructures import FormData
 
 from livegen.errors import LivegenError
-from livegen.models.voice import OPENAI_TRANSCRIPTION_MODELS, ClipAudio
+from livegen.models.voice import ClipAudio, is_openai_transcription_model
 from livegen.protocol import errors as wire_errors
 
 #: OpenAI's speech models: each means the voice model's speech.
@@ -110,7 +110,7 @@ class TranscriptionRequest:
         model = fields.get("model")
         if not model:
             raise missing("model")
-        if model not in recognisers and model not in OPENAI_TRANSCRIPTION_MODELS:
+        if model not in recognisers and not is_openai_transcription_model(model):
             raise model_not_found(model)
         response_format = fields.get("response_format") or "json"
         if response_format not in TRANSCRIPTION_FORMATS:

@@ -12,7 +12,8 @@ Every HTTP route is behind these limits; none reads or parses a body on its own.
   one more closes the one that has waited longest for a head (slow, silent or
   idle), or is answered 503 when every one is mid-request. A refused connection is half-closed and drained for
   a moment before it is closed, so that the client reads its answer rather
-  than a reset.
+  than a reset; a request still being answered on it (garbage pipelined after a
+  404) answers no more, so nothing is written after the half-close.
 - Bodies (``BodyLimitMiddleware``, outermost): a body over ``max_body_bytes``
   (``max_audio_bytes`` for audio uploads, see ``BodyLimits``) is answered 413,
   at once when its ``Content-Length`` says so, else when that much has been
@@ -399,6 +400,15 @@ class HeadLimitProtocol(HttpToolsProtocol):
         self._is_refused = True
         self._disarm_head_timer()
         log_event(logger, "http.refused", logging.WARNING, status=status)
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            # A request before this one is still being answered (a 404 for a pipelined head, then
+            # garbage): it answers no more (uvicorn drops a gone client's writes), rather than
+            # writing after the half-close and logging a traceback; half-way through, not even this.
+            cycle.disconnected = True
+            if cycle.response_started:
+                self.transport.close()
+                return
         head = b"content-type: application/json\r\nconnection: close\r\ncontent-length: %d\r\n\r\n"
         self.transport.write(STATUS_LINE[status] + head % len(body) + body)
         if self.transport.can_write_eof():

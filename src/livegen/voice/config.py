@@ -25,7 +25,7 @@ from typing import Any, TypeGuard, TypeVar
 
 from msgspec import UNSET, UnsetType
 
-from livegen.models.voice import McpServer, StreamConfig, TurnDetection
+from livegen.models.voice import McpServer, StreamConfig, TurnDetection, is_openai_transcription_model
 from livegen.protocol.audio import (
     DEFAULT_PCM_RATE,
     MAX_RATE,
@@ -593,7 +593,7 @@ def check_transcription_model(name: str, names: tuple[str, ...] | None) -> None:
     """OpenAI's ``invalid_value`` for a recogniser the model does not have (``names``: the model's,
     None: any), naming it and the ones it has: a misspelt name would otherwise be heard by the
     default one, silently."""
-    if names is None or not name or name in names:
+    if names is None or not name or name in names or is_openai_transcription_model(name):
         return
     listed = ", ".join(f"'{known}'" for known in names[:-1]) + f", and '{names[-1]}'"
     detail = f"Invalid value: '{name}'. Supported values are: {listed}."

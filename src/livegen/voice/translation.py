@@ -18,6 +18,15 @@ into the translation ones, dropping the rest (a translation client has no
 responses nor items). Without a language model there is nothing to translate
 with, so the transport refuses the session (``protocol.errors.NO_LANGUAGE_MODEL``).
 
+A translation that fails (the language model answers 500, says nothing by its
+first-token deadline, calls a tool, sends too much; a speech stage fails) is a
+response that ends ``failed``: the client hears of it as an ``error`` with the
+voice sessions' code (``llm_failed``, ``llm_timeout``, ``llm_invalid_tool_call``,
+``llm_output_too_large``...), never silence, and the session goes on. A
+translation is capped as a response is, at ``MAX_TRANSLATION_TOKENS`` (a model
+that ignores the cap is cut at as many words), so endless text is never spoken
+without bound.
+
 Sans-IO: JSON objects in, JSON objects out; the transport
 (``server/translation.py``) moves them.
 """
@@ -41,6 +50,9 @@ INSTRUCTIONS = (
 #: What the translation dialect's clients may send (OpenAI's list, for an unknown type).
 CLIENT_EVENTS = ("session.update", "session.input_audio_buffer.append", "session.close")
 NOISE_REDUCTION_TYPES = ("near_field", "far_field")
+#: One translation's ``max_output_tokens``: about a minute of speech, more than an utterance
+#: that server VAD ends at its pauses says.
+MAX_TRANSLATION_TOKENS = 160
 
 
 def _object(value: object, param: str) -> dict[str, Any]:
@@ -98,6 +110,7 @@ class TranslationConfig:
             "type": "realtime",
             "instructions": INSTRUCTIONS.format(language=self.language),
             "output_modalities": ["audio"],
+            "max_output_tokens": MAX_TRANSLATION_TOKENS,
             "audio": {"input": audio_in},
         }
 
@@ -178,6 +191,7 @@ class TranslationDialect:
             self.responses += 1
         elif kind == "response.done":
             self.responses = max(0, self.responses - 1)
+            return _failure(event_id, event.get("response") or {})
         return self._stream(kind, event_id, event)
 
     def _stream(self, kind: str, event_id: str, event: dict[str, Any]) -> list[dict[str, Any]]:
@@ -202,3 +216,18 @@ class TranslationDialect:
             return []
         self.closed = True
         return [{"type": "session.closed", "event_id": event_id or "event_closed"}]
+
+
+def _failure(event_id: str, response: dict[str, Any]) -> list[dict[str, Any]]:
+    """A failed translation's ``error``, in the code and words of the response's own failure."""
+    if response.get("status") != "failed":
+        return []
+    failed = (response.get("status_details") or {}).get("error") or {}
+    error = {
+        "type": failed.get("type") or "server_error",
+        "code": failed.get("code") or "model_failed",
+        "message": failed.get("message") or "the translation failed",
+        "param": None,
+        "event_id": None,
+    }
+    return [{"type": "error", "event_id": event_id or "event_failed", "error": error}]

@@ -32,14 +32,15 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from livegen import tasks
-from livegen.models.cascade import llm, responder, sentences
+from livegen.models.cascade import chat_stream, llm, responder, sentences
 from livegen.models.cascade.mcp import MAX_ROUNDS
 from livegen.models.cascade.mcp_session import McpRun
 from livegen.models.cascade.tts import Speech
@@ -194,20 +195,32 @@ async def _from_llm(client: llm.Client, ask: Ask, answer: Answer) -> AsyncIterat
     ``mcp.MAX_ROUNDS`` times; function calls are the client's, and end the answer.
     """
     chat = list(ask.chat)
+    num_words = 0
     for round_ in range(MAX_ROUNDS + 1):
         splitter, said, mcp_calls = sentences.Splitter(), list[str](), list[llm.ToolCall]()
-        async for event in client.stream(
-            chat, ask.tools, ask.tool_choice, ask.max_tokens, ask.reasoning_effort
-        ):
-            if isinstance(event, llm.ToolCall):
-                is_mcp = answer.mcp is not None and answer.mcp.owns(event.name)
-                (mcp_calls if is_mcp else answer.calls).append(event)
-            elif isinstance(event, llm.Finish):
-                answer.finish_reason, answer.usage = event.reason, _added(answer.usage, event.usage)
-            else:
-                said.append(event)
-                for piece in splitter.feed(event):
-                    yield piece
+        # An async generator (``llm.Client.stream``): closed, with its reader, when it fails here.
+        stream = cast(
+            AsyncGenerator[Any, None],
+            client.stream(chat, ask.tools, ask.tool_choice, ask.max_tokens, ask.reasoning_effort),
+        )
+        async with contextlib.aclosing(stream):
+            async for event in stream:
+                if isinstance(event, llm.ToolCall):
+                    is_mcp = answer.mcp is not None and answer.mcp.owns(event.name)
+                    (mcp_calls if is_mcp else answer.calls).append(event)
+                elif isinstance(event, llm.Finish):
+                    answer.finish_reason, answer.usage = event.reason, _added(answer.usage, event.usage)
+                else:
+                    # A word takes a token at least: past ``max_tokens`` words the endpoint ignores
+                    # the limit it was sent, and its answer fails before the excess is spoken.
+                    num_words += len(event.split())
+                    if ask.max_tokens is not None and num_words > ask.max_tokens:
+                        raise chat_stream.LLMTooLarge(
+                            f"the language model sent more than {ask.max_tokens} words, its max_tokens"
+                        )
+                    said.append(event)
+                    for piece in splitter.feed(event):
+                        yield piece
         for piece in splitter.flush():
             yield piece
         if not mcp_calls or answer.calls or answer.mcp is None or round_ == MAX_ROUNDS:

@@ -311,6 +311,9 @@ class Stream(Voicing):
         prepared = None
         if self._llm is None or self._next_history is not None:
             prepared = self._spawn(self._prepare(list(self._settled), transcript, self._config.voice))
+            # A transcript that failed fails this too; the response that waits on the transcript
+            # reports it (asr_unavailable), so it is not logged again as never retrieved.
+            prepared.add_done_callback(_retrieved)
         self._speculation = Speculation(start, end, transcript, prepared)
         self._model.stats.num_speculations += 1
 
@@ -593,6 +596,11 @@ class Stream(Voicing):
     def _check_open(self) -> None:
         if self._is_closed:
             raise InvalidState(f"the voice stream of session {self.session_id!r} is closed")
+
+
+def _retrieved(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 async def _constant(text: str) -> str:
