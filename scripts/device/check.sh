@@ -16,7 +16,9 @@
 # Each stage runs under its own time budget (timeout), so a slow one cannot eat the others, and the
 # report is written from whatever finished. DEVICE_DRY=1 runs the same code paths at tiny geometry
 # on the CPU (CI does, .ci/run). Environment: OUT (default out/device), DEVICE_WHEELS (default
-# .whl), DEVICE_SITE (where the wheels are installed, default a temporary directory), PYTHON.
+# .whl; with no wheels there, nothing is installed: livegen's own install, on a GPU box with a
+# registry, needs none), DEVICE_SITE (where the wheels go, default a temporary directory), PYTHON,
+# DEVICE_STAGES (default "machine duplex wan checkpoint serve": a rerun of some, in less time).
 #
 #   OUT=/tmp/out scripts/device/check.sh
 set -uo pipefail
@@ -41,12 +43,17 @@ else
     device=cuda duplex_geometry=7b wan_geometry=1.3b
     duplex_args=(--steps 50 --warmup 5 --device cuda --dtype bfloat16)
     wan_args=(--sessions 1,4 --chunks 10) seconds=60 min_sessions=1 max_sessions=64
-    budget_duplex=110 budget_wan=90 budget_checkpoint=80 budget_serve=160
+    budget_duplex=100 budget_wan=80 budget_checkpoint=100 budget_serve=160
 fi
 
-echo "check: installing $(ls "$wheels"/*.whl 2>/dev/null | wc -l) wheels from $wheels into $site"
-"$python" -m pip install -q --no-index --no-deps --no-compile --disable-pip-version-check \
-    --target "$site" "$wheels"/*.whl || { echo "check: the wheelhouse did not install" >&2; exit 1; }
+stages=" ${DEVICE_STAGES:-machine duplex wan checkpoint serve} "
+if compgen -G "$wheels/*.whl" >/dev/null; then
+    echo "check: installing $(ls "$wheels"/*.whl | wc -l) wheels from $wheels into $site"
+    "$python" -m pip install -q --no-index --no-deps --no-compile --disable-pip-version-check \
+        --target "$site" "$wheels"/*.whl || { echo "check: the wheelhouse did not install" >&2; exit 1; }
+else
+    echo "check: no wheels in $wheels: running on what $python has installed"
+fi
 export PYTHONPATH="$root/src:$site" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 # The tiny model's tensors are too small for more than one CPU thread, and on a shared CPU more
 # threads wait on each other (the bench and the registry's moshi-tiny take one; the server's moshi,
@@ -58,6 +65,7 @@ export PYTHONPATH="$root/src:$site" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFOR
 stage() {
     local name=$1 budget=$2 begun rc
     shift 2
+    [[ "$stages" == *" $name "* ]] || return 0
     begun=$(date +%s)
     echo "check: $name (budget ${budget} s)"
     timeout -k 10 "$budget" "$@" >"$work/$name.log" 2>&1
@@ -85,21 +93,29 @@ held=$("$python" -c "import json,sys; print(json.load(open(sys.argv[1]))['sessio
     "$work/duplex.json" 2>/dev/null || echo 1)
 [ "$held" -ge "$min_sessions" ] || held=$min_sessions
 [ "$held" -le "$max_sessions" ] || held=$max_sessions
+held=${DEVICE_SESSIONS:-$held}  # a rerun of serve alone names its clients
 stage checkpoint "$budget_checkpoint" "$python" scripts/device/stages.py checkpoint "$work/moshi" \
     --geometry "$duplex_geometry" --device "$device" --max-sessions "$held" --json "$work/checkpoint.json"
 
-port=$("$python" -c "import socket; s=socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
-"$python" -m livegen serve --host 127.0.0.1 --port "$port" --voice-model moshi \
-    --voice-model-path "$work/moshi" --voice-device "$device" --world-model none \
-    --max-sessions "$held" >"$work/server.log" 2>&1 &
-server=$!
-stage serve "$budget_serve" "$python" scripts/device/clients.py "$work/serve.json" --port "$port" \
-    --sessions "$held" --seconds "$seconds" --server-pid "$server" --ready-s $((budget_serve - seconds - 15))
-kill "$server" 2>/dev/null
-wait "$server" 2>/dev/null
+if [[ "$stages" == *" serve "* ]]; then
+    port=$("$python" -c "import socket; s=socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
+    "$python" -m livegen serve --host 127.0.0.1 --port "$port" --voice-model moshi \
+        --voice-model-path "$work/moshi" --voice-device "$device" --world-model none \
+        --max-sessions "$held" >"$work/server.log" 2>&1 &
+    server=$!
+    stage serve "$budget_serve" "$python" scripts/device/clients.py "$work/serve.json" --port "$port" \
+        --sessions "$held" --seconds "$seconds" --server-pid "$server" --ready-s $((budget_serve - seconds - 15))
+    kill "$server" 2>/dev/null
+    wait "$server" 2>/dev/null
+fi
 
 "$python" scripts/device/report.py "$work" "$out" --dry "$dry" --wall-s $(($(date +%s) - started))
 status=$?
-rm -rf "$work/moshi"
-echo "check: wrote $out/device.md and $out/device.json in $(($(date +%s) - started)) s (work: $work)"
+# Every stage's log in one file beside the report (a lent machine sends back few files), then the
+# work directory (the checkpoint is 15 GB) goes.
+for log in "$work"/*.log; do
+    [ -e "$log" ] && { echo "==> $(basename "$log")"; tail -n 200 "$log"; }
+done >"$out/device-logs.txt"
+rm -rf "$work"
+echo "check: wrote $out/device.md, device.json and device-logs.txt in $(($(date +%s) - started)) s"
 exit $status

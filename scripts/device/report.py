@@ -4,7 +4,8 @@
 wan, checkpoint, serve) and ``stages.jsonl`` (each stage's exit status, seconds and whether its
 budget ran out). A stage that failed or ran out of time is reported as such, with the end of its
 log, and the other stages' figures are still written: a partial run on a lent machine is worth
-keeping. The exit status is 1 when any stage failed, so CI's dry run fails on it.
+keeping. The exit status is 1 when any stage that ran failed (or when none ran), so CI's dry run
+fails on it.
 
     python scripts/device/report.py WORK OUT [--dry 1] [--wall-s S]
 """
@@ -34,7 +35,7 @@ def collect(work: Path) -> dict[str, Any]:
         path = work / f"{name}.json"
         if path.is_file():
             results["figures"][name] = json.loads(path.read_text())
-        if statuses.get(name, {}).get("rc", 1) != 0 or not path.is_file():
+        if name in statuses and (statuses[name]["rc"] != 0 or not path.is_file()):
             for log in (work / f"{name}.log", work / "server.log" if name == "serve" else None):
                 if log is not None and log.is_file():
                     tail = log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
@@ -43,8 +44,10 @@ def collect(work: Path) -> dict[str, Any]:
 
 
 def failed(results: dict[str, Any]) -> list[str]:
+    """The stages that ran (DEVICE_STAGES may leave some out) and failed or left no figures."""
     statuses, figures = results["stages"], results["figures"]
-    return [name for name in STAGES if statuses.get(name, {}).get("rc", 1) != 0 or name not in figures]
+    ran = [name for name in STAGES if name in statuses]
+    return [name for name in ran if statuses[name]["rc"] != 0 or name not in figures]
 
 
 def _machine(facts: dict[str, Any]) -> list[str]:
@@ -153,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "device.json").write_text(json.dumps(results, indent=1) + "\n")
     (args.out / "device.md").write_text(markdown(results, dry, args.wall_s))
     print(markdown(results, dry, args.wall_s))
-    if results["failed"]:
+    if results["failed"] or not results["stages"]:
         print(f"report: failed stages: {', '.join(results['failed'])}", file=sys.stderr)
         return 1
     return 0
