@@ -24,6 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from livegen.models.moshi.cache import RingKV
+from livegen.models.moshi.compat import cache_keyword, mimi_parts, run_layers
 
 
 class StreamingMimi:
@@ -34,6 +35,8 @@ class StreamingMimi:
 
         self._conv, self._convtr, self._resnet = MimiConv1d, MimiConvTranspose1d, MimiResnetBlock
         self.mimi = mimi
+        self.parts = mimi_parts(mimi)
+        self._keyword = cache_keyword(self.parts.encoder_transformer.layers[0])
         self.slots = slots
         self.num_codebooks = num_codebooks
         config = mimi.config
@@ -73,21 +76,21 @@ class StreamingMimi:
     # -- the two directions -------------------------------------------------------------------
     def encode(self, audio: Tensor, rows: Tensor) -> Tensor:
         """(B, 1, frame) float audio -> (B, num_codebooks) codes of this frame."""
-        encoder = self.mimi.encoder
-        hidden = self._walk(encoder.encoder_seanet.layers, audio.to(self.dtype), rows)
-        hidden = self._transformer(encoder.encoder_transformer, hidden, self.encoder_kv, rows)
-        latents = self._conv1d(encoder.downsample, hidden, rows)
+        parts = self.parts
+        hidden = self._walk(parts.encoder_seanet.layers, audio.to(self.dtype), rows)
+        hidden = self._transformer(parts.encoder_transformer, hidden, self.encoder_kv, rows)
+        latents = self._conv1d(parts.downsample, hidden, rows)
         self._fresh[rows] = False
         codes: Tensor = self.mimi.quantizer.encode(latents, self.num_codebooks).transpose(0, 1)
         return codes[:, :, -1]
 
     def decode(self, codes: Tensor, rows: Tensor) -> Tensor:
         """(B, num_codebooks) codes of one frame -> (B, 1, frame) float audio."""
-        decoder = self.mimi.decoder
+        parts = self.parts
         latents = self.mimi.quantizer.decode(codes[:, :, None])
-        hidden = self._convtr1d(decoder.upsample, latents.to(self.dtype), rows)
-        hidden = self._transformer(decoder.decoder_transformer, hidden, self.decoder_kv, rows)
-        audio: Tensor = self._walk(decoder.decoder_seanet.layers, hidden, rows)
+        hidden = self._convtr1d(parts.upsample, latents.to(self.dtype), rows)
+        hidden = self._transformer(parts.decoder_transformer, hidden, self.decoder_kv, rows)
+        audio: Tensor = self._walk(parts.decoder_seanet.layers, hidden, rows)
         return audio
 
     # -- the streaming pieces -------------------------------------------------------------------
@@ -145,6 +148,8 @@ class StreamingMimi:
         states = hidden.transpose(1, 2)
         step = pool.begin(rows, states.shape[1])
         embeddings = transformer.rotary_emb(states, step.positions)
-        for layer in transformer.layers:
-            states = layer(states, attention_mask=step.mask, cache=step, position_embeddings=embeddings)
+        states = run_layers(
+            transformer.layers, states, self._keyword, step, attention_mask=step.mask,
+            position_embeddings=embeddings,
+        )  # fmt: skip
         return states.transpose(1, 2)

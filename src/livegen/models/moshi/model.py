@@ -36,6 +36,7 @@ from livegen.errors import CapacityExceeded, InvalidRequest
 from livegen.models.lockstep import LockstepFrame, LockstepSpec
 from livegen.models.moshi.cache import RingKV
 from livegen.models.moshi.codec import StreamingMimi
+from livegen.models.moshi.compat import cache_keyword, run_layers
 from livegen.models.voice import ModelHealth
 
 
@@ -117,6 +118,7 @@ class MoshiLockstep:
             device=self.device,
         )
         self.codec = StreamingMimi(model.audio_encoder, max_sessions, self.num_codebooks)
+        self._keyword = cache_keyword(model.decoder.model.layers[0])
         slots, k = max_sessions, self.num_codebooks
         self._text = torch.full((slots,), self.text_vocab, dtype=torch.long, device=self.device)
         self._audio = torch.full((slots, k), self.audio_vocab, dtype=torch.long, device=self.device)
@@ -238,8 +240,10 @@ class MoshiLockstep:
             embeds = embeds + model.embed_tokens[k + i](user_column[:, i])
         hidden = embeds[:, None, :]
         step = self.kv.begin(rows, 1)
-        for layer in model.decoder.model.layers:
-            hidden = layer(hidden, attention_mask=step.mask, position_ids=step.positions, cache=step)
+        hidden = run_layers(
+            model.decoder.model.layers, hidden, self._keyword, step, attention_mask=step.mask,
+            position_ids=step.positions,
+        )  # fmt: skip
         hidden = model.decoder.model.norm(hidden)
         return hidden, model.decoder.lm_head(hidden)[:, -1]
 
@@ -253,8 +257,7 @@ class MoshiLockstep:
             index = torch.tensor([i], device=self.device)
             embed = depth.text_embed_tokens if i == 0 else depth.embed_tokens[i - 1]
             states = embed(token) + depth.input_projections(hidden, index)
-            for layer in depth.layers:
-                states = layer(states, cache=cache, codebook_idx=index)
+            states = run_layers(depth.layers, states, self._keyword, cache, codebook_idx=index)
             logits = depth.lm_heads(states, index)
             token = self._sample(
                 logits[:, -1], noise[:, i], self.sampling.audio_temperature, self.sampling.audio_top_k
