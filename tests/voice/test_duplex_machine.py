@@ -69,7 +69,9 @@ class DuplexCore(VoiceCore):
         update = {"audio": {"input": audio_in, "output": {"format": fmt}}}
         self.apply(drive(self.session.receive, wire.session_update(update), self.now))
         if server_vad:  # a quick detector (the operator's, never the client's); else the default one
-            quick = {"audio": {"input": {"turn_detection": {"type": "server_vad", "silence_duration_ms": 30}}}}
+            quick = {
+                "audio": {"input": {"turn_detection": {"type": "server_vad", "silence_duration_ms": 30}}}
+            }
             with pytest.raises(InvalidRequest, match="turn detection cannot be set"):
                 self.session.receive(wire.session_update(quick), self.now)
             vad = replace(self.session.config.turn_detection, silence_duration_ms=30)
