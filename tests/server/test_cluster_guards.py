@@ -150,3 +150,15 @@ def test_health_without_the_key_names_no_private_address(guarded: Cluster) -> No
     assert all("address" not in node for node in anonymous["nodes"])
     authenticated = processes(guarded)
     assert all(p["address"].startswith("ws://127.0.0.1:") for p in authenticated)
+
+
+def test_each_process_is_scraped_at_its_private_address_and_names_itself(guarded: Cluster) -> None:
+    """``/metrics`` is per process; a scrape of the public port reaches whichever the kernel picks,
+    so each process is scraped at its private address and says which it is."""
+    for process in processes(guarded):
+        answer = httpx.get(
+            f"{process['address'].replace('ws://', 'http://')}/metrics", headers=AUTH, timeout=10
+        )
+        assert answer.status_code == 200
+        labels = f'group="{guarded.group}",pid="{process["pid"]}",tag="{process["tag"]}"'
+        assert f"livegen_process_info{{{labels}}} 1.0" in answer.text, answer.text[-600:]

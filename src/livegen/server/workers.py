@@ -463,6 +463,7 @@ def _child() -> None:
     relay_key = str(ray.get(actor.relay_key.remote()))
     member = Member(assignment["tag"], assignment["group"], actor, address, relay_key)
     state.gate.join(member, private.getsockname()[1])
+    state.metrics.identify(member.tag, member.group)
     info = {"pid": os.getpid(), "index": assignment["index"], "port": config.port, "node": host}
     ray.get(actor.register.remote(member.tag, {**info, "address": address, "group": member.group}))
     code = 0
