@@ -78,13 +78,7 @@ class Metrics:
             registry=self.registry,
         )
         unsent.set_function(lambda: sum(source() for source in list(self.unsent_sources)))
-        self.process_info = Gauge(
-            "livegen_process_info",
-            "The server process that answered: its pid, and in a cluster its tag and group (1)",
-            ["pid", "tag", "group"],
-            registry=self.registry,
-        )
-        self.identify("", "")
+        self.process_info = _process_info(self.registry)  # tag and group: ``identify``
 
     def identify(self, tag: str, group: str) -> None:
         """This process's ``livegen_process_info`` (a cluster's process: its tag and group)."""
@@ -93,3 +87,15 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def _process_info(registry: CollectorRegistry) -> Gauge:
+    """``livegen_process_info`` of a process of no cluster (``Metrics.identify`` names one's)."""
+    gauge = Gauge(
+        "livegen_process_info",
+        "The server process that answered: its pid, and in a cluster its tag and group (1)",
+        ["pid", "tag", "group"],
+        registry=registry,
+    )
+    gauge.labels(pid=str(os.getpid()), tag="", group="").set(1)
+    return gauge
