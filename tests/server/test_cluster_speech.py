@@ -261,3 +261,38 @@ async def test_a_service_killed_mid_answer_fails_that_response_and_the_next_is_a
     assert answer["response"]["status"] == "completed", answer
     assert "84" in said(answer) or "eighty" in said(answer).lower(), said(answer)
     assert audio_bytes(answer["events"]) > 24_000
+
+
+async def test_a_stopped_service_is_seen_on_health_and_its_calls_fail_at_once(
+    speech_cluster: Cluster,
+) -> None:
+    """A service whose process is stopped (SIGSTOP) fails no call by itself: before, ``/health``
+    stayed 200 and named the voice model ready while every recognition or speech call hung. Now
+    each process's heartbeat notices within seconds: 503, why, and calls refused at once."""
+    ports = [int(p["address"].rsplit(":", 1)[1]) for p in speech_cluster.processes()]
+    pid = int(speech_service(health(ports[0]).json())["pid"])
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        for port in ports:  # each process sees it on its own
+            voice = (await stopped_health(port))["services"]["voice"]
+            assert voice["ready"] is False and "stopped answering" in voice["reason"], voice
+            assert voice["speech_service"]["ok"] is False
+        body = {"model": "cascade", "input": "Are you there?", "voice": USER_VOICE, "response_format": "pcm"}
+        async with httpx.AsyncClient(timeout=30) as client:  # refused, never left waiting
+            answer = await client.post(f"http://127.0.0.1:{ports[0]}/v1/audio/speech", json=body)
+        assert answer.status_code >= 500 and "stopped answering" in answer.text, answer.text
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    for port in ports:  # the next heartbeat answered: ready again, without a restart
+        wait_for(port, lambda b: True, 60)
+    assert int(speech_service(health(ports[0]).json())["pid"]) == pid
+
+
+async def stopped_health(port: int) -> dict[str, Any]:
+    """A process's ``/health`` once it answers 503 (its heartbeat went unanswered)."""
+    for _ in range(120):
+        answer = await asyncio.to_thread(health, port)
+        if answer.status_code == 503:
+            return dict(answer.json())
+        await asyncio.sleep(0.25)
+    raise AssertionError("the stopped service was never seen on /health")

@@ -147,8 +147,13 @@ async def test_what_the_model_cannot_honour_is_refused_by_name_and_the_session_g
                 "audio": {"input": {"turn_detection": {"type": "server_vad", "threshold": 0.6}}},
             }
         )
-        updated = (await until(connection, "session.updated"))[-1]
-        assert updated.session.audio.input.turn_detection.threshold == 0.6  # tunes the speech detector
+        error = (await until(connection, "error"))[-1].error  # the model owns its turns
+        assert (error.code, error.param) == ("unsupported_parameter", "session.audio.input.turn_detection")
+        await connection.session.update(
+            session={"type": "realtime", "turn_detection": {"type": "server_vad"}}
+        )
+        error = (await until(connection, "error"))[-1].error  # the beta shape's field too
+        assert (error.code, error.param) == ("unsupported_parameter", "session.turn_detection")
         await speak(connection)
         assert (await until(connection, "response.done"))[-1].response.status == "completed"
 

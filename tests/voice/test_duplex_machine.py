@@ -19,12 +19,15 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
+from dataclasses import replace
 from typing import Any
 
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, rule
 
+from livegen.errors import InvalidRequest
 from livegen.models.voice import OutputKind, VoiceOutput
 from livegen.protocol import realtime as wire
 from livegen.voice.chain import Send
@@ -63,10 +66,17 @@ class DuplexCore(VoiceCore):
         assert created["duplex"] == "native" and created["model_initiated_responses"]
         fmt = {"type": "audio/pcm", "rate": RATE}
         audio_in: dict[str, Any] = {"format": fmt}
-        if server_vad:  # a quick detector; else the default one
-            audio_in["turn_detection"] = {"type": "server_vad", "silence_duration_ms": 30}
         update = {"audio": {"input": audio_in, "output": {"format": fmt}}}
         self.apply(drive(self.session.receive, wire.session_update(update), self.now))
+        if server_vad:  # a quick detector (the operator's, never the client's); else the default one
+            quick = {
+                "audio": {"input": {"turn_detection": {"type": "server_vad", "silence_duration_ms": 30}}}
+            }
+            with pytest.raises(InvalidRequest, match="turn detection cannot be set"):
+                self.session.receive(wire.session_update(quick), self.now)
+            vad = replace(self.session.config.turn_detection, silence_duration_ms=30)
+            self.session.config = replace(self.session.config, turn_detection=vad)
+            self.session._reset_vad()
 
     def turn(self, kind: OutputKind, stale: bool = False, **fields: Any) -> None:
         """One output of the model's own turn: no response id (the session owns responses)."""

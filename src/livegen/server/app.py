@@ -28,7 +28,7 @@ from livegen.server.bodies import BodyLimitMiddleware, BodyLimits
 from livegen.server.budgets import ConnectionBudgetMiddleware, export_budgets
 from livegen.server.client_secrets import ClientSecrets
 from livegen.server.config import ServerConfig
-from livegen.server.gate import Gate, GateMiddleware
+from livegen.server.gate import Gate, GateMiddleware, may_see_private
 from livegen.server.metrics import CONTENT_TYPE_LATEST, Metrics
 from livegen.server.origins import OriginMiddleware, OriginPolicy
 from livegen.server.service import Service
@@ -162,7 +162,8 @@ async def _health(request: Request) -> Response:
     status = "draining" if state.gate.draining else "ok" if is_ready else "unavailable"
     body: dict[str, Any] = {"status": status, "services": services}
     if state.gate.member is not None:  # a process of a cluster: the cluster's services too
-        body["cluster"] = await state.gate.member.report()
+        private = may_see_private(request.scope, state.config.api_key)
+        body["cluster"] = await state.gate.member.report(private)
     return JSONResponse(body, status_code=200 if is_ready else 503)
 
 

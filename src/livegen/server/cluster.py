@@ -65,6 +65,9 @@ class Coordinator:
         self._reserved: set[str] = set()
         #: Ephemeral keys minted by any process: key -> (expires_at, session).
         self.secrets: dict[str, tuple[float, dict[str, Any]]] = {}
+        #: The secret a relayed connection carries (``server/gate.py``): only the cluster's own
+        #: processes, which reach this actor through Ray (its token), know it.
+        self._relay_key = secrets.token_urlsafe(32)
 
     def new_tag(self) -> str:
         """A tag no process of the cluster holds (four hex digits: it is part of every session id)."""
@@ -73,6 +76,9 @@ class Coordinator:
             if tag not in self.processes and tag not in self._reserved:
                 self._reserved.add(tag)
                 return tag
+
+    def relay_key(self) -> str:
+        return self._relay_key
 
     def register(self, tag: str, info: dict[str, Any]) -> None:
         self._reserved.discard(tag)
@@ -140,6 +146,8 @@ class Member:
     actor: Any
     #: The private address other processes forward this process's resumes to.
     address: str = ""
+    #: The cluster's shared secret that marks a relayed connection (``Coordinator.relay_key``).
+    relay_key: str = ""
 
     def __post_init__(self) -> None:
         self._addresses: dict[str, tuple[float, str | None]] = {}
@@ -192,8 +200,9 @@ class Member:
             return None
         return None if found is None else (float(found[0]), dict(found[1]))
 
-    async def report(self) -> dict[str, Any]:
-        """The cluster for ``/health``: its processes, its server-wide counts, Ray's nodes."""
+    async def report(self, private: bool = False) -> dict[str, Any]:
+        """The cluster for ``/health``: its processes, its server-wide counts, Ray's nodes; their
+        addresses only when ``private`` (an authenticated request, ``gate.may_see_private``)."""
         try:
             async with asyncio.timeout(2.0):
                 report: dict[str, Any] = await self.actor.report.remote()
@@ -207,7 +216,17 @@ class Member:
             for n in nodes
         ]
         report["services"] = await _services(ray)
+        if not private:
+            _hide_addresses(report)
         return {"tag": self.tag, "group": self.group, **report}
+
+
+def _hide_addresses(report: dict[str, Any]) -> None:
+    """The cluster's report without where its processes listen: the private ports, Ray's nodes."""
+    for process in report["processes"]:
+        process.pop("address", None)
+    for node in report["nodes"]:
+        node.pop("address", None)
 
 
 def stop_services(ray: Any, coordinator: Any) -> None:

@@ -74,8 +74,10 @@ HTTP_PASSED_HEADERS = (*PASSED_HEADERS, "content-type")
 #: Response headers the relay's own server writes (uvicorn's ``date`` and ``server``) or that
 #: described the owner's connection, not the answer.
 UNPASSED_ANSWER_HEADERS = (b"connection", b"transfer-encoding", b"date", b"server")
-#: The mark of a relayed connection, honoured on the owner's private port only (``server/gate.py``).
+#: The mark of a relayed connection, honoured on the owner's private port only (``server/gate.py``);
+#: its value is the cluster's shared secret, which the gate puts in the scope under ``RELAY_KEY``.
 RELAYED_HEADER = b"x-livegen-relayed"
+RELAY_KEY = "livegen.relay_key"
 #: Close codes that may not be sent in a close frame: the relay aborts instead.
 UNSENDABLE = frozenset({1005, 1006, 1015})
 
@@ -135,7 +137,7 @@ async def _open_upstream(scope: Scope, address: str) -> ClientConnection | Inval
         for k, v in scope.get("headers", [])
         if k.decode("latin-1").lower() in PASSED_HEADERS
     ]
-    headers.append((RELAYED_HEADER.decode(), "1"))
+    headers.append((RELAYED_HEADER.decode(), str(scope.get(RELAY_KEY, ""))))
     query = scope.get("query_string", b"").decode("latin-1")
     sock = await _connect(address)
     if sock is None:
@@ -288,7 +290,8 @@ def _request_head(scope: Scope, address: str, body: bytes) -> bytes:
     where = address.split("://", 1)[1]
     lines = [f"{scope['method']} ".encode() + target + b" HTTP/1.1", f"host: {where}".encode()]
     lines += [k + b": " + v for k, v in passed]
-    lines += [RELAYED_HEADER + b": 1", f"content-length: {len(body)}".encode(), b"connection: close"]
+    mark = str(scope.get(RELAY_KEY, "")).encode()
+    lines += [RELAYED_HEADER + b": " + mark, f"content-length: {len(body)}".encode(), b"connection: close"]
     return b"\r\n".join(lines) + b"\r\n\r\n"
 
 

@@ -16,11 +16,18 @@
   call's ``?call_id=`` attach and its hangup, a world call's too (the call's
   id carries its process's tag too: its media flows to that process), and a call offer that
   resumes a session (``POST /v1/realtime/calls?session_id=``); connections to this
-  process's private address by the relay (marked ``x-livegen-relayed``) are
-  resumes: never relayed again, counted here (the relaying process does not),
-  never refused for room nor by a drain. A duplex socket names the session it
-  resumes in its first message: it is counted when that message comes (a
-  resume as a resume), and ``server/voice.py`` relays it, not the gate.
+  process's private address by the relay are resumes: never relayed again,
+  counted here (the relaying process does not), never refused for room nor by
+  a drain. The relay's mark (``x-livegen-relayed``) is the cluster's shared
+  secret (``Coordinator.relay_key``), honoured on the private port only and
+  only on a request that names a session or a call: a client that reaches the
+  private port with a forged mark is served as on the public port, counted
+  against ``--max-sessions`` like any new session. A duplex socket names the
+  session it resumes in its first message: it is counted when that message
+  comes (a resume as a resume), and ``server/voice.py`` relays it, not the gate.
+
+``/health`` names the processes' private addresses and Ray's nodes only to an
+authenticated request (``may_see_private``).
 
 It also counts the session sockets open here, which a drain waits on, and in a
 cluster learns the ephemeral keys other processes minted, before the key is
@@ -30,6 +37,8 @@ checked (``APIKeyMiddleware`` comes after it).
 from __future__ import annotations
 
 import asyncio
+import hmac
+import ipaddress
 import json
 import re
 import secrets
@@ -46,6 +55,7 @@ from livegen.server.auth import presented_key, select_subprotocol
 from livegen.server.client_secrets import PREFIX, ClientSecret
 from livegen.server.forward import (
     OWNER_ANSWER_TIMEOUT_S,
+    RELAY_KEY,
     RELAYED_HEADER,
     forward,
     forward_http,
@@ -125,6 +135,8 @@ class GateMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] in ("http", "websocket"):
             await self.gate.adopt_key(scope)
+            if self.gate.member is not None:  # what a relay of this request marks it with
+                scope[RELAY_KEY] = self.gate.member.relay_key
         if scope["type"] == "http" and (owned := _owned_request(scope)) is not None:
             await self._to_call_owner(scope, receive, send, owned)
             return
@@ -135,17 +147,17 @@ class GateMiddleware:
         gate, member = self.gate, self.gate.member
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
         session_id = (query.get("session_id") or [None])[0]
-        is_relayed = _is_relayed(scope, gate.private_port)
         if kind == "voice" and "call_id" in query:
             await self._to_call_owner(scope, receive, send, query["call_id"][0])
             return
         held = [False]  # whether this socket holds one of the server-wide count
         is_duplex = _is_duplex_voice(kind, session_id, query)
+        # The mark counts only where a session is named: in the URL, or a duplex first message.
+        is_relayed = (session_id is not None or is_duplex) and _is_relayed(scope, gate)
         if is_duplex:
             # A duplex socket opens or resumes with its first message: drained and counted then.
             receive = self._admit_duplex(receive, send, held, is_relayed)
-        # A relayed socket is a resume (a duplex one names its session in its first message).
-        elif session_id is None and gate.draining and not is_relayed:
+        elif session_id is None and gate.draining:
             await _refuse_draining(scope, receive, send)
             return
         if member is not None:
@@ -153,9 +165,9 @@ class GateMiddleware:
                 await self._relay(scope, receive, send, session_id)
                 return
             if not is_duplex:
-                # A resume (a relayed socket is one) is counted again, never refused for room.
-                resumes = session_id is not None or is_relayed
-                if not await member.acquire(kind, None if resumes else gate.max_sessions):
+                # A resume is counted again, never refused for room.
+                limit = None if session_id is not None else gate.max_sessions
+                if not await member.acquire(kind, limit):
                     await _refuse_full(scope, receive, send, kind, gate.max_sessions)
                     return
                 held[0] = True
@@ -203,7 +215,7 @@ class GateMiddleware:
         flows there), by the tag in its id; here when that is this process or none is known (the
         route then answers ``call_not_found`` or ``session_not_found``)."""
         gate, member = self.gate, self.gate.member
-        if member is None or member.owns(call_id) or _is_relayed(scope, gate.private_port):
+        if member is None or member.owns(call_id) or _is_relayed(scope, gate):
             await self.app(scope, receive, send)
             return
         address = await member.address_of(call_id)
@@ -268,13 +280,31 @@ def _resumed_session(text: str | None) -> str | None:
         return ""
 
 
-def _is_relayed(scope: Scope, private_port: int | None) -> bool:
-    """A resume another process relayed here: it arrives on the private port, marked (a client may
-    connect to the private port too, and is then served as on the public one)."""
+def _is_relayed(scope: Scope, gate: Gate) -> bool:
+    """A resume another process relayed here: it arrives on the private port, marked with the
+    cluster's secret (a client may connect to the private port too, and is then served as on the
+    public one: a forged mark is no mark)."""
     port = (scope.get("server") or ("", 0))[1]
-    if private_port is None or port != private_port:
+    member = gate.member
+    if gate.private_port is None or port != gate.private_port or member is None or not member.relay_key:
         return False
-    return any(key == RELAYED_HEADER for key, _ in scope.get("headers", []))
+    expected = member.relay_key.encode()
+    marks = [value for key, value in scope.get("headers", []) if key == RELAYED_HEADER]
+    return any(hmac.compare_digest(mark, expected) for mark in marks)
+
+
+def may_see_private(scope: Scope, api_key: str | None) -> bool:
+    """Whether a request may read where the cluster's processes listen (``/health``): one that
+    presents the server's API key; on a server without one, a client on this machine (any other
+    would learn the private ports of a server it holds no key to)."""
+    if api_key is not None:
+        key = presented_key(scope)
+        return key is not None and hmac.compare_digest(key.encode(), api_key.encode())
+    host = (scope.get("client") or ("", 0))[0]
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _is_duplex_voice(kind: str, session_id: str | None, query: dict[str, list[str]]) -> bool:

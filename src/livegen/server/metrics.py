@@ -1,11 +1,15 @@
 """Prometheus metrics of one server: sessions open, events in and out, errors by code, budgets.
 
 Each app gets its own ``CollectorRegistry`` so that several servers in one
-process (tests, benchmarks) never share counters.
+process (tests, benchmarks) never share counters. In a cluster every process
+has its own (a scrape of the public port reaches whichever process the kernel
+picks: scrape each at its private address, docs/cluster.md), and
+``livegen_process_info`` names the process that answered.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
@@ -74,6 +78,24 @@ class Metrics:
             registry=self.registry,
         )
         unsent.set_function(lambda: sum(source() for source in list(self.unsent_sources)))
+        self.process_info = _process_info(self.registry)  # tag and group: ``identify``
+
+    def identify(self, tag: str, group: str) -> None:
+        """This process's ``livegen_process_info`` (a cluster's process: its tag and group)."""
+        self.process_info.clear()
+        self.process_info.labels(pid=str(os.getpid()), tag=tag, group=group).set(1)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def _process_info(registry: CollectorRegistry) -> Gauge:
+    """``livegen_process_info`` of a process of no cluster (``Metrics.identify`` names one's)."""
+    gauge = Gauge(
+        "livegen_process_info",
+        "The server process that answered: its pid, and in a cluster its tag and group (1)",
+        ["pid", "tag", "group"],
+        registry=registry,
+    )
+    gauge.labels(pid=str(os.getpid()), tag="", group="").set(1)
+    return gauge

@@ -40,6 +40,7 @@ import asyncio
 import contextlib
 import dataclasses
 import importlib
+import ipaddress
 import json
 import logging
 import os
@@ -49,6 +50,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
@@ -79,6 +81,13 @@ RAY_HEAD = "--ray-head"
 #: What ``ray.init`` sets in the environment of the process that starts a Ray, which every driver
 #: of it needs too.
 RAY_HEAD_ENV = ("RAY_AUTH_MODE",)
+#: Ray's own switch (read when Ray is imported) that makes a node take the loopback address for its
+#: own (``ray._private.services.get_node_ip_address``); each of its servers (GCS, raylet, the
+#: dashboard and runtime-env agents, every worker's and driver's) then listens on loopback only
+#: (Ray binds all interfaces unless the node's address is a loopback one). Set for a Ray of the
+#: server's own when ``--host`` is a loopback address: nothing off this machine may reach Ray
+#: where nothing off it may reach the server (docs/cluster.md).
+RAY_LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 
 
 class DrainingServer(uvicorn.Server):
@@ -202,6 +211,8 @@ class Supervisor:
         from livegen.server.cluster import NAMESPACE, coordinator
 
         # Ray's own start first: the environment it hands its drivers is read when Ray is imported.
+        if self.config.ray_address is None and is_loopback(self.config.host):
+            os.environ.update(RAY_LOOPBACK_ENV)  # for Ray's processes, this driver and the servers'
         self.ray_address = self.config.ray_address or self._start_ray()
         ray = import_ray()
         ray.init(address=self.ray_address, namespace=NAMESPACE, log_to_driver=False)
@@ -353,6 +364,28 @@ class Supervisor:
         os._exit(0)
 
 
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (``--host``) is a loopback address: only this machine reaches the server."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _private_ray_files() -> None:
+    """Ray's token file (``~/.ray/auth_token``, its only guard) readable by this user alone: Ray
+    writes it with the process's umask (mode 0644 as a rule), and so it writes every file of its
+    session. Files made from here on are private (this process is Ray's head: its processes
+    inherit the mask), and a token left by an earlier Ray is made private too."""
+    os.umask(0o077)
+    folder = Path.home() / ".ray"
+    with contextlib.suppress(OSError):
+        folder.mkdir(mode=0o700, exist_ok=True)
+        (folder / "auth_token").chmod(0o600)
+
+
 def reuse_port_socket(host: str, port: int) -> socket.socket:
     """A TCP socket bound to ``host:port`` with ``SO_REUSEPORT``: every process of the server binds
     one, and the kernel spreads new connections over those listening."""
@@ -382,6 +415,7 @@ def _ray_head(num_cpus: int) -> None:
     stdout, ended when stdin closes (the supervisor closed it, or died)."""
     out = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # Ray's prints (and its processes') go to stderr: stdout carries the address alone
+    _private_ray_files()
     ray = import_ray()
     # "local": a Ray of this server's own, even where another runs on the machine (ray.init()
     # without an address may join that one, and refuses num_cpus when it does). Ray's processes
@@ -426,8 +460,10 @@ def _child() -> None:
     scheme = "wss" if config.tls else "ws"
     address = f"{scheme}://{host}:{private.getsockname()[1]}"
     actor = ray.get_actor(COORDINATOR, namespace=NAMESPACE)
-    member = Member(assignment["tag"], assignment["group"], actor, address)
+    relay_key = str(ray.get(actor.relay_key.remote()))
+    member = Member(assignment["tag"], assignment["group"], actor, address, relay_key)
     state.gate.join(member, private.getsockname()[1])
+    state.metrics.identify(member.tag, member.group)
     info = {"pid": os.getpid(), "index": assignment["index"], "port": config.port, "node": host}
     ray.get(actor.register.remote(member.tag, {**info, "address": address, "group": member.group}))
     code = 0

@@ -31,9 +31,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from msgspec import UNSET
+
 from livegen.errors import RemoteProtocolError
 from livegen.models.voice import OutputKind, VoiceOutput
 from livegen.protocol.errors import DUPLEX_UNSUPPORTED
+from livegen.protocol.realtime.fields import AudioInputShape, AudioShape, SessionShape
 from livegen.protocol.realtime.session import CapabilitiesObject
 from livegen.voice.chain import Effect
 from livegen.voice.config import Config
@@ -98,6 +101,24 @@ def refused_event(event_type: str) -> RemoteProtocolError:
     return DUPLEX_UNSUPPORTED.error(name=event_type, detail=why, param="type")
 
 
+#: Why a duplex session's turn detection is not the client's: ``server_vad`` (or null, or
+#: ``semantic_vad``) would say the server commits turns and asks for answers, which this model
+#: never does; its speech detector only cuts it when the user talks over it (barge-in).
+_OWN_TURNS = (
+    "the model takes its turns itself (it answers when it chooses; its speech detector only"
+    " cuts it when the user talks over it); turn detection cannot be set"
+)
+
+
+def _named_turn_detection(update: SessionShape) -> str | None:
+    """The turn detection field an update names (GA or beta shape), or None."""
+    audio = update.audio
+    audio_in = audio.input if isinstance(audio, AudioShape) else UNSET
+    if isinstance(audio_in, AudioInputShape) and audio_in.turn_detection is not UNSET:
+        return _VAD
+    return "session.turn_detection" if update.turn_detection is not UNSET else None
+
+
 def _refuse(param: str, why: str) -> RemoteProtocolError:
     return DUPLEX_UNSUPPORTED.error(name=param, detail=why, param=param)
 
@@ -105,31 +126,6 @@ def _refuse(param: str, why: str) -> RemoteProtocolError:
 #: (param, whether the new configuration asks what the model cannot do, why), checked in order.
 _SETTINGS: tuple[tuple[str, Callable[[Config, Config], Any], str], ...] = (
     ("session.type", lambda old, new: new.is_transcription, "a native duplex model always converses"),
-    (
-        _VAD,
-        lambda old, new: new.turn_detection is None,
-        "the model takes turns itself; its barge-in needs speech detection",
-    ),
-    (
-        f"{_VAD}.type",
-        lambda old, new: new.turn_detection is not None and new.turn_detection.eagerness is not None,
-        "the model takes turns itself; only 'server_vad' (the speech detector) applies",
-    ),
-    (
-        f"{_VAD}.create_response",
-        lambda old, new: new.turn_detection is not None and not new.turn_detection.create_response,
-        "the model answers when it chooses",
-    ),
-    (
-        f"{_VAD}.interrupt_response",
-        lambda old, new: new.turn_detection is not None and not new.turn_detection.interrupt_response,
-        "the model always hears the user and is cut when the user talks over it",
-    ),
-    (
-        f"{_VAD}.idle_timeout_ms",
-        lambda old, new: new.turn_detection is not None and new.turn_detection.idle_timeout_ms is not None,
-        "the model chooses when to speak, silence included",
-    ),
     (
         "session.instructions",
         lambda old, new: new.instructions != old.instructions,
@@ -164,8 +160,12 @@ _SETTINGS: tuple[tuple[str, Callable[[Config, Config], Any], str], ...] = (
 )
 
 
-def check_setting(old: Config, new: Config) -> None:
-    """Refuse (``unsupported_parameter``, naming the field) an update a duplex model cannot honour."""
+def check_setting(old: Config, new: Config, update: SessionShape | None = None) -> None:
+    """Refuse (``unsupported_parameter``, naming the field) an update a duplex model cannot honour:
+    one that names turn detection at all (``update``: the event's payload), or asks what the
+    model cannot do."""
+    if update is not None and (param := _named_turn_detection(update)) is not None:
+        raise _refuse(param, _OWN_TURNS)
     for param, asks_the_impossible, why in _SETTINGS:
         if asks_the_impossible(old, new):
             raise _refuse(param, why)

@@ -239,7 +239,7 @@ class Session:
     def _on_session_update(self, event: wire.SessionUpdate, now: float) -> list[Effect]:
         config = apply_update(self.config, event.session)
         if self.model.is_duplex:
-            duplex.check_setting(self.config, config)
+            duplex.check_setting(self.config, config, event.session)
         check_hosts(config.mcp_tools, self.limits.mcp_allowed_hosts, "session.tools")
         config, listings = mcp.with_servers(self.config, config, self.ids, self.limits.mcp_timeout_s)
         if config.model != self.config.model:

@@ -39,6 +39,16 @@ it, configured by the first (its ``--asr-*``, ``--tts-*`` settings).
 ``/health``'s ``cluster`` block names the service (its ``report``: where,
 what it loaded, its calls, whether it was restarted), and each process's voice
 model reports the last failure it saw.
+
+A service that stops answering without dying (its process stopped, SIGSTOP,
+or frozen) fails no call: each would wait for it. So each process sends it a
+heartbeat (``Heartbeat``: a thread, every ``HEARTBEAT_S``, answered by the
+service's event loop even while it serves), and one unanswered for
+``LIVENESS_S`` makes that process's voice model not ready, with why
+(``/health`` 503), as a dead service is; so does a service that answers but is
+not ready itself (a speech worker of its pool stopped and restarting). A call
+made while it is silent fails at once (``speech_service_unavailable``) rather
+than wait; the next heartbeat answered makes it ready again.
 """
 
 from __future__ import annotations
@@ -48,6 +58,7 @@ import concurrent.futures
 import functools
 import importlib
 import os
+import threading
 import time
 import warnings
 from collections import deque
@@ -75,6 +86,10 @@ FAILING_S = 30.0
 RECENT = 200
 #: How long the service may take to be placed and load its models before the server's start fails.
 START_TIMEOUT_S = 600.0
+#: How often each server process asks the service whether it is there and ready (``Heartbeat``).
+HEARTBEAT_S = 1.0
+#: A heartbeat unanswered this long: the service stopped answering (stopped, frozen).
+LIVENESS_S = 5.0
 
 
 def _ray() -> Any:
@@ -106,6 +121,11 @@ class SpeechService:
             "transcription_models": list(self.model.transcription_models),
             "has_endpointer": self.model.endpointer is not None,
         }
+
+    async def heartbeat(self) -> tuple[bool, str]:
+        """Whether the service serves, and why not (its speech workers' and recognisers' health)."""
+        health = self.model.health()
+        return health.ready, health.reason
 
     async def transcribe(self, audio: np.ndarray, options: asr.Options, priority: asr_batch.Priority) -> str:
         self._count("transcribe")
@@ -212,7 +232,40 @@ def connect(settings: CascadeSettings | None = None) -> SharedCascade:
             f"the cluster's speech service ({NAME}) was not ready within {START_TIMEOUT_S:.0f} s: "
             f"does a node have {NUM_CPUS} CPU free?"
         ) from None
-    return SharedCascade(actor, info, settings)
+    shared = SharedCascade(actor, info, settings)
+    shared.heartbeat.start()
+    return shared
+
+
+class Heartbeat:
+    """A server process's heartbeat to the service: a thread that asks it every ``HEARTBEAT_S``
+    whether it is there and ready; ``problem`` says why not ("" while it is)."""
+
+    def __init__(self, shared: SharedCascade) -> None:
+        self._shared = shared
+        self.problem = ""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="speech-heartbeat", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        ray = _ray()
+        while not self._stop.wait(HEARTBEAT_S):
+            try:
+                ready, reason = ray.get(self._shared.actor.heartbeat.remote(), timeout=LIVENESS_S)
+            except ray.exceptions.GetTimeoutError:
+                silent = f"no heartbeat answered for {LIVENESS_S:.0f} s"
+                self.problem = f"the cluster's speech service ({NAME}) stopped answering ({silent})"
+                continue
+            except Exception:  # dead or restarting: the calls' own failures say so
+                self.problem = ""
+                continue
+            self.problem = "" if ready else f"the cluster's speech service ({NAME}) is not ready: {reason}"
 
 
 class _Tokenizer:
@@ -285,6 +338,8 @@ class SharedCascade(CascadeModel):
         self.failed_at = 0.0
         #: The pieces' fetches from the service, ended with the model's speech (``close_speech``).
         self._fetches = tasks.TaskSet()
+        #: Whether the service answers and is ready (started by ``connect``).
+        self.heartbeat = Heartbeat(self)
 
     async def _service(self) -> Any:
         if self.is_lost:  # restarting: the same actor; gone for good: found or made again
@@ -295,6 +350,7 @@ class SharedCascade(CascadeModel):
         """``method`` of the service, awaited; its failures as ``ModelError``s, a lost service as
         ``SpeechServiceUnavailable``. A cancel cancels the service's task."""
         ray = _ray()
+        self._check_answering()
         ref = getattr(await self._service(), method).remote(*args)
         try:
             result = await ref
@@ -305,6 +361,12 @@ class SharedCascade(CascadeModel):
             raise self._failure(exc) from exc
         self.error = ""
         return result
+
+    def _check_answering(self) -> None:
+        """A service that stopped answering fails a call at once (it would wait for it)."""
+        problem = self.heartbeat.problem
+        if "stopped answering" in problem:
+            raise SpeechServiceUnavailable(problem)
 
     def _failure(self, exc: Exception) -> Exception:
         """The error a session sees: the service's own (a speech worker's) or its loss."""
@@ -366,6 +428,7 @@ class SharedCascade(CascadeModel):
         ray = _ray()
         chunks = None
         try:
+            self._check_answering()
             chunks = (await self._service()).speak.remote(text, voice, owner, speed)
             async for ref in chunks:
                 speech.push(await ref)
@@ -374,6 +437,8 @@ class SharedCascade(CascadeModel):
                 ray.cancel(chunks)
             speech.fail(SpeechServiceUnavailable("cancelled"))
             raise
+        except SpeechServiceUnavailable as exc:  # it stopped answering: not asked at all
+            speech.fail(exc)
         except Exception as exc:
             speech.fail(self._failure(exc))
         else:
@@ -391,9 +456,13 @@ class SharedCascade(CascadeModel):
         if self.error:
             report.update(error=self.error, failed_at=self.failed_at)
         is_ready, reason = not is_failing, self.error if is_failing else ""
+        if self.heartbeat.problem:  # stopped answering, or not ready itself
+            report["ok"] = False
+            is_ready, reason = False, self.heartbeat.problem
         for stage in (stage for stage in self.remote_stages() if stage.is_failing):
             is_ready, reason = False, f"the remote {stage.name} stage is failing: {stage.error}"
         return ModelHealth(is_ready, reason, {"speech_service": report})
 
     def close(self) -> None:
         self.is_closed = True  # the service is the cluster's: it stays
+        self.heartbeat.stop()

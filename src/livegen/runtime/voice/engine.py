@@ -44,7 +44,7 @@ from livegen.runtime.voice import handoff as handoffs
 from livegen.runtime.voice.lifecycle import Handoff, Link, LiveSession, Opening
 from livegen.runtime.voice.models import ModelSettings, VoiceModels
 from livegen.runtime.voice.owner import SessionOwner
-from livegen.runtime.voice.parking import ParkingBudget
+from livegen.runtime.voice.parking import ParkingBudget, open_reclaiming
 from livegen.runtime.voice.runner import Dialect, Runner, RunnerLimits
 from livegen.tasks import TaskSet
 from livegen.voice.config import Config, apply_update
@@ -196,7 +196,8 @@ class VoiceEngine:
             session.config = dataclasses.replace(session.config, formats_fixed=True)
         session.is_resumable = self.settings.resume_grace_s > 0
         try:
-            stream = await model.open(session_id, session.config.stream_config())
+            config = session.config.stream_config()
+            stream = await open_reclaiming(self.parking, model, name, session_id, config)
         except CapacityExceeded as exc:  # a duplex model's frame clock is full
             log_event(logger, "voice.realtime_capacity", logging.WARNING, error=exc.message)
             raise wire_errors.REALTIME_CAPACITY.error(detail=exc.message) from exc

@@ -7,13 +7,34 @@ never lock new ones out: at most ``--max-parked-sessions`` of them, holding at
 most ``--max-parked-bytes`` of journal and history. Parking past it ends the
 oldest parked sessions first (``make_room`` sets their ``evicted`` event; their
 owners end them); a session bigger than the whole byte budget does not park.
+
+A parked session of a lockstep (native duplex) model holds one more thing: its
+seat at the model's frame clock, whose slots are few (32). Were parked seats
+kept while new sessions are refused ``realtime_capacity``, 32 clients that drop
+without a close would lock every new one out for the whole resume grace. So a
+new session refused for capacity ends the oldest parked session of its model
+and takes its seat (``open_reclaiming``): a parked seat is kept only while no
+new session needs it; a live one is never taken.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
 from typing import Any, Protocol
 
+from livegen.errors import CapacityExceeded
+from livegen.logs import log_event
+from livegen.models.voice import StreamConfig, VoiceModel, VoiceStream
 from livegen.runtime.voice.lifecycle import LiveSession
+
+logger = logging.getLogger("livegen.runtime.voice")
+
+#: How long a new session waits for the parked session it ends to give its seat back (its runner
+#: ends between two frames of the clock: well under a second).
+RECLAIM_WAIT_S = 5.0
 
 
 class ParkingSettings(Protocol):
@@ -64,3 +85,32 @@ class ParkingBudget:
     def _gauge(self) -> None:
         self.metrics.sessions_parked.labels(kind="voice").set(len(self.sessions))
         self.metrics.parked_bytes.labels(kind="voice").set(self.held_bytes())
+
+    async def reclaim(self, holds: Callable[[LiveSession], bool]) -> bool:
+        """End the oldest parked session that ``holds`` what a new session was refused for (a
+        seat at a full frame clock) and wait until it has let go of it (its runner ended, its
+        stream closed); False when no parked session holds it."""
+        oldest = next((live for live in self.sessions.values() if holds(live)), None)
+        if oldest is None:
+            return False
+        self.unpark(oldest)
+        oldest.evicted.set()  # its owner ends it: the runner closes its stream, the seat is free
+        log_event(logger, "voice.parked_seat_reclaimed", session=oldest.runner.session.id)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(RECLAIM_WAIT_S):
+                await oldest.runner.done.wait()
+        return True
+
+
+async def open_reclaiming(
+    parking: ParkingBudget, model: VoiceModel, name: str, session_id: str, config: StreamConfig
+) -> VoiceStream:
+    """``model``'s stream for a new session; when its frame clock is full and a parked session of
+    this model holds a seat, that one (the oldest) ends for the new one, and the open is tried once
+    more (refused ``realtime_capacity`` if still full: live sessions hold every seat)."""
+    try:
+        return await model.open(session_id, config)
+    except CapacityExceeded:
+        if not await parking.reclaim(lambda live: live.runner.session.model.name == name):
+            raise
+    return await model.open(session_id, config)

@@ -80,6 +80,9 @@ class VideoWriter:
         )
         self._stream = stream
         self.num_frames = 0
+        #: Bytes of encoded video handed to the container so far (the file lags: its muxer writes
+        #: a fragment at each keyframe); a recording's size counts these (``recording.py``).
+        self.encoded_bytes = 0
 
     def write(self, frames: Frames) -> None:
         import av
@@ -91,6 +94,7 @@ class VideoWriter:
             video_frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format="rgb24")
             video_frame.pts = self.num_frames
             for packet in stream.encode(video_frame):
+                self.encoded_bytes += packet.size
                 self._container.mux(packet)
             self.num_frames += 1
 
