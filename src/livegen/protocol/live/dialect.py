@@ -299,9 +299,15 @@ class LiveDialect:
         audio_out: dict[str, Any] = {"format": fmt}
         if isinstance(voice, str) and voice != DEFAULT_VOICE:
             audio_out["voice"] = voice
-        turns = {"type": "server_vad", "create_response": True, "interrupt_response": True}
-        audio_in: dict[str, Any] = {"format": fmt, "turn_detection": turns}
-        if not self.native:  # a native model has no recogniser: only its own words come back
+        audio_in: dict[str, Any] = {"format": fmt}
+        # A native model owns its turns (naming turn_detection there is refused) and has no
+        # recogniser: only its own words come back.
+        if not self.native:
+            audio_in["turn_detection"] = {
+                "type": "server_vad",
+                "create_response": True,
+                "interrupt_response": True,
+            }
             audio_in["transcription"] = {"model": "whisper-1"}
         session: dict[str, Any] = {
             "type": "realtime",
