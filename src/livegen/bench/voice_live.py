@@ -56,7 +56,9 @@ async def _turn(http_url: str, ws_url: str, route: str, utterance: Utterance) ->
             ended = await _paced(utterance.pcm24, WIRE_RATE, send, None)
             silence = bytes(WIRE_RATE * 2 * 10)  # ten seconds of microphone silence, at most
             await _paced(silence, WIRE_RATE, send, heard.done)
-            return (await asyncio.wait_for(heard, 30) - ended) * 1000
+            async with asyncio.timeout(30):
+                first_audio = await heard
+            return (first_audio - ended) * 1000
         finally:
             reader.cancel()
 
