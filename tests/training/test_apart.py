@@ -18,6 +18,8 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "livegen"
 TOOLS = ("training", "bench")
+#: ``livegen train-world``'s command: a tool, loaded by the command's lazy table only when run.
+TOOL_FILES = ("cli/train_world.py",)
 
 
 def _imports(path: Path) -> set[str]:
@@ -31,7 +33,11 @@ def _imports(path: Path) -> set[str]:
 
 
 def test_no_serving_module_imports_training() -> None:
-    serving = [p for p in SRC.rglob("*.py") if p.relative_to(SRC).parts[0] not in TOOLS]
+    serving = [
+        p
+        for p in SRC.rglob("*.py")
+        if p.relative_to(SRC).parts[0] not in TOOLS and p.relative_to(SRC).as_posix() not in TOOL_FILES
+    ]
     assert any(p.relative_to(SRC).parts[:2] == ("models", "tinyworld") for p in serving)
     offenders = {
         str(p.relative_to(SRC)): sorted(n for n in _imports(p) if n.startswith("livegen.training"))

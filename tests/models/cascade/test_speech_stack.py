@@ -286,7 +286,7 @@ async def test_a_failed_remote_transcript_is_one_warning_not_a_traceback(
     unread = [
         task
         for task in gc.get_objects()
-        if isinstance(task, asyncio.Task) and task.done() and task._log_traceback  # type: ignore[attr-defined]
+        if issubclass(type(task), asyncio.Task) and task.done() and task._log_traceback  # type: ignore[attr-defined]
     ]
     assert not unread, unread
     assert not [r.getMessage() for r in caplog.records if "never retrieved" in r.getMessage()]
