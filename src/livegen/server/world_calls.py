@@ -22,9 +22,14 @@ differs in three places only, its dialect:
 
 A call ends on ``POST /v1/worlds/calls/{id}/hangup``, once ``session.closed``
 has gone out, when the data channel or the connection closes, when the
-channel has not opened within ``CHANNEL_OPEN_TIMEOUT_S``, or when the caller
+channel has not opened within ``CHANNEL_OPEN_TIMEOUT_S``, when the caller
 stops reading its channel past ``--max-unsent-bytes`` (the session's
-``unsent_bytes_exceeded``). A bad offer is refused with the voice calls'
+``unsent_bytes_exceeded``), or when its receiver stops reporting
+(``receiver_silent``): every WebRTC receiver sends RTCP receiver reports about
+once a second, so a track whose frames draw none for ``RECEIVER_SILENT_S`` is
+sent into a void (a caller stopped, frozen or gone without a close), and its
+encoder, a fifth of a core a call, would run on until ICE's consent checks
+fail 30 s later. A bad offer is refused with the voice calls'
 errors (``invalid_offer``, 400), a full server with ``too_many_sessions``
 (429, ``--webrtc-max-calls`` world calls at once). In a cluster (``--workers``)
 a call's id carries its process's tag, as a voice call's does, so a hangup that
@@ -73,6 +78,10 @@ logger = logging.getLogger("livegen.server.world_calls")
 MAX_INBOX = 256
 #: Seconds an answered call may take to open its data channel before it is let go.
 CHANNEL_OPEN_TIMEOUT_S = 20.0
+#: Seconds a track may send frames with no RTCP receiver report before its call is ended.
+RECEIVER_SILENT_S = 6.0
+#: How often the receiver-report watchdog looks.
+RECEIVER_CHECK_S = 1.0
 #: Ends whose last events are worth waiting for (``session.closed``, ``unsent_bytes_exceeded``);
 #: after a hangup, a shutdown or a lost peer the connection is let go at once.
 FLUSHED = frozenset({"session_closed", "outbox_overflow", "closed"})
@@ -132,6 +141,8 @@ class WorldCall:
         self.track = FrameTrack(self._started)
         #: The codec the answer chose (``VP8``, ``H264``).
         self.codec: str | None = None
+        #: The RTP sender of the track (its RTCP receiver reports say the caller still reads).
+        self.sender: Any = None
         self._channel_room = asyncio.Event()
 
     def end(self, reason: str) -> None:
@@ -289,6 +300,7 @@ class WorldCallService(CallRoutes[WorldCall]):
             await pc.close()
             return self.refuse(INVALID_OFFER.error(detail=problem, param="sdp"))
         call.codec = negotiated_codec(pc.localDescription.sdp)
+        call.sender = sender
         self.calls[call.id] = call
         self.tasks.spawn(self._serve(call))
         headers = {"Location": f"/v1/worlds/calls/{call.id}"}
@@ -306,6 +318,7 @@ class WorldCallService(CallRoutes[WorldCall]):
         log_event(logger, "world_call.opened", codec=call.codec)
         watchdog = TaskSet(logger)  # the call's, ended with it
         watchdog.spawn(_until_open(call))
+        watchdog.spawn(_while_reported(call))
         try:
             await owner.run()
         finally:
@@ -327,6 +340,36 @@ async def _until_open(call: WorldCall) -> None:
             await call.opened.wait()
             return
     call.end("channel_never_opened")
+
+
+async def _while_reported(call: WorldCall) -> None:
+    """End a call whose receiver stopped sending RTCP reports while its track sends frames."""
+    heard_at: object = None
+    quiet_since: float | None = None
+    loop = asyncio.get_running_loop()
+    while not call.ended.is_set():
+        await asyncio.sleep(RECEIVER_CHECK_S)
+        if call.sender is None or call.track.frames_sent == 0:
+            continue  # nothing sent yet: a receiver has nothing to report
+        latest = await _last_report(call.sender)
+        if latest is not None and latest != heard_at:
+            heard_at, quiet_since = latest, None
+            continue
+        quiet_since = loop.time() if quiet_since is None else quiet_since
+        if loop.time() - quiet_since >= RECEIVER_SILENT_S - RECEIVER_CHECK_S:
+            log_event(logger, "world_call.receiver_silent", logging.WARNING, seconds=RECEIVER_SILENT_S)
+            call.end("receiver_silent")
+            return
+
+
+async def _last_report(sender: Any) -> object:
+    """When the sender last had a receiver report (aiortc's remote-inbound stats), or None."""
+    try:
+        report = await sender.getStats()
+    except Exception:  # the transport closed under us: the call is ending
+        return None
+    stamps = [s.timestamp for s in report.values() if getattr(s, "type", "") == "remote-inbound-rtp"]
+    return max(stamps) if stamps else None
 
 
 def _wire_peer(call: WorldCall) -> None:
