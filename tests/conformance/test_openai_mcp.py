@@ -52,14 +52,15 @@ def mcp_host() -> Iterator[McpHost]:
         yield host
 
 
-@pytest.fixture
-def mcp_server(voice_registry: Registry, chat: ChatServer) -> Iterator[ServerThread]:
+@contextlib.contextmanager
+def serving_mcp(voice_registry: Registry, chat: ChatServer, timeout_s: float) -> Iterator[ServerThread]:
+    """A server that reaches MCP servers on loopback, its language model the scripted ``chat``."""
     server = _serve(
         voice_registry,
         llm_base_url=chat.url,
         llm_model="tiny",
         mcp_allowed_hosts=("127.0.0.1",),
-        mcp_timeout_s=1.0,
+        mcp_timeout_s=timeout_s,
     )
     try:
         server.wait_ready(timeout=300)
@@ -67,6 +68,12 @@ def mcp_server(voice_registry: Registry, chat: ChatServer) -> Iterator[ServerThr
     finally:
         server.stop()
         voice_registry.load("cascade").use_llm(None, None)
+
+
+@pytest.fixture
+def mcp_server(voice_registry: Registry, chat: ChatServer) -> Iterator[ServerThread]:
+    with serving_mcp(voice_registry, chat, timeout_s=1.0) as server:
+        yield server
 
 
 class Recorder:

@@ -19,8 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from conformance.conftest import _serve
-from conformance.test_openai_mcp import Recorder, _ask, _items, _mark, _open, _sdk, _tool
+from conformance.test_openai_mcp import Recorder, _ask, _items, _mark, _open, _sdk, _tool, serving_mcp
 from livegen.bench.mcp_hostile import MIB, Hostile, serve_hostile
 from livegen.models import Registry
 from livegen.models.cascade.mcp_http import MAX_CALL_BYTES, MAX_LIST_BYTES
@@ -47,19 +46,8 @@ def hostile() -> Iterator[Hostile]:
 @pytest.fixture
 def server(voice_registry: Registry, chat: ChatServer) -> Iterator[ServerThread]:
     """A server whose MCP deadline is long, so that only a cap can end a hostile answer early."""
-    server = _serve(
-        voice_registry,
-        llm_base_url=chat.url,
-        llm_model="tiny",
-        mcp_allowed_hosts=("127.0.0.1",),
-        mcp_timeout_s=20.0,
-    )
-    try:
-        server.wait_ready(timeout=300)
+    with serving_mcp(voice_registry, chat, timeout_s=20.0) as server:
         yield server
-    finally:
-        server.stop()
-        voice_registry.load("cascade").use_llm(None, None)
 
 
 async def _still_serving(server: ServerThread, hostile: Hostile) -> None:
