@@ -106,7 +106,8 @@ async def test_speech_streams_audio_the_recogniser_hears(openai: AsyncOpenAI) ->
     assert 3.0 < seconds < 15.0, seconds  # about 2.5 words a second
     assert np.sqrt(np.mean(samples.astype(np.float64) ** 2)) > 300  # speech, not silence
     heard = await openai.audio.transcriptions.create(model="whisper-1", file=("speech.wav", data))
-    assert {"weather", "river", "boats"} <= words(heard.text), heard.text
+    # Content words with no homophone: CI's run once heard "The weather" as "But whether".
+    assert {"walk", "river", "boats"} <= words(heard.text), heard.text
 
 
 @pytest.mark.conformance(client=CLIENT, capability="audio-speech")

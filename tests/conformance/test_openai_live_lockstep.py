@@ -18,7 +18,6 @@ import pytest
 from conformance.support import until
 from conformance.test_openai_live import connect, started
 from livegen.server.thread import ServerThread
-from voice.lockstep_double import pcm
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -39,8 +38,10 @@ async def test_moshi_tiny_speaks_on_the_live_stream(moshi_server: ServerThread) 
     async with connect(moshi_server, {"model": "gpt-live-1"}) as live:
         first = await started(live)
         assert first["type"] == "session.started", first
-        microphone = live.listen()
-        microphone.say(pcm(400, True))
+        # The microphone sends silence: speech now would cut the model's first turn if it began
+        # first, and a cut model stays muted while it goes on speaking (runtime/voice/lockstep_voice.py),
+        # which the random tiny model may do for good (CI's run: 2,252 silent frames in 90 s).
+        live.listen()
 
         seen = {"frames": 0, "speaking": 0}
 
