@@ -66,7 +66,9 @@ class LiveService:
             await self._refuse(plain, error)
             return
         session_id = new_session_id(self.voice.state)
-        dialect = LiveDialect(session_id, native=isinstance(model, LockstepVoice))
+        # A cascade answering with a language model (remote or embedded) can delegate by a tool call.
+        delegates = getattr(model, "llm", None) is not None
+        dialect = LiveDialect(session_id, native=isinstance(model, LockstepVoice), delegates=delegates)
         try:
             step = dialect.start(start, int(time.time()))
         except RemoteProtocolError as error:

@@ -19,7 +19,10 @@ What the dialect maps (``docs/live-protocol.md`` has the table):
   (the base and every append, in order); ``thinking`` -> a system item;
   ``commentary`` -> a system item and ``response.create``: the model speaks it
   in its own words. Each is acknowledged with its ``*.appended`` at once;
-- ``session.close`` -> ``session.close``; ``session.closed`` comes back.
+- ``session.close`` -> ``session.close``; ``session.closed`` comes back;
+- client delegation (``delegation.py``): a model with a language model is offered
+  one function tool; its call is ``session.delegation.created``, and the
+  commentary answering that delegation is the call's output and a response.
 
 The session's timeline is the input audio's: every append moves it on by its
 length (the clients stream their microphone at real time, silence included),
@@ -41,6 +44,7 @@ import msgspec
 from livegen.errors import RemoteProtocolError
 from livegen.protocol import errors as wire_errors
 from livegen.protocol.live import events as live
+from livegen.protocol.live.delegation import DELEGATE, DELEGATE_NAME, Delegations
 
 #: The most tokens one instructions, thinking or commentary append may carry (OpenAI's bound).
 MAX_APPEND_TOKENS = 500
@@ -80,6 +84,9 @@ class LiveDialect:
     #: A native duplex (lockstep) model: it takes no instructions, context nor voice, and has no
     #: recogniser; what asks for them is refused by name (``protocol/errors.py``, ``LIVE_UNSUPPORTED``).
     native: bool = False
+    #: The model has a language model that can call tools: under client delegation it is offered
+    #: ``DELEGATE`` (the built-in responder cannot call one, so it is offered none).
+    delegates: bool = False
     config: live.SessionConfig | None = None
     #: ``expires_at`` of the session object (the transport's clock, set when it starts).
     started_at: int = 0
@@ -88,6 +95,7 @@ class LiveDialect:
     #: The session's timeline: milliseconds of input audio taken.
     input_ms: int = 0
     appended_instructions: list[str] = field(default_factory=list)
+    delegations: Delegations = field(default_factory=Delegations)
     #: ``session.update``s the dialect sent itself: their ``session.updated`` is not the client's.
     _own_updates: int = 0
     _started_sent: bool = False
@@ -161,6 +169,8 @@ class LiveDialect:
             )
         start = self.input_ms
         step = Step()
+        if event.delegation_id is not None:
+            self._check_delegation_id(event.delegation_id, event.event_id)
         if isinstance(event, live.InstructionsAppend):
             self.appended_instructions.append(event.content)
             step.to_session.append(
@@ -173,6 +183,10 @@ class LiveDialect:
         elif isinstance(event, live.ThinkingAppend):
             step.to_session.append(_system_item(THINKING.format(content=event.content)))
             ack = live.ThinkingAppended
+        elif event.delegation_id is not None:  # the client's answer: the model speaks from it
+            answer = self.delegations.answer(event.delegation_id, event.content, event.event_id)
+            step.to_session += [answer, {"type": "response.create", "event_id": OWN_RESPONSE}]
+            ack = live.CommentaryAppended
         else:
             step.to_session += [
                 _system_item(COMMENTARY.format(content=event.content)),
@@ -183,6 +197,14 @@ class LiveDialect:
             ack(event_id=self._id(), client_event_id=event.event_id, start_ms=start, end_ms=start)
         )
         return step
+
+    def _check_delegation_id(self, delegation_id: str, event_id: str | None) -> None:
+        if isinstance(self.config and self.config.delegation, live.ResponsesDelegation):
+            detail = "non-null delegation ids are not accepted with Responses delegation"
+            raise wire_errors.LIVE_UNSUPPORTED.error(
+                name="delegation_id", detail=detail, param="delegation_id", event_id=event_id
+            )
+        self.delegations.check(delegation_id, event_id)
 
     def _session_update(self, event: live.SessionUpdate) -> Step:
         assert self.config is not None
@@ -219,6 +241,8 @@ class LiveDialect:
             return self._input_transcript(event, str(event.get("transcript") or ""))
         elif kind == "session.closed":
             return [self.closed_event(event.get("reason") == "client_closed")]
+        elif kind == "response.function_call_arguments.done" and event.get("name") == DELEGATE_NAME:
+            return [self.delegations.created(str(event.get("call_id")), self.input_ms, self._id())]
         return []
 
     def _updated(self) -> list[live.ServerEvent]:
@@ -316,6 +340,8 @@ class LiveDialect:
         }
         if self.instructions:
             session["instructions"] = self.instructions
+        if self.delegates and isinstance(config.delegation, live.ClientDelegation | None):
+            session["tools"] = [DELEGATE]
         return {"type": "session.update", "session": session}
 
     def _id(self) -> str:
