@@ -28,11 +28,6 @@ from livegen.server import ServerConfig
 from livegen.server.thread import ServerThread
 from models.cascade.support import ChatServer, Reply, serve_chat
 
-#: Not yet passing: the answer's ``response.create`` is refused while the delegating response still
-#: speaks ("Let me check on that."), the refusal is the dialect's own and swallowed, and no later
-#: response takes the output (measured: one chat request only). The fix: hold the answer's response
-#: until the session is idle.
-PENDING = pytest.mark.xfail(reason="the answer's response is lost while the delegating one speaks")
 TASK = '{"task": "Find where order 42 is."}'
 RESULT = "Order 42 left the warehouse and arrives on Tuesday."
 
@@ -66,7 +61,6 @@ async def delegation(live: Live, chat: ChatServer, speech: Any) -> str:
     return str(created["delegation"]["id"])
 
 
-@PENDING
 @conformance("live-client-delegation")
 async def test_a_client_delegated_task_is_answered_by_commentary_and_its_result_is_spoken(
     llm_server: ServerThread, chat: ChatServer, speech: Any
@@ -91,7 +85,6 @@ async def test_a_client_delegated_task_is_answered_by_commentary_and_its_result_
     assert tool == {"role": "tool", "tool_call_id": "call_d1", "content": RESULT}
 
 
-@PENDING
 @conformance("live-errors")
 async def test_an_unknown_delegation_and_a_second_answer_are_refused_and_the_session_goes_on(
     llm_server: ServerThread, chat: ChatServer, speech: Any

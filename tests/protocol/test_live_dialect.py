@@ -149,6 +149,33 @@ def test_commentary_while_the_model_speaks_is_no_error_to_the_client() -> None:
     assert isinstance(error, live.Error) and error.error["client_event_id"] == "client_1"
 
 
+def busy_refusal(dialect: LiveDialect, step: Step) -> None:
+    """The session refuses ``step``'s response as busy (another is under way)."""
+    [create] = [e for e in step.to_session if e["type"] == "response.create"]
+    busy = {"code": "conversation_already_has_active_response", "message": "busy"}
+    assert dialect.outbound({"type": "error", "error": {**busy, "event_id": create["event_id"]}}) == []
+
+
+def test_a_refused_commentary_response_is_asked_for_once_the_one_under_way_ends() -> None:
+    dialect = started()
+    busy_refusal(dialect, dialect.inbound(event(type="session.commentary.append", content="Hi.")))
+    assert dialect.take_requests() == []  # nothing while the model speaks
+    assert dialect.outbound({"type": "response.done", "response": {"status": "completed"}}) == []
+    [owed] = dialect.take_requests()
+    assert owed["type"] == "response.create"
+    assert dialect.take_requests() == []  # asked for once
+    assert dialect.outbound({"type": "response.done", "response": {"status": "completed"}}) == []
+    assert dialect.take_requests() == []
+
+
+def test_a_response_that_starts_first_takes_what_was_owed() -> None:
+    dialect = started()
+    busy_refusal(dialect, dialect.inbound(event(type="session.commentary.append", content="Hi.")))
+    dialect.outbound({"type": "response.created", "response": {"id": "resp_2"}})
+    dialect.outbound({"type": "response.done", "response": {"status": "completed"}})
+    assert dialect.take_requests() == []  # resp_2 heard the commentary: no second response
+
+
 # --- client delegation -----------------------------------------------------------------
 def delegated(dialect: LiveDialect, call_id: str = "call_1") -> str:
     """The language model calls the delegation tool: the client is told, and the id returned."""
@@ -187,6 +214,17 @@ def test_the_tool_call_is_a_delegation_and_its_commentary_answer_is_the_calls_ou
 def test_another_function_call_is_no_delegation() -> None:
     done = {"type": "response.function_call_arguments.done", "call_id": "c", "name": "get_weather"}
     assert started(delegates=True).outbound(done) == []
+
+
+def test_a_delegations_result_given_while_the_model_speaks_is_spoken_after() -> None:
+    dialect = started(delegates=True)
+    delegation_id = delegated(dialect)
+    answer = event(type="session.commentary.append", content="Tuesday.", delegation_id=delegation_id)
+    step = dialect.inbound(answer)
+    assert step.to_session[0]["item"]["type"] == "function_call_output"  # taken at once
+    busy_refusal(dialect, step)
+    dialect.outbound({"type": "response.done", "response": {"status": "completed"}})
+    assert [r["type"] for r in dialect.take_requests()] == ["response.create"]
 
 
 def test_an_unknown_delegation_id_and_a_second_answer_are_refused_and_change_nothing() -> None:

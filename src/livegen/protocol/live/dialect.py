@@ -56,9 +56,11 @@ SESSION_TTL_S = 3600
 DEFAULT_VOICE = "marin"
 COMMENTARY = "Say this to the user now, in your own words: {content}"
 THINKING = "Context for you to know, not to say: {content}"
-#: The ``event_id`` of the responses the dialect asks for itself (commentary): their refusals
-#: (a response already under way) are the dialect's, not the client's.
+#: The ``event_id`` of the responses the dialect asks for itself (commentary, a delegation's
+#: result): their refusals (a response already under way) are the dialect's, not the client's.
 OWN_RESPONSE = "live_commentary"
+#: The response the dialect asks for once the one under way has ended.
+OWED_RESPONSE: dict[str, Any] = {"type": "response.create", "event_id": OWN_RESPONSE}
 _BYTES_PER_MS = {"audio/pcm": 2, "audio/pcmu": 1, "audio/pcma": 1}
 
 
@@ -103,6 +105,11 @@ class LiveDialect:
     _events: int = 0
     #: Input items: (start_ms, end_ms) on the timeline, by item id (from the VAD's events).
     _spans: dict[str, list[int]] = field(default_factory=dict)
+    #: A response of the dialect's own was refused as busy: it is asked for again when the one
+    #: under way ends, unless another starts first (that one hears the commentary or result too).
+    _owed: bool = False
+    #: GA events the dialect asks of the session outside any client event (``take_requests``).
+    _requests: list[dict[str, Any]] = field(default_factory=list)
 
     # --- client -> session -------------------------------------------------------------
     def start(self, event: live.SessionStart, started_at: int) -> Step:
@@ -185,12 +192,12 @@ class LiveDialect:
             ack = live.ThinkingAppended
         elif event.delegation_id is not None:  # the client's answer: the model speaks from it
             answer = self.delegations.answer(event.delegation_id, event.content, event.event_id)
-            step.to_session += [answer, {"type": "response.create", "event_id": OWN_RESPONSE}]
+            step.to_session += [answer, dict(OWED_RESPONSE)]
             ack = live.CommentaryAppended
         else:
             step.to_session += [
                 _system_item(COMMENTARY.format(content=event.content)),
-                {"type": "response.create", "event_id": OWN_RESPONSE},
+                dict(OWED_RESPONSE),
             ]
             ack = live.CommentaryAppended
         step.to_client.append(
@@ -243,7 +250,22 @@ class LiveDialect:
             return [self.closed_event(event.get("reason") == "client_closed")]
         elif kind == "response.function_call_arguments.done" and event.get("name") == DELEGATE_NAME:
             return [self.delegations.created(str(event.get("call_id")), self.input_ms, self._id())]
+        elif kind in ("response.created", "response.done"):
+            self._settle_owed(kind == "response.done")
         return []
+
+    def _settle_owed(self, ended: bool) -> None:
+        """A response started (it takes what was owed) or ended (the owed one is asked for now)."""
+        if self._owed:
+            self._owed = False
+            if ended:
+                self._requests.append(dict(OWED_RESPONSE))
+
+    def take_requests(self) -> list[dict[str, Any]]:
+        """The GA events the dialect asks of the session itself since the last call (the link sends
+        them as if the client had): a commentary's or a delegation's result's owed response."""
+        requests, self._requests = self._requests, []
+        return requests
 
     def _updated(self) -> list[live.ServerEvent]:
         if self._own_updates > 0:
@@ -263,8 +285,9 @@ class LiveDialect:
         client_event_id = body.pop("event_id", None)
         busy = wire_errors.CONVERSATION_ALREADY_HAS_ACTIVE_RESPONSE.code
         if client_event_id == OWN_RESPONSE and body.get("code") == busy:
-            # The model was already speaking: it takes the commentary into the answer under way
-            # or the next one (the client asked for no response: GPT-Live's model owns them).
+            # The model was already speaking (the client asked for no response: GPT-Live's model
+            # owns them): it speaks the commentary, or the delegation's result, once that ends.
+            self._owed = True
             return []
         body["client_event_id"] = client_event_id
         if not self._started_sent and self._own_updates == 0:

@@ -8,6 +8,9 @@ what a sans-IO dialect cannot have, the clock: the output audio goes out as a
 gapless real-time stream (``protocol/live/timeline.py``), one frame every
 ``FRAME_MS``, silence between utterances, each frame sent ``LEAD_MS`` before
 it plays; a barge-in (a response cancelled) drops what had not gone out.
+What the dialect asks of the session itself (a commentary's response owed
+until the one under way ends) joins the client's events: the receiver is woken
+for it, so it need not wait for the client's next message.
 
 GPT-Live has no resume, so a lost socket ends the session (it is never parked),
 as ``session.close`` does (``session.closed`` first).
@@ -48,6 +51,10 @@ class LiveLink:
         #: The pacer's task, owned here: the link's close cancels and awaits it.
         self._tasks = TaskSet()
         self.end_reason: str | None = None
+        #: The client's next message, being read (kept across a wake: no message is lost).
+        self._reading: asyncio.Task[str | wire.ClientEvent | RemoteProtocolError | int] | None = None
+        #: Set when the dialect queued events of its own for the session.
+        self._wake = asyncio.Event()
 
     # --- the session's events, out ------------------------------------------------------
     async def send_text(self, text: str) -> None:
@@ -69,6 +76,9 @@ class LiveLink:
             await self._send(out)
             if isinstance(out, live.SessionStarted):
                 self._start_clock()
+        if requests := self.dialect.take_requests():
+            self._pending += [json.dumps(request) for request in requests]
+            self._wake.set()
         await self._pump()
 
     async def _send(self, event: live.ServerEvent | live.OutputAudioDelta) -> None:
@@ -100,7 +110,9 @@ class LiveLink:
     # --- the client's events, in --------------------------------------------------------
     async def receive(self) -> str | wire.ClientEvent | RemoteProtocolError | int:
         while not self._pending:
-            message = await self.inner.receive()
+            message = await self._next()
+            if message is None:
+                continue  # woken: the dialect's own events are pending
             if isinstance(message, int):
                 return 1000  # GPT-Live has no resume: a lost socket ends the session, never parks it
             if not isinstance(message, str):
@@ -113,3 +125,19 @@ class LiveLink:
                 await self._send(reply)
             self._pending += [json.dumps(event) for event in step.to_session]
         return self._pending.pop(0)
+
+    async def _next(self) -> str | wire.ClientEvent | RemoteProtocolError | int | None:
+        """The client's next message, or None when the dialect queued events first (the read
+        goes on: the next call takes its message)."""
+        if self._reading is None:
+            self._reading = self._tasks.spawn(self.inner.receive(), name="live-receive")
+        self._wake.clear()
+        woken = self._tasks.spawn(self._wake.wait(), name="live-wake")
+        try:
+            await asyncio.wait({self._reading, woken}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            woken.cancel()
+        if not self._reading.done():
+            return None
+        reading, self._reading = self._reading, None
+        return reading.result()
