@@ -315,7 +315,15 @@ class Call:
         self.watchers: set[Watcher] = set()
         #: The caller's events for its session (channel, track, attached backends), and the close
         #: code its link reports when the call has ended (``CallLink.receive``).
-        self.inbox: asyncio.Queue[wire.ClientEvent | RemoteProtocolError | int] = asyncio.Queue(maxsize=1024)
+        self.inbox: asyncio.Queue[str | wire.ClientEvent | RemoteProtocolError | int] = asyncio.Queue(
+            maxsize=1024
+        )
+        #: The channel speaks another dialect (GPT-Live, ``server/live.py``): its messages go to the
+        #: session's link undecoded (the link decodes them), and the call's own Realtime events
+        #: (``output_audio_buffer.*``) are not written beside it (that dialect has none).
+        self.raw_text = False
+        #: The GPT-Live session it carries (its sideband finds the call by it); None: another.
+        self.session_id: str | None = None
         self.ended = asyncio.Event()
         self.end_reason = ""
         #: Set when the session has let go of the call (its last events have left): tear it down.
@@ -369,6 +377,8 @@ class Call:
 
     def send_side(self, event: ev.ServerEvent) -> None:
         """A transport event (``output_audio_buffer.*``), written beside the runner's."""
+        if self.raw_text:
+            return
         event.event_id = _event_id()
         self.emit(wire.encode(event).decode())
 
@@ -427,7 +437,7 @@ class Call:
         with contextlib.suppress(asyncio.QueueFull):
             self.inbox.put_nowait(event)
 
-    def receive(self, event: wire.ClientEvent | RemoteProtocolError) -> None:
+    def receive(self, event: str | wire.ClientEvent | RemoteProtocolError) -> None:
         """A client event from the channel or a backend. A channel cannot be made to wait, so one
         that arrives while the inbox is full is refused with an error, never dropped unsaid."""
         try:
@@ -478,7 +488,7 @@ class CallLink:
     async def send_text(self, text: str) -> None:
         await self.call.send_text(text)
 
-    async def receive(self) -> wire.ClientEvent | RemoteProtocolError | int:
+    async def receive(self) -> str | wire.ClientEvent | RemoteProtocolError | int:
         call = self.call
         if call.ended.is_set():
             return call.close_code()

@@ -367,6 +367,10 @@ class LiveDialect:
             session["tools"] = [DELEGATE]
         return {"type": "session.update", "session": session}
 
+    def next_event_id(self) -> str:
+        """An ``event_id`` for a live event the transport makes itself (a call's transcripts)."""
+        return self._id()
+
     def _id(self) -> str:
         self._events += 1
         return f"event_live_{self._events:06d}"
@@ -379,7 +383,7 @@ def _refuse_unserved(config: live.SessionConfig, event_id: str | None) -> None:
             name="session.triggers", detail=detail, param="session.triggers", event_id=event_id
         )
     if config.client is not None:
-        detail = "a WebSocket session has no data channel"
+        detail = "data channel event permissions are not served (every event is allowed)"
         raise wire_errors.LIVE_UNSUPPORTED.error(
             name="session.client", detail=detail, param="session.client", event_id=event_id
         )

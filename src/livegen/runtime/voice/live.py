@@ -12,6 +12,12 @@ What the dialect asks of the session itself (a commentary's response owed
 until the one under way ends) joins the client's events: the receiver is woken
 for it, so it need not wait for the client's next message.
 
+Over WebRTC (``track=True``) the output audio goes on the call's track, taken
+off the wire before it reaches this link (``calls.Call.outgoing``), so there is
+no stream to clock: transcript pieces go out as they come, placed at the
+session's position; the caller's track audio passes through the dialect (its
+mute, its timeline) as a socket's appends do.
+
 GPT-Live has no resume, so a lost socket ends the session (it is never parked),
 as ``session.close`` does (``session.closed`` first).
 """
@@ -41,8 +47,10 @@ LEAD_MS = 80
 class LiveLink:
     """``inner`` (a ``Link``) speaking GPT-Live; the session's start goes first."""
 
-    def __init__(self, inner: Link, dialect: LiveDialect, start: Step) -> None:
+    def __init__(self, inner: Link, dialect: LiveDialect, start: Step, track: bool = False) -> None:
         self.inner = inner
+        #: A WebRTC call: the output audio is on its track, not this link (see above).
+        self.track = track
         self.dialect = dialect
         self.timeline = OutputTimeline(bytes_per_ms(dialect.format))
         self._pending: list[str] = [json.dumps(event) for event in start.to_session]
@@ -62,6 +70,8 @@ class LiveLink:
         kind = event.get("type")
         if kind == "response.output_audio.delta":
             self.timeline.push_audio(base64.b64decode(event.get("delta") or ""))
+        elif kind == "response.output_audio_transcript.delta" and self.track:
+            await self._send_transcript(str(event.get("delta") or ""))
         elif kind == "response.output_audio_transcript.delta":
             self.timeline.push_text(str(event.get("delta") or ""))
         elif kind == "response.done":
@@ -85,7 +95,18 @@ class LiveLink:
         async with self._lock:
             await self.inner.send_text(live.encode(event))
 
+    async def _send_transcript(self, text: str) -> None:
+        """A piece of the answer's transcript, on a call (its speech is on the track)."""
+        if text:
+            at = self.dialect.input_ms
+            event_id = self.dialect.next_event_id()
+            await self._send(
+                live.OutputTranscriptDelta(event_id=event_id, delta=text, start_ms=at, end_ms=at)
+            )
+
     def _start_clock(self) -> None:
+        if self.track:
+            return  # the track keeps the output's time
         self._t0 = time.monotonic()
         self._tasks.spawn(self._pace(), name="live-output-pacer")
 
@@ -115,10 +136,17 @@ class LiveLink:
                 continue  # woken: the dialect's own events are pending
             if isinstance(message, int):
                 return 1000  # GPT-Live has no resume: a lost socket ends the session, never parks it
-            if not isinstance(message, str):
+            if isinstance(message, wire.AudioAppend):  # a call's track: muted and timed as appends
+                event: live.ClientEvent = live.InputAudioAppend(audio=message.audio)
+            elif not isinstance(message, str):
                 return message
+            else:
+                try:
+                    event = live.decode(message)
+                except RemoteProtocolError as error:
+                    return error
             try:
-                step = self.dialect.inbound(live.decode(message))
+                step = self.dialect.inbound(event)
             except RemoteProtocolError as error:
                 return error  # the session sends it (through ``send_text``) and goes on
             for reply in step.to_client:
