@@ -14,6 +14,7 @@ watches a live WebRTC session's events and steers it.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
@@ -22,25 +23,26 @@ from typing import Any
 
 import openai
 import pytest
+import websockets
 from aiortc import RTCSessionDescription
 from openai import AsyncOpenAI
 
 from conformance.conftest import API_KEY
 from conformance.support import QUESTION, until
 from conformance.test_openai_live import EVENTS, START, Live, conformance
-from livegen.client.webrtc import Caller
+from livegen.client.webrtc import Caller, mint
 from livegen.server.thread import ServerThread
 
 
-def client(server: ServerThread) -> AsyncOpenAI:
-    return AsyncOpenAI(api_key=API_KEY, base_url=f"{server.http_url}/v1")
+def client(server: ServerThread, key: str = API_KEY) -> AsyncOpenAI:
+    return AsyncOpenAI(api_key=key, base_url=f"{server.http_url}/v1")
 
 
 @asynccontextmanager
-async def webrtc_session(server: ServerThread) -> AsyncIterator[tuple[Caller, str]]:
+async def webrtc_session(server: ServerThread, key: str = API_KEY) -> AsyncIterator[tuple[Caller, str]]:
     """A started GPT-Live session over WebRTC (``client.live.create``): the caller, the session's id."""
-    sdk = client(server)
-    caller = Caller(server.http_url, API_KEY)
+    sdk = client(server, key)
+    caller = Caller(server.http_url, key)
     try:
         caller.pc.addTrack(caller.microphone)
         await caller.pc.setLocalDescription(await caller.pc.createOffer())
@@ -144,3 +146,27 @@ async def test_the_sideband_watches_and_steers_a_webrtc_session(plain_server: Se
             EVENTS.validate_python(refused)
     finally:
         await sdk.close()
+
+
+@conformance("live-keys")
+async def test_an_ephemeral_key_opens_a_webrtc_session_but_not_its_sideband(
+    plain_server: ServerThread,
+) -> None:
+    secret = await asyncio.to_thread(mint, plain_server.http_url, API_KEY)
+    browser_key = str(secret["value"])
+    assert browser_key.startswith("ek_")
+    async with webrtc_session(plain_server, browser_key) as (caller, session_id):
+        # The sideband is the backend's: the browser's own key does not open it.
+        browser = client(plain_server, browser_key)
+        try:
+            with pytest.raises(websockets.exceptions.InvalidStatus) as refused:
+                async with browser.live.sideband.connect(session_id=session_id, max_retries=0) as stray:
+                    await stray.recv_bytes()
+            assert refused.value.response.status_code == 401
+        finally:
+            await browser.close()
+        # The browser ends its session: session.closed on the channel.
+        caller.send({"type": "session.close", "event_id": "close_1"})
+        closed = await caller.event("session.closed", within=30)
+        assert closed["reason"] == "close_requested"
+        EVENTS.validate_python(closed)
