@@ -114,3 +114,35 @@ async def test_an_unknown_delegation_and_a_second_answer_are_refused_and_the_ses
         await until(lambda: live.of("session.input_audio.muted"), 30, "the session goes on")
     outputs = [m for r in chat.requests for m in r["messages"] if m["role"] == "tool"]
     assert json.dumps(outputs).count(RESULT) == 1  # the refused answers reached no model
+
+
+@conformance("live-responses-delegation")
+async def test_a_responses_delegated_task_runs_on_the_served_language_model_and_its_result_is_spoken(
+    llm_server: ServerThread, chat: ChatServer, speech: Any
+) -> None:
+    backend = {"model": "tiny", "instructions": "You look orders up."}
+    session = {**START, "delegation": {"type": "responses", "responses": backend}}
+    async with connect(llm_server, session) as live:
+        await started(live)
+        chat.replies = [
+            Reply(("Let me check on that.",), (("call_d1", DELEGATE_NAME, TASK),)),
+            Reply((RESULT,)),  # the delegated task, run out of band
+            Reply(("Good news: your order arrives on Tuesday.",)),
+        ]
+        live.listen().say(speech("Where is my order?"))
+        created = (await until(lambda: live.of("session.delegation.created"), 90, "the delegation"))[0]
+        assert created["delegation"]["target"] == "responses"
+        await until(
+            lambda: "Tuesday" in live.text("session.output_transcript.delta"), 90, "the result spoken"
+        )
+        lifecycle = [(e["event"]["type"], e["delegation_id"]) for e in live.of("response.event")]
+        delegation_id = created["delegation"]["id"]
+        assert lifecycle == [("response.created", delegation_id), ("response.completed", delegation_id)]
+        assert not live.of("error")
+    # The task ran with the delegation's instructions and the task as its input, and no tools.
+    task_request = chat.requests[1]
+    assert task_request["messages"][0] == {"role": "system", "content": "You look orders up."}
+    assert "Find where order 42 is." in json.dumps(task_request["messages"][1:])
+    assert not task_request.get("tools")
+    tool = chat.requests[-1]["messages"][-1]
+    assert tool == {"role": "tool", "tool_call_id": "call_d1", "content": RESULT}

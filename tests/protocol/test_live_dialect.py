@@ -185,10 +185,12 @@ def delegated(dialect: LiveDialect, call_id: str = "call_1") -> str:
     return created.delegation.id
 
 
-def test_a_model_that_can_call_tools_is_offered_the_delegation_tool_under_client_delegation() -> None:
+def test_a_model_that_can_call_tools_is_offered_the_delegation_tool_under_client_or_responses() -> None:
     assert offered(delegates=True) == [DELEGATE]  # delegation omitted: the client's
     assert offered(delegates=True, delegation={"type": "client"}) == [DELEGATE]
-    assert offered(delegates=True, delegation={"type": "responses", "responses": {"model": "m"}}) is None
+    assert offered(delegates=True, delegation={"type": "responses", "responses": {"model": "m"}}) == [
+        DELEGATE
+    ]
     assert offered() is None  # the built-in responder cannot call a tool
 
 
@@ -254,3 +256,34 @@ def test_a_delegation_id_under_responses_delegation_is_refused() -> None:
     with pytest.raises(RemoteProtocolError) as refused:
         dialect.inbound(event(type="session.commentary.append", content="x", delegation_id="deleg_1"))
     assert (refused.value.code, refused.value.param) == ("unsupported_parameter", "delegation_id")
+
+
+def test_a_responses_delegation_runs_out_of_band_and_its_text_is_the_calls_output() -> None:
+    responses = {"model": "m", "instructions": "Look orders up."}
+    dialect = started(delegates=True, delegation={"type": "responses", "responses": responses})
+    done = {"type": "response.function_call_arguments.done", "call_id": "call_1", "name": DELEGATE_NAME}
+    [created] = dialect.outbound({**done, "arguments": '{"task": "Find order 42."}'})
+    assert isinstance(created, live.DelegationCreated) and created.delegation.target == "responses"
+    [run] = dialect.take_requests()
+    assert run["response"]["conversation"] == "none" and run["response"]["instructions"] == "Look orders up."
+    assert run["response"]["input"][0]["content"][0]["text"] == "Find order 42."
+    # Refused while the delegating response speaks: asked for again once it ends.
+    busy = {"code": "conversation_already_has_active_response", "message": "busy"}
+    assert dialect.outbound({"type": "error", "error": {**busy, "event_id": run["event_id"]}}) == []
+    dialect.outbound({"type": "response.done", "response": {"status": "completed"}})
+    assert dialect.take_requests() == [run]
+    meta = {"delegation_id": created.delegation.id}
+    [began] = dialect.outbound({"type": "response.created", "response": {"id": "r2", "metadata": meta}})
+    assert isinstance(began, live.ResponseEvent) and began.event["type"] == "response.created"
+    output = [{"type": "message", "content": [{"type": "output_text", "text": "It arrives Tuesday."}]}]
+    finished = {"id": "r2", "status": "completed", "metadata": meta, "output": output}
+    [ended] = dialect.outbound({"type": "response.done", "response": finished})
+    assert isinstance(ended, live.ResponseEvent) and ended.event["type"] == "response.completed"
+    assert ended.delegation_id == created.delegation.id
+    answer, speak = dialect.take_requests()
+    assert answer["item"] == {
+        "type": "function_call_output",
+        "call_id": "call_1",
+        "output": "It arrives Tuesday.",
+    }
+    assert speak["type"] == "response.create"

@@ -10,6 +10,15 @@ calls onto delegations: a call becomes a delegation (its id livegen's own), and
 the commentary answering it becomes that call's ``function_call_output`` and a
 response, so the model speaks the result in its own words.
 
+Under ``{"type": "responses"}`` delegation the task is livegen's to run: the
+call is ``session.delegation.created`` with ``target: "responses"``, and the
+dialect asks the voice session for an out-of-band text response
+(``delegated_response``: ``conversation: "none"``, the delegation's
+instructions, the task as its one input, no tools), on the session's own
+language model; its text is the call's output, and the model speaks from it.
+Its lifecycle reaches the client as ``response.event`` (``created``,
+``completed``), with the delegation's id.
+
 A delegation is answered once: a second commentary with its id, or one naming an
 id this session never created, is refused (the session goes on). Thinking and
 instructions appends may name a delegation of the session too (context for it;
@@ -18,8 +27,9 @@ nothing is answered). Sans-IO: ids are counted, never random.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from livegen.protocol import errors as wire_errors
 from livegen.protocol.live import events as live
@@ -41,6 +51,42 @@ DELEGATE: dict[str, Any] = {
 }
 
 
+Target = Literal["client", "responses"]
+#: The ``event_id`` prefix of a delegated task's out-of-band response (the delegation's id follows).
+DELEGATED_RESPONSE = "live_delegated_"
+#: The delegated task's instructions when the delegation names none.
+DELEGATED_INSTRUCTIONS = "Do the task you are given and answer with its result, briefly, in plain words."
+
+
+def delegated_response(delegation_id: str, arguments: str, config: dict[str, Any] | None) -> dict[str, Any]:
+    """The out-of-band text response that runs a Responses-delegated task (``DELEGATE``'s arguments)."""
+    try:
+        task = str(json.loads(arguments).get("task") or arguments)
+    except (ValueError, AttributeError):
+        task = arguments
+    instructions = str((config or {}).get("instructions") or DELEGATED_INSTRUCTIONS)
+    content = [{"type": "input_text", "text": task}]
+    response = {
+        "conversation": "none",
+        "output_modalities": ["text"],
+        "instructions": instructions,
+        "tools": [],
+        "metadata": {"delegation_id": delegation_id},
+        "input": [{"type": "message", "role": "user", "content": content}],
+    }
+    return {"type": "response.create", "event_id": DELEGATED_RESPONSE + delegation_id, "response": response}
+
+
+def response_text(response: dict[str, Any]) -> str:
+    """The text of a (delegated, text-only) response's output, as ``response.done`` carries it."""
+    parts = [
+        str(part.get("text") or part.get("transcript") or "")
+        for item in response.get("output") or []
+        for part in item.get("content") or []
+    ]
+    return "".join(parts)
+
+
 @dataclass
 class Delegations:
     """One session's client delegations: the open ones (id -> the language model's call) and the answered."""
@@ -49,12 +95,14 @@ class Delegations:
     answered: set[str] = field(default_factory=set)
     _count: int = 0
 
-    def created(self, call_id: str, offset_ms: int, event_id: str) -> live.DelegationCreated:
+    def created(
+        self, call_id: str, offset_ms: int, event_id: str, target: Target = "client"
+    ) -> live.DelegationCreated:
         """The language model called ``DELEGATE`` (``call_id``): the client is told of a new delegation."""
         self._count += 1
         delegation_id = f"deleg_{self._count:06d}"
         self.open[delegation_id] = call_id
-        ref = live.DelegationRef(id=delegation_id, target="client")
+        ref = live.DelegationRef(id=delegation_id, target=target)
         return live.DelegationCreated(event_id=event_id, delegation=ref, offset_ms=offset_ms)
 
     def check(self, delegation_id: str, event_id: str | None) -> None:

@@ -20,9 +20,11 @@ What the dialect maps (``docs/live-protocol.md`` has the table):
   ``commentary`` -> a system item and ``response.create``: the model speaks it
   in its own words. Each is acknowledged with its ``*.appended`` at once;
 - ``session.close`` -> ``session.close``; ``session.closed`` comes back;
-- client delegation (``delegation.py``): a model with a language model is offered
-  one function tool; its call is ``session.delegation.created``, and the
-  commentary answering that delegation is the call's output and a response.
+- delegation (``delegation.py``): a model with a language model is offered one
+  function tool; its call is ``session.delegation.created``. Under client
+  delegation the commentary answering it is the call's output and a response;
+  under Responses delegation an out-of-band text response of the session runs
+  the task, and its text is.
 
 The session's timeline is the input audio's: every append moves it on by its
 length (the clients stream their microphone at real time, silence included),
@@ -44,7 +46,14 @@ import msgspec
 from livegen.errors import RemoteProtocolError
 from livegen.protocol import errors as wire_errors
 from livegen.protocol.live import events as live
-from livegen.protocol.live.delegation import DELEGATE, DELEGATE_NAME, Delegations
+from livegen.protocol.live.delegation import (
+    DELEGATE,
+    DELEGATE_NAME,
+    DELEGATED_RESPONSE,
+    Delegations,
+    delegated_response,
+    response_text,
+)
 
 #: The most tokens one instructions, thinking or commentary append may carry (OpenAI's bound).
 MAX_APPEND_TOKENS = 500
@@ -110,6 +119,10 @@ class LiveDialect:
     _owed: bool = False
     #: GA events the dialect asks of the session outside any client event (``take_requests``).
     _requests: list[dict[str, Any]] = field(default_factory=list)
+    #: Delegated tasks' out-of-band responses by ``event_id``: asked for, and refused as busy
+    #: (asked for again when the response under way ends).
+    _delegated: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _delegated_owed: list[dict[str, Any]] = field(default_factory=list)
 
     # --- client -> session -------------------------------------------------------------
     def start(self, event: live.SessionStart, started_at: int) -> Step:
@@ -144,7 +157,7 @@ class LiveDialect:
             self.closed = True
             return Step(to_session=[{"type": "session.close"}], close=True)
         name = type(event).__struct_config__.tag
-        detail = "this server has no Responses backend of its own to steer, nor output fixtures"
+        detail = "a delegated task runs here without tools: there is nothing to steer; nor output fixtures"
         raise wire_errors.LIVE_UNSUPPORTED.error(
             name=name, detail=detail, param="type", event_id=event.event_id
         )
@@ -249,10 +262,44 @@ class LiveDialect:
         elif kind == "session.closed":
             return [self.closed_event(event.get("reason") == "client_closed")]
         elif kind == "response.function_call_arguments.done" and event.get("name") == DELEGATE_NAME:
-            return [self.delegations.created(str(event.get("call_id")), self.input_ms, self._id())]
+            return [self._delegate(str(event.get("call_id")), str(event.get("arguments") or ""))]
         elif kind in ("response.created", "response.done"):
-            self._settle_owed(kind == "response.done")
+            return self._response_event(kind, dict(event.get("response") or {}))
         return []
+
+    def _delegate(self, call_id: str, arguments: str) -> live.DelegationCreated:
+        """The language model called ``DELEGATE``: a delegation, run here under Responses delegation."""
+        delegation = self.config.delegation if self.config else None
+        if not isinstance(delegation, live.ResponsesDelegation):
+            return self.delegations.created(call_id, self.input_ms, self._id())
+        created = self.delegations.created(call_id, self.input_ms, self._id(), target="responses")
+        request = delegated_response(created.delegation.id, arguments, delegation.responses)
+        self._delegated[request["event_id"]] = request
+        self._requests.append(request)
+        return created
+
+    def _response_event(self, kind: str, response: dict[str, Any]) -> list[live.ServerEvent]:
+        """A response began or ended: a delegated task's, or one that settles what is owed."""
+        delegation_id = (response.get("metadata") or {}).get("delegation_id")
+        ended = kind == "response.done"
+        if ended:
+            self._requests += self._delegated_owed
+            self._delegated_owed = []
+        if delegation_id not in self.delegations.open:
+            self._settle_owed(ended)
+            return []
+        # A lifecycle snapshot, as OpenAI's (its output is in the granular events, not here).
+        snapshot: dict[str, Any] = {"id": response.get("id"), "status": response.get("status"), "output": []}
+        name = kind
+        if ended:
+            name = {"completed": "response.completed", "cancelled": "response.cancelled"}.get(
+                str(response.get("status")), "response.failed"
+            )
+            self._delegated.pop(DELEGATED_RESPONSE + delegation_id, None)
+            text = response_text(response) or "The task could not be done."
+            self._requests += [self.delegations.answer(delegation_id, text, None), dict(OWED_RESPONSE)]
+        inner = {"type": name, "response": snapshot}
+        return [live.ResponseEvent(event_id=self._id(), event=inner, delegation_id=delegation_id)]
 
     def _settle_owed(self, ended: bool) -> None:
         """A response started (it takes what was owed) or ended (the owed one is asked for now)."""
@@ -284,6 +331,9 @@ class LiveDialect:
         body = dict(event.get("error") or {})
         client_event_id = body.pop("event_id", None)
         busy = wire_errors.CONVERSATION_ALREADY_HAS_ACTIVE_RESPONSE.code
+        if str(client_event_id).startswith(DELEGATED_RESPONSE) and body.get("code") == busy:
+            self._delegated_owed.append(self._delegated[str(client_event_id)])
+            return []
         if client_event_id == OWN_RESPONSE and body.get("code") == busy:
             # The model was already speaking (the client asked for no response: GPT-Live's model
             # owns them): it speaks the commentary, or the delegation's result, once that ends.
@@ -363,7 +413,7 @@ class LiveDialect:
         }
         if self.instructions:
             session["instructions"] = self.instructions
-        if self.delegates and isinstance(config.delegation, live.ClientDelegation | None):
+        if self.delegates:  # client or Responses delegation (Decisions is refused)
             session["tools"] = [DELEGATE]
         return {"type": "session.update", "session": session}
 

@@ -273,6 +273,13 @@ class DelegationRef(msgspec.Struct, kw_only=True):
     type: Literal["delegation"] = "delegation"
 
 
+class ResponseEvent(Replying, tag="response.event", kw_only=True):
+    """The SDK's ``ResponseEvent``: one event of a Responses-delegated task's stream, by delegation."""
+
+    event: dict[str, Any]
+    delegation_id: str | None = None
+
+
 class DelegationCreated(Replying, tag="session.delegation.created", kw_only=True):
     delegation: DelegationRef
     #: Where on the session's timeline (ms of input audio) the model delegated.
