@@ -315,15 +315,10 @@ class Call:
         self.watchers: set[Watcher] = set()
         #: The caller's events for its session (channel, track, attached backends), and the close
         #: code its link reports when the call has ended (``CallLink.receive``).
-        self.inbox: asyncio.Queue[str | wire.ClientEvent | RemoteProtocolError | int] = asyncio.Queue(
-            maxsize=1024
-        )
-        #: The channel speaks another dialect (GPT-Live, ``server/live.py``): its messages go to the
-        #: session's link undecoded (the link decodes them), and the call's own Realtime events
-        #: (``output_audio_buffer.*``) are not written beside it (that dialect has none).
-        self.raw_text = False
-        #: The GPT-Live session it carries (its sideband finds the call by it); None: another.
-        self.session_id: str | None = None
+        self.inbox: asyncio.Queue[str | wire.ClientEvent | RemoteProtocolError | int] = asyncio.Queue(1024)
+        #: The GPT-Live session the call carries (``server/live.py``; its sideband finds it by this):
+        #: channel text goes to its link undecoded, and no ``output_audio_buffer.*`` (GPT-Live has none).
+        self.live_session: str | None = None
         self.ended = asyncio.Event()
         self.end_reason = ""
         #: Set when the session has let go of the call (its last events have left): tear it down.
@@ -377,7 +372,7 @@ class Call:
 
     def send_side(self, event: ev.ServerEvent) -> None:
         """A transport event (``output_audio_buffer.*``), written beside the runner's."""
-        if self.raw_text:
+        if self.live_session is not None:
             return
         event.event_id = _event_id()
         self.emit(wire.encode(event).decode())

@@ -133,8 +133,7 @@ class LiveService:
             call = await calls.negotiate(sdp, key)
             if isinstance(call, Response):
                 return call
-            call.raw_text = True  # the channel speaks GPT-Live: the link decodes it
-            call.session_id = session_id
+            call.live_session = session_id  # the channel speaks GPT-Live: the link decodes it
             link = LiveLink(CallLink(call), dialect, step, track=True)
             bound = self.voice.client_secrets.bound_update(key)
             refused = await calls.open_on(call, link, session_id, name, model, bound)
@@ -154,7 +153,7 @@ class LiveService:
         session_id = websocket.path_params["session_id"]
         calls = self.voice.calls
         assert calls is not None  # the route exists only with the transport
-        found = [c for c in calls.calls.values() if c.session_id == session_id]
+        found = [c for c in calls.calls.values() if c.live_session == session_id]
         if not found:
             error = CALL_NOT_FOUND.error(call_id=session_id, param="session_id")
             await self._refuse(WebSocketLink(websocket), error)

@@ -278,7 +278,7 @@ class CallService(CallRoutes[Call]):
             def on_message(message: Any) -> None:
                 call.last_heard = time.monotonic()  # a receive-only caller is alive while it talks here
                 if isinstance(message, str):
-                    call.receive(message if call.raw_text else _decode(message))
+                    call.receive(message if call.live_session else _decode(message))
                 else:
                     call.receive(wire_errors.INVALID_EVENT.error(detail=wire.BINARY_DETAIL))
 
@@ -363,7 +363,7 @@ class CallService(CallRoutes[Call]):
                     break
                 text = message.get("text")
                 if text is not None:
-                    call.receive(text if call.raw_text else _decode(text))
+                    call.receive(text if call.live_session else _decode(text))
         except WebSocketDisconnect:
             pass
         finally:
