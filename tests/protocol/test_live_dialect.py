@@ -9,16 +9,26 @@ import pytest
 
 from livegen.errors import RemoteProtocolError
 from livegen.protocol.live import events as live
-from livegen.protocol.live.dialect import MAX_APPEND_TOKENS, LiveDialect
+from livegen.protocol.live.delegation import DELEGATE, DELEGATE_NAME
+from livegen.protocol.live.dialect import MAX_APPEND_TOKENS, LiveDialect, Step
 from livegen.protocol.live.timeline import OutputTimeline
 
 
-def started(native: bool = False, **session: object) -> LiveDialect:
-    dialect = LiveDialect("sess_1", native=native)
+def started(native: bool = False, delegates: bool = False, **session: object) -> LiveDialect:
+    return opened(native, delegates, **session)[0]
+
+
+def opened(native: bool = False, delegates: bool = False, **session: object) -> tuple[LiveDialect, Step]:
+    """A started dialect, and what its start sent the session (the ``session.update`` first)."""
+    dialect = LiveDialect("sess_1", native=native, delegates=delegates)
     start = live.decode(json.dumps({"type": "session.start", "session": {"model": "gpt-live-1", **session}}))
     assert isinstance(start, live.SessionStart)
-    dialect.start(start, 0)
-    return dialect
+    return dialect, dialect.start(start, 0)
+
+
+def offered(delegates: bool = False, **session: object) -> object:
+    """The tools the start's ``session.update`` offers the model (None: none)."""
+    return opened(False, delegates, **session)[1].to_session[0]["session"].get("tools")
 
 
 def event(**fields: object) -> live.ClientEvent:
@@ -137,3 +147,143 @@ def test_commentary_while_the_model_speaks_is_no_error_to_the_client() -> None:
     other = {"code": "invalid_value", "message": "bad", "event_id": "client_1"}
     [error] = dialect.outbound({"type": "error", "error": other})
     assert isinstance(error, live.Error) and error.error["client_event_id"] == "client_1"
+
+
+def busy_refusal(dialect: LiveDialect, step: Step) -> None:
+    """The session refuses ``step``'s response as busy (another is under way)."""
+    [create] = [e for e in step.to_session if e["type"] == "response.create"]
+    busy = {"code": "conversation_already_has_active_response", "message": "busy"}
+    assert dialect.outbound({"type": "error", "error": {**busy, "event_id": create["event_id"]}}) == []
+
+
+def test_a_refused_commentary_response_is_asked_for_once_the_one_under_way_ends() -> None:
+    dialect = started()
+    busy_refusal(dialect, dialect.inbound(event(type="session.commentary.append", content="Hi.")))
+    assert dialect.take_requests() == []  # nothing while the model speaks
+    assert dialect.outbound({"type": "response.done", "response": {"status": "completed"}}) == []
+    [owed] = dialect.take_requests()
+    assert owed["type"] == "response.create"
+    assert dialect.take_requests() == []  # asked for once
+    assert dialect.outbound({"type": "response.done", "response": {"status": "completed"}}) == []
+    assert dialect.take_requests() == []
+
+
+def test_a_response_that_starts_first_takes_what_was_owed() -> None:
+    dialect = started()
+    busy_refusal(dialect, dialect.inbound(event(type="session.commentary.append", content="Hi.")))
+    dialect.outbound({"type": "response.created", "response": {"id": "resp_2"}})
+    dialect.outbound({"type": "response.done", "response": {"status": "completed"}})
+    assert dialect.take_requests() == []  # resp_2 heard the commentary: no second response
+
+
+# --- client delegation -----------------------------------------------------------------
+def delegated(dialect: LiveDialect, call_id: str = "call_1") -> str:
+    """The language model calls the delegation tool: the client is told, and the id returned."""
+    done = {"type": "response.function_call_arguments.done", "call_id": call_id, "name": DELEGATE_NAME}
+    [created] = dialect.outbound({**done, "arguments": '{"task": "track the order"}'})
+    assert isinstance(created, live.DelegationCreated)
+    return created.delegation.id
+
+
+def test_a_model_that_can_call_tools_is_offered_the_delegation_tool_under_client_or_responses() -> None:
+    assert offered(delegates=True) == [DELEGATE]  # delegation omitted: the client's
+    assert offered(delegates=True, delegation={"type": "client"}) == [DELEGATE]
+    assert offered(delegates=True, delegation={"type": "responses", "responses": {"model": "m"}}) == [
+        DELEGATE
+    ]
+    assert offered() is None  # the built-in responder cannot call a tool
+
+
+def test_the_tool_call_is_a_delegation_and_its_commentary_answer_is_the_calls_output() -> None:
+    dialect = started(delegates=True)
+    dialect.input_ms = 2400
+    done = {"type": "response.function_call_arguments.done", "call_id": "call_7", "name": DELEGATE_NAME}
+    [created] = dialect.outbound({**done, "arguments": "{}"})
+    assert isinstance(created, live.DelegationCreated)
+    assert (created.delegation.target, created.delegation.type, created.offset_ms) == (
+        "client",
+        "delegation",
+        2400,
+    )
+    answer = {"type": "session.commentary.append", "event_id": "a1", "content": "It ships Tuesday."}
+    step = dialect.inbound(event(**answer, delegation_id=created.delegation.id))
+    item = {"type": "function_call_output", "call_id": "call_7", "output": "It ships Tuesday."}
+    assert step.to_session[0] == {"type": "conversation.item.create", "item": item, "event_id": "a1"}
+    assert step.to_session[1]["type"] == "response.create"
+    assert [type(e) for e in step.to_client] == [live.CommentaryAppended]
+
+
+def test_another_function_call_is_no_delegation() -> None:
+    done = {"type": "response.function_call_arguments.done", "call_id": "c", "name": "get_weather"}
+    assert started(delegates=True).outbound(done) == []
+
+
+def test_a_delegations_result_given_while_the_model_speaks_is_spoken_after() -> None:
+    dialect = started(delegates=True)
+    delegation_id = delegated(dialect)
+    answer = event(type="session.commentary.append", content="Tuesday.", delegation_id=delegation_id)
+    step = dialect.inbound(answer)
+    assert step.to_session[0]["item"]["type"] == "function_call_output"  # taken at once
+    busy_refusal(dialect, step)
+    dialect.outbound({"type": "response.done", "response": {"status": "completed"}})
+    assert [r["type"] for r in dialect.take_requests()] == ["response.create"]
+
+
+def test_an_unknown_delegation_id_and_a_second_answer_are_refused_and_change_nothing() -> None:
+    dialect = started(delegates=True)
+    with pytest.raises(RemoteProtocolError) as unknown:
+        dialect.inbound(event(type="session.commentary.append", content="x", delegation_id="deleg_nope"))
+    assert (unknown.value.code, unknown.value.param) == ("unknown_delegation_id", "delegation_id")
+    with pytest.raises(RemoteProtocolError):
+        dialect.inbound(event(type="session.thinking.append", content="x", delegation_id="deleg_nope"))
+    delegation_id = delegated(dialect)
+    dialect.inbound(event(type="session.thinking.append", content="looking", delegation_id=delegation_id))
+    dialect.inbound(event(type="session.commentary.append", content="Done.", delegation_id=delegation_id))
+    with pytest.raises(RemoteProtocolError) as again:
+        dialect.inbound(
+            event(type="session.commentary.append", content="Again.", delegation_id=delegation_id)
+        )
+    assert again.value.code == "delegation_already_answered"
+    # A later delegation is answered as the first was.
+    later = delegated(dialect, "call_2")
+    assert later != delegation_id
+    step = dialect.inbound(event(type="session.commentary.append", content="Yes.", delegation_id=later))
+    assert step.to_session[0]["item"]["call_id"] == "call_2"
+
+
+def test_a_delegation_id_under_responses_delegation_is_refused() -> None:
+    dialect = started(delegates=True, delegation={"type": "responses", "responses": {"model": "m"}})
+    with pytest.raises(RemoteProtocolError) as refused:
+        dialect.inbound(event(type="session.commentary.append", content="x", delegation_id="deleg_1"))
+    assert (refused.value.code, refused.value.param) == ("unsupported_parameter", "delegation_id")
+
+
+def test_a_responses_delegation_runs_out_of_band_and_its_text_is_the_calls_output() -> None:
+    responses = {"model": "m", "instructions": "Look orders up."}
+    dialect = started(delegates=True, delegation={"type": "responses", "responses": responses})
+    done = {"type": "response.function_call_arguments.done", "call_id": "call_1", "name": DELEGATE_NAME}
+    [created] = dialect.outbound({**done, "arguments": '{"task": "Find order 42."}'})
+    assert isinstance(created, live.DelegationCreated) and created.delegation.target == "responses"
+    [run] = dialect.take_requests()
+    assert run["response"]["conversation"] == "none" and run["response"]["instructions"] == "Look orders up."
+    assert run["response"]["input"][0]["content"][0]["text"] == "Find order 42."
+    # Refused while the delegating response speaks: asked for again once it ends.
+    busy = {"code": "conversation_already_has_active_response", "message": "busy"}
+    assert dialect.outbound({"type": "error", "error": {**busy, "event_id": run["event_id"]}}) == []
+    dialect.outbound({"type": "response.done", "response": {"status": "completed"}})
+    assert dialect.take_requests() == [run]
+    meta = {"delegation_id": created.delegation.id}
+    [began] = dialect.outbound({"type": "response.created", "response": {"id": "r2", "metadata": meta}})
+    assert isinstance(began, live.ResponseEvent) and began.event["type"] == "response.created"
+    output = [{"type": "message", "content": [{"type": "output_text", "text": "It arrives Tuesday."}]}]
+    finished = {"id": "r2", "status": "completed", "metadata": meta, "output": output}
+    [ended] = dialect.outbound({"type": "response.done", "response": finished})
+    assert isinstance(ended, live.ResponseEvent) and ended.event["type"] == "response.completed"
+    assert ended.delegation_id == created.delegation.id
+    answer, speak = dialect.take_requests()
+    assert answer["item"] == {
+        "type": "function_call_output",
+        "call_id": "call_1",
+        "output": "It arrives Tuesday.",
+    }
+    assert speak["type"] == "response.create"

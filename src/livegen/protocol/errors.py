@@ -603,6 +603,21 @@ LIVE_UNSUPPORTED = WireError(
     "livegen",
     "GPT-Live: a setting or event this server cannot honour (`param` names it); refused, never ignored",
 )
+LIVE_UNKNOWN_DELEGATION = WireError(
+    "unknown_delegation_id",
+    "no delegation {delegation_id!r} in this session",
+    "livegen",
+    "GPT-Live: an append whose `delegation_id` this session never created (nothing changes)",
+    "delegation_id",
+)
+LIVE_DELEGATION_ANSWERED = WireError(
+    "delegation_already_answered",
+    "delegation {delegation_id!r} already has its answer",
+    "livegen",
+    "GPT-Live: a second `session.commentary.append` answering the same client delegation (nothing changes)",
+    "delegation_id",
+    kind=InvalidState,
+)
 
 TABLE: tuple[WireError, ...] = tuple(v for v in dict(globals()).values() if isinstance(v, WireError))
 #: Every code livegen can send on the voice wire.

@@ -315,7 +315,10 @@ class Call:
         self.watchers: set[Watcher] = set()
         #: The caller's events for its session (channel, track, attached backends), and the close
         #: code its link reports when the call has ended (``CallLink.receive``).
-        self.inbox: asyncio.Queue[wire.ClientEvent | RemoteProtocolError | int] = asyncio.Queue(maxsize=1024)
+        self.inbox: asyncio.Queue[str | wire.ClientEvent | RemoteProtocolError | int] = asyncio.Queue(1024)
+        #: The GPT-Live session the call carries (``server/live.py``; its sideband finds it by this):
+        #: channel text goes to its link undecoded, and no ``output_audio_buffer.*`` (GPT-Live has none).
+        self.live_session: str | None = None
         self.ended = asyncio.Event()
         self.end_reason = ""
         #: Set when the session has let go of the call (its last events have left): tear it down.
@@ -369,6 +372,8 @@ class Call:
 
     def send_side(self, event: ev.ServerEvent) -> None:
         """A transport event (``output_audio_buffer.*``), written beside the runner's."""
+        if self.live_session is not None:
+            return
         event.event_id = _event_id()
         self.emit(wire.encode(event).decode())
 
@@ -427,7 +432,7 @@ class Call:
         with contextlib.suppress(asyncio.QueueFull):
             self.inbox.put_nowait(event)
 
-    def receive(self, event: wire.ClientEvent | RemoteProtocolError) -> None:
+    def receive(self, event: str | wire.ClientEvent | RemoteProtocolError) -> None:
         """A client event from the channel or a backend. A channel cannot be made to wait, so one
         that arrives while the inbox is full is refused with an error, never dropped unsaid."""
         try:
@@ -478,7 +483,7 @@ class CallLink:
     async def send_text(self, text: str) -> None:
         await self.call.send_text(text)
 
-    async def receive(self) -> wire.ClientEvent | RemoteProtocolError | int:
+    async def receive(self) -> str | wire.ClientEvent | RemoteProtocolError | int:
         call = self.call
         if call.ended.is_set():
             return call.close_code()

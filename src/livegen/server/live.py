@@ -10,25 +10,45 @@ there, a ``gpt-live*`` name meaning the served default), and hands the engine a
 ``LiveLink`` (``runtime/voice/live.py``): from there it is an ordinary voice
 session, with every voice model. A refusal before the session exists is an
 ``error`` event in GPT-Live's shape, then a close.
+
+``POST /v1/live/sessions`` (``client.live.create``, with aiortc installed) is
+the same session over WebRTC: a JSON body with the ``session`` (GPT-Live's
+media configuration: no audio format, the track negotiates it) and the
+``transport`` (``{"type": "webrtc", "sdp": offer}``), answered with the
+session's id and the SDP answer. The call is ``server/webrtc.py``'s, made,
+limited, served and let go as a ``/v1/realtime/calls`` call (the audio on its
+track, the events on its ``oai-events`` channel); only its link is GPT-Live's,
+so ``session.started`` comes on the channel. Refusals are that route's: HTTP,
+in OpenAI's error shape.
+
+``WS /v1/live/sessions/{id}/attach`` is such a session's sideband (the SDK's
+``client.live.sideband.connect``): a trusted backend, with the server's key
+(the auth middleware takes no ephemeral key here), watches every event of the
+session's channel and sends GPT-Live events of its own, as a socket attached to
+a ``/v1/realtime/calls`` call does (``CallService.attach``, reused).
 """
 
 from __future__ import annotations
 
 import fnmatch
+import json
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from starlette.routing import BaseRoute, WebSocketRoute
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from livegen.errors import RemoteProtocolError
 from livegen.protocol import errors as wire_errors
 from livegen.protocol.live import events as live
-from livegen.protocol.live.dialect import LiveDialect
+from livegen.protocol.live.dialect import LiveDialect, Step
 from livegen.runtime.voice.lifecycle import Handoff, Opening
 from livegen.runtime.voice.live import LiveLink
 from livegen.runtime.voice.lockstep_voice import LockstepVoice
 from livegen.server.auth import presented_key, select_subprotocol
+from livegen.server.bodies import json_object
 from livegen.server.resume import first_text
 
 if TYPE_CHECKING:
@@ -46,7 +66,13 @@ class LiveService:
         self.voice = voice
 
     def routes(self) -> list[BaseRoute]:
-        return [WebSocketRoute(PATH, self.endpoint)]
+        routes: list[BaseRoute] = [WebSocketRoute(PATH, self.endpoint)]
+        if self.voice.calls is not None:  # aiortc is installed: the WebRTC transport
+            from livegen.server.call_routes import cors
+
+            routes.append(Route(PATH, cors(self.create), methods=["POST", "OPTIONS"]))
+            routes.append(WebSocketRoute(f"{PATH}/{{session_id}}/attach", self.attach))
+        return routes
 
     async def endpoint(self, websocket: WebSocket) -> None:
         from livegen.server.voice import WebSocketLink, new_session_id
@@ -56,19 +82,11 @@ class LiveService:
         engine = self.voice.engine
         try:
             start = await self._start(websocket)
-            requested = start.session.model
-            if fnmatch.fnmatchcase(requested, LIVE_MODELS):
-                requested = engine.default_model
-            name, model = await engine.admit(requested)
+            name, model = await self._admit(start)
+            session_id = new_session_id(self.voice.state)
+            dialect, step = _dialect(session_id, start, model)
         except WebSocketDisconnect:
             return
-        except RemoteProtocolError as error:
-            await self._refuse(plain, error)
-            return
-        session_id = new_session_id(self.voice.state)
-        dialect = LiveDialect(session_id, native=isinstance(model, LockstepVoice))
-        try:
-            step = dialect.start(start, int(time.time()))
         except RemoteProtocolError as error:
             await self._refuse(plain, error)
             return
@@ -81,6 +99,66 @@ class LiveService:
         )
         engine.open(opening)
         await opening.handoff.released.wait()
+
+    async def _admit(self, start: live.SessionStart) -> tuple[str, Any]:
+        """The served model ``session.start`` names (``gpt-live*``: the default), admitted."""
+        requested = start.session.model
+        if fnmatch.fnmatchcase(requested, LIVE_MODELS):
+            requested = self.voice.engine.default_model
+        return await self.voice.engine.admit(requested)
+
+    async def create(self, request: Request) -> Response:
+        """``POST /v1/live/sessions``: a GPT-Live session on a WebRTC call (``client.live.create``)."""
+        from livegen.server.call_routes import check_offer
+        from livegen.server.calls import CallLink
+        from livegen.server.voice import new_session_id
+        from livegen.server.webrtc import REQUIRED_LINES, let_go
+
+        calls = self.voice.calls
+        assert calls is not None  # the route exists only with the transport
+        try:
+            start, sdp = _media_start(json_object(await request.body()))
+        except RemoteProtocolError as error:
+            return calls.refuse(error)
+        with calls.answering():
+            try:
+                check_offer(sdp, REQUIRED_LINES)
+                calls.check_room()
+                name, model = await self._admit(start)
+                session_id = new_session_id(self.voice.state)
+                dialect, step = _dialect(session_id, start, model)
+            except RemoteProtocolError as error:
+                return calls.refuse(error)
+            key = presented_key(request.scope)
+            call = await calls.negotiate(sdp, key)
+            if isinstance(call, Response):
+                return call
+            call.live_session = session_id  # the channel speaks GPT-Live: the link decodes it
+            link = LiveLink(CallLink(call), dialect, step, track=True)
+            bound = self.voice.client_secrets.bound_update(key)
+            refused = await calls.open_on(call, link, session_id, name, model, bound)
+            if refused is not None:
+                await let_go(call, "refused")
+                return calls.refuse(refused)
+            calls.go_live(call, session_id, name)
+        transport = {"type": "webrtc", "sdp": call.pc.localDescription.sdp}
+        return JSONResponse({"session": {"id": session_id}, "transport": transport}, status_code=201)
+
+    async def attach(self, websocket: WebSocket) -> None:
+        """The sideband: a backend on a WebRTC session's call (none: ``call_not_found``, a close)."""
+        from livegen.server.call_routes import CALL_NOT_FOUND
+        from livegen.server.voice import WebSocketLink
+
+        await websocket.accept(subprotocol=select_subprotocol(websocket.scope))
+        session_id = websocket.path_params["session_id"]
+        calls = self.voice.calls
+        assert calls is not None  # the route exists only with the transport
+        found = [c for c in calls.calls.values() if c.live_session == session_id]
+        if not found:
+            error = CALL_NOT_FOUND.error(call_id=session_id, param="session_id")
+            await self._refuse(WebSocketLink(websocket), error)
+            return
+        await calls.attach(websocket, found[0].id)
 
     async def _start(self, websocket: WebSocket) -> live.SessionStart:
         text = await first_text(websocket, wire_errors.INVALID_EVENT)
@@ -99,3 +177,42 @@ class LiveService:
             else 1008
         )
         await link.close(code)
+
+
+def _dialect(session_id: str, start: live.SessionStart, model: Any) -> tuple[LiveDialect, Step]:
+    """The session's dialect, started (raises what the model cannot honour, by name)."""
+    # A cascade answering with a language model (remote or embedded) can delegate by a tool call.
+    delegates = getattr(model, "llm", None) is not None
+    dialect = LiveDialect(session_id, native=isinstance(model, LockstepVoice), delegates=delegates)
+    return dialect, dialect.start(start, int(time.time()))
+
+
+#: What GPT-Live's media configuration has that a session here cannot honour (refused by name).
+MEDIA_UNSERVED = {
+    "idle_timeout_s": "inference is never paused: a session runs until it ends",
+    "wake_policy": "inference is never paused, so there is nothing to wake",
+}
+
+
+def _media_start(body: dict[str, Any]) -> tuple[live.SessionStart, str]:
+    """``client.live.create``'s body: its ``session`` as a checked ``session.start``, and the offer."""
+    for name in body:
+        if name not in ("session", "transport"):
+            raise wire_errors.UNKNOWN_PARAMETER.error(name=name, param=name)
+    transport, session = body.get("transport"), body.get("session")
+    for name, part in (("session", session), ("transport", transport)):
+        if not isinstance(part, dict):
+            raise wire_errors.MISSING_REQUIRED_PARAMETER.error(name=name, param=name)
+    assert isinstance(transport, dict) and isinstance(session, dict)
+    if transport.get("type") != "webrtc" or not isinstance(transport.get("sdp"), str):
+        detail = "transport must be {'type': 'webrtc', 'sdp': <the SDP offer>}"
+        raise wire_errors.INVALID_VALUE.error(detail=detail, param="transport")
+    for name, why in MEDIA_UNSERVED.items():
+        if name in session:
+            param = f"session.{name}"
+            raise wire_errors.LIVE_UNSUPPORTED.error(name=param, detail=why, param=param)
+    if "format" in (session.get("audio") or {}):  # WebRTC negotiates it on the track
+        raise wire_errors.UNKNOWN_PARAMETER.error(name="session.audio.format", param="session.audio.format")
+    start = live.decode(json.dumps({"type": "session.start", "session": session}))
+    assert isinstance(start, live.SessionStart)
+    return start, str(transport["sdp"])

@@ -66,7 +66,7 @@ from livegen.protocol import realtime as wire
 from livegen.protocol.realtime import server as ev
 from livegen.runtime.closes import CLOSE_NOT_READING, NOT_READING_REASON
 from livegen.runtime.voice.engine import configured_session
-from livegen.runtime.voice.lifecycle import Handoff, Opening
+from livegen.runtime.voice.lifecycle import Handoff, Link, Opening
 from livegen.server.auth import EPHEMERAL_PREFIX, presented_key
 from livegen.server.call_routes import (
     CALL_NOT_FOUND,
@@ -153,13 +153,13 @@ class CallService(CallRoutes[Call]):
             too_large = invalid
         if too_large is not None:
             return self.refuse(too_large)
-        call = await self._negotiate(sdp, key)
+        call = await self.negotiate(sdp, key)
         if isinstance(call, Response):
             return call
         session_id = self.voice.state.gate.new_id("sess_", 16)  # tagged: a resume finds its process
         refused = await self._open(call, session_id, name, model, bound)
         if refused is not None:
-            await _let_go(call, "refused")
+            await let_go(call, "refused")
             return error_response(refused, STATUS.get(refused.code, 400))
         return self._answered(call, session_id, model=name)
 
@@ -179,7 +179,7 @@ class CallService(CallRoutes[Call]):
             self.engine.check_resume(session_id, event.resume_token)  # claimed once negotiated
         except RemoteProtocolError as error:
             return self.refuse(error)
-        call = await self._negotiate(offer.sdp, presented_key(request.scope))
+        call = await self.negotiate(offer.sdp, presented_key(request.scope))
         if isinstance(call, Response):
             return call
         link = CallLink(call)
@@ -189,13 +189,13 @@ class CallService(CallRoutes[Call]):
         try:
             self.engine.post_resume(handoff, session_id, event.resume_token)
         except RemoteProtocolError as error:  # claimed meanwhile by another resume, or ended
-            await _let_go(call, "refused")
+            await let_go(call, "refused")
             return self.refuse(error)
         return self._answered(call, session_id)
 
-    async def _negotiate(self, sdp: str, key: str | None) -> Call | Response:
+    async def negotiate(self, sdp: str, key: str | None) -> Call | Response:
         """A call for the offer, with its answer made (or the refusal of an offer aiortc cannot
-        take); it has no session yet."""
+        take); it has no session yet (GPT-Live's route uses it too)."""
         from aiortc import RTCSessionDescription
 
         pc = self.peer_connection()
@@ -210,33 +210,44 @@ class CallService(CallRoutes[Call]):
             answer = await pc.createAnswer()
             await pc.setLocalDescription(answer)
         except Exception as exc:  # aiortc rejects what it cannot negotiate; its words are its internals
-            await _let_go(call, "refused")
+            await let_go(call, "refused")
             log_event(logger, "webrtc.offer_refused", logging.WARNING, error=f"{type(exc).__name__}: {exc}")
             return self.refuse(INVALID_OFFER.error(detail=UNNEGOTIABLE, param="sdp"))
         return call
 
     def _answered(self, call: Call, session_id: str, model: str | None = None) -> Response:
         """The call's session has it: the call goes live, and the caller gets the SDP answer."""
-        self.calls[call.id] = call
-        self.tasks.spawn(self._serve(call, session_id, model))
+        self.go_live(call, session_id, model)
         headers = {"Location": f"/v1/realtime/calls/{call.id}"}
         return Response(
             call.pc.localDescription.sdp, status_code=201, media_type="application/sdp", headers=headers
         )
 
+    def go_live(self, call: Call, session_id: str, model: str | None) -> None:
+        """The call's session has it: the call is served until it ends (GPT-Live's route too)."""
+        self.calls[call.id] = call
+        self.tasks.spawn(self._serve(call, session_id, model))
+
     async def _open(
         self, call: Call, session_id: str, name: str, model: Any, bound: dict[str, Any]
     ) -> RemoteProtocolError | None:
-        """The call's session, opened by the engine's owner (as a socket's) on the call's link;
-        returns the refusal if it could not open (the caller gets it as the HTTP answer)."""
         update = {"type": "session.update", "session": bound}
+        decoded = wire.decode(msgspec.json.encode(update)) if bound else None
+        return await self.open_on(call, CallLink(call), session_id, name, model, decoded)
+
+    async def open_on(
+        self, call: Call, link: Link, session_id: str, name: str, model: Any, bound: wire.ClientEvent | None
+    ) -> RemoteProtocolError | None:
+        """The call's session, opened by the engine's owner (as a socket's) on ``link`` (the call's
+        own, or GPT-Live's over it); returns the refusal if it could not open (the caller gets it
+        as the HTTP answer)."""
         outcome: asyncio.Future[RemoteProtocolError | None] = asyncio.get_running_loop().create_future()
         opening = Opening(
-            Handoff(CallLink(call), transport=call.outgoing, formats_fixed=True),
+            Handoff(link, transport=call.outgoing, formats_fixed=True),
             session_id,
             name,
             model,
-            bound=wire.decode(msgspec.json.encode(update)) if bound else None,
+            bound=bound,
             outcome=outcome,
         )
         self.engine.open(opening)
@@ -267,7 +278,7 @@ class CallService(CallRoutes[Call]):
             def on_message(message: Any) -> None:
                 call.last_heard = time.monotonic()  # a receive-only caller is alive while it talks here
                 if isinstance(message, str):
-                    call.receive(_decode(message))
+                    call.receive(message if call.live_session else _decode(message))
                 else:
                     call.receive(wire_errors.INVALID_EVENT.error(detail=wire.BINARY_DETAIL))
 
@@ -320,7 +331,7 @@ class CallService(CallRoutes[Call]):
                 self.calls.pop(call.id, None)
                 for watcher in call.watchers:
                     watcher.close()
-                await _let_go(call, "ended")
+                await let_go(call, "ended")
                 metrics.unsent_sources.discard(unsent_bytes)
                 log_event(logger, "webrtc.call_closed", reason=call.end_reason)
 
@@ -352,7 +363,7 @@ class CallService(CallRoutes[Call]):
                     break
                 text = message.get("text")
                 if text is not None:
-                    call.receive(_decode(text))
+                    call.receive(text if call.live_session else _decode(text))
         except WebSocketDisconnect:
             pass
         finally:
@@ -436,7 +447,7 @@ RESUME_LINES = (
 )
 
 
-async def _let_go(call: Call, reason: str) -> None:
+async def let_go(call: Call, reason: str) -> None:
     """End a call and let go of all it holds: its tasks (cancelled and awaited), its connection."""
     call.end(reason)
     await call.tasks.close()

@@ -19,7 +19,12 @@ What the dialect maps (``docs/live-protocol.md`` has the table):
   (the base and every append, in order); ``thinking`` -> a system item;
   ``commentary`` -> a system item and ``response.create``: the model speaks it
   in its own words. Each is acknowledged with its ``*.appended`` at once;
-- ``session.close`` -> ``session.close``; ``session.closed`` comes back.
+- ``session.close`` -> ``session.close``; ``session.closed`` comes back;
+- delegation (``delegation.py``): a model with a language model is offered one
+  function tool; its call is ``session.delegation.created``. Under client
+  delegation the commentary answering it is the call's output and a response;
+  under Responses delegation an out-of-band text response of the session runs
+  the task, and its text is.
 
 The session's timeline is the input audio's: every append moves it on by its
 length (the clients stream their microphone at real time, silence included),
@@ -41,6 +46,14 @@ import msgspec
 from livegen.errors import RemoteProtocolError
 from livegen.protocol import errors as wire_errors
 from livegen.protocol.live import events as live
+from livegen.protocol.live.delegation import (
+    DELEGATE,
+    DELEGATE_NAME,
+    DELEGATED_RESPONSE,
+    Delegations,
+    delegated_response,
+    response_text,
+)
 
 #: The most tokens one instructions, thinking or commentary append may carry (OpenAI's bound).
 MAX_APPEND_TOKENS = 500
@@ -52,9 +65,11 @@ SESSION_TTL_S = 3600
 DEFAULT_VOICE = "marin"
 COMMENTARY = "Say this to the user now, in your own words: {content}"
 THINKING = "Context for you to know, not to say: {content}"
-#: The ``event_id`` of the responses the dialect asks for itself (commentary): their refusals
-#: (a response already under way) are the dialect's, not the client's.
+#: The ``event_id`` of the responses the dialect asks for itself (commentary, a delegation's
+#: result): their refusals (a response already under way) are the dialect's, not the client's.
 OWN_RESPONSE = "live_commentary"
+#: The response the dialect asks for once the one under way has ended.
+OWED_RESPONSE: dict[str, Any] = {"type": "response.create", "event_id": OWN_RESPONSE}
 _BYTES_PER_MS = {"audio/pcm": 2, "audio/pcmu": 1, "audio/pcma": 1}
 
 
@@ -80,6 +95,9 @@ class LiveDialect:
     #: A native duplex (lockstep) model: it takes no instructions, context nor voice, and has no
     #: recogniser; what asks for them is refused by name (``protocol/errors.py``, ``LIVE_UNSUPPORTED``).
     native: bool = False
+    #: The model has a language model that can call tools: under client delegation it is offered
+    #: ``DELEGATE`` (the built-in responder cannot call one, so it is offered none).
+    delegates: bool = False
     config: live.SessionConfig | None = None
     #: ``expires_at`` of the session object (the transport's clock, set when it starts).
     started_at: int = 0
@@ -88,6 +106,7 @@ class LiveDialect:
     #: The session's timeline: milliseconds of input audio taken.
     input_ms: int = 0
     appended_instructions: list[str] = field(default_factory=list)
+    delegations: Delegations = field(default_factory=Delegations)
     #: ``session.update``s the dialect sent itself: their ``session.updated`` is not the client's.
     _own_updates: int = 0
     _started_sent: bool = False
@@ -95,6 +114,15 @@ class LiveDialect:
     _events: int = 0
     #: Input items: (start_ms, end_ms) on the timeline, by item id (from the VAD's events).
     _spans: dict[str, list[int]] = field(default_factory=dict)
+    #: A response of the dialect's own was refused as busy: it is asked for again when the one
+    #: under way ends, unless another starts first (that one hears the commentary or result too).
+    _owed: bool = False
+    #: GA events the dialect asks of the session outside any client event (``take_requests``).
+    _requests: list[dict[str, Any]] = field(default_factory=list)
+    #: Delegated tasks' out-of-band responses by ``event_id``: asked for, and refused as busy
+    #: (asked for again when the response under way ends).
+    _delegated: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _delegated_owed: list[dict[str, Any]] = field(default_factory=list)
 
     # --- client -> session -------------------------------------------------------------
     def start(self, event: live.SessionStart, started_at: int) -> Step:
@@ -129,7 +157,7 @@ class LiveDialect:
             self.closed = True
             return Step(to_session=[{"type": "session.close"}], close=True)
         name = type(event).__struct_config__.tag
-        detail = "this server has no Responses backend of its own to steer, nor output fixtures"
+        detail = "a delegated task runs here without tools: there is nothing to steer; nor output fixtures"
         raise wire_errors.LIVE_UNSUPPORTED.error(
             name=name, detail=detail, param="type", event_id=event.event_id
         )
@@ -161,6 +189,8 @@ class LiveDialect:
             )
         start = self.input_ms
         step = Step()
+        if event.delegation_id is not None:
+            self._check_delegation_id(event.delegation_id, event.event_id)
         if isinstance(event, live.InstructionsAppend):
             self.appended_instructions.append(event.content)
             step.to_session.append(
@@ -173,16 +203,28 @@ class LiveDialect:
         elif isinstance(event, live.ThinkingAppend):
             step.to_session.append(_system_item(THINKING.format(content=event.content)))
             ack = live.ThinkingAppended
+        elif event.delegation_id is not None:  # the client's answer: the model speaks from it
+            answer = self.delegations.answer(event.delegation_id, event.content, event.event_id)
+            step.to_session += [answer, dict(OWED_RESPONSE)]
+            ack = live.CommentaryAppended
         else:
             step.to_session += [
                 _system_item(COMMENTARY.format(content=event.content)),
-                {"type": "response.create", "event_id": OWN_RESPONSE},
+                dict(OWED_RESPONSE),
             ]
             ack = live.CommentaryAppended
         step.to_client.append(
             ack(event_id=self._id(), client_event_id=event.event_id, start_ms=start, end_ms=start)
         )
         return step
+
+    def _check_delegation_id(self, delegation_id: str, event_id: str | None) -> None:
+        if isinstance(self.config and self.config.delegation, live.ResponsesDelegation):
+            detail = "non-null delegation ids are not accepted with Responses delegation"
+            raise wire_errors.LIVE_UNSUPPORTED.error(
+                name="delegation_id", detail=detail, param="delegation_id", event_id=event_id
+            )
+        self.delegations.check(delegation_id, event_id)
 
     def _session_update(self, event: live.SessionUpdate) -> Step:
         assert self.config is not None
@@ -219,7 +261,58 @@ class LiveDialect:
             return self._input_transcript(event, str(event.get("transcript") or ""))
         elif kind == "session.closed":
             return [self.closed_event(event.get("reason") == "client_closed")]
+        elif kind == "response.function_call_arguments.done" and event.get("name") == DELEGATE_NAME:
+            return [self._delegate(str(event.get("call_id")), str(event.get("arguments") or ""))]
+        elif kind in ("response.created", "response.done"):
+            return self._response_event(kind, dict(event.get("response") or {}))
         return []
+
+    def _delegate(self, call_id: str, arguments: str) -> live.DelegationCreated:
+        """The language model called ``DELEGATE``: a delegation, run here under Responses delegation."""
+        delegation = self.config.delegation if self.config else None
+        if not isinstance(delegation, live.ResponsesDelegation):
+            return self.delegations.created(call_id, self.input_ms, self._id())
+        created = self.delegations.created(call_id, self.input_ms, self._id(), target="responses")
+        request = delegated_response(created.delegation.id, arguments, delegation.responses)
+        self._delegated[request["event_id"]] = request
+        self._requests.append(request)
+        return created
+
+    def _response_event(self, kind: str, response: dict[str, Any]) -> list[live.ServerEvent]:
+        """A response began or ended: a delegated task's, or one that settles what is owed."""
+        delegation_id = (response.get("metadata") or {}).get("delegation_id")
+        ended = kind == "response.done"
+        if ended:
+            self._requests += self._delegated_owed
+            self._delegated_owed = []
+        if delegation_id not in self.delegations.open:
+            self._settle_owed(ended)
+            return []
+        # A lifecycle snapshot, as OpenAI's (its output is in the granular events, not here).
+        snapshot: dict[str, Any] = {"id": response.get("id"), "status": response.get("status"), "output": []}
+        name = kind
+        if ended:
+            name = {"completed": "response.completed", "cancelled": "response.cancelled"}.get(
+                str(response.get("status")), "response.failed"
+            )
+            self._delegated.pop(DELEGATED_RESPONSE + delegation_id, None)
+            text = response_text(response) or "The task could not be done."
+            self._requests += [self.delegations.answer(delegation_id, text, None), dict(OWED_RESPONSE)]
+        inner = {"type": name, "response": snapshot}
+        return [live.ResponseEvent(event_id=self._id(), event=inner, delegation_id=delegation_id)]
+
+    def _settle_owed(self, ended: bool) -> None:
+        """A response started (it takes what was owed) or ended (the owed one is asked for now)."""
+        if self._owed:
+            self._owed = False
+            if ended:
+                self._requests.append(dict(OWED_RESPONSE))
+
+    def take_requests(self) -> list[dict[str, Any]]:
+        """The GA events the dialect asks of the session itself since the last call (the link sends
+        them as if the client had): a commentary's or a delegation's result's owed response."""
+        requests, self._requests = self._requests, []
+        return requests
 
     def _updated(self) -> list[live.ServerEvent]:
         if self._own_updates > 0:
@@ -238,9 +331,13 @@ class LiveDialect:
         body = dict(event.get("error") or {})
         client_event_id = body.pop("event_id", None)
         busy = wire_errors.CONVERSATION_ALREADY_HAS_ACTIVE_RESPONSE.code
+        if str(client_event_id).startswith(DELEGATED_RESPONSE) and body.get("code") == busy:
+            self._delegated_owed.append(self._delegated[str(client_event_id)])
+            return []
         if client_event_id == OWN_RESPONSE and body.get("code") == busy:
-            # The model was already speaking: it takes the commentary into the answer under way
-            # or the next one (the client asked for no response: GPT-Live's model owns them).
+            # The model was already speaking (the client asked for no response: GPT-Live's model
+            # owns them): it speaks the commentary, or the delegation's result, once that ends.
+            self._owed = True
             return []
         body["client_event_id"] = client_event_id
         if not self._started_sent and self._own_updates == 0:
@@ -316,7 +413,13 @@ class LiveDialect:
         }
         if self.instructions:
             session["instructions"] = self.instructions
+        if self.delegates:  # client or Responses delegation (Decisions is refused)
+            session["tools"] = [DELEGATE]
         return {"type": "session.update", "session": session}
+
+    def next_event_id(self) -> str:
+        """An ``event_id`` for a live event the transport makes itself (a call's transcripts)."""
+        return self._id()
 
     def _id(self) -> str:
         self._events += 1
@@ -330,7 +433,7 @@ def _refuse_unserved(config: live.SessionConfig, event_id: str | None) -> None:
             name="session.triggers", detail=detail, param="session.triggers", event_id=event_id
         )
     if config.client is not None:
-        detail = "a WebSocket session has no data channel"
+        detail = "data channel event permissions are not served (every event is allowed)"
         raise wire_errors.LIVE_UNSUPPORTED.error(
             name="session.client", detail=detail, param="session.client", event_id=event_id
         )

@@ -265,6 +265,27 @@ class OutputTranscriptDelta(Replying, tag="session.output_transcript.delta", kw_
     end_ms: int
 
 
+class DelegationRef(msgspec.Struct, kw_only=True):
+    """The SDK's ``Delegation``: metadata of delegated work, never its task text."""
+
+    id: str
+    target: Literal["client", "responses", "decisions"]
+    type: Literal["delegation"] = "delegation"
+
+
+class ResponseEvent(Replying, tag="response.event", kw_only=True):
+    """The SDK's ``ResponseEvent``: one event of a Responses-delegated task's stream, by delegation."""
+
+    event: dict[str, Any]
+    delegation_id: str | None = None
+
+
+class DelegationCreated(Replying, tag="session.delegation.created", kw_only=True):
+    delegation: DelegationRef
+    #: Where on the session's timeline (ms of input audio) the model delegated.
+    offset_ms: int
+
+
 class Usage(msgspec.Struct, kw_only=True):
     seconds: float
 

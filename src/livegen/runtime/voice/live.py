@@ -8,6 +8,15 @@ what a sans-IO dialect cannot have, the clock: the output audio goes out as a
 gapless real-time stream (``protocol/live/timeline.py``), one frame every
 ``FRAME_MS``, silence between utterances, each frame sent ``LEAD_MS`` before
 it plays; a barge-in (a response cancelled) drops what had not gone out.
+What the dialect asks of the session itself (a commentary's response owed
+until the one under way ends) joins the client's events: the receiver is woken
+for it, so it need not wait for the client's next message.
+
+Over WebRTC (``track=True``) the output audio goes on the call's track, taken
+off the wire before it reaches this link (``calls.Call.outgoing``), so there is
+no stream to clock: transcript pieces go out as they come, placed at the
+session's position; the caller's track audio passes through the dialect (its
+mute, its timeline) as a socket's appends do.
 
 GPT-Live has no resume, so a lost socket ends the session (it is never parked),
 as ``session.close`` does (``session.closed`` first).
@@ -38,8 +47,10 @@ LEAD_MS = 80
 class LiveLink:
     """``inner`` (a ``Link``) speaking GPT-Live; the session's start goes first."""
 
-    def __init__(self, inner: Link, dialect: LiveDialect, start: Step) -> None:
+    def __init__(self, inner: Link, dialect: LiveDialect, start: Step, track: bool = False) -> None:
         self.inner = inner
+        #: A WebRTC call: the output audio is on its track, not this link (see above).
+        self.track = track
         self.dialect = dialect
         self.timeline = OutputTimeline(bytes_per_ms(dialect.format))
         self._pending: list[str] = [json.dumps(event) for event in start.to_session]
@@ -48,6 +59,10 @@ class LiveLink:
         #: The pacer's task, owned here: the link's close cancels and awaits it.
         self._tasks = TaskSet()
         self.end_reason: str | None = None
+        #: The client's next message, being read (kept across a wake: no message is lost).
+        self._reading: asyncio.Task[str | wire.ClientEvent | RemoteProtocolError | int] | None = None
+        #: Set when the dialect queued events of its own for the session.
+        self._wake = asyncio.Event()
 
     # --- the session's events, out ------------------------------------------------------
     async def send_text(self, text: str) -> None:
@@ -55,6 +70,8 @@ class LiveLink:
         kind = event.get("type")
         if kind == "response.output_audio.delta":
             self.timeline.push_audio(base64.b64decode(event.get("delta") or ""))
+        elif kind == "response.output_audio_transcript.delta" and self.track:
+            await self._send_transcript(str(event.get("delta") or ""))
         elif kind == "response.output_audio_transcript.delta":
             self.timeline.push_text(str(event.get("delta") or ""))
         elif kind == "response.done":
@@ -69,13 +86,27 @@ class LiveLink:
             await self._send(out)
             if isinstance(out, live.SessionStarted):
                 self._start_clock()
+        if requests := self.dialect.take_requests():
+            self._pending += [json.dumps(request) for request in requests]
+            self._wake.set()
         await self._pump()
 
     async def _send(self, event: live.ServerEvent | live.OutputAudioDelta) -> None:
         async with self._lock:
             await self.inner.send_text(live.encode(event))
 
+    async def _send_transcript(self, text: str) -> None:
+        """A piece of the answer's transcript, on a call (its speech is on the track)."""
+        if text:
+            at = self.dialect.input_ms
+            event_id = self.dialect.next_event_id()
+            await self._send(
+                live.OutputTranscriptDelta(event_id=event_id, delta=text, start_ms=at, end_ms=at)
+            )
+
     def _start_clock(self) -> None:
+        if self.track:
+            return  # the track keeps the output's time
         self._t0 = time.monotonic()
         self._tasks.spawn(self._pace(), name="live-output-pacer")
 
@@ -100,16 +131,41 @@ class LiveLink:
     # --- the client's events, in --------------------------------------------------------
     async def receive(self) -> str | wire.ClientEvent | RemoteProtocolError | int:
         while not self._pending:
-            message = await self.inner.receive()
+            message = await self._next()
+            if message is None:
+                continue  # woken: the dialect's own events are pending
             if isinstance(message, int):
                 return 1000  # GPT-Live has no resume: a lost socket ends the session, never parks it
-            if not isinstance(message, str):
+            if isinstance(message, wire.AudioAppend):  # a call's track: muted and timed as appends
+                event: live.ClientEvent = live.InputAudioAppend(audio=message.audio)
+            elif not isinstance(message, str):
                 return message
+            else:
+                try:
+                    event = live.decode(message)
+                except RemoteProtocolError as error:
+                    return error
             try:
-                step = self.dialect.inbound(live.decode(message))
+                step = self.dialect.inbound(event)
             except RemoteProtocolError as error:
                 return error  # the session sends it (through ``send_text``) and goes on
             for reply in step.to_client:
                 await self._send(reply)
             self._pending += [json.dumps(event) for event in step.to_session]
         return self._pending.pop(0)
+
+    async def _next(self) -> str | wire.ClientEvent | RemoteProtocolError | int | None:
+        """The client's next message, or None when the dialect queued events first (the read
+        goes on: the next call takes its message)."""
+        if self._reading is None:
+            self._reading = self._tasks.spawn(self.inner.receive(), name="live-receive")
+        self._wake.clear()
+        woken = self._tasks.spawn(self._wake.wait(), name="live-wake")
+        try:
+            await asyncio.wait({self._reading, woken}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            woken.cancel()
+        if not self._reading.done():
+            return None
+        reading, self._reading = self._reading, None
+        return reading.result()
