@@ -31,6 +31,7 @@ from conformance.certs import Certificates, make_certificates
 from livegen.models import Registry, default_registry
 from livegen.server import ServerConfig
 from livegen.server.thread import ServerThread
+from models.cascade.support import ChatServer, serve_chat
 
 #: The key every client is given, as its users give theirs.
 API_KEY = "sk-livegen-conformance"
@@ -120,6 +121,25 @@ def voice_registry() -> Registry:
 
 def _serve(registry: Registry, **config: Any) -> ServerThread:
     return ServerThread(ServerConfig(api_key=API_KEY, world_model="none", **config), registry).start()
+
+
+@pytest.fixture
+def chat() -> Iterator[ChatServer]:
+    """The scripted chat endpoint (a language model's double) a test's server is pointed at."""
+    with serve_chat() as server:
+        yield server
+
+
+@pytest.fixture
+def llm_server(voice_registry: Registry, chat: ChatServer) -> Iterator[ServerThread]:
+    """``livegen serve --llm-base-url`` at ``chat``."""
+    server = _serve(voice_registry, llm_base_url=chat.url, llm_model="tiny")
+    try:
+        server.wait_ready(timeout=300)
+        yield server
+    finally:
+        server.stop()
+        voice_registry.load("cascade").use_llm(None, None)  # the cascade is shared by the run's servers
 
 
 @pytest.fixture(scope="session")

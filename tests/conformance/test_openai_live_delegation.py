@@ -14,40 +14,16 @@ unknown delegation, or a second answer, gets an error and the session goes on.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
-
-from conformance.conftest import API_KEY
 from conformance.support import until
 from conformance.test_openai_live import START, Live, conformance, connect, started
-from livegen.models import Registry
 from livegen.protocol.live.delegation import DELEGATE_NAME
-from livegen.server import ServerConfig
 from livegen.server.thread import ServerThread
-from models.cascade.support import ChatServer, Reply, serve_chat
+from models.cascade.support import ChatServer, Reply
 
 TASK = '{"task": "Find where order 42 is."}'
 RESULT = "Order 42 left the warehouse and arrives on Tuesday."
-
-
-@pytest.fixture
-def chat() -> Iterator[ChatServer]:
-    with serve_chat() as chat:
-        yield chat
-
-
-@pytest.fixture
-def llm_server(voice_registry: Registry, chat: ChatServer) -> Iterator[ServerThread]:
-    config = ServerConfig(api_key=API_KEY, world_model="none", llm_base_url=chat.url, llm_model="tiny")
-    server = ServerThread(config, voice_registry).start()
-    try:
-        server.wait_ready(timeout=300)
-        yield server
-    finally:
-        server.stop()
-        voice_registry.load("cascade").use_llm(None, None)  # the cascade is shared by the run's servers
 
 
 async def delegation(live: Live, chat: ChatServer, speech: Any) -> str:

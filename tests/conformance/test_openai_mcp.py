@@ -28,7 +28,7 @@ from conformance.mcp_server import McpHost, serve_mcp
 from conformance.test_openai_sdk import GA
 from livegen.models import Registry
 from livegen.server.thread import ServerThread
-from models.cascade.support import ChatServer, Reply, serve_chat
+from models.cascade.support import ChatServer, Reply
 
 EVENTS: TypeAdapter[Any] = TypeAdapter(RealtimeServerEvent)
 #: The client's secrets for the MCP server: they must reach it and nothing else.
@@ -38,12 +38,6 @@ TOKEN = "tok-secret-93ab"
 
 def _mark(capability: str) -> pytest.MarkDecorator:
     return pytest.mark.conformance(client=GA.client, capability=capability)
-
-
-@pytest.fixture
-def chat() -> Iterator[ChatServer]:
-    with serve_chat() as server:
-        yield server
 
 
 @pytest.fixture

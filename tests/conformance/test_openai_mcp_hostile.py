@@ -25,16 +25,10 @@ from livegen.models import Registry
 from livegen.models.cascade.mcp_http import MAX_CALL_BYTES, MAX_LIST_BYTES
 from livegen.models.cascade.mcp_session import MAX_CALLS
 from livegen.server.thread import ServerThread
-from models.cascade.support import ChatServer, Reply, serve_chat
+from models.cascade.support import ChatServer, Reply
 
 #: What a capped answer may have cost the hostile server's sends: the cap, and the socket buffers.
 SENT_BOUND = 32 * MIB
-
-
-@pytest.fixture
-def chat() -> Iterator[ChatServer]:
-    with serve_chat() as server:
-        yield server
 
 
 @pytest.fixture

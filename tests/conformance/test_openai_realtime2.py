@@ -13,17 +13,15 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from openai import AsyncOpenAI
 
-from conformance.conftest import API_KEY, _serve
+from conformance.conftest import API_KEY
 from conformance.test_openai_sdk import GA
-from livegen.models import Registry
 from livegen.server.thread import ServerThread
-from models.cascade.support import ChatServer, RealtimeCall, Reply, serve_chat, speak_afresh
+from models.cascade.support import ChatServer, RealtimeCall, Reply, speak_afresh
 from models.cascade.test_images import data_uri, png
 
 #: Words only the model's thinking holds.
@@ -32,23 +30,6 @@ SECRET = "zanzibar"
 
 def _mark(capability: str) -> pytest.MarkDecorator:
     return pytest.mark.conformance(client=GA.client, capability=capability)
-
-
-@pytest.fixture
-def chat() -> Iterator[ChatServer]:
-    with serve_chat() as server:
-        yield server
-
-
-@pytest.fixture
-def llm_server(voice_registry: Registry, chat: ChatServer) -> Iterator[ServerThread]:
-    server = _serve(voice_registry, llm_base_url=chat.url, llm_model="tiny")
-    try:
-        server.wait_ready(timeout=300)
-        yield server
-    finally:
-        server.stop()
-        voice_registry.load("cascade").use_llm(None, None)  # the suite's other servers have none
 
 
 def _sdk(server: ServerThread) -> AsyncOpenAI:

@@ -30,7 +30,7 @@ from conformance.test_openai_sdk import VERSION
 from livegen.models import Registry
 from livegen.server.thread import ServerThread
 from livegen.voice.translation import MAX_TRANSLATION_TOKENS
-from models.cascade.support import ChatServer, serve_chat, speak_afresh
+from models.cascade.support import ChatServer, speak_afresh
 from models.cascade.test_llm_faults import LIMITS, big_text, endless_text, error_500, hang, undeclared
 
 CLIENT = f"openai-python {VERSION} (GA)"
@@ -38,23 +38,6 @@ SAID = "Good morning, the train to the city leaves at nine."
 TRANSLATED = ("Bonjour, ", "le train pour la ville ", "part à neuf heures.")
 EVENTS: TypeAdapter[Any] = TypeAdapter(RealtimeTranslationServerEvent)
 CHUNK = 2 * 4800  # 200 ms of 24 kHz PCM16: the frame the SDK's docs advise
-
-
-@pytest.fixture
-def chat() -> Iterator[ChatServer]:
-    with serve_chat() as server:
-        yield server
-
-
-@pytest.fixture
-def llm_server(voice_registry: Registry, chat: ChatServer) -> Iterator[ServerThread]:
-    server = _serve(voice_registry, llm_base_url=chat.url, llm_model="tiny")
-    try:
-        server.wait_ready(timeout=300)
-        yield server
-    finally:
-        server.stop()
-        voice_registry.load("cascade").use_llm(None, None)  # the suite's other servers have none
 
 
 @pytest.fixture
