@@ -61,8 +61,9 @@ class LiveLink:
         self.end_reason: str | None = None
         #: The client's next message, being read (kept across a wake: no message is lost).
         self._reading: asyncio.Task[str | wire.ClientEvent | RemoteProtocolError | int] | None = None
-        #: Set when the dialect queued events of its own for the session.
-        self._wake = asyncio.Event()
+        #: Resolved when the dialect queued events of its own for the session (a future, not a task
+        #: per read: the receiver waits on it beside the read; made anew once resolved).
+        self._woken: asyncio.Future[None] | None = None
 
     # --- the session's events, out ------------------------------------------------------
     async def send_text(self, text: str) -> None:
@@ -88,7 +89,8 @@ class LiveLink:
                 self._start_clock()
         if requests := self.dialect.take_requests():
             self._pending += [json.dumps(request) for request in requests]
-            self._wake.set()
+            if self._woken is not None and not self._woken.done():
+                self._woken.set_result(None)
         await self._pump()
 
     async def _send(self, event: live.ServerEvent | live.OutputAudioDelta) -> None:
@@ -159,12 +161,10 @@ class LiveLink:
         goes on: the next call takes its message)."""
         if self._reading is None:
             self._reading = self._tasks.spawn(self.inner.receive(), name="live-receive")
-        self._wake.clear()
-        woken = self._tasks.spawn(self._wake.wait(), name="live-wake")
-        try:
-            await asyncio.wait({self._reading, woken}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            woken.cancel()
+        if self._woken is None or self._woken.done():
+            self._woken = asyncio.get_running_loop().create_future()
+        either: set[asyncio.Future[Any]] = {self._reading, self._woken}
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
         if not self._reading.done():
             return None
         reading, self._reading = self._reading, None
