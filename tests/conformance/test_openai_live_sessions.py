@@ -1,4 +1,4 @@
-"""GPT-Live's session routes through the official ``openai`` SDK (``client.live.sessions``), unchanged.
+"""GPT-Live's session routes and usage through the official ``openai`` SDK, unchanged.
 
 Against ``livegen serve`` (the embedded cascade), with only the SDK's base URL
 pointed at it: ``hangup`` ends a live session, a WebSocket's or a WebRTC
@@ -7,14 +7,16 @@ closes at the same moment, and an unknown id (or one opened with another
 ephemeral key) is a 404 in OpenAI's error shape. The routes livegen does not
 serve (``accept``, ``reject``, ``refer``: SIP calls; ``fork``, its socket too;
 ``download_recording``) answer ``unsupported_operation``, a 400 in that shape,
-never a bare 404 nor a 500.
+never a bare 404 nor a 500. The usage a session reports is what it used:
+whole seconds, cumulative, and the context its language model counted over
+that model's window (omitted where the window is unknown).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import httpx
@@ -23,13 +25,32 @@ import pytest
 import websockets
 from openai import AsyncOpenAI
 
-from conformance.conftest import API_KEY
+from conformance.conftest import API_KEY, _serve
 from conformance.support import until
 from conformance.test_openai_live import EVENTS, Live, conformance, connect, started
 from conformance.test_openai_live_webrtc import webrtc_session
+from livegen.models import Registry
 from livegen.server.thread import ServerThread
+from models.cascade.support import ChatServer, Reply
 
 UNKNOWN = "sess_0000000000000000"
+#: The language model's window on the metered server, and what each of its answers reports.
+CONTEXT_TOKENS = 1000
+PROMPT, COMPLETION = 170, 30
+
+
+@pytest.fixture
+def metered_server(voice_registry: Registry, chat: ChatServer) -> Iterator[ServerThread]:
+    """``livegen serve --llm-base-url`` at ``chat``, with ``--llm-context-tokens``."""
+    server = _serve(
+        voice_registry, llm_base_url=chat.url, llm_model="tiny", llm_context_tokens=CONTEXT_TOKENS
+    )
+    try:
+        server.wait_ready(timeout=300)
+        yield server
+    finally:
+        server.stop()
+        voice_registry.load("cascade").use_llm(None, None)  # the cascade is shared by the run's servers
 
 
 def sdk(server: ServerThread, key: str = API_KEY) -> AsyncOpenAI:
@@ -114,6 +135,8 @@ async def test_a_hangup_ends_a_webrtc_session_with_session_closed_on_the_channel
             await client.live.sessions.hangup(session_id)
             closed = await caller.event("session.closed", within=30)
             assert closed["reason"] == "close_requested"
+            usage = closed["usage"]  # WebRTC's breakdown: inference never pauses here
+            assert usage["active_seconds"] == usage["seconds"] >= 1 and usage["paused_seconds"] == 0
             EVENTS.validate_python(closed)
             assert_not_found(await forgotten(client, session_id), session_id)
             assert [e["type"] for e in caller.events].count("session.closed") == 1
@@ -178,3 +201,37 @@ async def test_the_session_routes_livegen_does_not_serve_are_refused_by_name(
         assert refusal["error"]["code"] == "unsupported_operation"
     finally:
         await client.close()
+
+
+async def commentary_said(live: Live, n: int) -> dict[str, Any]:
+    """Ask the model to speak; the ``session.usage.updated`` after what it said."""
+    say = {"type": "session.commentary.append", "content": "Greet the user.", "delegation_id": None}
+    await live.connection.send({**say, "event_id": f"greet_{n}"})
+    return (await until(lambda: live.of("session.usage.updated")[n - 1 :], 90, "the greeting said"))[0]
+
+
+@conformance("live-usage")
+async def test_usage_is_whole_seconds_and_the_context_the_language_model_counted(
+    metered_server: ServerThread, chat: ChatServer
+) -> None:
+    chat.replies = [Reply(("Hello there.",), usage=(PROMPT, COMPLETION, 0)), Reply(("Hi again.",))]
+    async with connect(metered_server) as live:
+        await started(live)
+        first = await commentary_said(live, 1)
+        assert first["context_window"] == {"usage_ratio": (PROMPT + COMPLETION) / CONTEXT_TOKENS}
+        second = await commentary_said(live, 2)  # the double's default answer reports 17 + 5
+        assert second["context_window"] == {"usage_ratio": (17 + 5) / CONTEXT_TOKENS}
+        await live.connection.send({"type": "session.close"})
+        await rest_of(live)
+    (closed,) = live.of("session.closed")
+    seconds = [first["usage"]["seconds"], second["usage"]["seconds"], closed["usage"]["seconds"]]
+    assert all(s == int(s) for s in seconds) and 1 <= seconds[0] <= seconds[1] <= seconds[2], seconds
+    assert "active_seconds" not in closed["usage"]  # the breakdown is WebRTC's
+
+
+@conformance("live-usage")
+async def test_usage_omits_the_context_window_when_the_model_has_none(plain_server: ServerThread) -> None:
+    async with connect(plain_server) as live:
+        await started(live)
+        usage = await commentary_said(live, 1)
+        assert usage["context_window"] is None and usage["usage"]["seconds"] >= 1

@@ -57,6 +57,7 @@ from livegen.protocol import errors as wire_errors
 from livegen.protocol.errors import WireError
 from livegen.protocol.live import events as live
 from livegen.protocol.live.dialect import LiveDialect, Step
+from livegen.protocol.live.usage import Meter
 from livegen.runtime.voice.lifecycle import Handoff, Link, Opening
 from livegen.runtime.voice.live import LiveLink
 from livegen.runtime.voice.lockstep_voice import LockstepVoice
@@ -70,6 +71,8 @@ if TYPE_CHECKING:
 PATH = "/v1/live/sessions"
 #: OpenAI's GPT-Live model names: each means the served voice model.
 LIVE_MODELS = "gpt-live*"
+#: How a response's end starts on the wire (the tag is encoded first).
+RESPONSE_DONE = '"type":"response.done"'
 #: What a hung-up session reads next, as if its client had sent it.
 HANGUP_CLOSE = json.dumps({"type": "session.close"})
 UNSUPPORTED_OPERATION = WireError(
@@ -86,6 +89,22 @@ UNSERVED_ROUTES = {
     ("POST", "fork"): "sessions are not stored once they end, so none can be forked",
     ("GET", "content"): "sessions are not recorded, so there is no recording to download",
 }
+
+
+class ServedLink(LiveLink):
+    """``LiveLink`` as this route serves it: before the link reports usage (after each response,
+    in ``session.closed``), the dialect is told the session's age and the response's usage."""
+
+    def __init__(self, inner: Link, dialect: LiveDialect, start: Step, track: bool = False) -> None:
+        super().__init__(inner, dialect, start, track)
+        self._opened = time.monotonic()
+
+    async def send_text(self, text: str) -> None:
+        meter = self.dialect.meter
+        meter.tell_time(int((time.monotonic() - self._opened) * 1000))
+        if RESPONSE_DONE in text[:40]:  # once a response: most events are audio, and go straight on
+            meter.measure(dict(json.loads(text).get("response") or {}))
+        await super().send_text(text)
 
 
 class Hangable:
@@ -183,7 +202,7 @@ class LiveService:
             return
         key = presented_key(websocket.scope)
         opening = Opening(
-            Handoff(LiveLink(self._hangable(session_id, plain, dialect, key), dialect, step)),
+            Handoff(ServedLink(self._hangable(session_id, plain, dialect, key), dialect, step)),
             session_id,
             name,
             model,
@@ -262,7 +281,8 @@ class LiveService:
                 return call
             call.live_session = session_id  # the channel speaks GPT-Live: the link decodes it
             hangable = self._hangable(session_id, CallLink(call), dialect, key)
-            link = LiveLink(hangable, dialect, step, track=True)
+            dialect.meter.breakdown = True
+            link = ServedLink(hangable, dialect, step, track=True)
             bound = self.voice.client_secrets.bound_update(key)
             refused = await calls.open_on(call, link, session_id, name, model, bound)
             if refused is not None:
@@ -317,8 +337,13 @@ def _http_error(error: RemoteProtocolError, status: int) -> Response:
 def _dialect(session_id: str, start: live.SessionStart, model: Any) -> tuple[LiveDialect, Step]:
     """The session's dialect, started (raises what the model cannot honour, by name)."""
     # A cascade answering with a language model (remote or embedded) can delegate by a tool call.
-    delegates = getattr(model, "llm", None) is not None
-    dialect = LiveDialect(session_id, native=isinstance(model, LockstepVoice), delegates=delegates)
+    llm = getattr(model, "llm", None)
+    dialect = LiveDialect(
+        session_id,
+        native=isinstance(model, LockstepVoice),
+        delegates=llm is not None,
+        meter=Meter(context_tokens=getattr(llm, "context_tokens", None)),
+    )
     return dialect, dialect.start(start, int(time.time()))
 
 
