@@ -35,6 +35,10 @@ reason for a hangup) is sent once, whoever asks first. The SDK's other session
 routes (``accept``, ``reject``, ``refer``: SIP calls; ``fork``;
 ``download_recording``) are answered ``unsupported_operation`` (400, OpenAI's
 error shape; a fork socket: that error, then a close), never a bare 404.
+
+Both transports' links are ``ServedLink``s: they tell the session's usage
+meter (``protocol/live/usage.py``) the time and each response's token counts
+before the usage is reported.
 """
 
 from __future__ import annotations
