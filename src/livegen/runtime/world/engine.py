@@ -162,6 +162,7 @@ class WorldEngine:
             await calibrate(scheduler)
         self.manager = Manager(
             tracks=scheduler.spec.controls,
+            players=scheduler.spec.players,
             new_id=lambda: uuid.uuid4().hex[:12],
             max_sessions=settings.max_sessions,
         )
