@@ -23,13 +23,14 @@ async def test_session_created_carries_the_capability_block(world_server: Server
         created = await client.create(pacing="asap")
         capabilities = msgspec.convert(created["capabilities"], wire.WorldCapabilities)
         assert capabilities == wire.WorldCapabilities(
-            controls=["action", "keys"],
+            controls=["action", "keys", "action_2", "keys_2"],  # procedural-world's two players' tracks
             fps=16.0,
             frames_per_chunk=4,
             first_chunk_frames=4,
             recording=False,  # no recordings configured on this server
             spectators=True,  # a player may hand out a spectate token
             transports=["websocket", "webrtc"],  # aiortc is installed: POST /v1/worlds/calls
+            players=2,  # a second player may join (session.player_token)
         )
         assert capabilities.controls == [track["track"] for track in created["controls"]]
         # session.updated carries the same block.

@@ -21,10 +21,10 @@ import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import invariant, precondition, rule
-from world.test_session_machine import CAMERA, KEYS, MAX_PENDING, MODE, MOUSE, SEED_IMAGE, SID, WorldMachine
 
 from livegen.errors import CapacityExceeded, InvalidRequest, InvalidState
 from livegen.world import AcceptStatus, ControlInput, Event, Manager, Output, Plan, Rejection, Release, Status
+from world.test_session_machine import CAMERA, KEYS, MAX_PENDING, MODE, MOUSE, SEED_IMAGE, SID, WorldMachine
 
 MODE_2 = replace(MODE, name="mode_2")
 PLAYERS = (("mode", "keys", "mouse", "camera"), ("mode_2",))
@@ -114,7 +114,9 @@ class PlayersMachine(WorldMachine):
         self.drain()
         event_id = self.guest_next + gap
         value = "poison" if is_poison else f"g{event_id}"
-        event = Event.of(event_id, None, [ControlInput.of("mode_2", "test.mode.v1", {"v": value})], player=GUEST)
+        event = Event.of(
+            event_id, None, [ControlInput.of("mode_2", "test.mode.v1", {"v": value})], player=GUEST
+        )
         if self.session.status is not Status.ACTIVE:
             self.unchanged_after(lambda: self.session.accept(event), InvalidState)
         elif not self.is_seated:
@@ -136,7 +138,9 @@ class PlayersMachine(WorldMachine):
         mode = [ControlInput.of("mode", "test.mode.v1", {"v": "g"})]
         mode_2 = [ControlInput.of("mode_2", "test.mode.v1", {"v": "o"})]
         if what == "owner_track":
-            self.refused_unchanged(Event.of(event_id, None, mode, player=GUEST), InvalidRequest, "track_not_yours")
+            self.refused_unchanged(
+                Event.of(event_id, None, mode, player=GUEST), InvalidRequest, "track_not_yours"
+            )
         elif what == "prompt":
             event = Event.of(event_id, "a prompt", mode_2, player=GUEST)
             self.refused_unchanged(event, InvalidRequest, "prompt_not_yours")
@@ -153,7 +157,9 @@ class PlayersMachine(WorldMachine):
         if not sent or not self.is_seated:
             return
         event_id = data.draw(st.sampled_from(sent))
-        event = Event.of(event_id, None, [ControlInput.of("mode_2", "test.mode.v1", {"v": "r"})], player=GUEST)
+        event = Event.of(
+            event_id, None, [ControlInput.of("mode_2", "test.mode.v1", {"v": "r"})], player=GUEST
+        )
         before = seats(self)
         try:
             assert self.session.accept(event).status is AcceptStatus.DUPLICATE
@@ -190,7 +196,9 @@ class PlayersMachine(WorldMachine):
         assert plan is not None
         out = super()._commit()
         assert out.applied == plan.applied
-        if self.plan_tenure == self.tenure and self.is_seated:  # a leaver's in-flight events are not the newcomer's
+        if (
+            self.plan_tenure == self.tenure and self.is_seated
+        ):  # a leaver's in-flight events are not the newcomer's
             self.guest_applied.extend(event_id for player, event_id in plan.applied if player == GUEST)
         return out
 

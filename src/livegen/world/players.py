@@ -118,7 +118,9 @@ class Seats:
         player = event.player
         if player not in self.taken:
             raise InvalidState(
-                f"player {player} holds no seat in this world", code="player_not_seated", event_id=event.event_id
+                f"player {player} holds no seat in this world",
+                code="player_not_seated",
+                event_id=event.event_id,
             )
         if event.prompt is not None and player != OWNER:
             raise InvalidRequest(

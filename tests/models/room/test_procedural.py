@@ -92,4 +92,6 @@ def test_the_second_agent_enters_with_its_first_move_and_each_agent_follows_its_
     last = joined.frames[-1]
     ys, xs = np.nonzero(np.all(last == second, axis=-1))
     assert (xs.min(), ys.min()) != home and xs.min() == home[0]  # it moved down from where it entered
-    assert np.array_equal(last[state.agent[1], state.agent[0]], alone.frames[-1][state.agent[1], state.agent[0]])
+    assert np.array_equal(
+        last[state.agent[1], state.agent[0]], alone.frames[-1][state.agent[1], state.agent[0]]
+    )

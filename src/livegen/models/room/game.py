@@ -187,7 +187,9 @@ def room_spec(
         height=SIZE,
         fps=FPS,
         frames_per_chunk=FRAMES_PER_CHUNK,
-        controls=(ACTION_TRACK, KEYS_TRACK, ACTION_TRACK_2, KEYS_TRACK_2) if two else (ACTION_TRACK, KEYS_TRACK),
+        controls=(ACTION_TRACK, KEYS_TRACK, ACTION_TRACK_2, KEYS_TRACK_2)
+        if two
+        else (ACTION_TRACK, KEYS_TRACK),
         kv=kv,
         description=description,
         accepts_seed_image=accepts_seed_image,
