@@ -17,7 +17,8 @@ the prompt. Sans-IO, as the rest of ``world/``: no clock, no ids, no I/O.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
+from typing import NoReturn
 
 from livegen.errors import CapacityExceeded, InvalidRequest, InvalidState
 from livegen.world.events import Event
@@ -35,24 +36,20 @@ class EventQueue:
         self.recent: OrderedDict[int, None] = OrderedDict()
         self.floor = -1
 
-    def is_duplicate(self, event_id: int) -> bool:
-        return event_id in self.pending or event_id in self.recent
-
-    def check_fresh(self, event: Event, in_flight: Iterable[int]) -> None:
-        """Refuse an id at or below the floor (raised by the chunk in flight), or a full queue."""
-        floor = max((self.floor, *in_flight))
+    def refuse(self, event: Event, floor: int) -> NoReturn:
+        """Refuse an event the caller found stale (at or below ``floor``, the applied floor raised by
+        the chunk in flight) or over a full queue."""
         if event.event_id <= floor:
             raise InvalidState(
                 f"event {event.event_id} is stale: ids at or below {floor} are already applied or in flight",
                 code="stale_event",
                 event_id=event.event_id,
             )
-        if len(self.pending) >= self.max_pending_events:
-            raise CapacityExceeded(
-                f"event queue full ({self.max_pending_events} pending); retry after the next chunk",
-                code="queue_full",
-                event_id=event.event_id,
-            )
+        raise CapacityExceeded(
+            f"event queue full ({self.max_pending_events} pending); retry after the next chunk",
+            code="queue_full",
+            event_id=event.event_id,
+        )
 
     def add(self, event: Event) -> None:
         self.pending[event.event_id] = event
@@ -68,9 +65,12 @@ class EventQueue:
         self.pending.pop(event_id, None)
         self.recent.pop(event_id, None)
 
-    def applied(self, event_id: int) -> None:
-        self.pending.pop(event_id, None)
-        self.floor = max(self.floor, event_id)
+    def applied(self, event_ids: Sequence[int]) -> None:
+        """A chunk that applied these committed: they leave the queue and raise its floor."""
+        pending = self.pending
+        for event_id in event_ids:
+            del pending[event_id]
+        self.floor = max((self.floor, *event_ids))
 
     def clear(self) -> None:
         """Reset: what was pending never applies, and its ids stay stale."""

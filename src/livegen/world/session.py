@@ -109,6 +109,7 @@ class Session:
         self._status = Status.ACTIVE
         #: Who plays (``players.py``): seats, each seat's tracks, and each player's own event queue.
         self.seats = Seats(players)
+        self._is_shared = bool(players)
         self._queues = {OWNER: EventQueue(max_pending_events)}
         #: The queues the tick in flight drew from: a player who leaves and one who takes its seat
         #: meanwhile have different queues, so the newcomer's ids are never the leaver's.
@@ -190,13 +191,18 @@ class Session:
             self._refuse(event.event_id)
         if event.controls:
             self._check_controls(event)
-        self.seats.check(event)
-        queue = self._queues[event.player]
-        if queue.is_duplicate(event.event_id):
-            return Acceptance(event.event_id, AcceptStatus.DUPLICATE, len(queue.pending))
-        queue.check_fresh(event, self._in_flight_ids(event.player))
+        queue = self._queues.get(event.player)
+        if queue is None or self._is_shared:  # a one-player world's owner steers every track
+            self.seats.check(event)
+            queue = self._queues[event.player]
+        event_id, pending = event.event_id, queue.pending
+        if event_id in pending or event_id in queue.recent:
+            return Acceptance(event_id, AcceptStatus.DUPLICATE, len(pending))
+        floor = queue.floor if self._in_flight is None else self.event_floor_of(event.player)
+        if event_id <= floor or len(pending) >= queue.max_pending_events:
+            queue.refuse(event, floor)
         queue.add(event)
-        return Acceptance(event.event_id, AcceptStatus.ACCEPTED, len(queue.pending))
+        return Acceptance(event_id, AcceptStatus.ACCEPTED, len(pending))
 
     def join(self) -> int:
         """Seat a new player (``too_many_players`` past the model's seats); its event ids are its own."""
@@ -246,9 +252,14 @@ class Session:
         """Snapshot the pending events into the next chunk's plan."""
         if self._status is not Status.ACTIVE or self._in_flight is not None:
             raise LocalProtocolError(f"cannot begin a tick: {self._status.value}, {self._in_flight}")
-        events = [event for player in sorted(self._queues) for event in self._queues[player].ordered()]
+        queues = self._queues
+        events = (
+            queues[OWNER].ordered()
+            if len(queues) == 1
+            else [event for player in sorted(queues) for event in queues[player].ordered()]
+        )
         prepared, refused = self._prepare(events)
-        applied = [event for event in events if _key(event) not in refused]
+        applied = [event for event in events if _key(event) not in refused] if refused else events
         prompt, transition = self._prompt_after(applied)
         meta = TickMeta(
             session_id=self.session_id,
@@ -345,9 +356,12 @@ class Session:
         except Exception as exc:
             self.fail_tick(plan, "chunk_failed", f"control reducer commit failed: {exc}")
             raise ModelError(f"control reducer commit failed: {exc}") from exc
-        for player, event_id in plan.applied:
-            if self._drawn_from[player] is self._queues.get(player):  # not a player that left
-                self._queues[player].applied(event_id)
+        if len(self._drawn_from) == 1:  # the owner alone
+            self._queues[OWNER].applied(plan.meta.applied_event_ids)
+        else:
+            for player, queue in self._drawn_from.items():
+                if queue is self._queues.get(player):  # not a player that left
+                    queue.applied([event_id for who, event_id in plan.applied if who == player])
         self._prompt = plan.prompt
         self._transition = plan.transition
         self._controls = dict(plan.controls)
