@@ -134,7 +134,8 @@ class WorldCapabilities(msgspec.Struct):
     (as the voice session's ``capabilities``). The model's side (controls, frame rate, chunk
     length) and the server's (recordings, spectators, transports) as they apply to this session."""
 
-    #: The control tracks a ``world.event`` may carry (``controls`` describes each).
+    #: The control tracks a ``world.event`` of the owner may carry (``controls`` describes each; in a
+    #: shared world the other players' tracks are theirs, ``player.joined`` names them).
     controls: list[str]
     fps: float
     #: Frames of each chunk after the first, and of chunk 0.

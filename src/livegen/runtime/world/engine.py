@@ -441,8 +441,9 @@ class WorldEngine:
     def capabilities(self, runner: Runner) -> wire.WorldCapabilities:
         """``session.capabilities``: the session's controls and timing, the server's features."""
         spec, settings = runner.spec, self.settings
+        own = runner.session.seats.tracks(1)  # a shared world's owner steers its own tracks only
         return wire.WorldCapabilities(
-            controls=[track.name for track in spec.controls],
+            controls=[track.name for track in spec.controls if own is None or track.name in own],
             fps=spec.fps,
             frames_per_chunk=spec.frames_per_chunk,
             first_chunk_frames=spec.frames_in_chunk(0),
