@@ -43,15 +43,13 @@ async def owner_with_token(
 
 
 async def new_token(owner: WorldClient) -> wire.PlayerTokenCreated:
-    await owner.send({"type": "session.player_token"})
-    token: wire.PlayerTokenCreated = await owner.expect(wire.PlayerTokenCreated)
-    return token
+    return await owner.player_token()
 
 
 async def join(server: ServerThread, url: str) -> tuple[WorldClient, wire.PlayerJoined]:
-    player = WorldClient(await websockets.connect(server.ws_url + url), auto_ack=True)
-    joined: wire.PlayerJoined = await player.expect(wire.PlayerJoined)
-    return player, joined
+    player = await WorldClient.join(server.ws_url, url)
+    assert player.joined is not None
+    return player, player.joined
 
 
 async def refusal(server: ServerThread, url: str) -> tuple[dict[str, Any], int]:

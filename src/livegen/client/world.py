@@ -72,6 +72,8 @@ class WorldClient:
         self.session: dict[str, Any] = {}
         #: ``recording.started`` of a session created with ``recording=True``.
         self.recording: wire.RecordingStarted | None = None
+        #: ``player.joined`` of a client that joined another's session (``join``).
+        self.joined: wire.PlayerJoined | None = None
         #: Why the reader stopped early, when the stream could not be followed.
         self.failure: StreamError | None = None
         self._reader = asyncio.create_task(self._read())
@@ -85,6 +87,24 @@ class WorldClient:
             max_size=16 * 1024 * 1024,
         )
         return cls(connection, auto_ack=auto_ack)
+
+    @classmethod
+    async def join(cls, server_url: str, join_url: str, *, api_key: str | None = None) -> WorldClient:
+        """Join another's session as a player: ``join_url`` is a ``session.player_token.created``
+        ``url``; ``self.joined`` is the answer (``player.joined``: its player number and tracks)."""
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+        url = server_url.rstrip("/").removesuffix("/v1/worlds") + join_url
+        connection = await websockets.connect(url, additional_headers=headers, max_size=16 * 1024 * 1024)
+        client = cls(connection)
+        client.joined = await client.expect(wire.PlayerJoined)
+        client.session = client.joined.session
+        return client
+
+    async def player_token(self) -> wire.PlayerTokenCreated:
+        """A token (and join URL) another player joins this session with; it replaces the last."""
+        await self.send({"type": "session.player_token"})
+        token: wire.PlayerTokenCreated = await self.expect(wire.PlayerTokenCreated)
+        return token
 
     async def __aenter__(self) -> WorldClient:
         return self
