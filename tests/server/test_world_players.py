@@ -14,15 +14,18 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import websockets
+from test_world_recordings import until_ended
 
 from livegen.client.world import ChunkOut, WorldClient
 from livegen.models.room import game
 from livegen.protocol import world as wire
+from livegen.runtime.world.replay import read_recording, replay
 from livegen.server.thread import ServerThread
 
 StartServer = Callable[..., ServerThread]
@@ -35,10 +38,10 @@ def action(track: str, value: str) -> list[dict[str, Any]]:
 
 
 async def owner_with_token(
-    server: ServerThread, *, auto_ack: bool = False
+    server: ServerThread, *, auto_ack: bool = False, **session: Any
 ) -> tuple[WorldClient, wire.PlayerTokenCreated]:
     owner = await WorldClient.connect(server.ws_url, auto_ack=auto_ack)
-    await owner.create(pacing="asap", seed=SEED, max_chunks_ahead=1, output={"format": "png"})
+    await owner.create(pacing="asap", seed=SEED, max_chunks_ahead=1, output={"format": "png"}, **session)
     return owner, await new_token(owner)
 
 
@@ -181,3 +184,32 @@ async def test_bad_player_input_is_refused_to_that_client_and_everyone_goes_on(
         async with last:
             await owner.close()
             assert isinstance(await last.expect(wire.SessionClosed), wire.SessionClosed)
+
+
+async def test_a_recorded_shared_world_replays_both_players_moves(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    """W6 with two players: the log names each event's player, and a replay seats them again."""
+    server = start_server(world_model="procedural-world", voice_model="none", world_recordings=str(tmp_path))
+    server.wait_ready()
+    owner, token = await owner_with_token(server, auto_ack=True, recording=True)
+    assert owner.recording is not None
+    async with owner:
+        player, _ = await join(server, token.url)
+        async with player:
+            await owner.event(1, controls=action("action", "right"))
+            await player.event(1, controls=action("action_2", "up"))
+            await player.event(2, controls=action("action_2", "left"))
+            applied: set[tuple[int, int]] = set()
+            while applied != {(1, 1), (2, 1), (2, 2)}:
+                header = (await owner.next_chunk()).header
+                applied |= {(e.player, e.event_id) for e in header.applied_events}
+        await owner.close()
+    lines = await until_ended(tmp_path / owner.recording.recording_id)
+    logged = [
+        (line.get("player", 1), line["event"]["event_id"]) for line in lines if line["type"] == "world.event"
+    ]
+    assert logged == [(1, 1), (2, 1), (2, 2)]
+    verdict = await replay(read_recording(tmp_path / owner.recording.recording_id))
+    assert verdict.is_match, verdict.mismatch
+    assert verdict.chunks >= 2

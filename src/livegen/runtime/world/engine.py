@@ -399,6 +399,10 @@ class WorldEngine:
         controls = [ControlInput.of(c.track, c.schema, c.data) for c in event.controls or ()]
         built = Event.of(event.event_id, event.prompt, controls, event.transition_chunks or 0, player)
         acceptance = runner.session.accept(built)
+        if acceptance.status is AcceptStatus.ACCEPTED and runner.taps:
+            logged = msgspec.to_builtins(event)
+            for tap in list(runner.taps):
+                tap.event(logged, player)
         self.wake()
         return wire.EventAccepted(event.event_id, acceptance.status.value, acceptance.pending_event_count)
 

@@ -90,7 +90,7 @@ class _Shared:
             for frame in encoded:
                 seat.put(frame)
 
-    def event(self, event: dict[str, Any]) -> None:
+    def event(self, event: dict[str, Any], player: int = 1) -> None:
         pass
 
     def reset(self) -> None:
