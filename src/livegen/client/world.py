@@ -95,7 +95,9 @@ class WorldClient:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
         url = server_url.rstrip("/").removesuffix("/v1/worlds") + join_url
         connection = await websockets.connect(url, additional_headers=headers, max_size=16 * 1024 * 1024)
-        client = cls(connection)
+        client = cls(
+            connection, auto_ack=False
+        )  # flow control is the owner's: a player's acks change nothing
         client.joined = await client.expect(wire.PlayerJoined)
         client.session = client.joined.session
         return client
@@ -124,8 +126,9 @@ class WorldClient:
                 if isinstance(event, wire.ChunkHeader):
                     raw = [await self._ws.recv() for _ in range(event.num_frames)]
                     frames = _decode_frames(event, raw)
-                    if self.auto_ack:
-                        await self.send_raw(wire.encode(wire.ChunkAck(event.chunk_index)))
+                    if self.auto_ack:  # a server closing meanwhile: what it sent before is still read
+                        with contextlib.suppress(websockets.ConnectionClosed):
+                            await self.send_raw(wire.encode(wire.ChunkAck(event.chunk_index)))
                     self.chunks.put_nowait(ChunkOut(event, frames, raw))
                 else:
                     self.events.put_nowait(event)
