@@ -171,9 +171,12 @@ class ConnectionBudgetMiddleware:
 
 
 def _is_spectator(scope: Scope) -> bool:
-    """A world spectator (``/v1/worlds?spectate=ID``) only watches: it never has to speak first."""
+    """A world spectator (``/v1/worlds?spectate=ID``) only watches, and a joining player
+    (``?join=ID``) is told the session first: neither has to speak first."""
     query = scope.get("query_string", b"")
-    return scope["path"] == "/v1/worlds" and any(p.startswith(b"spectate=") for p in query.split(b"&"))
+    return scope["path"] == "/v1/worlds" and any(
+        p.startswith((b"spectate=", b"join=")) for p in query.split(b"&")
+    )
 
 
 class _FirstMessageDeadline:

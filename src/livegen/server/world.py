@@ -2,7 +2,8 @@
 
 It accepts a socket (choosing the subprotocol that carries a browser's key), wraps it
 as a ``Link`` and hands it to the ``WorldEngine`` (``runtime/world/``) as a player's or
-a spectator's: it knows no world event nor runner, it only moves text and bytes.
+a spectator's (``?spectate=ID&token=T``) or a joining player's (``?join=ID&token=T``): it knows
+no world event nor runner, it only moves text and bytes.
 WebRTC calls (``/v1/worlds/calls``, ``server/world_calls.py``) link to the same engine.
 It also puts the scheduler's measured batch costs and the realtime sessions they
 allow on ``/metrics`` (``CapacityCollector``), as ``/health`` shows them.
@@ -135,5 +136,7 @@ class WorldService:
         link, query = WebSocketLink(websocket), websocket.query_params
         if (spectated := query.get("spectate")) is not None:  # a read-only spectator of a live session
             await self.engine.spectate(spectated, query.get("token", ""), link)
+        elif (joined := query.get("join")) is not None:  # a player joining another's session
+            await self.engine.join(joined, query.get("token", ""), link)
         else:
             await self.engine.serve(link, self.state.metrics)

@@ -49,6 +49,7 @@ _MESSAGES: dict[type[wire.ClientEvent], Message] = {
     wire.WorldReset: Message.RESET,
     wire.SessionClose: Message.CLOSE,
     wire.SpectateToken: Message.SPECTATE_TOKEN,
+    wire.PlayerToken: Message.PLAYER_TOKEN,
 }
 
 #: Close code of a session failed by a bug of ours (RFC 6455 "internal error").
@@ -218,6 +219,8 @@ class SessionOwner:
             await runner.reset()
         elif isinstance(event, wire.SpectateToken):
             self.engine.spectate_token(runner)
+        elif isinstance(event, wire.PlayerToken):
+            self.engine.player_token(runner)
         elif isinstance(event, wire.SessionClose):
             await runner.close()
             if runner.session.status is Status.CLOSED:
