@@ -45,7 +45,7 @@ class ModelInfo:
     #: of its path, so an install without the default's extra never falls back to it.
     auto: bool = True
     #: A lockstep (native full-duplex) voice model: in a cluster (``--workers``) it is loaded once,
-    #: in the cluster's lockstep service (``runtime/voice/lockstep_service.py``), not per process.
+    #: in the cluster's lockstep service (``cluster/lockstep.py``), not per process.
     lockstep: bool = False
 
     def is_available(self) -> bool:

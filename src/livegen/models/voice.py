@@ -345,12 +345,6 @@ class SpeechStack:
         return bool(self.tts_base_url or self.asr_base_url)
 
 
-#: Set (to "ray") in each server process of a cluster (``--workers``, ``--ray-address``): a voice
-#: model whose heavy parts can be shared (the cascade's recogniser, speech workers and end-of-turn
-#: model) loads them once in the cluster's model service and calls it (``models/cascade/service.py``).
-SHARED_SPEECH_ENV = "LIVEGEN_SPEECH_SERVICE"
-
-
 @runtime_checkable
 class RemoteSpeech(Protocol):
     """A voice model whose sessions can speak and hear through remote stages; the engine asks

@@ -10,20 +10,19 @@ package imports none of the heavy dependencies.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-from livegen.models.voice import SHARED_SPEECH_ENV
+from livegen.cluster import mode
 
 
 def load(settings: Any = None) -> Any:
     """The registry's loader (``livegen.models.cascade:load``): the model of this process, or, in a
-    server process of a cluster, a view of the cluster's speech service (``service``).
+    server process of a cluster, a view of the cluster's speech service (``cluster/speech.py``).
     ``settings`` is a ``settings.CascadeSettings`` (None: each option's variable, else its default)."""
-    if os.environ.get(SHARED_SPEECH_ENV):
-        from livegen.models.cascade import service
+    if mode.in_cluster():
+        from livegen.cluster import speech
 
-        return service.connect(settings)
+        return speech.connect(settings)
     from livegen.models.cascade import model
 
     return model.load(settings)

@@ -70,7 +70,7 @@ def worker_of(model: LockstepModel) -> ThreadPoolExecutor:
 
 class Seat:
     """What a session reads of its seat: its output frames, its late frames, whether it failed.
-    A ``Member`` here, or a cluster's remote one (``lockstep_service.RemoteMember``)."""
+    A ``Member`` here, or a cluster's remote one (``cluster.lockstep.RemoteMember``)."""
 
     def __init__(self, session_id: str, slot: int) -> None:
         self.session_id = session_id

@@ -5,7 +5,7 @@ The voice engine serves a ``LockstepModel`` (``models/lockstep.py``) through
 through the same session core, runner, owner and transports as the cascade.
 Its ``LockstepStream`` is the session's seat (``lockstep.Member``) at the
 model's one ``FrameClock`` (in a cluster, a ``RemoteMember`` at the cluster's
-lockstep service: ``lockstep_service.py``):
+lockstep service: ``cluster/lockstep.py``):
 
 - input: appends (PCM16 at the model rate: the session core resampled them)
   are cut into frames and queued for the clock; a clear drops what is queued;
@@ -29,12 +29,12 @@ from __future__ import annotations
 import zlib
 from collections.abc import AsyncIterator
 
+from livegen.cluster.lockstep import RemoteClock, RemoteMember, RemoteModel
 from livegen.models.lockstep import LockstepFrame, LockstepModel
 from livegen.models.voice import ModelHealth, OutputKind, ResponseRequest, StreamConfig, VoiceOutput
 from livegen.runtime.voice.lockstep import FrameClock, Member
-from livegen.runtime.voice.lockstep_service import RemoteClock, RemoteMember, RemoteModel
 
-#: A model's frame clock: this process's own, or a cluster's lockstep service (``lockstep_service``).
+#: A model's frame clock: this process's own, or a cluster's lockstep service (``cluster/lockstep.py``).
 Clock = FrameClock | RemoteClock
 
 
@@ -143,7 +143,7 @@ class LockstepStream:
         if not self._closed:
             self._closed = True
             member = self.member
-            if isinstance(member, RemoteMember):  # the cluster's clock (``lockstep_service``)
+            if isinstance(member, RemoteMember):  # the cluster's clock (``cluster/lockstep.py``)
                 await member.clock.leave(member)
             elif isinstance(self.clock, FrameClock):
                 await self.clock.leave(member)

@@ -18,6 +18,8 @@ import asyncio
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from livegen.cluster import lockstep as cluster_lockstep
+from livegen.cluster.lockstep import RemoteClock
 from livegen.errors import ConfigError
 from livegen.models import Kind, Registry
 from livegen.models.cascade.settings import CascadeSettings
@@ -35,9 +37,7 @@ from livegen.models.voice import (
     VoiceStream,
 )
 from livegen.protocol import errors as wire_errors
-from livegen.runtime.voice import lockstep_service
 from livegen.runtime.voice.lockstep import FrameClock
-from livegen.runtime.voice.lockstep_service import RemoteClock
 from livegen.runtime.voice.lockstep_voice import LockstepVoice
 from livegen.voice.session import ModelFacts
 from livegen.voice.settings import REALTIME_VOICES
@@ -84,9 +84,9 @@ class VoiceModels:
                     # The weights options (--voice-model-path...) are the served model's only.
                     options = self.settings.voice_options() if entry.name == self.names.default else None
                     settings = CascadeSettings.of(self.settings)  # a bad one fails the load, by flag
-                    if lockstep_service.in_cluster(entry):  # once per cluster, in its service
+                    if cluster_lockstep.in_cluster(entry):  # once per cluster, in its service
                         headroom = self.settings.duplex_realtime_headroom
-                        model = await lockstep_service.connect(entry, options, headroom)
+                        model = await cluster_lockstep.connect(entry, options, headroom)
                     else:
                         model = await asyncio.to_thread(self.registry.load, entry.name, options, settings)
                     self.loaded[entry.name] = self._configured(entry.name, model)
@@ -111,7 +111,7 @@ class VoiceModels:
 
     def _lockstep(self, name: str, model: LockstepModel | RemoteClock) -> LockstepVoice:
         """A lockstep model as a voice model, with its own frame clock (``runtime/voice/lockstep.py``),
-        or, in a cluster, the cluster's (``runtime/voice/lockstep_service.py``)."""
+        or, in a cluster, the cluster's (``cluster/lockstep.py``)."""
         if isinstance(model, RemoteClock):
             clock: FrameClock | RemoteClock = model
         else:

@@ -3,7 +3,7 @@
 As nano-vllm's ``LLMEngine`` owns its scheduler, the engine owns the model
 (loaded in ``start``: in this process, or in ``--world-workers`` Ray actors
 with their KV pools; in a cluster of server processes, the cluster's shared
-world services, ``shared.py``, loaded once for every process), the scheduler
+world services, ``cluster/world.py``, loaded once for every process), the scheduler
 that batches due sessions into one model step, and the session manager (ids,
 ``--max-sessions``, tombstones). It opens a session's runner from its first
 ``session.update``, reconfigures it from later ones, describes it for
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import importlib.util
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
@@ -28,6 +27,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
+from livegen.cluster.mode import Membership, membership
+from livegen.cluster.ray import MISSING, has_ray
 from livegen.errors import ConfigError, InvalidRequest, InvalidState, RemoteProtocolError
 from livegen.logs import log_event
 from livegen.models import ModelInfo, Registry
@@ -38,14 +39,13 @@ from livegen.runtime.world.owner import Link, SessionOwner
 from livegen.runtime.world.recording import Recordings, RecordingSettings
 from livegen.runtime.world.runner import Options, Runner
 from livegen.runtime.world.scheduler import DEFAULT_KV_BUDGET_BYTES, Scheduler
-from livegen.runtime.world.shared import SharedWorld
 from livegen.runtime.world.spectators import SpectatorLimits, Spectators
 from livegen.runtime.world.workers import Worker
 from livegen.world import AcceptStatus, ControlInput, Event, Manager, thaw
 from livegen.world.images import decode_seed_image
 
 if TYPE_CHECKING:
-    from livegen.runtime.world.ray_worker import Cluster
+    from livegen.cluster.world_actors import Cluster
 
 logger = logging.getLogger("livegen.world")
 DEFAULT_MAX_PENDING_EVENTS = 64
@@ -71,8 +71,8 @@ class WorldSettings:
     #: The transports a session may use (``session.capabilities``): WebRTC where calls are served.
     transports: tuple[wire.Transport, ...] = ("websocket",)
     #: This process's cluster (``--workers``, ``--ray-address``): the model runs in the cluster's
-    #: shared world services (``shared.py``, ``max(1, world_workers)`` of them); None: its own.
-    shared: SharedWorld | None = None
+    #: shared world services (``cluster/world.py``, ``max(1, world_workers)`` of them); None: its own.
+    shared: Membership | None = None
 
     @classmethod
     def of(
@@ -98,7 +98,7 @@ class WorldSettings:
                 max_unsent_bytes=config.max_unsent_bytes,
             ),
             transports=("websocket", "webrtc") if webrtc else ("websocket",),
-            shared=SharedWorld.from_env(),
+            shared=membership(),
         )
 
 
@@ -134,8 +134,8 @@ class WorldEngine:
         self.manager: Manager | None = None
         #: The Ray connection when the model runs in Ray actors (``--world-workers``).
         self.cluster: Cluster | None = None
-        if settings.world_workers > 0 and importlib.util.find_spec("ray") is None:
-            raise ConfigError("--world-workers needs Ray: pip install 'livegen[ray]'")
+        if settings.world_workers > 0 and not has_ray():
+            raise ConfigError(MISSING)
         #: The recordings directory (``recording.py``), or None when recordings are off.
         self.recordings = Recordings(settings.recordings) if settings.recordings is not None else None
         self.spectators = Spectators(settings.spectators) if settings.spectators is not None else None
@@ -177,7 +177,7 @@ class WorldEngine:
             await self.cluster.close()
 
     async def _start_ray_workers(self, num_workers: int) -> list[Worker]:
-        from livegen.runtime.world.ray_worker import Cluster
+        from livegen.cluster.world_actors import Cluster
 
         self.cluster = await Cluster.connect(self.settings.ray_address, num_workers)
         options = dict(self.settings.model_options)
@@ -185,8 +185,8 @@ class WorldEngine:
         log_event(logger, "world.workers_started", model=self.entry.name, num_workers=num_workers)
         return list(workers)
 
-    async def _attach_shared(self, cluster: SharedWorld) -> list[Worker]:
-        from livegen.runtime.world.shared import attach
+    async def _attach_shared(self, cluster: Membership) -> list[Worker]:
+        from livegen.cluster.world import attach
 
         options, count = dict(self.settings.model_options), max(1, self.settings.world_workers)
         workers = await attach(self.entry, options, count, DEFAULT_KV_BUDGET_BYTES, cluster)

@@ -4,7 +4,7 @@ A ``Worker`` owns one copy of the model and that copy's KV storage, and runs
 its calls (steps and releases) one at a time, in submission order, so a
 release always lands between steps, never during one. ``LocalWorker`` is the
 default: the model in this process, one dedicated thread. ``RayWorker``
-(``ray_worker.py``) is the same contract in a Ray actor, for when one machine
+(``cluster/world_actors.py``) is the same contract in a Ray actor, for when one machine
 is not enough.
 
 The ``WorkerPool`` owns placement, the scheduler (``scheduler.py``)
@@ -20,7 +20,7 @@ A worker that is lost (its process died) takes no new rollouts: its sessions
 fail, and move to a live worker on their ``world.reset``.
 
 In a cluster of server processes the workers are the cluster's shared world
-services (``shared.py``): their pages and admissions are the service's, so the
+services (``cluster/world.py``): their pages and admissions are the service's, so the
 pool keeps no KV pool for them, admits a session with an awaited call
 (``reserve``) before its runner starts, and never moves a session between them.
 """
@@ -38,10 +38,10 @@ from livegen.models.world import Chunk, Tick, WorldModel, WorldSpec
 from livegen.runtime.world.kv_pool import Pool
 
 if TYPE_CHECKING:
-    from livegen.runtime.world.shared import SharedWorker
+    from livegen.cluster.world import SharedWorker
 
 T = TypeVar("T")
-#: A page a shared service names (``shared.py``): a tick to one carries one per page to write.
+#: A page a shared service names (``cluster/world.py``): a tick to one carries one per page to write.
 UNNAMED_PAGE = -1
 
 
