@@ -174,22 +174,9 @@ RULES: tuple[Rule, ...] = (
     ),
 )
 
-#: Imports that break a rule today, each being fixed under issue 38 (the service-client seam:
-#: the engines are handed a local or a cluster service instead of asking cluster/ which).
+#: Imports that break a rule today, each being fixed under issue #12 by another branch.
 #: The lead deletes an entry when merging its fix (a stale entry fails the test).
-KNOWN_VIOLATIONS: frozenset[tuple[str, str]] = frozenset(
-    {
-        ("livegen.models.cascade.__init__", "livegen.cluster.mode"),
-        ("livegen.models.cascade.__init__", "livegen.cluster.speech"),
-        ("livegen.runtime.voice.lockstep_voice", "livegen.cluster.lockstep"),
-        ("livegen.runtime.voice.models", "livegen.cluster.lockstep"),
-        ("livegen.runtime.world.engine", "livegen.cluster.mode"),
-        ("livegen.runtime.world.engine", "livegen.cluster.ray"),
-        ("livegen.runtime.world.engine", "livegen.cluster.world_actors"),
-        ("livegen.runtime.world.engine", "livegen.cluster.world"),
-        ("livegen.runtime.world.workers", "livegen.cluster.world"),
-    }
-)
+KNOWN_VIOLATIONS: frozenset[tuple[str, str]] = frozenset()
 
 
 def _under(name: str, prefixes: tuple[str, ...]) -> bool:

@@ -62,7 +62,6 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from livegen.cluster import mode
 from livegen.cluster.ray import import_ray
 from livegen.errors import CapacityExceeded, ConfigError, LockstepServiceUnavailable, ModelError
 from livegen.logs import log_event
@@ -89,12 +88,6 @@ FAILING_S = 30.0
 START_TIMEOUT_S = 600.0
 #: How long a process waits for the service to free a slot before it lets go (the reaper frees it).
 LEAVE_TIMEOUT_S = 5.0
-
-
-def in_cluster(entry: ModelInfo) -> bool:
-    """Whether ``entry`` is served by the cluster's lockstep service here: a lockstep model, in a
-    server process of a cluster."""
-    return entry.lockstep and mode.in_cluster()
 
 
 class LockstepService:
@@ -416,4 +409,4 @@ class RemoteClock:
         return LockstepServiceUnavailable(reason)
 
 
-__all__ = ["NAME_PREFIX", "LockstepService", "RemoteClock", "RemoteMember", "connect", "in_cluster"]
+__all__ = ["NAME_PREFIX", "LockstepService", "RemoteClock", "RemoteMember", "connect"]

@@ -4,10 +4,11 @@ A server process of a cluster (``livegen serve --workers N`` or
 ``--ray-address``) is told so by its supervisor (``supervisor.py``), which sets
 ``LIVEGEN_CLUSTER`` in each child to the JSON of its ``Membership``: its tag,
 the cluster's namespace and its coordinator's name. A process where it is
-unset is a server of its own and loads every model itself. The three model
-services ask the same question here: the cascade's heavy parts (``speech.py``),
-a lockstep model's frame clock (``lockstep.py``) and the world model's hosts
-(``world.py``), so they are all in the cluster or all in-process.
+unset is a server of its own and loads every model itself. ``services.py``
+reads it once, when the app is made, for all three model services (the
+cascade's heavy parts, ``speech.py``; a lockstep model's frame clock,
+``lockstep.py``; the world model's hosts, ``world.py``), so they are all in the
+cluster or all in-process.
 
 It replaces two variables the supervisor used to set, ``LIVEGEN_SPEECH_SERVICE``
 and ``LIVEGEN_WORLD_CLUSTER``. They are not read any more: only the supervisor
@@ -43,14 +44,9 @@ def membership() -> Membership | None:
     return Membership(**json.loads(value)) if value else None
 
 
-def in_cluster() -> bool:
-    """Whether this process is a server of a cluster (its models are the cluster's services)."""
-    return membership() is not None
-
-
 def join(member: Membership, environ: MutableMapping[str, str] = os.environ) -> None:
     """Mark this process (``environ``: its environment) a server of ``member``'s cluster."""
     environ[CLUSTER_ENV] = json.dumps(asdict(member))
 
 
-__all__ = ["CLUSTER_ENV", "Membership", "in_cluster", "join", "membership"]
+__all__ = ["CLUSTER_ENV", "Membership", "join", "membership"]

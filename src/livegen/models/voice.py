@@ -345,6 +345,17 @@ class SpeechStack:
         return bool(self.tts_base_url or self.asr_base_url)
 
 
+class SharedSpeech(Protocol):
+    """A cluster's speech service (``cluster/speech.py``): the heavy parts a voice model can share
+    (the cascade's recogniser, speech workers and end-of-turn model), loaded once for every
+    server process. The registry hands it to a loader that takes ``speech``; in a server of its
+    own there is none, and the model loads its parts itself."""
+
+    def connect(self, settings: Any) -> VoiceModel:
+        """The model of this process, its heavy parts the service's (waited for until loaded)."""
+        ...
+
+
 @runtime_checkable
 class RemoteSpeech(Protocol):
     """A voice model whose sessions can speak and hear through remote stages; the engine asks

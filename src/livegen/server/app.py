@@ -21,6 +21,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from livegen.cluster.gate import Gate, GateMiddleware, may_see_private
+from livegen.cluster.services import choose as choose_services
 from livegen.logs import log_event, quiet_client_faults
 from livegen.models import Kind, ModelInfo, Registry, default_registry
 from livegen.server import audio, page
@@ -58,6 +59,8 @@ class State:
         self.client_secrets = ClientSecrets(max_bytes=config.max_client_secret_bytes)
         #: Draining, the server-wide session count and resumes owned elsewhere (``cluster/gate.py``).
         self.gate = Gate(config.max_sessions, self.client_secrets)
+        #: Where the models run: in-process, or a cluster's services (chosen once, here).
+        self.model_services = choose_services(config)
         self.stopped = False
 
     async def stop_services(self) -> None:

@@ -82,7 +82,9 @@ class VoiceService:
         names = ServedNames(
             state.registry, state.voice_model.name, tuple(config.served_model_names), patterns
         )
-        self.engine = VoiceEngine(state.registry, names, config, state.metrics)
+        self.engine = VoiceEngine(
+            state.registry, names, config, state.metrics, shared=state.model_services.voice
+        )
         #: Ephemeral client keys (``/v1/realtime/client_secrets``), shared with the auth middleware.
         self.client_secrets: ClientSecrets = state.client_secrets
         #: The WebRTC transport (``server/webrtc.py``), when aiortc is installed (the ``webrtc`` extra).

@@ -12,16 +12,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from livegen.cluster import mode
+from livegen.models.voice import SharedSpeech
 
 
-def load(settings: Any = None) -> Any:
+def load(settings: Any = None, speech: SharedSpeech | None = None) -> Any:
     """The registry's loader (``livegen.models.cascade:load``): the model of this process, or, in a
-    server process of a cluster, a view of the cluster's speech service (``cluster/speech.py``).
-    ``settings`` is a ``settings.CascadeSettings`` (None: each option's variable, else its default)."""
-    if mode.in_cluster():
-        from livegen.cluster import speech
-
+    server process of a cluster, a view of the cluster's speech service (``speech``, handed over by
+    the engine: ``cluster/speech.py``). ``settings`` is a ``settings.CascadeSettings`` (None: each
+    option's variable, else its default)."""
+    if speech is not None:
         return speech.connect(settings)
     from livegen.models.cascade import model
 

@@ -29,13 +29,9 @@ from __future__ import annotations
 import zlib
 from collections.abc import AsyncIterator
 
-from livegen.cluster.lockstep import RemoteClock, RemoteMember, RemoteModel
-from livegen.models.lockstep import LockstepFrame, LockstepModel
+from livegen.models.lockstep import LockstepFrame
 from livegen.models.voice import ModelHealth, OutputKind, ResponseRequest, StreamConfig, VoiceOutput
-from livegen.runtime.voice.lockstep import FrameClock, Member
-
-#: A model's frame clock: this process's own, or a cluster's lockstep service (``cluster/lockstep.py``).
-Clock = FrameClock | RemoteClock
+from livegen.runtime.voice.lockstep import Clock, ClockedModel, Place
 
 
 class LockstepVoice:
@@ -43,9 +39,7 @@ class LockstepVoice:
 
     has_vad = False  # the session core detects the user's speech (``voice/vad.py``)
 
-    def __init__(
-        self, name: str, model: LockstepModel | RemoteModel, clock: Clock, yield_frames: int
-    ) -> None:
+    def __init__(self, name: str, model: ClockedModel, clock: Clock, yield_frames: int) -> None:
         self.name = name
         self.model = model
         self.clock = clock
@@ -76,7 +70,7 @@ class LockstepVoice:
 class LockstepStream:
     """One session's ``VoiceStream`` on the clock: appends in, the model's turns out."""
 
-    def __init__(self, clock: Clock, member: Member | RemoteMember, yield_frames: int) -> None:
+    def __init__(self, clock: Clock, member: Place, yield_frames: int) -> None:
         self.clock = clock
         self.member = member
         self.yield_frames = yield_frames
@@ -142,11 +136,7 @@ class LockstepStream:
     async def aclose(self) -> None:
         if not self._closed:
             self._closed = True
-            member = self.member
-            if isinstance(member, RemoteMember):  # the cluster's clock (``cluster/lockstep.py``)
-                await member.clock.leave(member)
-            elif isinstance(self.clock, FrameClock):
-                await self.clock.leave(member)
+            await self.clock.leave(self.member)  # the seat goes back to the clock that gave it
 
 
 __all__ = ["LockstepStream", "LockstepVoice"]
