@@ -56,13 +56,11 @@ import asyncio
 import contextlib
 import functools
 import logging
-import os
 import time
-import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from livegen.cluster.ray import import_ray
+from livegen.cluster.ray import import_ray, service_head, was_restarted
 from livegen.errors import CapacityExceeded, ConfigError, LockstepServiceUnavailable, ModelError
 from livegen.logs import log_event
 from livegen.models.lockstep import LockstepFrame, LockstepModel, LockstepSpec
@@ -109,7 +107,7 @@ class LockstepService:
         self._tasks = TaskSet(logger)
         self._reaper: asyncio.Task[None] | None = None
         #: Whether Ray restarted this service (its process died): its sessions were lost.
-        self.restarted = _was_restarted()
+        self.restarted = was_restarted()
 
     async def info(self) -> dict[str, Any]:
         """What a server process's ``RemoteClock`` needs to know of the model."""
@@ -191,19 +189,9 @@ class LockstepService:
 
     async def report(self) -> dict[str, Any]:
         """The service for ``/health``: where it runs, its sessions, its steps and their cost."""
-        ray = import_ray()
-        health = self.model.health()
-        context = ray.get_runtime_context()
         cost = self.clock.step_cost_s
         return {
-            "name": self.name,
-            "pid": os.getpid(),
-            "node": ray.util.get_node_ip_address(),
-            "actor_id": context.get_actor_id(),
-            "restarted": self.restarted,
-            "started_at": self.started_at,
-            "ready": health.ready,
-            "reason": health.reason,
+            **service_head(self.name, self.started_at, self.restarted, self.model.health()),
             "sessions": len(self.clock.members),
             "slots": self.model.spec.max_sessions,
             "steps": self.clock.steps,
@@ -212,16 +200,6 @@ class LockstepService:
             "frame_ms": self.model.spec.frame_ms,
             "orphans_freed": self.orphans_freed,
         }
-
-
-def _was_restarted() -> bool:
-    """Whether this actor is one Ray restarted (False for a body made outside an actor: a test's)."""
-    ray = import_ray()
-    if not ray.is_initialized():
-        return False
-    with warnings.catch_warnings():  # Ray's own use of a deprecated name inside it
-        warnings.simplefilter("ignore")
-        return bool(ray.get_runtime_context().was_current_actor_reconstructed)
 
 
 def _wired(result: LockstepFrame | ModelError) -> LockstepFrame | str:

@@ -5,7 +5,9 @@ with its models in-process does not reach this module. A process that asks
 for Ray where it is missing gets one ``ConfigError`` naming the extra, not an
 ``ImportError`` from wherever Ray was first needed. ``has_ray`` tells the
 configuration's checks (``--world-workers``) whether it could, without
-importing it. ``tests/test_layers.py`` holds that no module outside
+importing it. What every model service's actor says of itself is here too:
+``was_restarted`` and ``service_head``, the head of each ``report``.
+``tests/test_layers.py`` holds that no module outside
 ``cluster/`` imports Ray.
 """
 
@@ -13,9 +15,13 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
+import warnings
 from types import ModuleType
+from typing import Any
 
 from livegen.errors import ConfigError
+from livegen.models.voice import ModelHealth
 
 #: What a process without the extra is told to install.
 MISSING = "scale-out (--workers, --ray-address, --world-workers) needs Ray: pip install 'livegen[ray]'"
@@ -34,4 +40,31 @@ def import_ray() -> ModuleType:
         raise ConfigError(MISSING) from None
 
 
-__all__ = ["MISSING", "has_ray", "import_ray"]
+def was_restarted() -> bool:
+    """Whether this actor is one Ray restarted (its process died); False for a service's body made
+    outside an actor (a test's)."""
+    ray = import_ray()
+    if not ray.is_initialized():
+        return False
+    with warnings.catch_warnings():  # Ray's own use of a deprecated name inside it
+        warnings.simplefilter("ignore")
+        return bool(ray.get_runtime_context().was_current_actor_reconstructed)
+
+
+def service_head(name: str, started_at: float, restarted: bool, health: ModelHealth) -> dict[str, Any]:
+    """The head of a model service's ``report`` (``/health``'s ``cluster`` block): where its actor
+    runs, whether Ray restarted it, and how its model is."""
+    ray = import_ray()
+    return {
+        "name": name,
+        "pid": os.getpid(),
+        "node": ray.util.get_node_ip_address(),
+        "actor_id": ray.get_runtime_context().get_actor_id(),
+        "restarted": restarted,
+        "started_at": started_at,
+        "ready": health.ready,
+        "reason": health.reason,
+    }
+
+
+__all__ = ["MISSING", "has_ray", "import_ray", "service_head", "was_restarted"]

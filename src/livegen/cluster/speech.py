@@ -59,7 +59,6 @@ import functools
 import os
 import threading
 import time
-import warnings
 from collections import deque
 from collections.abc import AsyncIterator, Hashable
 from typing import Any
@@ -67,7 +66,7 @@ from typing import Any
 import numpy as np
 
 from livegen import tasks
-from livegen.cluster.ray import import_ray
+from livegen.cluster.ray import import_ray, service_head, was_restarted
 from livegen.errors import ConfigError, ModelError, SpeechServiceUnavailable
 from livegen.models.cascade import asr, asr_batch, assets, model, remote_tts, speaking, tts
 from livegen.models.cascade.model import CascadeModel, Stats
@@ -97,15 +96,12 @@ class SpeechService:
     workers and end-of-turn model, serving every server process of the cluster."""
 
     def __init__(self, settings: CascadeSettings) -> None:
-        ray = import_ray()
         self.model = model.load(settings)
         self.model.use_llm(None, None)  # answers are each server process's own
         self.started_at = time.time()
         self.calls: dict[str, int] = {}
-        with warnings.catch_warnings():  # Ray's own use of a deprecated name inside it
-            warnings.simplefilter("ignore")
-            #: Whether Ray restarted this service (its process died): it loaded the models again.
-            self.restarted = ray.get_runtime_context().was_current_actor_reconstructed
+        #: Whether Ray restarted this service (its process died): it loaded the models again.
+        self.restarted = was_restarted()
 
     def _count(self, call: str) -> None:
         self.calls[call] = self.calls.get(call, 0) + 1
@@ -156,18 +152,8 @@ class SpeechService:
 
     async def report(self) -> dict[str, Any]:
         """The service for ``/health``: where it runs, what it loaded, how it is."""
-        ray = import_ray()
-        health = self.model.health()
-        context = ray.get_runtime_context()
         return {
-            "name": NAME,
-            "pid": os.getpid(),
-            "node": ray.util.get_node_ip_address(),
-            "actor_id": context.get_actor_id(),
-            "restarted": self.restarted,
-            "started_at": self.started_at,
-            "ready": health.ready,
-            "reason": health.reason,
+            **service_head(NAME, self.started_at, self.restarted, self.model.health()),
             "recognizers": sorted(self.model._recognizers),
             "tts_workers": len(self.model.worker.slots),
             "end_of_turn_model": self.model.endpointer is not None,

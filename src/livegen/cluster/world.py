@@ -49,13 +49,12 @@ import contextlib
 import logging
 import os
 import time
-import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 from livegen.cluster.mode import Membership
-from livegen.cluster.ray import import_ray
+from livegen.cluster.ray import import_ray, was_restarted
 from livegen.cluster.world_actors import refreeze, result_of, thaw_controls
 from livegen.errors import CapacityExceeded, ConfigError, StateEvicted
 from livegen.logs import log_event
@@ -108,7 +107,7 @@ class WorldHost:
         self.swept_at = 0.0
         self.num_steps = 0
         self.num_swept = 0
-        self.restarted = _was_restarted()
+        self.restarted = was_restarted()
 
     def spec(self) -> WorldSpec:
         return self.model.spec
@@ -245,13 +244,6 @@ class WorldHost:
             log_event(logger, "world_service.no_coordinator", logging.WARNING, error=repr(exc))
             return None
         return {str(process["tag"]) for process in report["processes"]}
-
-
-def _was_restarted() -> bool:
-    ray = import_ray()
-    with warnings.catch_warnings():  # Ray's own use of a deprecated name inside it
-        warnings.simplefilter("ignore")
-        return bool(ray.get_runtime_context().was_current_actor_reconstructed)
 
 
 class SharedWorker:
