@@ -45,23 +45,39 @@ def stats(browser: Browser) -> dict:
     return dict(browser.js("return window.livegen.world"))
 
 
-def settled_frame(browser: Browser, timeout: float = 10.0) -> np.ndarray:
-    """The canvas once it has stopped changing for half a second (eight frames at 16 fps)."""
+def settled_frame(browser: Browser, timeout: float = 20.0) -> np.ndarray:
+    """The canvas once it has stopped changing for half a second (eight frames at 16 fps).
+
+    Over WebRTC the frames come through VP8, whose encoder goes on refining a still picture as its
+    bitrate adapts (more so on a busy machine), so a settled frame may still differ by a few levels
+    here and there: only a visible change (``changed_fraction``) counts as movement."""
     deadline = time.monotonic() + timeout
     previous = canvas_pixels(browser)
     since = time.monotonic()
     while time.monotonic() < deadline:
         time.sleep(0.1)
         current = canvas_pixels(browser)
-        if not np.array_equal(current, previous):
+        if changed_fraction(current, previous) > 0.005:
             previous, since = current, time.monotonic()
         elif time.monotonic() - since >= 0.5:
             return current
     raise AssertionError("the world never stopped changing with no key held")
 
 
+#: A pixel "changed" when a channel moved by more than this: the codec's refinements of a still
+#: picture stay well under it; the agent and the walls it passes differ by far more.
+VISIBLE_LEVELS = 32
+
+
+def visibly_changed(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Which pixels visibly changed between two frames."""
+    difference = np.abs(a.astype(np.int16) - b.astype(np.int16))
+    return np.any(difference > VISIBLE_LEVELS, axis=-1)
+
+
 def changed_fraction(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.any(a != b, axis=-1).mean())
+    """The share of pixels that visibly changed (the 4x4 agent alone is 1.6% of 32x32)."""
+    return float(visibly_changed(a, b).mean())
 
 
 def hold(browser: Browser, key: str, seconds: float) -> None:
@@ -242,8 +258,8 @@ def test_prompt_restyles_and_reset_starts_again(
     after_reset = settled_frame(browser)
     save_canvas(browser, "world-reset")
     # Same seed, same room: the agent is back where it started.
-    agent_moved = np.any(before != moved, axis=-1)
-    assert np.any(after_reset[agent_moved] != moved[agent_moved])
+    agent_moved = visibly_changed(before, moved)
+    assert np.any(visibly_changed(after_reset, moved)[agent_moved])
     assert stats(browser)["state"] == "live"
 
 

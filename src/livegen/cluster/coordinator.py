@@ -201,6 +201,17 @@ class Member:
             return None
         return None if found is None else (float(found[0]), dict(found[1]))
 
+    async def group_sessions(self) -> int:
+        """The sessions every process of this ``livegen serve`` holds now; 0 when the coordinator
+        cannot answer (a drain then waits for nothing it cannot see)."""
+        try:
+            async with asyncio.timeout(2.0):
+                report: dict[str, Any] = await self.actor.report.remote()
+        except Exception as exc:
+            log_event(logger, "cluster.unreachable", logging.WARNING, error=repr(exc))
+            return 0
+        return sum(report["sessions"].get(self.group, {}).values())
+
     async def report(self, private: bool = False) -> dict[str, Any]:
         """The cluster for ``/health``: its processes, its server-wide counts, Ray's nodes; their
         addresses only when ``private`` (an authenticated request, ``gate.may_see_private``)."""

@@ -131,6 +131,7 @@ class DrainingServer(uvicorn.Server):
         try:
             async with asyncio.timeout(timeout_s):
                 await self._until_settled()
+                await self._until_cluster_settled()
         except TimeoutError:
             sessions, parked = gate.open_sessions, parked_sessions(state)
             log_event(logger, "server.drain_timeout", logging.WARNING, sessions=sessions, parked=parked)
@@ -147,6 +148,20 @@ class DrainingServer(uvicorn.Server):
             if parked_sessions(self.state) == 0:
                 return
             await asyncio.sleep(PARKED_POLL_S)  # the parked set has no event of its own
+
+    async def _until_cluster_settled(self) -> None:
+        """In a cluster, until no process of this server holds a session. The processes share
+        one port (``SO_REUSEPORT``): one that closed its socket while the others drain would
+        reset the connections the kernel had already queued on it (a health check, a resume,
+        a new session that should hear 503), so an idle process keeps answering until all are
+        idle, or the drain times out."""
+        member = self.state.gate.member
+        if member is None:
+            return
+        while True:  # the counts live in another process's actor: there is no event to wait on
+            if await member.group_sessions() == 0:
+                return
+            await asyncio.sleep(PARKED_POLL_S)
 
 
 def parked_sessions(state: State) -> int:

@@ -32,7 +32,7 @@ OPEN_PREFIXES = ("/static/",)
 EPHEMERAL_PATHS = frozenset(
     {"/v1/realtime", "/v1/realtime/translations", "/v1/realtime/calls", "/v1/worlds/calls"}
 ) | {"/v1/live/sessions"}  # GPT-Live (server/live.py)
-EPHEMERAL_HANGUP = (("/v1/realtime/calls/", "/v1/worlds/calls/"), "/hangup")
+EPHEMERAL_HANGUP = (("/v1/realtime/calls/", "/v1/worlds/calls/", "/v1/live/sessions/"), "/hangup")
 EPHEMERAL_PREFIX = "ek_"
 #: Where translation sessions open (``server/translation.py``): only translation keys open them.
 TRANSLATION_PATH = "/v1/realtime/translations"

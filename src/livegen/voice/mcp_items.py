@@ -12,7 +12,7 @@ call is, so a later answer knows what the tool said.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from livegen.models.voice import HistoryTurn
 from livegen.protocol.errors import INVALID_VALUE
@@ -24,8 +24,24 @@ from livegen.protocol.realtime.items import (
     McpListToolsItem,
 )
 
-if TYPE_CHECKING:
-    from livegen.voice.conversation import Item
+
+class Item(Protocol):
+    """A conversation item as this module reads it (``voice/conversation.py``'s ``Item``, which
+    calls this module: declared here so that the two do not import each other)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def type(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def text(self) -> str | None: ...
+    @property
+    def server_label(self) -> str: ...
+    @property
+    def mcp(self) -> dict[str, Any] | None: ...
+
 
 #: The longest ``reason`` a client may give with its approval response.
 MAX_REASON_CHARS = 4096

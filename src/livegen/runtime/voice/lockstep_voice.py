@@ -18,7 +18,10 @@ lockstep service: ``cluster/lockstep.py``):
   speaks are not sent.
 - a cancel (barge-in, ``response.cancel``) moves the stream to the new epoch
   and mutes the model until it stops speaking: what it still says of the cut
-  turn is never a new response.
+  turn is never a new response. The mute is bounded (``MUTE_LIMIT_MS``): a
+  real duplex model falls quiet when talked over, but one that never pauses
+  (a random tiny configuration did not in 90 s) would otherwise be silent for
+  the rest of the session; past the bound, what it says is a new turn.
 
 A frame the model failed for this session ends this session only: an
 ``ERROR`` output, then the end of the outputs.
@@ -26,12 +29,16 @@ A frame the model failed for this session ends this session only: an
 
 from __future__ import annotations
 
+import math
 import zlib
 from collections.abc import AsyncIterator
 
 from livegen.models.lockstep import LockstepFrame
 from livegen.models.voice import ModelHealth, OutputKind, ResponseRequest, StreamConfig, VoiceOutput
 from livegen.runtime.voice.lockstep import Clock, ClockedModel, Place
+
+#: The longest a cut model stays muted while it goes on speaking (see the module's docstring).
+MUTE_LIMIT_MS = 2000
 
 
 class LockstepVoice:
@@ -49,7 +56,8 @@ class LockstepVoice:
 
     async def open(self, session_id: str, config: StreamConfig) -> LockstepStream:
         member = await self.clock.join(session_id, seed=zlib.crc32(session_id.encode()))
-        return LockstepStream(self.clock, member, self.yield_frames)
+        mute_frames = max(1, math.ceil(MUTE_LIMIT_MS / self.frame_ms))
+        return LockstepStream(self.clock, member, self.yield_frames, mute_frames)
 
     def health(self) -> ModelHealth:
         health = self.model.health()
@@ -70,14 +78,15 @@ class LockstepVoice:
 class LockstepStream:
     """One session's ``VoiceStream`` on the clock: appends in, the model's turns out."""
 
-    def __init__(self, clock: Clock, member: Place, yield_frames: int) -> None:
+    def __init__(self, clock: Clock, member: Place, yield_frames: int, mute_frames: int) -> None:
         self.clock = clock
         self.member = member
         self.yield_frames = yield_frames
+        self.mute_frames = mute_frames
         self.epoch = 0
         self._in_turn = False
         self._quiet = 0
-        self._muted = False
+        self._muted = 0  # speaking frames still to drop of a cut turn (0: not muted)
         self._closed = False
 
     async def append(self, epoch: int, pcm: bytes) -> None:
@@ -96,7 +105,7 @@ class LockstepStream:
     async def cancel(self, epoch: int) -> None:
         self.epoch = epoch
         if self._in_turn:  # cut: what it still says of this turn is dropped until it stops
-            self._muted = True
+            self._muted = self.mute_frames
         self._in_turn = False
         self._quiet = 0
 
@@ -118,10 +127,11 @@ class LockstepStream:
         epoch = self.epoch
         if frame.speaking:
             if self._muted:
+                self._muted -= 1
                 return []
             self._in_turn, self._quiet = True, 0
         else:
-            self._muted = False
+            self._muted = 0
             if not self._in_turn:
                 return []
             self._quiet += 1
