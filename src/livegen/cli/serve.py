@@ -521,8 +521,9 @@ def serve(**options: Any) -> None:
 
     limit_malloc_arenas()  # before any model or server thread exists: arenas are taken per thread
     from livegen import logs
+    from livegen.cluster import supervisor as workers
     from livegen.errors import ConfigError
-    from livegen.server import create_app, workers
+    from livegen.server import create_app
     from livegen.server.origins import parse_list
 
     logs.configure(options["log_level"])

@@ -20,6 +20,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from livegen.cluster.gate import Gate, GateMiddleware, may_see_private
+from livegen.cluster.services import choose as choose_services
 from livegen.logs import log_event, quiet_client_faults
 from livegen.models import Kind, ModelInfo, Registry, default_registry
 from livegen.server import audio, page
@@ -28,7 +30,6 @@ from livegen.server.bodies import BodyLimitMiddleware, BodyLimits
 from livegen.server.budgets import ConnectionBudgetMiddleware, export_budgets
 from livegen.server.client_secrets import ClientSecrets
 from livegen.server.config import ServerConfig
-from livegen.server.gate import Gate, GateMiddleware, may_see_private
 from livegen.server.metrics import CONTENT_TYPE_LATEST, Metrics
 from livegen.server.origins import OriginMiddleware, OriginPolicy
 from livegen.server.service import Service
@@ -56,8 +57,10 @@ class State:
         self.world_model: ModelInfo | None = None
         #: Ephemeral client keys, minted by the voice service and checked by the auth middleware.
         self.client_secrets = ClientSecrets(max_bytes=config.max_client_secret_bytes)
-        #: Draining, the server-wide session count and resumes owned elsewhere (``server/gate.py``).
+        #: Draining, the server-wide session count and resumes owned elsewhere (``cluster/gate.py``).
         self.gate = Gate(config.max_sessions, self.client_secrets)
+        #: Where the models run: in-process, or a cluster's services (chosen once, here).
+        self.model_services = choose_services(config)
         self.stopped = False
 
     async def stop_services(self) -> None:

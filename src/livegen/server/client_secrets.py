@@ -67,7 +67,7 @@ class ClientSecrets:
         self._keys: dict[str, ClientSecret] = {}
         self.max_bytes = max_bytes
         self.num_bytes = 0  # of all live keys' sessions, as their bodies sent them
-        #: Told of every key minted (a server of many processes shares them: ``server/gate.py``).
+        #: Told of every key minted (a server of many processes shares them: ``cluster/gate.py``).
         self.on_mint: Callable[[str, ClientSecret], None] | None = None
 
     def __len__(self) -> int:

@@ -100,10 +100,10 @@ class ServerConfig:
     #: /health is not ready. 0: no frame-clock admission.
     world_realtime_headroom: float = 0.85
     #: Ray cluster to join (e.g. "auto" or "head:6379"): the server's processes register there, resume
-    #: each other's sessions and share counts (``server/cluster.py``); world workers are placed there.
+    #: each other's sessions and share counts (``cluster/coordinator.py``); world workers are placed there.
     #: None: a local Ray, started only when something needs one (``workers`` > 1, world workers).
     ray_address: str | None = None
-    #: Server processes on the one port (``server/workers.py``); 1: this process alone.
+    #: Server processes on the one port (``cluster/supervisor.py``); 1: this process alone.
     workers: int = 1
     #: Seconds a ``SIGTERM`` lets live sessions finish before the rest are ended (``server_shutdown``).
     drain_timeout_s: float = 30.0

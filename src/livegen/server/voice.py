@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.routing import BaseRoute, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from livegen.cluster.forward import forward_accepted
 from livegen.errors import RemoteProtocolError
 from livegen.logs import bind_session, log_event
 from livegen.models.registry import OPENAI_REALTIME_PATTERNS, ServedNames
@@ -32,7 +33,6 @@ from livegen.runtime.voice.lifecycle import Handoff, Opening
 from livegen.server.auth import offered_subprotocols, presented_key, select_subprotocol
 from livegen.server.client_secrets import ClientSecrets
 from livegen.server.client_secrets import routes_for as client_secrets_routes
-from livegen.server.forward import forward_accepted
 from livegen.server.resume import first_text, read_resume
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ class WebSocketLink:
 
 def new_session_id(state: State) -> str:
     """``sess_`` and 16 hex digits; in a cluster the first four are this process's tag, so that
-    any process can tell where a resume belongs (``server/cluster.py``)."""
+    any process can tell where a resume belongs (``cluster/coordinator.py``)."""
     return state.gate.new_id("sess_", 16)
 
 
@@ -82,7 +82,9 @@ class VoiceService:
         names = ServedNames(
             state.registry, state.voice_model.name, tuple(config.served_model_names), patterns
         )
-        self.engine = VoiceEngine(state.registry, names, config, state.metrics)
+        self.engine = VoiceEngine(
+            state.registry, names, config, state.metrics, shared=state.model_services.voice
+        )
         #: Ephemeral client keys (``/v1/realtime/client_secrets``), shared with the auth middleware.
         self.client_secrets: ClientSecrets = state.client_secrets
         #: The WebRTC transport (``server/webrtc.py``), when aiortc is installed (the ``webrtc`` extra).

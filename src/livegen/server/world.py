@@ -104,7 +104,8 @@ class WorldService:
         assert state.world_model is not None
         self.state = state
         has_calls = importlib.util.find_spec("aiortc") is not None
-        settings = WorldSettings.of(state.config, recording_settings(state.config), webrtc=has_calls)
+        recordings, workers = recording_settings(state.config), state.model_services.world()
+        settings = WorldSettings.of(state.config, recordings, webrtc=has_calls, workers=workers)
         self.engine = WorldEngine(state.registry, state.world_model, settings)
         state.metrics.registry.register(CapacityCollector(self.engine))
         #: The players' session owners, the engine's: a call (``world_calls.py``) joins them too.

@@ -34,7 +34,7 @@ errors (``invalid_offer``, 400), a full server with ``too_many_sessions``
 (429, ``--webrtc-max-calls`` world calls at once). In a cluster (``--workers``)
 a call's id carries its process's tag, as a voice call's does, so a hangup that
 reaches another process is relayed to the one that holds the call
-(``server/gate.py``).
+(``cluster/gate.py``).
 """
 
 from __future__ import annotations
@@ -283,7 +283,7 @@ class WorldCallService(CallRoutes[WorldCall]):
         from aiortc import RTCSessionDescription
 
         pc = self.peer_connection()
-        # Tagged with this process in a cluster, so that its hangup reaches it (server/gate.py).
+        # Tagged with this process in a cluster, so that its hangup reaches it (cluster/gate.py).
         call = WorldCall(self.state.gate.new_id("rtc_", 32), pc, key)
         try:
             _wire_peer(call)

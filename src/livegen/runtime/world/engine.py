@@ -1,9 +1,10 @@
 """``WorldEngine``: the world model and every world session of a server.
 
 As nano-vllm's ``LLMEngine`` owns its scheduler, the engine owns the model
-(loaded in ``start``: in this process, or in ``--world-workers`` Ray actors
-with their KV pools; in a cluster of server processes, the cluster's shared
-world services, ``shared.py``, loaded once for every process), the scheduler
+(loaded in ``start``: in this process, or by the workers it is handed,
+``WorldSettings.workers``: ``--world-workers`` Ray actors with their KV pools,
+or, in a cluster of server processes, the cluster's shared world services,
+loaded once for every process; ``cluster/services.py`` chose), the scheduler
 that batches due sessions into one model step, and the session manager (ids,
 ``--max-sessions``, tombstones). It opens a session's runner from its first
 ``session.update``, reconfigures it from later ones, describes it for
@@ -21,15 +22,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import importlib.util
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import msgspec
 
-from livegen.errors import ConfigError, InvalidRequest, InvalidState, RemoteProtocolError
+from livegen.errors import InvalidRequest, InvalidState, RemoteProtocolError
 from livegen.logs import log_event
 from livegen.models import ModelInfo, Registry
 from livegen.models.world import WorldModel
@@ -40,15 +40,11 @@ from livegen.runtime.world.players import PlayerLimits, Players
 from livegen.runtime.world.recording import Recordings, RecordingSettings
 from livegen.runtime.world.runner import Runner
 from livegen.runtime.world.scheduler import DEFAULT_KV_BUDGET_BYTES, Scheduler
-from livegen.runtime.world.shared import SharedWorld
 from livegen.runtime.world.spectators import SpectatorLimits, Spectators
 from livegen.runtime.world.updates import check_fixed, options_of
-from livegen.runtime.world.workers import Worker
+from livegen.runtime.world.workers import WorkerSource
 from livegen.world import AcceptStatus, ControlInput, Event, Manager, thaw
 from livegen.world.images import decode_seed_image
-
-if TYPE_CHECKING:
-    from livegen.runtime.world.ray_worker import Cluster
 
 logger = logging.getLogger("livegen.world")
 DEFAULT_MAX_PENDING_EVENTS = 64
@@ -73,9 +69,10 @@ class WorldSettings:
     spectators: SpectatorLimits | None = None
     #: The transports a session may use (``session.capabilities``): WebRTC where calls are served.
     transports: tuple[wire.Transport, ...] = ("websocket",)
-    #: This process's cluster (``--workers``, ``--ray-address``): the model runs in the cluster's
-    #: shared world services (``shared.py``, ``max(1, world_workers)`` of them); None: its own.
-    shared: SharedWorld | None = None
+    #: Where the model runs outside this process, chosen once (``cluster/services.py``): the
+    #: ``--world-workers`` Ray actors, or a cluster's shared world services (``--workers``,
+    #: ``--ray-address``: ``max(1, world_workers)`` of them); None: in this process.
+    workers: WorkerSource | None = None
 
     @classmethod
     def of(
@@ -84,8 +81,10 @@ class WorldSettings:
         recordings: RecordingSettings | None,
         *,
         webrtc: bool,
+        workers: WorkerSource | None = None,
     ) -> WorldSettings:
-        """The settings the server's options (``ServerConfig``) give; ``webrtc``: calls are served."""
+        """The settings the server's options (``ServerConfig``) give; ``webrtc``: calls are served;
+        ``workers``: where the model runs, when not here (``cluster/services.py`` chose)."""
         return cls(
             max_sessions=config.max_sessions,
             max_unsent_bytes=config.max_unsent_bytes,
@@ -101,7 +100,7 @@ class WorldSettings:
                 max_unsent_bytes=config.max_unsent_bytes,
             ),
             transports=("websocket", "webrtc") if webrtc else ("websocket",),
-            shared=SharedWorld.from_env(),
+            workers=workers,
         )
 
 
@@ -135,10 +134,6 @@ class WorldEngine:
         self.model: WorldModel | None = None
         self.scheduler: Scheduler | None = None
         self.manager: Manager | None = None
-        #: The Ray connection when the model runs in Ray actors (``--world-workers``).
-        self.cluster: Cluster | None = None
-        if settings.world_workers > 0 and importlib.util.find_spec("ray") is None:
-            raise ConfigError("--world-workers needs Ray: pip install 'livegen[ray]'")
         #: The recordings directory (``recording.py``), or None when recordings are off.
         self.recordings = Recordings(settings.recordings) if settings.recordings is not None else None
         self.spectators = Spectators(settings.spectators) if settings.spectators is not None else None
@@ -153,11 +148,9 @@ class WorldEngine:
         settings = self.settings
         headroom = settings.realtime_headroom
         model: WorldModel | None = None
-        if settings.shared is not None:
-            workers = await self._attach_shared(settings.shared)
-            scheduler = Scheduler(workers=workers, realtime_headroom=headroom)
-        elif settings.world_workers > 0:
-            workers = await self._start_ray_workers(settings.world_workers)
+        if settings.workers is not None:
+            options = dict(settings.model_options)
+            workers = await settings.workers.start(self.entry, options, DEFAULT_KV_BUDGET_BYTES)
             scheduler = Scheduler(workers=workers, realtime_headroom=headroom)
         else:
             options = dict(settings.model_options)
@@ -180,24 +173,8 @@ class WorldEngine:
             await owner.shutdown()
         if self.scheduler is not None:
             await self.scheduler.stop()
-        if self.cluster is not None:
-            await self.cluster.close()
-
-    async def _start_ray_workers(self, num_workers: int) -> list[Worker]:
-        from livegen.runtime.world.ray_worker import Cluster
-
-        self.cluster = await Cluster.connect(self.settings.ray_address, num_workers)
-        options = dict(self.settings.model_options)
-        workers = await self.cluster.start_workers(self.entry.name, num_workers, options)
-        log_event(logger, "world.workers_started", model=self.entry.name, num_workers=num_workers)
-        return list(workers)
-
-    async def _attach_shared(self, cluster: SharedWorld) -> list[Worker]:
-        from livegen.runtime.world.shared import attach
-
-        options, count = dict(self.settings.model_options), max(1, self.settings.world_workers)
-        workers = await attach(self.entry, options, count, DEFAULT_KV_BUDGET_BYTES, cluster)
-        return list(workers)
+        if self.settings.workers is not None:
+            await self.settings.workers.close()
 
     def health(self) -> dict[str, Any]:
         report: dict[str, Any] = {"ready": False, "model": self.entry.name}

@@ -6,11 +6,11 @@ processes. Each used to load the world model itself (``LocalWorker``) or start
 the model runs instead in ``max(1, --world-workers)`` named, detached actors,
 ``livegen-world-<model>-<i>`` in the cluster's namespace, created by the first
 process with ``get_if_exists`` and attached to by every other
-(``server/workers.py`` tells a process it is one of a cluster through
-``SHARED_WORLD_ENV``). Each asks Ray for a CPU, and a GPU where the model runs
+(``cluster/supervisor.py`` tells a process it is one of a cluster through
+``LIVEGEN_CLUSTER``, ``mode.py``). Each asks Ray for a CPU, and a GPU where the model runs
 on one (``--world-device cuda``), so Ray places it where those are. The first
 process's options (weights, device) configure them; the last ``livegen serve`` of the cluster stops them
-(``server/cluster.py`` ``stop_services``), and ``/health`` lists each by its
+(``cluster/coordinator.py`` ``stop_services``), and ``/health`` lists each by its
 ``report``.
 
 KV pages are the service's, never a process's (``WorldHost``): one
@@ -46,27 +46,25 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import json
 import logging
 import os
 import time
-import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
+from livegen.cluster.mode import Membership
+from livegen.cluster.ray import import_ray, was_restarted
+from livegen.cluster.world_actors import refreeze, result_of, thaw_controls
 from livegen.errors import CapacityExceeded, ConfigError, StateEvicted
 from livegen.logs import log_event
 from livegen.models import ModelInfo, Registry
 from livegen.models.world import Chunk, Tick, WorldModel, WorldSpec
 from livegen.runtime.world.kv_pool import Pool
-from livegen.runtime.world.ray_worker import import_ray, refreeze, result_of, thaw_controls
 from livegen.runtime.world.workers import WorkerRestarted
 
 logger = logging.getLogger("livegen.world")
 
-#: Set (by ``server/workers.py``) in a server process of a cluster: JSON of ``SharedWorld``.
-SHARED_WORLD_ENV = "LIVEGEN_WORLD_CLUSTER"
 #: The services' names: ``livegen-world-<model>-<index>``.
 PREFIX = "livegen-world"
 #: How often (at most) an actor asks the coordinator which processes are gone, unless it is full.
@@ -75,25 +73,6 @@ SWEEP_S = 10.0
 REFRESH_S = 1.0
 #: How long the services may take to be placed and to load the model before start-up gives up.
 START_TIMEOUT_S = 300.0
-
-
-@dataclass(frozen=True)
-class SharedWorld:
-    """This server process in its cluster: its tag, and where the live processes are listed."""
-
-    tag: str
-    namespace: str
-    #: The coordinator actor's name (``server/cluster.py``): its ``report`` lists live tags.
-    coordinator: str
-
-    @classmethod
-    def from_env(cls) -> SharedWorld | None:
-        """The cluster this process serves in (``SHARED_WORLD_ENV``); None: a server of its own."""
-        value = os.environ.get(SHARED_WORLD_ENV)
-        return None if not value else cls(**json.loads(value))
-
-    def to_env(self) -> str:
-        return json.dumps({"tag": self.tag, "namespace": self.namespace, "coordinator": self.coordinator})
 
 
 def service_name(model: str, index: int) -> str:
@@ -114,7 +93,7 @@ class WorldHost:
         entry: ModelInfo,
         options: Mapping[str, Any],
         kv_budget_bytes: int,
-        cluster: SharedWorld,
+        cluster: Membership,
     ) -> None:
         self.name, self.cluster = name, cluster
         # ``options`` (a weights path, dtype, device) name things on the actor's node.
@@ -128,7 +107,7 @@ class WorldHost:
         self.swept_at = 0.0
         self.num_steps = 0
         self.num_swept = 0
-        self.restarted = _was_restarted()
+        self.restarted = was_restarted()
 
     def spec(self) -> WorldSpec:
         return self.model.spec
@@ -267,13 +246,6 @@ class WorldHost:
         return {str(process["tag"]) for process in report["processes"]}
 
 
-def _was_restarted() -> bool:
-    ray = import_ray()
-    with warnings.catch_warnings():  # Ray's own use of a deprecated name inside it
-        warnings.simplefilter("ignore")
-        return bool(ray.get_runtime_context().was_current_actor_reconstructed)
-
-
 class SharedWorker:
     """A process's handle on one of the cluster's world services: the ``Worker`` contract, plus
     the awaited admission the ``WorkerPool`` makes at a session's creation."""
@@ -355,7 +327,7 @@ async def attach(
     options: Mapping[str, Any],
     num_services: int,
     kv_budget_bytes: int,
-    cluster: SharedWorld,
+    cluster: Membership,
 ) -> list[SharedWorker]:
     """The cluster's ``num_services`` world services of ``entry``: created here if no process has
     yet, each waited for until its model is loaded."""
@@ -384,4 +356,4 @@ async def attach(
     return [SharedWorker(a, s, n, cluster.tag) for a, s, n in zip(actors, specs, names, strict=True)]
 
 
-__all__ = ["SHARED_WORLD_ENV", "SharedWorker", "SharedWorld", "WorldHost", "attach", "service_name"]
+__all__ = ["SharedWorker", "WorldHost", "attach", "service_name"]

@@ -3,16 +3,16 @@
 ``GateMiddleware`` sits in front of the session routes (``/v1/realtime``,
 ``/v1/worlds``) of every server, one process or many:
 
-- *draining* (``SIGTERM``, ``server/workers.py``): a new session is refused at
+- *draining* (``SIGTERM``, ``cluster/supervisor.py``): a new session is refused at
   the handshake with HTTP 503 ``server_draining`` and ``/health`` answers 503
   ``draining``; resumes still attach, so a parked session may finish;
-- in a cluster (``--workers``, ``--ray-address``; ``server/cluster.py``) a new
+- in a cluster (``--workers``, ``--ray-address``; ``cluster/coordinator.py``) a new
   session takes one of its ``livegen serve``'s ``--max-sessions`` from the
   coordinator before it opens (the process's own engines still count their
   own), and gives it back when its socket ends; a resumed socket is counted
   again, never refused for room;
 - a resume (``?session_id=``) of a session another process owns is relayed to
-  that process's private address (``server/forward.py``), and so are a WebRTC
+  that process's private address (``cluster/forward.py``), and so are a WebRTC
   call's ``?call_id=`` attach and its hangup, a world call's too (the call's
   id carries its process's tag too: its media flows to that process), and a call offer that
   resumes a session (``POST /v1/realtime/calls?session_id=``); connections to this
@@ -48,12 +48,7 @@ from urllib.parse import parse_qs
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from livegen.errors import RemoteProtocolError
-from livegen.protocol import errors as wire_errors
-from livegen.protocol.realtime import duplex
-from livegen.server.auth import presented_key, select_subprotocol
-from livegen.server.client_secrets import PREFIX, ClientSecret
-from livegen.server.forward import (
+from livegen.cluster.forward import (
     OWNER_ANSWER_TIMEOUT_S,
     RELAY_KEY,
     RELAYED_HEADER,
@@ -61,11 +56,16 @@ from livegen.server.forward import (
     forward_http,
     send_refusal,
 )
+from livegen.errors import RemoteProtocolError
+from livegen.protocol import errors as wire_errors
+from livegen.protocol.realtime import duplex
+from livegen.server.auth import presented_key, select_subprotocol
+from livegen.server.client_secrets import PREFIX, ClientSecret
 from livegen.server.origins import send_denial
 
 if TYPE_CHECKING:
+    from livegen.cluster.coordinator import Member
     from livegen.server.client_secrets import ClientSecrets
-    from livegen.server.cluster import Member
 
 #: Session routes and the kind of session each opens.
 KINDS = {"/v1/realtime": "voice", "/v1/worlds": "world"}

@@ -2,7 +2,7 @@
 
 ``livegen serve --workers N`` (and ``--ray-address``) runs the server as many
 processes, on one machine or several, joined in one Ray cluster
-(``server/workers.py`` starts them). What they must agree on lives in one
+(``cluster/supervisor.py`` starts them). What they must agree on lives in one
 named Ray actor, the ``Coordinator`` (``livegen-coordinator`` in the
 ``livegen`` namespace; created by the first ``livegen serve`` that joins, and
 owned by it, not detached):
@@ -20,14 +20,14 @@ owned by it, not detached):
   (``forget``), never leaked.
 
 The cluster's model services (the cascade's recogniser and speech workers,
-``models/cascade/service.py``) are other named actors of the namespace:
+``cluster/speech.py``) are other named actors of the namespace:
 ``/health`` reports each (``services``), and the last ``livegen serve`` of a
 cluster to stop stops them (``stop_services``).
 
 A parked voice session cannot move: it holds its model's stream (a live
 object of its process). So a resume is *forwarded*: the process that accepts
 ``?session_id=`` of another's tag relays the socket to the owner's private
-address (``server/gate.py``), and the owner's own single-use token decides
+address (``cluster/gate.py``), and the owner's own single-use token decides
 between racing resumes. A process that is gone refuses (``session_not_found``).
 
 ``Member`` is one process's handle: its tag, its group, and awaited calls to
@@ -44,6 +44,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from livegen.cluster.ray import import_ray
 from livegen.logs import log_event
 
 logger = logging.getLogger("livegen.server")
@@ -65,7 +66,7 @@ class Coordinator:
         self._reserved: set[str] = set()
         #: Ephemeral keys minted by any process: key -> (expires_at, session).
         self.secrets: dict[str, tuple[float, dict[str, Any]]] = {}
-        #: The secret a relayed connection carries (``server/gate.py``): only the cluster's own
+        #: The secret a relayed connection carries (``cluster/gate.py``): only the cluster's own
         #: processes, which reach this actor through Ray (its token), know it.
         self._relay_key = secrets.token_urlsafe(32)
 
@@ -219,8 +220,7 @@ class Member:
                 report: dict[str, Any] = await self.actor.report.remote()
         except Exception as exc:
             return {"tag": self.tag, "error": repr(exc)}
-        import ray
-
+        ray = import_ray()
         nodes = await asyncio.to_thread(ray.nodes)
         report["nodes"] = [
             {"address": n["NodeManagerAddress"], "alive": n["Alive"], "resources": n.get("Resources", {})}
@@ -259,7 +259,7 @@ def stop_services(ray: Any, coordinator: Any) -> None:
 
 
 async def _services(ray: Any) -> list[dict[str, Any]]:
-    """The cluster's model services (``models/cascade/service.py``): every named actor of the
+    """The cluster's model services (``cluster/speech.py``): every named actor of the
     namespace but the coordinator, by its own ``report``; one that does not answer (restarting,
     loading) by its name and why."""
     names = await asyncio.to_thread(ray.util.list_named_actors)

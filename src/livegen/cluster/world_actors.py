@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import logging
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from types import ModuleType
 from typing import Any
 
+from livegen.cluster.ray import import_ray
 from livegen.errors import ConfigError
 from livegen.logs import log_event
 from livegen.models.world import Chunk, Tick, WorldModel, WorldSpec
@@ -33,13 +32,6 @@ from livegen.world import freeze, thaw
 logger = logging.getLogger("livegen.world")
 #: How long actors may take to be placed and to load the model before start-up gives up.
 START_TIMEOUT_S = 300.0
-
-
-def import_ray() -> ModuleType:
-    try:
-        return importlib.import_module("ray")
-    except ImportError:
-        raise ConfigError("--world-workers needs Ray: pip install 'livegen[ray]'") from None
 
 
 class ModelHost:
@@ -190,4 +182,4 @@ class Cluster:
             await asyncio.to_thread(self._ray.shutdown)
 
 
-__all__ = ["Cluster", "ModelHost", "RayWorker", "import_ray", "refreeze", "result_of", "thaw_controls"]
+__all__ = ["Cluster", "ModelHost", "RayWorker", "refreeze", "result_of", "thaw_controls"]

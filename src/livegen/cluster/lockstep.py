@@ -17,8 +17,8 @@ time refuse a session from any process with the same ``realtime_capacity``.
 A handle whose actor is gone for good (killed by hand, stopped by another
 ``livegen serve``) is looked up or created again on the next join.
 
-A server process of a cluster (``SHARED_SPEECH_ENV``, set by
-``server/workers.py`` in each) serves the model through a ``RemoteClock``:
+A server process of a cluster (``LIVEGEN_CLUSTER``, ``mode.py``, set by
+``cluster/supervisor.py`` in each) serves the model through a ``RemoteClock``:
 ``join`` and ``leave`` like a ``FrameClock``'s, and a ``RemoteMember`` with a
 ``Member``'s face (``put``, ``clear``, ``outputs``, ``late_frames``,
 ``is_failed``), so ``lockstep_voice.py`` and the session layer do not know
@@ -44,7 +44,7 @@ served, their state with it: each gets ``LockstepServiceUnavailable``
 it between two polls, from the restarted service that no longer knows it. The
 server and its other sessions go on; new sessions are admitted once Ray has
 it back. The last ``livegen serve`` of the cluster stops it
-(``server/cluster.py``'s ``stop_services``), and ``/health``'s ``cluster``
+(``cluster/coordinator.py``'s ``stop_services``), and ``/health``'s ``cluster``
 block lists its ``report``.
 
 A single-process server keeps today's in-process ``FrameClock`` exactly.
@@ -55,23 +55,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import importlib
 import logging
-import os
 import time
-import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from livegen.cluster.ray import import_ray, service_head, was_restarted
 from livegen.errors import CapacityExceeded, ConfigError, LockstepServiceUnavailable, ModelError
 from livegen.logs import log_event
 from livegen.models.lockstep import LockstepFrame, LockstepModel, LockstepSpec
 from livegen.models.registry import ModelInfo, Registry
-from livegen.models.voice import SHARED_SPEECH_ENV, ModelHealth
+from livegen.models.voice import ModelHealth
 from livegen.runtime.voice.lockstep import FrameClock, Member, Seat
 from livegen.tasks import TaskSet
 
-logger = logging.getLogger("livegen.runtime.voice.lockstep_service")
+logger = logging.getLogger("livegen.cluster.lockstep")
 
 #: The service's actor name, then the model's registry name.
 NAME_PREFIX = "livegen-lockstep-"
@@ -88,17 +86,6 @@ FAILING_S = 30.0
 START_TIMEOUT_S = 600.0
 #: How long a process waits for the service to free a slot before it lets go (the reaper frees it).
 LEAVE_TIMEOUT_S = 5.0
-
-
-def _ray() -> Any:
-    """Ray, imported where it is used: a process without a cluster never needs it."""
-    return importlib.import_module("ray")
-
-
-def in_cluster(entry: ModelInfo) -> bool:
-    """Whether ``entry`` is served by the cluster's lockstep service here: a lockstep model, in a
-    server process of a cluster."""
-    return entry.lockstep and bool(os.environ.get(SHARED_SPEECH_ENV))
 
 
 class LockstepService:
@@ -120,7 +107,7 @@ class LockstepService:
         self._tasks = TaskSet(logger)
         self._reaper: asyncio.Task[None] | None = None
         #: Whether Ray restarted this service (its process died): its sessions were lost.
-        self.restarted = _was_restarted()
+        self.restarted = was_restarted()
 
     async def info(self) -> dict[str, Any]:
         """What a server process's ``RemoteClock`` needs to know of the model."""
@@ -202,19 +189,9 @@ class LockstepService:
 
     async def report(self) -> dict[str, Any]:
         """The service for ``/health``: where it runs, its sessions, its steps and their cost."""
-        ray = _ray()
-        health = self.model.health()
-        context = ray.get_runtime_context()
         cost = self.clock.step_cost_s
         return {
-            "name": self.name,
-            "pid": os.getpid(),
-            "node": ray.util.get_node_ip_address(),
-            "actor_id": context.get_actor_id(),
-            "restarted": self.restarted,
-            "started_at": self.started_at,
-            "ready": health.ready,
-            "reason": health.reason,
+            **service_head(self.name, self.started_at, self.restarted, self.model.health()),
             "sessions": len(self.clock.members),
             "slots": self.model.spec.max_sessions,
             "steps": self.clock.steps,
@@ -223,16 +200,6 @@ class LockstepService:
             "frame_ms": self.model.spec.frame_ms,
             "orphans_freed": self.orphans_freed,
         }
-
-
-def _was_restarted() -> bool:
-    """Whether this actor is one Ray restarted (False for a body made outside an actor: a test's)."""
-    ray = _ray()
-    if not ray.is_initialized():
-        return False
-    with warnings.catch_warnings():  # Ray's own use of a deprecated name inside it
-        warnings.simplefilter("ignore")
-        return bool(ray.get_runtime_context().was_current_actor_reconstructed)
 
 
 def _wired(result: LockstepFrame | ModelError) -> LockstepFrame | str:
@@ -244,13 +211,13 @@ def _wired(result: LockstepFrame | ModelError) -> LockstepFrame | str:
 def _actor(entry: ModelInfo, options: Mapping[str, Any] | None, headroom: float) -> Any:
     """The cluster's service of ``entry``: created here, with these options, if no process has yet
     (blocks: off the loop)."""
-    ray = _ray()
+    ray = import_ray()
     # A model on a GPU (``--voice-device cuda``) is placed on a node with one free, and holds it.
     gpus = 1 if str((options or {}).get("device", "")).startswith("cuda") else 0
     remote = ray.remote(num_cpus=NUM_CPUS, num_gpus=gpus, max_restarts=-1, max_concurrency=1000)
     actor = remote(LockstepService)
     # Detached: the process that happens to create it may die while the others serve on; the last
-    # ``livegen serve`` of the cluster stops it (``server/cluster.py``).
+    # ``livegen serve`` of the cluster stops it (``cluster/coordinator.py``).
     name = NAME_PREFIX + entry.name
     placed = actor.options(name=name, get_if_exists=True, lifetime="detached")
     return placed.remote(entry, dict(options) if options else None, headroom)
@@ -420,4 +387,4 @@ class RemoteClock:
         return LockstepServiceUnavailable(reason)
 
 
-__all__ = ["NAME_PREFIX", "LockstepService", "RemoteClock", "RemoteMember", "connect", "in_cluster"]
+__all__ = ["NAME_PREFIX", "LockstepService", "RemoteClock", "RemoteMember", "connect"]

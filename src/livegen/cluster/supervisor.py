@@ -8,8 +8,8 @@ processes instead, each its own uvicorn and event loop:
 
 - the parent (``Supervisor``) starts a local Ray (in a process of its own, out
   of the server's process group, ended with the parent), or joins ``--ray-address``,
-  creates the cluster's coordinator actor (``server/cluster.py``), and starts
-  the N processes (``python -m livegen.server.workers``); it restarts one that
+  creates the cluster's coordinator actor (``cluster/coordinator.py``), and starts
+  the N processes (``python -m livegen.cluster.supervisor``); it restarts one that
   dies once it served (its counts and address are dropped from the coordinator
   first; one that dies before it registered stops the server rather than loop)
   and passes ``SIGTERM`` on to all of them. They run in a process group of
@@ -23,7 +23,7 @@ processes instead, each its own uvicorn and event loop:
 - each process binds the public port with ``SO_REUSEPORT`` (the kernel spreads
   new connections over the processes) and a private port of its own, which
   resumes of its sessions are relayed to from the other processes
-  (``server/gate.py``, ``server/forward.py``); it joins Ray as a driver, takes
+  (``cluster/gate.py``, ``cluster/forward.py``); it joins Ray as a driver, takes
   a tag from the coordinator and registers its private address.
 
 Every server, one process or many, drains on ``SIGTERM`` (``DrainingServer``):
@@ -56,8 +56,9 @@ from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
+from livegen.cluster import mode
+from livegen.cluster.ray import import_ray
 from livegen.logs import log_event
-from livegen.models.voice import SHARED_SPEECH_ENV
 from livegen.server.budgets import uvicorn_options
 from livegen.server.config import ServerConfig
 from livegen.tasks import TaskSet
@@ -76,7 +77,7 @@ KILL_AFTER_S = 20.0
 STOP_CALL_S = 2.0
 #: How often a drain looks whether the parked sessions have resumed or ended.
 PARKED_POLL_S = 0.2
-#: The argument that makes ``python -m livegen.server.workers`` the supervisor's private Ray.
+#: The argument that makes ``python -m livegen.cluster.supervisor`` the supervisor's private Ray.
 RAY_HEAD = "--ray-head"
 #: What ``ray.init`` sets in the environment of the process that starts a Ray, which every driver
 #: of it needs too.
@@ -139,7 +140,7 @@ class DrainingServer(uvicorn.Server):
 
     async def _until_settled(self) -> None:
         """Until no session socket is open and no session is parked: a parked session's client
-        may come back during the drain (a resume still attaches, ``server/gate.py``), so it is
+        may come back during the drain (a resume still attaches, ``cluster/gate.py``), so it is
         waited for as a live one is, until it resumes and ends, or its resume window closes."""
         gate = self.state.gate
         while True:
@@ -201,12 +202,6 @@ def load_registry(spec: str | None) -> Registry | None:
     return registry
 
 
-def import_ray() -> Any:
-    from livegen.runtime.world.ray_worker import import_ray as imported
-
-    return imported()
-
-
 class Supervisor:
     """The parent of ``--workers`` server processes: Ray, the coordinator, the processes."""
 
@@ -223,7 +218,7 @@ class Supervisor:
         self.ray_head: subprocess.Popen[bytes] | None = None
 
     def run(self) -> None:
-        from livegen.server.cluster import NAMESPACE, coordinator
+        from livegen.cluster.coordinator import NAMESPACE, coordinator
 
         # Ray's own start first: the environment it hands its drivers is read when Ray is imported.
         if self.config.ray_address is None and is_loopback(self.config.host):
@@ -252,13 +247,13 @@ class Supervisor:
         Ray's processes, and the coordinator with them, while the server processes drain. Its
         address; it ends when this process closes its stdin, or dies (``_leave_ray`` ends it)."""
         # CPUs for the world workers every process starts and the shared speech service
-        # (models/cascade/service.py), and no more: Ray starts an idle worker process per CPU
+        # (cluster/speech.py), and no more: Ray starts an idle worker process per CPU
         # it is given, ~100 MiB each, which nothing here would use.
-        # CPUs for the cluster's shared world services (runtime/world/shared.py) and speech service
-        # (models/cascade/service.py), and no more: Ray starts an idle worker process per CPU it
+        # CPUs for the cluster's shared world services (cluster/world.py) and speech service
+        # (cluster/speech.py), and no more: Ray starts an idle worker process per CPU it
         # is given, ~100 MiB each, which nothing here would use.
         num_cpus = max(1, self.config.world_workers) + 1
-        command = [sys.executable, "-m", "livegen.server.workers", RAY_HEAD, str(num_cpus)]
+        command = [sys.executable, "-m", "livegen.cluster.supervisor", RAY_HEAD, str(num_cpus)]
         self.ray_head = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True
         )
@@ -290,7 +285,7 @@ class Supervisor:
         }
         env = {**os.environ, ASSIGNMENT: json.dumps(assignment)}
         # A group of its own: a signal to the server's group reaches it once, passed on by _on_signal.
-        command = [sys.executable, "-m", "livegen.server.workers"]
+        command = [sys.executable, "-m", "livegen.cluster.supervisor"]
         child = subprocess.Popen(command, env=env, start_new_session=True)
         self.children[index] = (child, tag)
         log_event(logger, "server.worker_started", index=index, pid=child.pid, tag=tag)
@@ -358,7 +353,7 @@ class Supervisor:
         process ``_start_ray`` started and Ray's processes under it) is ended here, then the
         process exits at once."""
         if self.config.ray_address is not None and self.ray_alive:
-            from livegen.server.cluster import stop_services
+            from livegen.cluster.coordinator import stop_services
 
             stop_services(self.ray, self.actor)  # the last ``livegen serve`` of it stops its services
             return  # a cluster that answered: Ray leaves it at exit
@@ -448,10 +443,9 @@ def _ray_head(num_cpus: int) -> None:
 def _child() -> None:
     """One server process of ``--workers``: join Ray, register, serve both ports."""
     from livegen import logs
-    from livegen.runtime.world.shared import SHARED_WORLD_ENV, SharedWorld
+    from livegen.cluster.coordinator import COORDINATOR, NAMESPACE, Member
     from livegen.server.app import create_app
     from livegen.server.budgets import limit_malloc_arenas
-    from livegen.server.cluster import COORDINATOR, NAMESPACE, Member
 
     limit_malloc_arenas()
     assignment = json.loads(os.environ.pop(ASSIGNMENT))
@@ -463,9 +457,8 @@ def _child() -> None:
     logs.configure(config.log_level)
     ray = import_ray()
     ray.init(address=assignment["ray_address"], namespace=NAMESPACE, log_to_driver=False)
-    os.environ[SHARED_SPEECH_ENV] = "ray"  # the voice model's heavy parts: once, in the cluster
-    shared_world = SharedWorld(assignment["tag"], NAMESPACE, COORDINATOR)
-    os.environ[SHARED_WORLD_ENV] = shared_world.to_env()  # the world model too (its services)
+    # Every model's heavy parts (speech, lockstep, world): once, in the cluster's services.
+    mode.join(mode.Membership(assignment["tag"], NAMESPACE, COORDINATOR))
     app = create_app(config, load_registry(assignment["registry"]))
     state: State = app.state.livegen
     public = reuse_port_socket(config.host, config.port)

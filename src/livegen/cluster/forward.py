@@ -1,4 +1,4 @@
-"""Relay a resuming socket to the process that owns its session (``server/gate.py`` calls it).
+"""Relay a resuming socket to the process that owns its session (``cluster/gate.py`` calls it).
 
 A parked voice session cannot move between processes (it holds its model's
 stream), so the process that accepted the resume opens a WebSocket to the
@@ -28,7 +28,7 @@ this process's engine; a call's attach: ``call_not_found``, from this
 process's route, as for a call it never heard of). An owner that takes the
 connection is alive, if busy (its kernel accepts for it, its event loop
 answers): its handshake or answer is waited for up to ``OWNER_ANSWER_TIMEOUT_S``
-(a call offer's, longer: ``server/gate.py``), and one that has not answered
+(a call offer's, longer: ``cluster/gate.py``), and one that has not answered
 by then is refused with ``owner_busy`` (a socket: close 1013, try again later;
 HTTP: 503), never as an unknown id: the session or call may well be there.
 """
@@ -74,7 +74,7 @@ HTTP_PASSED_HEADERS = (*PASSED_HEADERS, "content-type")
 #: Response headers the relay's own server writes (uvicorn's ``date`` and ``server``) or that
 #: described the owner's connection, not the answer.
 UNPASSED_ANSWER_HEADERS = (b"connection", b"transfer-encoding", b"date", b"server")
-#: The mark of a relayed connection, honoured on the owner's private port only (``server/gate.py``);
+#: The mark of a relayed connection, honoured on the owner's private port only (``cluster/gate.py``);
 #: its value is the cluster's shared secret, which the gate puts in the scope under ``RELAY_KEY``.
 RELAYED_HEADER = b"x-livegen-relayed"
 RELAY_KEY = "livegen.relay_key"

@@ -7,7 +7,7 @@ cluster, in one Ray actor, ``SpeechService`` (named ``livegen-speech`` in the
 cluster's namespace; whichever process asks first creates it, the others get
 the same one: ``get_if_exists``; Ray places it on a node with a free CPU and
 restarts it if it dies: ``max_restarts``). A server process of a cluster
-(``SHARED_SPEECH_ENV``, set by ``server/workers.py``) loads ``SharedCascade``
+(``LIVEGEN_CLUSTER``, ``mode.py``, set by ``cluster/supervisor.py``) loads ``SharedCascade``
 instead: the same ``CascadeModel`` for its sessions' streams, whose
 recognition, speech and end-of-turn calls go to the service, awaited on the
 event loop (Ray's object refs are awaitable), never blocking it. A piece's
@@ -56,11 +56,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
-import importlib
 import os
 import threading
 import time
-import warnings
 from collections import deque
 from collections.abc import AsyncIterator, Hashable
 from typing import Any
@@ -68,6 +66,7 @@ from typing import Any
 import numpy as np
 
 from livegen import tasks
+from livegen.cluster.ray import import_ray, service_head, was_restarted
 from livegen.errors import ConfigError, ModelError, SpeechServiceUnavailable
 from livegen.models.cascade import asr, asr_batch, assets, model, remote_tts, speaking, tts
 from livegen.models.cascade.model import CascadeModel, Stats
@@ -92,25 +91,17 @@ HEARTBEAT_S = 1.0
 LIVENESS_S = 5.0
 
 
-def _ray() -> Any:
-    """Ray, imported where it is used: a process without a cluster never needs it."""
-    return importlib.import_module("ray")
-
-
 class SpeechService:
     """The actor's body: the cascade of this process (``model.load``), its recognisers, speech
     workers and end-of-turn model, serving every server process of the cluster."""
 
     def __init__(self, settings: CascadeSettings) -> None:
-        ray = _ray()
         self.model = model.load(settings)
         self.model.use_llm(None, None)  # answers are each server process's own
         self.started_at = time.time()
         self.calls: dict[str, int] = {}
-        with warnings.catch_warnings():  # Ray's own use of a deprecated name inside it
-            warnings.simplefilter("ignore")
-            #: Whether Ray restarted this service (its process died): it loaded the models again.
-            self.restarted = ray.get_runtime_context().was_current_actor_reconstructed
+        #: Whether Ray restarted this service (its process died): it loaded the models again.
+        self.restarted = was_restarted()
 
     def _count(self, call: str) -> None:
         self.calls[call] = self.calls.get(call, 0) + 1
@@ -161,18 +152,8 @@ class SpeechService:
 
     async def report(self) -> dict[str, Any]:
         """The service for ``/health``: where it runs, what it loaded, how it is."""
-        ray = _ray()
-        health = self.model.health()
-        context = ray.get_runtime_context()
         return {
-            "name": NAME,
-            "pid": os.getpid(),
-            "node": ray.util.get_node_ip_address(),
-            "actor_id": context.get_actor_id(),
-            "restarted": self.restarted,
-            "started_at": self.started_at,
-            "ready": health.ready,
-            "reason": health.reason,
+            **service_head(NAME, self.started_at, self.restarted, self.model.health()),
             "recognizers": sorted(self.model._recognizers),
             "tts_workers": len(self.model.worker.slots),
             "end_of_turn_model": self.model.endpointer is not None,
@@ -212,17 +193,17 @@ def _actor(settings: CascadeSettings) -> Any:
     """The cluster's speech service: created here, with ``settings``, if no process has yet (blocks:
     off the loop). The settings go whole and resolved (flag, else variable): no variable of this
     process, and so no remote stage's key (``LIVEGEN_ASR_API_KEY``), lands in Ray's metadata."""
-    ray = _ray()
+    ray = import_ray()
     actor = ray.remote(num_cpus=NUM_CPUS, max_restarts=-1, max_concurrency=1000)(SpeechService)
     # Detached: the process that happens to create it may die while the others serve on; the last
-    # ``livegen serve`` of the cluster stops it (``server/cluster.py``).
+    # ``livegen serve`` of the cluster stops it (``cluster/coordinator.py``).
     options: dict[str, Any] = {"name": NAME, "get_if_exists": True, "lifetime": "detached"}
     return actor.options(**options).remote(settings)
 
 
 def connect(settings: CascadeSettings | None = None) -> SharedCascade:
     """The loader of a server process of a cluster: the shared service, waited for until ready."""
-    ray = _ray()
+    ray = import_ray()
     settings = (settings or CascadeSettings()).with_env()
     actor = _actor(settings)
     try:
@@ -254,7 +235,7 @@ class Heartbeat:
         self._stop.set()
 
     def _run(self) -> None:
-        ray = _ray()
+        ray = import_ray()
         while not self._stop.wait(HEARTBEAT_S):
             try:
                 ready, reason = ray.get(self._shared.actor.heartbeat.remote(), timeout=LIVENESS_S)
@@ -276,7 +257,7 @@ class _Tokenizer:
         self._shared, self._name, self._language = shared, name, language
 
     def encode(self, text: str) -> list[int]:
-        ray = _ray()
+        ray = import_ray()
         tokens: list[int] = ray.get(self._shared.actor.encode.remote(self._name, self._language, text))
         return tokens
 
@@ -349,7 +330,7 @@ class SharedCascade(CascadeModel):
     async def call(self, method: str, *args: Any) -> Any:
         """``method`` of the service, awaited; its failures as ``ModelError``s, a lost service as
         ``SpeechServiceUnavailable``. A cancel cancels the service's task."""
-        ray = _ray()
+        ray = import_ray()
         self._check_answering()
         ref = getattr(await self._service(), method).remote(*args)
         try:
@@ -370,7 +351,7 @@ class SharedCascade(CascadeModel):
 
     def _failure(self, exc: Exception) -> Exception:
         """The error a session sees: the service's own (a speech worker's) or its loss."""
-        ray = _ray()
+        ray = import_ray()
         if isinstance(exc, ray.exceptions.RayTaskError) and isinstance(exc.cause, ModelError):
             return exc.cause
         self.is_lost = self.is_lost or isinstance(exc, ray.exceptions.RayActorError)
@@ -396,7 +377,7 @@ class SharedCascade(CascadeModel):
 
     def transcribe_now(self, audio: np.ndarray, options: asr.Options | None = None) -> str:
         """Blocking (a test's or a benchmark's thread, never the event loop)."""
-        ray = _ray()
+        ray = import_ray()
         ref = self.actor.transcribe.remote(audio, options or asr.Options(), asr_batch.Priority.FINAL)
         text: str = ray.get(ref)
         return text
@@ -425,7 +406,7 @@ class SharedCascade(CascadeModel):
     async def _fetch(
         self, speech: remote_tts.StreamedSpeech, text: str, voice: str, owner: Hashable | None, speed: float
     ) -> None:
-        ray = _ray()
+        ray = import_ray()
         chunks = None
         try:
             self._check_answering()
