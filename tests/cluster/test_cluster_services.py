@@ -67,3 +67,19 @@ def test_the_old_switches_choose_nothing(environ: None, monkeypatch: pytest.Monk
     monkeypatch.setenv("LIVEGEN_WORLD_CLUSTER", '{"tag": "t", "namespace": "n", "coordinator": "c"}')
     services = choose(ServerConfig())
     assert services.voice.speech is None and services.world() is None
+
+
+@pytest.mark.parametrize(
+    ("path", "owner"),
+    [
+        ("/v1/realtime/calls/rtc_ab12cd/hangup", "rtc_ab12cd"),
+        ("/v1/worlds/calls/rtc_ab12cd/hangup", "rtc_ab12cd"),
+        ("/v1/live/sessions/sess_ab12cd/hangup", "sess_ab12cd"),
+        ("/v1/live/sessions/sess_ab12cd", None),
+        ("/v1/models", None),
+    ],
+)
+def test_a_hangup_goes_to_the_process_that_holds_its_call_or_session(path: str, owner: str | None) -> None:
+    from livegen.cluster.gate import _owned_request
+
+    assert _owned_request({"path": path, "method": "POST", "query_string": b""}) == owner

@@ -69,9 +69,9 @@ if TYPE_CHECKING:
 
 #: Session routes and the kind of session each opens.
 KINDS = {"/v1/realtime": "voice", "/v1/worlds": "world"}
-#: A WebRTC call's hangup (a voice call's or a world call's), which goes to the process that
-#: holds the call.
-HANGUP = re.compile(r"/v1/(?:realtime|worlds)/calls/([^/]+)/hangup")
+#: A hangup (a voice call's, a world call's, a GPT-Live session's), which goes to the process that
+#: holds the call or the session.
+HANGUP = re.compile(r"/v1/(?:(?:realtime|worlds)/calls|live/sessions)/([^/]+)/hangup")
 #: WebRTC call offers; one with ``?session_id=`` goes to the process that holds that session.
 CALLS = "/v1/realtime/calls"
 #: How long the owner may take to answer a relayed call offer (it gathers its ICE candidates
