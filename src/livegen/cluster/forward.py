@@ -6,7 +6,7 @@ owner's private address with the same path, query, key and subprotocols, and
 relays frames both ways until either side closes. The owner does the rest as
 for any resume: it claims the single-use token (of two relayed resumes, one
 wins) and replays the journal. A vllm-omni duplex resume names its session in
-its first message, not the URL, so ``server/voice.py`` relays it once it has
+its first message, not the URL, so ``server/realtime/voice.py`` relays it once it has
 read that message (``forward_accepted``), which goes first. Close codes pass through; a client that
 vanished (no close frame) vanishes for the owner too, so the session parks
 again, as it would without the relay.
@@ -15,7 +15,7 @@ A WebRTC call's hangup is one HTTP request, relayed to the process that holds
 the call by ``forward_http`` (plain HTTP/1.1 over asyncio's streams, no
 client library); the ``?call_id=`` attach is a socket, relayed as above. So is
 a resuming call offer (``POST /v1/realtime/calls?session_id=``): its body (the
-multipart offer, already bounded by ``server/bodies.py``) and its answer (201,
+multipart offer, already bounded by ``server/http/bodies.py``) and its answer (201,
 the SDP answer and its ``Location``, or the owner's refusal) pass unchanged,
 and the call's media then flows between the caller and the owner, whose ICE
 candidates the answer carries.
@@ -53,8 +53,8 @@ from livegen.logs import log_event
 from livegen.protocol import errors as wire_errors
 from livegen.protocol import realtime as wire
 from livegen.protocol.realtime import server as ev
-from livegen.server.auth import offered_subprotocols, select_subprotocol
-from livegen.server.origins import send_denial
+from livegen.server.http.auth import offered_subprotocols, select_subprotocol
+from livegen.server.http.origins import send_denial
 from livegen.tasks import TaskSet
 
 logger = logging.getLogger("livegen.server")

@@ -24,7 +24,7 @@
   private port with a forged mark is served as on the public port, counted
   against ``--max-sessions`` like any new session. A duplex socket names the
   session it resumes in its first message: it is counted when that message
-  comes (a resume as a resume), and ``server/voice.py`` relays it, not the gate.
+  comes (a resume as a resume), and ``server/realtime/voice.py`` relays it, not the gate.
 
 ``/health`` names the processes' private addresses and Ray's nodes only to an
 authenticated request (``may_see_private``).
@@ -59,13 +59,13 @@ from livegen.cluster.forward import (
 from livegen.errors import RemoteProtocolError
 from livegen.protocol import errors as wire_errors
 from livegen.protocol.realtime import duplex
-from livegen.server.auth import presented_key, select_subprotocol
-from livegen.server.client_secrets import PREFIX, ClientSecret
-from livegen.server.origins import send_denial
+from livegen.server.http.auth import presented_key, select_subprotocol
+from livegen.server.http.client_secrets import PREFIX, ClientSecret
+from livegen.server.http.origins import send_denial
 
 if TYPE_CHECKING:
     from livegen.cluster.coordinator import Member
-    from livegen.server.client_secrets import ClientSecrets
+    from livegen.server.http.client_secrets import ClientSecrets
 
 #: Session routes and the kind of session each opens.
 KINDS = {"/v1/realtime": "voice", "/v1/worlds": "world"}
@@ -199,7 +199,7 @@ class GateMiddleware:
             if member is None:
                 return message
             if resumed is not None and resumed != "" and not member.owns(resumed):
-                return message  # server/voice.py relays it to the owner
+                return message  # server/realtime/voice.py relays it to the owner
             limit = None if resumed is not None else gate.max_sessions
             if await member.acquire("voice", limit):
                 held[0] = True

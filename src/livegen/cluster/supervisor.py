@@ -59,13 +59,13 @@ import uvicorn
 from livegen.cluster import mode
 from livegen.cluster.ray import import_ray
 from livegen.logs import log_event
-from livegen.server.budgets import uvicorn_options
 from livegen.server.config import ServerConfig
+from livegen.server.http.budgets import uvicorn_options
 from livegen.tasks import TaskSet
 
 if TYPE_CHECKING:
     from livegen.models import Registry
-    from livegen.server.app import State
+    from livegen.server.state import State
 
 logger = logging.getLogger("livegen.server")
 
@@ -445,7 +445,7 @@ def _child() -> None:
     from livegen import logs
     from livegen.cluster.coordinator import COORDINATOR, NAMESPACE, Member
     from livegen.server.app import create_app
-    from livegen.server.budgets import limit_malloc_arenas
+    from livegen.server.http.budgets import limit_malloc_arenas
 
     limit_malloc_arenas()
     assignment = json.loads(os.environ.pop(ASSIGNMENT))

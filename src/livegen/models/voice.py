@@ -411,7 +411,7 @@ def is_openai_transcription_model(name: str) -> bool:
 @runtime_checkable
 class ClipAudio(Protocol):
     """A voice model that also works on whole clips, outside any session: the server's
-    ``/v1/audio/transcriptions`` and ``/v1/audio/speech`` (``server/audio.py``)."""
+    ``/v1/audio/transcriptions`` and ``/v1/audio/speech`` (``server/audio/routes.py``)."""
 
     #: The recognisers a client may name; any other transcription model name means the default one.
     transcription_models: tuple[str, ...]

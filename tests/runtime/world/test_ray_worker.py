@@ -22,7 +22,7 @@ from livegen.cluster.world_actors import RayWorker
 from livegen.protocol import world as wire
 from livegen.server import ServerConfig
 from livegen.server.thread import ServerThread
-from livegen.server.world import WorldService
+from livegen.server.world.service import WorldService
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.slow

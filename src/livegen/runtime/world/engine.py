@@ -14,7 +14,7 @@ full. It serves each player's link (``serve``: a ``SessionOwner``,
 ``owner.py``, decodes its client's messages and hands them here or to the
 session's runner), each spectator's (``spectate``) and each player's who joins
 another's session (``join``, ``players.py``), and ends them all on
-``stop``; the transports (``server/world.py``, ``server/world_calls.py``) only
+``stop``; the transports (``server/world/service.py``, ``server/webrtc/world_calls.py``) only
 move text and bytes. ``WorldSettings.of`` reads the server's options.
 """
 

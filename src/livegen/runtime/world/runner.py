@@ -21,7 +21,7 @@ Output is bounded in bytes, not only in events: ``unsent_bytes`` counts what
 is queued for the socket (``runtime/outbox.py``) and not yet written (a queued
 chunk counts its raw frames until it is encoded, then its encoded bytes). Past
 ``max_unsent_bytes`` the outbox refuses, the runner stops stepping and sets
-``overflowed``; the endpoint closes the socket (``server/budgets.py``). Acks
+``overflowed``; the endpoint closes the socket (``server/http/budgets.py``). Acks
 count only chunks already written to the socket, so a client that acks indexes
 it never read cannot open credit for chunks that would only pile up here.
 """

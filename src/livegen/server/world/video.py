@@ -1,6 +1,6 @@
 """The video track of a world call: the session's frames, paced by the frame clock.
 
-A world call (``server/world_calls.py``) sends its session's frames on one
+A world call (``server/webrtc/world_calls.py``) sends its session's frames on one
 video track instead of as binary messages. The session's runner writes a
 chunk as always, a ``world.chunk`` header then its frames (raw ``rgb24``: the
 call asks for them, so nothing is encoded twice); this track queues them and

@@ -2,7 +2,7 @@
 
 The recordings themselves are the world engine's (``runtime/world/recording.py``:
 where they are, which exist, retention); this module only serves their files,
-behind the same API key as every other route (``server/auth.py``). A recording
+behind the same API key as every other route (``server/http/auth.py``). A recording
 being written is served as far as it is written (the MP4 is fragmented, the
 log is flushed per line). An id that is not a recording here is a 404
 ``recording_not_found``, the same whether it never existed, was deleted by

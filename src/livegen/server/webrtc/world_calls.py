@@ -11,7 +11,7 @@ differs in three places only, its dialect:
 
 - frames: the session makes ``rgb24`` frames (a caller's ``session.update``
   ``output`` is replaced: the track encodes them, once) and they go on the
-  video track (``server/video.py``), not the channel. Each ``world.chunk``
+  video track (``server/world/video.py``), not the channel. Each ``world.chunk``
   header still goes on the channel, with ``video_pts``: where its chunk's
   first frame is on the track (90 kHz, from the track's first frame);
 - acks: the track acks each chunk at ``start`` when it sends its first frame,
@@ -43,7 +43,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -53,8 +53,8 @@ from livegen.logs import log_event
 from livegen.protocol import world as wire
 from livegen.runtime.closes import CLOSE_NOT_READING
 from livegen.runtime.world.owner import LinkClosed, SessionOwner
-from livegen.server.auth import EPHEMERAL_PREFIX, presented_key
-from livegen.server.call_routes import (
+from livegen.server.http.auth import EPHEMERAL_PREFIX, presented_key
+from livegen.server.webrtc.call_routes import (
     INVALID_OFFER,
     NEGOTIABLE_LINES,
     CallRoutes,
@@ -63,14 +63,15 @@ from livegen.server.call_routes import (
     read_offer,
     when_open,
 )
-from livegen.server.calls import CHANNEL_HIGH_WATER, CHANNEL_LOW_WATER, FLUSH_TIMEOUT_S, unacked
-from livegen.server.video import FrameTrack, negotiated_codec
+from livegen.server.webrtc.calls import CHANNEL_HIGH_WATER, CHANNEL_LOW_WATER, FLUSH_TIMEOUT_S, unacked
+from livegen.server.world.video import FrameTrack, negotiated_codec
 from livegen.tasks import TaskSet
 
 if TYPE_CHECKING:
     from aiortc import RTCPeerConnection
 
-    from livegen.server.world import WorldService
+    from livegen.runtime.world.engine import WorldEngine
+    from livegen.server.state import State
 
 logger = logging.getLogger("livegen.server.world_calls")
 
@@ -249,6 +250,15 @@ class WorldCallLink:
         self.call.end("outbox_overflow" if code == CLOSE_NOT_READING else "closed")
 
 
+class WorldHost(Protocol):
+    """The world service as its calls use it (declared here, so that this transport names no type
+    of the service that builds it): the app's state, the engine, the sessions' owners."""
+
+    state: State
+    engine: WorldEngine
+    connections: set[SessionOwner]
+
+
 class WorldCallService(CallRoutes[WorldCall]):
     """The WebRTC transport of ``WorldService``: call setup and the calls (``CallRoutes``: hangup,
     the limit, refusals, shutdown)."""
@@ -257,7 +267,7 @@ class WorldCallService(CallRoutes[WorldCall]):
     kind = "world"
     refused_event = "world_call.refused"
 
-    def __init__(self, world: WorldService) -> None:
+    def __init__(self, world: WorldHost) -> None:
         super().__init__(world.state)
         self.world = world
 

@@ -3,7 +3,7 @@
 A call is an SDP offer posted over HTTP by a page, maybe on another origin, and
 answered with ``201``, the SDP answer and ``Location: {path}/{call_id}``; it is
 hung up at ``{path}/{call_id}/hangup``. The voice transport
-(``server/webrtc.py``) and the world transport (``server/world_calls.py``)
+(``server/webrtc/peer.py``) and the world transport (``server/webrtc/world_calls.py``)
 differ in their media and sessions only; the rest is here:
 
 - ``CallRoutes``: a route's live calls by id and those being answered (both
@@ -15,7 +15,7 @@ differ in their media and sessions only; the rest is here:
   cancelled and awaited when its owner ends, a failure is logged;
 - offers: ``read_offer`` (``application/sdp``, or multipart with an ``sdp``
   part, an optional ``session`` and, for a voice call that resumes a session,
-  ``resume``), read under the body limits of ``server/bodies.py``, and
+  ``resume``), read under the body limits of ``server/http/bodies.py``, and
   ``check_offer``, which refuses in words a caller can act on what aiortc could
   not (or should not) take;
 - ``cors``: pages on other origins may call and read the answer.
@@ -38,15 +38,15 @@ from livegen.errors import RemoteProtocolError
 from livegen.logs import log_event
 from livegen.protocol import errors as wire_errors
 from livegen.protocol.errors import WireError
-from livegen.server.auth import EPHEMERAL_PREFIX, presented_key
-from livegen.server.bodies import json_object, multipart_fields
-from livegen.server.client_secrets import error_response
+from livegen.server.http.auth import EPHEMERAL_PREFIX, presented_key
+from livegen.server.http.bodies import json_object, multipart_fields
+from livegen.server.http.client_secrets import error_response
 from livegen.tasks import TaskSet
 
 if TYPE_CHECKING:
     from aiortc import RTCPeerConnection
 
-    from livegen.server.app import State
+    from livegen.server.state import State
 
 logger = logging.getLogger("livegen.server.call_routes")
 
@@ -211,13 +211,13 @@ class Offer:
     sdp: str
     #: The ``session`` part (JSON, applied like a key's configuration); None when absent.
     session: dict[str, Any] | None = None
-    #: The ``resume`` part: a ``session.resume`` event's text (``server/resume.py`` checks it).
+    #: The ``resume`` part: a ``session.resume`` event's text (``server/realtime/resume.py`` checks it).
     resume: str | None = None
 
 
 async def read_offer(request: Request) -> Offer:
     """The offer of a call request (``application/sdp`` or multipart), read and parsed under the
-    limits of ``server/bodies.py``."""
+    limits of ``server/http/bodies.py``."""
     content_type = request.headers.get("content-type", "")
     body = await request.body()
     if not content_type.startswith("multipart/form-data"):

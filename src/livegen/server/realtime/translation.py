@@ -15,7 +15,7 @@ not resumable: ``session.close``, or losing the socket, ends it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -26,17 +26,15 @@ from livegen.errors import RemoteProtocolError
 from livegen.protocol import errors as wire_errors
 from livegen.runtime.voice.lifecycle import Handoff, Opening
 from livegen.runtime.voice.translation import minted_session, translation_link
-from livegen.server.auth import presented_key, select_subprotocol
-from livegen.server.client_secrets import _json_body, _status, _ttl, error_response
-
-if TYPE_CHECKING:
-    from livegen.server.voice import VoiceService
+from livegen.server.http.auth import presented_key, select_subprotocol
+from livegen.server.http.client_secrets import _json_body, _status, _ttl, error_response
+from livegen.server.realtime.host import VoiceHost, WebSocketLink, new_session_id
 
 
 class TranslationService:
     """The translation routes, on the voice service's engine and key store."""
 
-    def __init__(self, voice: VoiceService) -> None:
+    def __init__(self, voice: VoiceHost) -> None:
         self.voice = voice
 
     @property
@@ -50,8 +48,6 @@ class TranslationService:
         ]
 
     async def endpoint(self, websocket: WebSocket) -> None:
-        from livegen.server.voice import WebSocketLink, new_session_id
-
         await websocket.accept(subprotocol=select_subprotocol(websocket.scope))
         engine = self.voice.engine
         plain = WebSocketLink(websocket)

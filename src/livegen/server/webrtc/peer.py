@@ -35,9 +35,9 @@ A server-side WebSocket may attach to a live call with ``/v1/realtime?call_id=``
 to watch its events and send its own (a backend running tools for a browser).
 Hangup and attach take the server's key or the call's own ephemeral key. What
 happens inside a live call (the answer track, the channel's writer and its
-limits, attached sockets, its link) is ``server/calls.py``; what both call
+limits, attached sockets, its link) is ``server/webrtc/calls.py``; what both call
 routes share (the calls, hangup, the limit, offers, CORS, task sets) is
-``server/call_routes.py``; this module sets calls up, listens to the caller and
+``server/webrtc/call_routes.py``; this module sets calls up, listens to the caller and
 lets calls go.
 
 ICE: aiortc gathers host candidates, enough on loopback and a LAN; behind NAT
@@ -67,8 +67,10 @@ from livegen.protocol.realtime import server as ev
 from livegen.runtime.closes import CLOSE_NOT_READING, NOT_READING_REASON
 from livegen.runtime.voice.engine import configured_session
 from livegen.runtime.voice.lifecycle import Handoff, Link, Opening
-from livegen.server.auth import EPHEMERAL_PREFIX, presented_key
-from livegen.server.call_routes import (
+from livegen.server.http.auth import EPHEMERAL_PREFIX, presented_key
+from livegen.server.http.client_secrets import error_response, validated_session
+from livegen.server.realtime.resume import checked_resume
+from livegen.server.webrtc.call_routes import (
     CALL_NOT_FOUND,
     INVALID_OFFER,
     NEGOTIABLE_LINES,
@@ -80,7 +82,7 @@ from livegen.server.call_routes import (
     read_offer,
     when_open,
 )
-from livegen.server.calls import (
+from livegen.server.webrtc.calls import (
     RATE,
     SESSION_TOO_LARGE,
     Call,
@@ -88,12 +90,10 @@ from livegen.server.calls import (
     Watcher,
     max_message_bytes,
 )
-from livegen.server.client_secrets import error_response, validated_session
-from livegen.server.resume import checked_resume
 from livegen.tasks import TaskSet
 
 if TYPE_CHECKING:
-    from livegen.server.voice import VoiceService
+    from livegen.server.realtime.host import VoiceHost
 
 logger = logging.getLogger("livegen.server.webrtc")
 
@@ -113,7 +113,7 @@ class CallService(CallRoutes[Call]):
     kind = "voice"
     refused_event = "webrtc.call_refused"
 
-    def __init__(self, voice: VoiceService) -> None:
+    def __init__(self, voice: VoiceHost) -> None:
         super().__init__(voice.state)
         self.voice = voice
         self.engine = voice.engine

@@ -25,50 +25,19 @@ from livegen.errors import RemoteProtocolError
 from livegen.logs import bind_session, log_event
 from livegen.models.registry import OPENAI_REALTIME_PATTERNS, ServedNames
 from livegen.protocol import errors as wire_errors
-from livegen.protocol import realtime as wire
 from livegen.protocol.realtime import duplex
 from livegen.protocol.realtime.beta import wants_beta
 from livegen.runtime.voice.engine import VoiceEngine, logger
 from livegen.runtime.voice.lifecycle import Handoff, Opening
-from livegen.server.auth import offered_subprotocols, presented_key, select_subprotocol
-from livegen.server.client_secrets import ClientSecrets
-from livegen.server.client_secrets import routes_for as client_secrets_routes
-from livegen.server.resume import first_text, read_resume
+from livegen.server.http.auth import offered_subprotocols, presented_key, select_subprotocol
+from livegen.server.http.client_secrets import ClientSecrets
+from livegen.server.http.client_secrets import routes_for as client_secrets_routes
+from livegen.server.realtime.host import WebSocketLink, new_session_id
+from livegen.server.realtime.resume import first_text, read_resume
 
 if TYPE_CHECKING:
-    from livegen.server.app import State
-    from livegen.server.webrtc import CallService
-
-
-class WebSocketLink:
-    """A client's WebSocket as the engine sees it (``runtime.voice.lifecycle.Link``)."""
-
-    def __init__(self, websocket: WebSocket) -> None:
-        self.websocket = websocket
-
-    async def send_text(self, text: str) -> None:
-        await self.websocket.send_text(text)
-
-    async def close(self, code: int) -> None:
-        await self.websocket.close(code)
-
-    async def receive(self) -> str | wire.ClientEvent | RemoteProtocolError | int:
-        try:
-            message = await self.websocket.receive()
-        except WebSocketDisconnect as gone:
-            return gone.code
-        if message["type"] == "websocket.disconnect":
-            return int(message.get("code", 1006))
-        try:
-            return wire.text_of(message)
-        except RemoteProtocolError as error:
-            return error
-
-
-def new_session_id(state: State) -> str:
-    """``sess_`` and 16 hex digits; in a cluster the first four are this process's tag, so that
-    any process can tell where a resume belongs (``cluster/coordinator.py``)."""
-    return state.gate.new_id("sess_", 16)
+    from livegen.server.state import State
+    from livegen.server.webrtc.peer import CallService
 
 
 class VoiceService:
@@ -87,22 +56,22 @@ class VoiceService:
         )
         #: Ephemeral client keys (``/v1/realtime/client_secrets``), shared with the auth middleware.
         self.client_secrets: ClientSecrets = state.client_secrets
-        #: The WebRTC transport (``server/webrtc.py``), when aiortc is installed (the ``webrtc`` extra).
+        #: The WebRTC transport (``server/webrtc/peer.py``), when aiortc is installed (the ``webrtc`` extra).
         self.calls: CallService | None = None
         with contextlib.suppress(ImportError):
             import aiortc  # noqa: F401
 
-            from livegen.server.webrtc import CallService
+            from livegen.server.webrtc.peer import CallService
 
             self.calls = CallService(self)
 
     def routes(self) -> list[BaseRoute]:
         routes: list[BaseRoute] = [WebSocketRoute("/v1/realtime", self.endpoint)]
         routes += client_secrets_routes(self.client_secrets, lambda: self.engine.default_model)
-        from livegen.server.translation import TranslationService  # its routes refer back to these
+        from livegen.server.realtime.translation import TranslationService  # its routes refer back to these
 
         routes += TranslationService(self).routes()
-        from livegen.server.live import LiveService  # GPT-Live (/v1/live/sessions), on this engine
+        from livegen.server.realtime.live import LiveService  # GPT-Live (/v1/live/sessions), on this engine
 
         routes += LiveService(self).routes()
         if self.calls is not None:

@@ -7,7 +7,7 @@ as the ``openai-insecure-api-key.<key>`` subprotocol that OpenAI's browser
 clients use. A refused WebSocket gets an HTTP 401 denial response, not an
 accepted socket that closes at once.
 
-Ephemeral client keys (``ek_...``, ``server/client_secrets.py``) open sessions
+Ephemeral client keys (``ek_...``, ``server/http/client_secrets.py``) open sessions
 only: the WebSocket and WebRTC calls, voice and world (``EPHEMERAL_PATHS``), never other routes
 or the minting of more keys. An ``ek_`` key there must be live even when the
 server has no API key of its own, so an expired one is refused, not ignored.
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 if TYPE_CHECKING:
-    from livegen.server.client_secrets import ClientSecrets
+    from livegen.server.http.client_secrets import ClientSecrets
 
 KEY_SUBPROTOCOL_PREFIX = "openai-insecure-api-key."
 #: Open without a key: the load balancer's probe, and the page, which then asks for the key itself.
@@ -31,10 +31,10 @@ OPEN_PREFIXES = ("/static/",)
 #: Where an ephemeral key stands in for the server's: opening voice sessions, and hanging up calls.
 EPHEMERAL_PATHS = frozenset(
     {"/v1/realtime", "/v1/realtime/translations", "/v1/realtime/calls", "/v1/worlds/calls"}
-) | {"/v1/live/sessions"}  # GPT-Live (server/live.py)
+) | {"/v1/live/sessions"}  # GPT-Live (server/realtime/live.py)
 EPHEMERAL_HANGUP = (("/v1/realtime/calls/", "/v1/worlds/calls/", "/v1/live/sessions/"), "/hangup")
 EPHEMERAL_PREFIX = "ek_"
-#: Where translation sessions open (``server/translation.py``): only translation keys open them.
+#: Where translation sessions open (``server/realtime/translation.py``): only translation keys open them.
 TRANSLATION_PATH = "/v1/realtime/translations"
 
 

@@ -36,7 +36,7 @@ from livegen.protocol import errors as wire_errors
 from livegen.protocol import realtime as wire
 from livegen.protocol.errors import WireError
 from livegen.runtime.voice.engine import configured_session
-from livegen.server.bodies import json_object
+from livegen.server.http.bodies import json_object
 
 PREFIX = "ek_"
 DEFAULT_TTL_S = 600
@@ -140,7 +140,7 @@ def validated_session(session: object, model: str) -> dict[str, Any]:
 
 
 async def _json_body(request: Request) -> tuple[dict[str, Any], int]:
-    """The body as a JSON object, and its size (read under ``server/bodies.py``'s limits)."""
+    """The body as a JSON object, and its size (read under ``server/http/bodies.py``'s limits)."""
     raw = await request.body()
     return json_object(raw), len(raw)
 

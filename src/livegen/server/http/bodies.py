@@ -8,7 +8,7 @@ Every HTTP route is behind these limits; none reads or parses a body on its own.
   ``header_timeout_s`` of connecting (or of its first byte on a kept-alive
   connection) is answered 408 and closed, and a connection that sent nothing
   is closed. HTTP connections not upgraded to WebSockets number at most
-  ``max_connections`` (WebSockets have their own count, ``server/budgets.py``):
+  ``max_connections`` (WebSockets have their own count, ``server/http/budgets.py``):
   one more closes the one that has waited longest for a head (slow, silent or
   idle), or is answered 503 when every one is mid-request. A refused connection is half-closed and drained for
   a moment before it is closed, so that the client reads its answer rather

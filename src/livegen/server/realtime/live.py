@@ -15,7 +15,7 @@ session, with every voice model. A refusal before the session exists is an
 the same session over WebRTC: a JSON body with the ``session`` (GPT-Live's
 media configuration: no audio format, the track negotiates it) and the
 ``transport`` (``{"type": "webrtc", "sdp": offer}``), answered with the
-session's id and the SDP answer. The call is ``server/webrtc.py``'s, made,
+session's id and the SDP answer. The call is ``server/webrtc/peer.py``'s, made,
 limited, served and let go as a ``/v1/realtime/calls`` call (the audio on its
 track, the events on its ``oai-events`` channel); only its link is GPT-Live's,
 so ``session.started`` comes on the channel. Refusals are that route's: HTTP,
@@ -49,7 +49,7 @@ import hmac
 import json
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -65,12 +65,13 @@ from livegen.protocol.live.usage import Meter
 from livegen.runtime.voice.lifecycle import Handoff, Link, Opening
 from livegen.runtime.voice.live import LiveLink
 from livegen.runtime.voice.lockstep_voice import LockstepVoice
-from livegen.server.auth import EPHEMERAL_PREFIX, presented_key, select_subprotocol
-from livegen.server.bodies import json_object
-from livegen.server.resume import first_text
+from livegen.server.http.auth import EPHEMERAL_PREFIX, presented_key, select_subprotocol
+from livegen.server.http.bodies import json_object
+from livegen.server.realtime.host import VoiceHost, WebSocketLink, new_session_id
+from livegen.server.realtime.resume import first_text
 
 if TYPE_CHECKING:
-    from livegen.server.voice import VoiceService, WebSocketLink
+    from livegen.server.webrtc.peer import CallService
 
 PATH = "/v1/live/sessions"
 #: OpenAI's GPT-Live model names: each means the served voice model.
@@ -165,16 +166,22 @@ class Hangable:
         await self.inner.close(code)
 
 
+class LiveHost(VoiceHost, Protocol):
+    """The voice service as GPT-Live uses it: a ``VoiceHost`` with its WebRTC transport."""
+
+    calls: CallService | None
+
+
 class LiveService:
     """The GPT-Live routes, on the voice service's engine and key store."""
 
-    def __init__(self, voice: VoiceService) -> None:
+    def __init__(self, voice: LiveHost) -> None:
         self.voice = voice
         #: The live sessions of this process, by id, until their link closes (hangup finds them).
         self.sessions: dict[str, Hangable] = {}
 
     def routes(self) -> list[BaseRoute]:
-        from livegen.server.call_routes import cors
+        from livegen.server.webrtc.call_routes import cors
 
         routes: list[BaseRoute] = [
             WebSocketRoute(PATH, self.endpoint),
@@ -189,8 +196,6 @@ class LiveService:
         return routes
 
     async def endpoint(self, websocket: WebSocket) -> None:
-        from livegen.server.voice import WebSocketLink, new_session_id
-
         await websocket.accept(subprotocol=select_subprotocol(websocket.scope))
         plain = WebSocketLink(websocket)
         engine = self.voice.engine
@@ -243,8 +248,6 @@ class LiveService:
 
     async def unserved_fork(self, websocket: WebSocket) -> None:
         """``client.live.forks.connect``: the same refusal, as an ``error`` event, then a close."""
-        from livegen.server.voice import WebSocketLink
-
         await websocket.accept(subprotocol=select_subprotocol(websocket.scope))
         route = f"WS {PATH}/{{session_id}}/fork"
         error = UNSUPPORTED_OPERATION.error(route=route, detail=UNSERVED_ROUTES["POST", "fork"])
@@ -259,10 +262,9 @@ class LiveService:
 
     async def create(self, request: Request) -> Response:
         """``POST /v1/live/sessions``: a GPT-Live session on a WebRTC call (``client.live.create``)."""
-        from livegen.server.call_routes import check_offer
-        from livegen.server.calls import CallLink
-        from livegen.server.voice import new_session_id
-        from livegen.server.webrtc import REQUIRED_LINES, let_go
+        from livegen.server.webrtc.call_routes import check_offer
+        from livegen.server.webrtc.calls import CallLink
+        from livegen.server.webrtc.peer import REQUIRED_LINES, let_go
 
         calls = self.voice.calls
         assert calls is not None  # the route exists only with the transport
@@ -299,8 +301,7 @@ class LiveService:
 
     async def attach(self, websocket: WebSocket) -> None:
         """The sideband: a backend on a WebRTC session's call (none: ``call_not_found``, a close)."""
-        from livegen.server.call_routes import CALL_NOT_FOUND
-        from livegen.server.voice import WebSocketLink
+        from livegen.server.webrtc.call_routes import CALL_NOT_FOUND
 
         await websocket.accept(subprotocol=select_subprotocol(websocket.scope))
         session_id = websocket.path_params["session_id"]

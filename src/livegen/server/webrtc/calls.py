@@ -1,6 +1,6 @@
 """One WebRTC call once it is answered: its answer track, its data channel's writer, and who may see it.
 
-``server/webrtc.py`` sets calls up and tears them down; this module owns what
+``server/webrtc/peer.py`` sets calls up and tears them down; this module owns what
 happens inside a live one:
 
 - ``AnswerTrack``: the outgoing audio track (answer audio queued by response,
@@ -316,7 +316,7 @@ class Call:
         #: The caller's events for its session (channel, track, attached backends), and the close
         #: code its link reports when the call has ended (``CallLink.receive``).
         self.inbox: asyncio.Queue[str | wire.ClientEvent | RemoteProtocolError | int] = asyncio.Queue(1024)
-        #: The GPT-Live session the call carries (``server/live.py``; its sideband finds it by this):
+        #: The GPT-Live session the call carries (``server/realtime/live.py``; its sideband finds it by this):
         #: channel text goes to its link undecoded, and no ``output_audio_buffer.*`` (GPT-Live has none).
         self.live_session: str | None = None
         self.ended = asyncio.Event()

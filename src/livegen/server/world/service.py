@@ -4,7 +4,7 @@ It accepts a socket (choosing the subprotocol that carries a browser's key), wra
 as a ``Link`` and hands it to the ``WorldEngine`` (``runtime/world/``) as a player's or
 a spectator's (``?spectate=ID&token=T``) or a joining player's (``?join=ID&token=T``): it knows
 no world event nor runner, it only moves text and bytes.
-WebRTC calls (``/v1/worlds/calls``, ``server/world_calls.py``) link to the same engine.
+WebRTC calls (``/v1/worlds/calls``, ``server/webrtc/world_calls.py``) link to the same engine.
 It also puts the scheduler's measured batch costs and the realtime sessions they
 allow on ``/metrics`` (``CapacityCollector``), as ``/health`` shows them.
 """
@@ -24,12 +24,12 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from livegen.runtime.world.engine import WorldEngine, WorldSettings
 from livegen.runtime.world.owner import LinkClosed
-from livegen.server.auth import select_subprotocol
-from livegen.server.recordings import recording_routes, recording_settings
+from livegen.server.http.auth import select_subprotocol
+from livegen.server.world.recordings import recording_routes, recording_settings
 
 if TYPE_CHECKING:
-    from livegen.server.app import State
-    from livegen.server.world_calls import WorldCallService
+    from livegen.server.state import State
+    from livegen.server.webrtc.world_calls import WorldCallService
 
 
 @dataclasses.dataclass(slots=True)
@@ -110,10 +110,10 @@ class WorldService:
         state.metrics.registry.register(CapacityCollector(self.engine))
         #: The players' session owners, the engine's: a call (``world_calls.py``) joins them too.
         self.connections = self.engine.owners
-        #: The WebRTC transport (``server/world_calls.py``), when aiortc is installed (``webrtc`` extra).
+        #: The WebRTC transport (``server/webrtc/world_calls.py``), with aiortc (the ``webrtc`` extra).
         self.calls: WorldCallService | None = None
         if has_calls:
-            from livegen.server.world_calls import WorldCallService
+            from livegen.server.webrtc.world_calls import WorldCallService
 
             self.calls = WorldCallService(self)
 

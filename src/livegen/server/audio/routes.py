@@ -55,12 +55,13 @@ from livegen.errors import LivegenError
 from livegen.logs import log_event
 from livegen.models.voice import ClipAudio, ClipSegment
 from livegen.protocol import errors as wire_errors
-from livegen.server import audio_codec, transcript_formats
-from livegen.server.audio_requests import AudioError, SpeechRequest, TranscriptionRequest, missing
-from livegen.server.bodies import BodyRefused
+from livegen.server.audio import codec as audio_codec
+from livegen.server.audio import transcript_formats
+from livegen.server.audio.requests import AudioError, SpeechRequest, TranscriptionRequest, missing
+from livegen.server.http.bodies import BodyRefused
 
 if TYPE_CHECKING:
-    from livegen.server.app import State
+    from livegen.server.state import State
 
 logger = logging.getLogger("livegen.server.audio")
 
@@ -122,7 +123,7 @@ class Endpoint:
             )
             response = JSONResponse({"error": error.body()}, status_code=error.status, headers=error.headers)
             await response(scope, receive, send)
-        except BodyRefused:  # too large or too slow: the body limits' own answer (server/bodies.py)
+        except BodyRefused:  # too large or too slow: the body limits' own answer (server/http/bodies.py)
             raise
         except Exception:  # a bug: logged whole; the client gets OpenAI's shape if nothing was sent yet
             logger.exception("audio.internal_error route=%s", self.name)
@@ -177,7 +178,7 @@ class AudioRoutes:
     async def transcriptions(
         self, request: Request, model: ClipAudio, held: contextlib.AsyncExitStack
     ) -> Response:
-        # The body's size (--max-audio-bytes) and time are bounded where it arrives (server/bodies.py).
+        # The body's size (--max-audio-bytes) and time are bounded where it arrives (server/http/bodies.py).
         form = await read_form(request)
         try:
             ask = TranscriptionRequest.parse(form, model.transcription_models)
@@ -299,7 +300,7 @@ async def read_form(request: Request) -> FormData:
 
 
 async def read_json(request: Request) -> dict[str, Any]:
-    raw = await request.body()  # at most MAX_SPEECH_BODY_BYTES (server/bodies.py)
+    raw = await request.body()  # at most MAX_SPEECH_BODY_BYTES (server/http/bodies.py)
     try:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError, RecursionError) as bad:  # deep nesting: 400, never a 500

@@ -43,8 +43,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from livegen.logs import log_event
 from livegen.runtime.closes import CLOSE_NOT_READING as CLOSE_NOT_READING
 from livegen.runtime.closes import NOT_READING_REASON as NOT_READING_REASON
-from livegen.server.bodies import protocol_class
-from livegen.server.origins import send_denial
+from livegen.server.http.bodies import protocol_class
+from livegen.server.http.origins import send_denial
 from livegen.tasks import TaskSet
 
 if TYPE_CHECKING:
@@ -103,7 +103,7 @@ def export_budgets(config: ServerConfig, metrics: Metrics) -> None:
 
 def uvicorn_options(config: ServerConfig) -> dict[str, object]:
     """uvicorn's own limits, from the config (``livegen serve`` and ``ServerThread`` alike), and its
-    HTTP protocol: httptools' with the head limits of ``server/bodies.py`` (uvicorn's own head limit
+    HTTP protocol: httptools' with the head limits of ``server/http/bodies.py`` (uvicorn's own head limit
     is h11's, which does not serve when httptools is installed)."""
     return {
         "http": protocol_class(config),
