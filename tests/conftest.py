@@ -43,7 +43,7 @@ def livegen_logs_propagate() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def registries() -> Registries:
-    """The run's default registries, one per model configuration: each loads its models once."""
+    """The run's registries of the catalog's models: a model loads once per configuration of its own."""
     return Registries()
 
 
@@ -58,22 +58,21 @@ def shared_servers(registries: Registries) -> Iterator[Servers]:
 @pytest.fixture
 def start_server(registries: Registries) -> Iterator[Callable[..., ServerThread]]:
     """Start servers with given config fields; all are stopped after the test. Without a
-    registry, a server gets the run's registry for its model configuration (models load once)."""
-    started: list[tuple[ServerThread, bool]] = []
+    registry, a server gets the catalog with the run's loaded models (each loads once)."""
+    started: list[tuple[ServerThread, Registry]] = []
 
     def start(registry: Registry | None = None, **config: Any) -> ServerThread:
         config.setdefault("api_key", None)
         server_config = ServerConfig(**config)
         models = registry if registry is not None else registries.for_config(server_config)
         server = ServerThread(server_config, models).start()
-        started.append((server, registry is None))
+        started.append((server, models))
         return server
 
     yield start
-    for server, shared in started:
+    for server, models in started:
         server.stop()
-        if shared:
-            registries.release(server.config)
+        registries.release(server.config, models)
 
 
 @pytest.fixture

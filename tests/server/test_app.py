@@ -58,8 +58,8 @@ def test_metrics_are_prometheus_text(server: ServerThread) -> None:
 
 
 @pytest.mark.parametrize("path", ["/v1/models", "/metrics"])
-def test_api_key_guards_every_route_but_health(start_server: Callable[..., ServerThread], path: str) -> None:
-    running = start_server(api_key="sekrit")
+def test_api_key_guards_every_route_but_health(shared_servers: Servers, path: str) -> None:
+    running = shared_servers.get(api_key="sekrit")  # only read
     assert httpx.get(f"{running.http_url}{path}").status_code == 401
     wrong = httpx.get(f"{running.http_url}{path}", headers={"Authorization": "Bearer nope"})
     assert wrong.status_code == 401
