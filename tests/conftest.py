@@ -13,6 +13,7 @@ from hypothesis import settings
 from livegen.models import Registry
 from livegen.server import ServerConfig
 from livegen.server.thread import ServerThread
+from sharing import Registries, Servers
 
 #: Every server the suite starts, in this process or a subprocess (they inherit the variable),
 #: answers with the built-in responder: the tests assert its exact answers, and loading the
@@ -44,20 +45,38 @@ def livegen_logs_propagate() -> Iterator[None]:
     logger.setLevel(saved[2])
 
 
+@pytest.fixture(scope="session")
+def registries() -> Registries:
+    """The run's registries of the catalog's models: a model loads once per configuration of its own."""
+    return Registries()
+
+
+@pytest.fixture(scope="session")
+def shared_servers(registries: Registries) -> Iterator[Servers]:
+    """Running servers by configuration for the whole run, for tests that only read a server."""
+    servers = Servers(registries)
+    yield servers
+    servers.stop()
+
+
 @pytest.fixture
-def start_server() -> Iterator[Callable[..., ServerThread]]:
-    """Start servers with given config fields; all are stopped after the test."""
-    started: list[ServerThread] = []
+def start_server(registries: Registries) -> Iterator[Callable[..., ServerThread]]:
+    """Start servers with given config fields; all are stopped after the test. Without a
+    registry, a server gets the catalog with the run's loaded models (each loads once)."""
+    started: list[tuple[ServerThread, Registry]] = []
 
     def start(registry: Registry | None = None, **config: Any) -> ServerThread:
         config.setdefault("api_key", None)
-        server = ServerThread(ServerConfig(**config), registry).start()
-        started.append(server)
+        server_config = ServerConfig(**config)
+        models = registry if registry is not None else registries.for_config(server_config)
+        server = ServerThread(server_config, models).start()
+        started.append((server, models))
         return server
 
     yield start
-    for server in started:
+    for server, models in started:
         server.stop()
+        registries.release(server.config, models)
 
 
 @pytest.fixture

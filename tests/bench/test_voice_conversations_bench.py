@@ -44,6 +44,7 @@ def test_an_unknown_detector_is_refused_before_anything_loads() -> None:
     assert result.exit_code == 2 and "--vad" in result.output
 
 
+@pytest.mark.cluster  # starts Ray
 @pytest.mark.slow  # loads the cascade in three server processes
 def test_voice_conversations_bench_compares_one_process_with_two_side_by_side(tmp_path: Path) -> None:
     pytest.importorskip("ray")

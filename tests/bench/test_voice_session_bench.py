@@ -63,6 +63,7 @@ def test_voice_session_bench_measures_each_level_again_beside_a_busy_neighbour(
     assert "sessions_per_core" in report
 
 
+@pytest.mark.cluster  # starts Ray
 def test_voice_session_bench_compares_one_process_with_two_side_by_side(tmp_path: Path) -> None:
     pytest.importorskip("ray")
     out = tmp_path / "out.json"

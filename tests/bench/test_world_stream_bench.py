@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from livegen.cli import main
@@ -29,6 +30,7 @@ def test_world_stream_bench_reports_model_and_served_figures(tmp_path: Path) -> 
         assert row["errors"] == []
 
 
+@pytest.mark.cluster  # starts Ray
 def test_world_stream_bench_serves_each_number_of_workers_side_by_side(tmp_path: Path) -> None:
     out = tmp_path / "out.json"
     args = ["bench", "world-stream", "--model", "procedural-world", "--levels", "1", "--seconds", "3"]

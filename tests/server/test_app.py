@@ -14,6 +14,7 @@ from starlette.websockets import WebSocket
 from livegen.models import Kind, ModelInfo, Registry
 from livegen.server.http.auth import APIKeyMiddleware, select_subprotocol
 from livegen.server.thread import ServerThread
+from sharing import Servers
 
 
 def fake_model_loader() -> object:
@@ -26,7 +27,14 @@ NEEDS_MISSING = ModelInfo(
 )
 
 
-def test_health_is_200_when_ready(server: ServerThread) -> None:
+@pytest.fixture
+def shared_server(shared_servers: Servers) -> ServerThread:
+    """The run's server with the default models, for the tests that only read it."""
+    return shared_servers.get()
+
+
+def test_health_is_200_when_ready(shared_server: ServerThread) -> None:
+    server = shared_server
     response = httpx.get(f"{server.http_url}/health")
     assert response.status_code == 200
     assert response.json()["status"] == "ok"
@@ -50,8 +58,8 @@ def test_metrics_are_prometheus_text(server: ServerThread) -> None:
 
 
 @pytest.mark.parametrize("path", ["/v1/models", "/metrics"])
-def test_api_key_guards_every_route_but_health(start_server: Callable[..., ServerThread], path: str) -> None:
-    running = start_server(api_key="sekrit")
+def test_api_key_guards_every_route_but_health(shared_servers: Servers, path: str) -> None:
+    running = shared_servers.get(api_key="sekrit")  # only read
     assert httpx.get(f"{running.http_url}{path}").status_code == 401
     wrong = httpx.get(f"{running.http_url}{path}", headers={"Authorization": "Bearer nope"})
     assert wrong.status_code == 401
@@ -62,8 +70,8 @@ def test_api_key_guards_every_route_but_health(start_server: Callable[..., Serve
     assert httpx.get(f"{running.http_url}/health").status_code == 200
 
 
-def test_unknown_route_is_404(server: ServerThread) -> None:
-    assert httpx.get(f"{server.http_url}/nope").status_code == 404
+def test_unknown_route_is_404(shared_server: ServerThread) -> None:
+    assert httpx.get(f"{shared_server.http_url}/nope").status_code == 404
 
 
 # The WebSocket half of the middleware, on a minimal echo app: the real

@@ -31,6 +31,7 @@ from browser.speech import write_speech
 from livegen.bench.fuzz_uploads import nested_opens, upload_cases
 from livegen.server import ServerConfig
 from livegen.server.thread import ServerThread
+from sharing import Registries
 from voice.scripted import SlowLoadingVoice, registry, slow_registry
 
 KEY = "audio-key"
@@ -44,8 +45,9 @@ LONG_TEXT = " ".join(
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[ServerThread]:
-    running = ServerThread(ServerConfig(api_key=KEY, world_model="none", max_audio_requests=2)).start()
+def server(registries: Registries) -> Iterator[ServerThread]:
+    config = ServerConfig(api_key=KEY, world_model="none", max_audio_requests=2)
+    running = ServerThread(config, registries.for_config(config)).start()  # the run's cascade
     try:
         running.wait_ready(timeout=300)
         yield running

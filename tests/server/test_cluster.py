@@ -51,6 +51,8 @@ from livegen.client.world import WorldClient
 
 pytest.importorskip("ray")
 
+pytestmark = pytest.mark.cluster  # starts Ray: out of the fast tier
+
 close_clients = pytest.fixture(autouse=True)(harness.close_clients)
 ray_nodes = pytest.fixture(scope="module")(harness.ray_nodes)
 cluster = pytest.fixture(scope="module")(harness.cluster)

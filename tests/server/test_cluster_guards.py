@@ -31,6 +31,8 @@ from cluster_harness import MAX_SESSIONS, OPENED, Cluster, free_port, recv, star
 psutil = pytest.importorskip("psutil")
 pytest.importorskip("ray")
 
+pytestmark = pytest.mark.cluster  # starts Ray: out of the fast tier
+
 close_clients = pytest.fixture(autouse=True)(harness.close_clients)
 
 KEY = "guards-test-key"

@@ -28,6 +28,8 @@ import websockets
 from cluster_harness import OPENED, Cluster, RayNodes, free_port, health, recv, stop, wait_for
 
 pytest.importorskip("ray")
+
+pytestmark = pytest.mark.cluster  # starts Ray: out of the fast tier
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 

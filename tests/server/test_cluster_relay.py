@@ -24,6 +24,8 @@ from livegen.cluster.forward import CONNECT_TIMEOUT_S, OWNER_ANSWER_TIMEOUT_S
 
 pytest.importorskip("ray")
 
+pytestmark = pytest.mark.cluster  # starts Ray: out of the fast tier
+
 close_clients = pytest.fixture(autouse=True)(harness.close_clients)
 ray_nodes = pytest.fixture(scope="module")(harness.ray_nodes)
 cluster = pytest.fixture(scope="module")(harness.cluster)

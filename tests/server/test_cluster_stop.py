@@ -34,6 +34,8 @@ from cluster_harness import (
 
 pytest.importorskip("ray")
 
+pytestmark = pytest.mark.cluster  # starts Ray: out of the fast tier
+
 close_clients = pytest.fixture(autouse=True)(harness.close_clients)
 ray_nodes = pytest.fixture(scope="module")(harness.ray_nodes)
 cluster = pytest.fixture(scope="module")(harness.cluster)

@@ -27,6 +27,8 @@ from livegen.protocol import world as wire
 
 pytest.importorskip("ray")
 
+pytestmark = pytest.mark.cluster  # starts Ray: out of the fast tier
+
 ray_nodes = pytest.fixture(scope="module")(harness.ray_nodes)
 MODEL = "paged-world"
 OPENED: list[WorldClient] = []

@@ -29,6 +29,8 @@ from cluster_harness import Cluster, free_port, stop, wait_for
 
 pytest.importorskip("ray")
 
+pytestmark = pytest.mark.cluster  # starts Ray: out of the fast tier
+
 KEY = "fuzz-private-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 #: Seconds a fuzzed socket may go unanswered: a bound against a stall, not a speed figure.

@@ -17,6 +17,7 @@ from websockets.exceptions import InvalidStatus
 
 from livegen.server.http.origins import OriginPolicy, host_name, parse_list
 from livegen.server.thread import ServerThread
+from sharing import Servers
 
 StartServer = Callable[..., ServerThread]
 
@@ -51,8 +52,15 @@ def test_a_key_allows_any_origin_and_explicit_lists_are_exact() -> None:
 
 
 @pytest.fixture
-def open_server(start_server: StartServer) -> ServerThread:
-    """No key, loopback: the case a hostile page can reach."""
+def open_server(shared_servers: Servers) -> ServerThread:
+    """No key, loopback: the case a hostile page can reach. One for the run: these tests only
+    read it (the test that counts refusals has a server of its own)."""
+    return shared_servers.get()
+
+
+@pytest.fixture
+def fresh_open_server(start_server: StartServer) -> ServerThread:
+    """The same, with nothing counted yet."""
     server = start_server()
     server.wait_ready()
     return server
@@ -85,8 +93,9 @@ def test_a_rebinding_host_gets_403(open_server: ServerThread, path: str) -> None
 
 
 def test_refusals_are_counted_and_logged_once(
-    open_server: ServerThread, caplog: pytest.LogCaptureFixture
+    fresh_open_server: ServerThread, caplog: pytest.LogCaptureFixture
 ) -> None:
+    open_server = fresh_open_server
     headers = {"Origin": "https://attacker.example"}
     with caplog.at_level("WARNING", logger="livegen.server"):
         assert httpx.get(open_server.http_url + "/v1/models", headers=headers).status_code == 403

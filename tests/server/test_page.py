@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import httpx
 import pytest
 
 from livegen.server.page import STATIC_DIR
-from livegen.server.thread import ServerThread
+from sharing import Servers
 
 MODULES = [
     "app.js",
@@ -25,8 +23,8 @@ MODULES = [
 ]
 
 
-def test_index_is_html_with_every_test_id(start_server: Callable[..., ServerThread]) -> None:
-    running = start_server()
+def test_index_is_html_with_every_test_id(shared_servers: Servers) -> None:
+    running = shared_servers.get()  # these tests only read the server
     response = httpx.get(f"{running.http_url}/")
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/html")
@@ -47,10 +45,8 @@ def test_index_is_html_with_every_test_id(start_server: Callable[..., ServerThre
 
 
 @pytest.mark.parametrize("name", [*MODULES, "style.css"])
-def test_static_files_are_served_with_a_browser_type(
-    start_server: Callable[..., ServerThread], name: str
-) -> None:
-    running = start_server()
+def test_static_files_are_served_with_a_browser_type(shared_servers: Servers, name: str) -> None:
+    running = shared_servers.get()
     response = httpx.get(f"{running.http_url}/static/{name}")
     assert response.status_code == 200
     expected = "text/css" if name.endswith(".css") else "javascript"
@@ -58,8 +54,8 @@ def test_static_files_are_served_with_a_browser_type(
     assert response.content == (STATIC_DIR / name).read_bytes()
 
 
-def test_page_is_open_but_the_api_is_not(start_server: Callable[..., ServerThread]) -> None:
-    running = start_server(api_key="sekrit")
+def test_page_is_open_but_the_api_is_not(shared_servers: Servers) -> None:
+    running = shared_servers.get(api_key="sekrit")
     assert httpx.get(f"{running.http_url}/").status_code == 200
     assert httpx.get(f"{running.http_url}/static/app.js").status_code == 200
     assert httpx.get(f"{running.http_url}/v1/models").status_code == 401

@@ -22,6 +22,7 @@ from livegen.client.webrtc import Caller, loudness, mint
 from livegen.server import ServerConfig
 from livegen.server.thread import ServerThread
 from models.cascade.support import heard
+from sharing import Registries
 
 pytestmark = pytest.mark.slow  # loads the real voice models
 
@@ -29,8 +30,9 @@ KEY = "server-key"
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[ServerThread]:
-    running = ServerThread(ServerConfig(api_key=KEY, world_model="none")).start()
+def server(registries: Registries) -> Iterator[ServerThread]:
+    config = ServerConfig(api_key=KEY, world_model="none")
+    running = ServerThread(config, registries.for_config(config)).start()  # the run's cascade
     try:
         running.wait_ready(timeout=180)
         yield running

@@ -17,14 +17,16 @@ from livegen.runtime.world import engine as world_engine
 from livegen.runtime.world import runner as world_runner
 from livegen.server.config import ServerConfig
 from livegen.server.thread import ServerThread
+from sharing import Registries
 
 RIGHT = {"track": "action", "schema": "livegen.action.v1", "data": {"action": "right"}}
 
 
 @pytest.fixture(scope="module")
-def world_server() -> object:
+def world_server(registries: Registries) -> object:
     # pinned: these tests check procedural-world's exact frames and state (whatever the default is)
-    with ServerThread(ServerConfig(api_key=None, world_model="procedural-world")) as server:
+    config = ServerConfig(api_key=None, world_model="procedural-world")
+    with ServerThread(config, registries.for_config(config)) as server:  # the run's voice model
         server.wait_ready()
         yield server
 

@@ -9,11 +9,13 @@ from livegen.client.world import WorldClient
 from livegen.protocol import world as wire
 from livegen.server.config import ServerConfig
 from livegen.server.thread import ServerThread
+from sharing import Registries
 
 
 @pytest.fixture(scope="module")
-def world_server() -> object:
-    with ServerThread(ServerConfig(api_key=None, world_model="procedural-world")) as server:
+def world_server(registries: Registries) -> object:
+    config = ServerConfig(api_key=None, world_model="procedural-world")
+    with ServerThread(config, registries.for_config(config)) as server:  # the run's voice model
         server.wait_ready()
         yield server
 

@@ -17,6 +17,7 @@ from livegen.models.room.procedural import ProceduralWorld
 from livegen.models.world import Tick, TickMeta
 from livegen.server.config import ServerConfig
 from livegen.server.thread import ServerThread
+from sharing import Registries
 
 SCRIPT: list[dict[str, Any]] = [
     {"controls": [{"track": "action", "schema": "livegen.action.v1", "data": {"action": "right"}}]},
@@ -32,9 +33,10 @@ SCRIPT: list[dict[str, Any]] = [
 
 
 @pytest.fixture(scope="module")
-def world_server() -> object:
+def world_server(registries: Registries) -> object:
     # pinned: these tests check procedural-world's exact frames and state (whatever the default is)
-    with ServerThread(ServerConfig(api_key=None, world_model="procedural-world")) as server:
+    config = ServerConfig(api_key=None, world_model="procedural-world")
+    with ServerThread(config, registries.for_config(config)) as server:  # the run's voice model
         server.wait_ready()
         yield server
 

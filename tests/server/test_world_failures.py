@@ -12,12 +12,14 @@ from livegen.protocol import world as wire
 from livegen.server.config import ServerConfig
 from livegen.server.thread import ServerThread
 from livegen.server.world.service import WorldService
+from sharing import Registries
 
 
 @pytest.fixture(scope="module")
-def world_server() -> object:
+def world_server(registries: Registries) -> object:
     # pinned: these tests check procedural-world's exact frames and state (whatever the default is)
-    with ServerThread(ServerConfig(api_key=None, world_model="procedural-world")) as server:
+    config = ServerConfig(api_key=None, world_model="procedural-world")
+    with ServerThread(config, registries.for_config(config)) as server:  # the run's voice model
         server.wait_ready()
         yield server
 

@@ -27,7 +27,7 @@ from livegen.server import ServerConfig
 from livegen.server.thread import ServerThread
 
 ray = pytest.importorskip("ray")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
 
 def free_port() -> int:

@@ -25,7 +25,7 @@ from livegen.server.thread import ServerThread
 from livegen.server.world.service import WorldService
 
 ray = pytest.importorskip("ray")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
 ACTION = {"track": "action", "schema": "livegen.action.v1"}
 SCRIPT: list[dict[str, Any]] = [
