@@ -1,7 +1,7 @@
 """The client's ``conversation.item.*`` events on a voice session: create (a message, a function
 call or its output, an MCP approval), retrieve, delete and truncate.
 
-They are the session's handlers (``Session._handlers`` names them), kept in a module of their own
+They are the session's handlers (``Session._route`` names them), kept in a module of their own
 because they are one concept, the client editing history, and ``session.py`` holds the session's
 state and the rest of its table. Each takes the session first, as a method would, and keeps the
 session's rule: a refused event changes nothing (promise V7), so checks come before writes.
@@ -58,7 +58,7 @@ def _on_approval(self: Session, item: Item, previous_item_id: str | None, now: f
     assert self.response is not None  # check_answer found the request in it
     mcp.answered(self.response, request_id)
     approve = bool((item.mcp or {}).get("approve"))
-    attempt = self._attempt(AttemptKind.APPROVE, now, item_id=request_id, approve=approve)
+    attempt = self.chain.add(AttemptKind.APPROVE, self.epoch, now, item_id=request_id, approve=approve)
     return [
         self._send(ev.ItemAdded(item=item.to_object(), previous_item_id=previous)),
         self._send(ev.ItemDone(item=item.to_object(), previous_item_id=previous)),
@@ -79,7 +79,7 @@ def on_delete(self: Session, event: wire.ItemDelete, now: float) -> list[Effect]
         and self.response.item is not None
         and self.response.item.id == event.item_id
     ):
-        effects += self._advance_epoch(now, "client_cancelled")
+        effects += self.interrupt(now, "client_cancelled")
     self.conversation.delete(event.item_id)
     effects.append(self._send(ev.ItemDeleted(item_id=event.item_id)))
     return effects
@@ -87,9 +87,9 @@ def on_delete(self: Session, event: wire.ItemDelete, now: float) -> list[Effect]
 
 def on_truncate(self: Session, event: wire.ItemTruncate, now: float) -> list[Effect]:
     item = self.conversation.get(event.item_id, ITEM_TRUNCATE_INVALID_ITEM_ID)
-    self.speaker.check_truncate(item, event.content_index, event.audio_end_ms)
+    self.speaker.heard.check_truncate(item, event.content_index, event.audio_end_ms)
     effects: list[Effect] = []
     if self.response is not None and self.response.item is item:
-        effects += self._advance_epoch(now, "client_cancelled")
-    effects.append(self.speaker.cut(item, event.audio_end_ms, now))
+        effects += self.interrupt(now, "client_cancelled")
+    effects.append(self.speaker.heard.cut(item, event.audio_end_ms, now))
     return effects
