@@ -33,7 +33,6 @@ NOT_SERVING = ("bench/", "protocol/errors.py")
 LONG_FILES: dict[str, int] = {
     "cli/serve.py": 553,
     "server/workers.py": 505,
-    "voice/config.py": 600,
 }
 #: Serving classes over the bound today (module.Class -> methods now): a ceiling each.
 LARGE_CLASSES: dict[str, int] = {

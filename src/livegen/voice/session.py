@@ -68,8 +68,9 @@ from livegen.voice.chain import (
     queued,
     stamped,
 )
-from livegen.voice.config import Config, apply_update, check_transcription_model, check_voice, format_words
+from livegen.voice.config import Config, apply_update, check_transcription_model, check_voice
 from livegen.voice.conversation import Conversation
+from livegen.voice.formats import format_words
 from livegen.voice.ledger import Playback
 from livegen.voice.listener import Listener
 from livegen.voice.mcp_tools import check_hosts

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from livegen.protocol.realtime import server as ev
 from livegen.voice.chain import Send, stamped
-from livegen.voice.config import ServerVad
 from livegen.voice.settings import IdFactory
+from livegen.voice.turn_detection import ServerVad
 from livegen.voice.vad import EnergyVad, Transition
 
 
