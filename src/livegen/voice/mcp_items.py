@@ -12,7 +12,7 @@ call is, so a later answer knows what the tool said.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from livegen.models.voice import HistoryTurn
 from livegen.protocol.errors import INVALID_VALUE
@@ -24,8 +24,29 @@ from livegen.protocol.realtime.items import (
     McpListToolsItem,
 )
 
-if TYPE_CHECKING:
-    from livegen.voice.conversation import Item
+
+class Item(Protocol):
+    """The fields of a conversation item (``conversation.Item``, which renders and costs its MCP
+    fields here) this module reads: declared here, so it never imports the conversation."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def type(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def text(self) -> str | None: ...
+
+    @property
+    def server_label(self) -> str: ...
+
+    @property
+    def mcp(self) -> dict[str, Any] | None: ...
+
 
 #: The longest ``reason`` a client may give with its approval response.
 MAX_REASON_CHARS = 4096

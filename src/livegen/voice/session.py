@@ -34,6 +34,7 @@ the session (an ``Owner`` protocol), so none imports this module:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import replace
 from enum import StrEnum
@@ -143,10 +144,10 @@ class Session:
             wire.AudioAppend: listener.on_append,
             wire.AudioCommit: listener.on_commit,
             wire.AudioClear: listener.on_clear,
-            wire.ItemCreate: lambda event, now: item_events.on_create(self, event, now),
-            wire.ItemRetrieve: lambda event, now: item_events.on_retrieve(self, event, now),
-            wire.ItemDelete: lambda event, now: item_events.on_delete(self, event, now),
-            wire.ItemTruncate: lambda event, now: item_events.on_truncate(self, event, now),
+            wire.ItemCreate: functools.partial(item_events.on_create, self),
+            wire.ItemRetrieve: functools.partial(item_events.on_retrieve, self),
+            wire.ItemDelete: functools.partial(item_events.on_delete, self),
+            wire.ItemTruncate: functools.partial(item_events.on_truncate, self),
             wire.ResponseCreate: speaker.on_response_create,
             wire.ResponseCancel: speaker.on_response_cancel,
             wire.OutputAudioClear: speaker.on_output_clear,
@@ -155,7 +156,8 @@ class Session:
             wire.SessionResume: _refuse_resume,
         }
 
-    def _send(self, event: ev.ServerEvent) -> Send:
+    def send(self, event: ev.ServerEvent) -> Send:
+        """``event`` stamped with a fresh id, to send."""
         return stamped(event, self.ids)
 
     def _reset_vad(self) -> None:
@@ -191,7 +193,7 @@ class Session:
         session = self.config.to_object(self.id)
         if isinstance(session, SessionObject):  # what its model can do (``capabilities``, an extension)
             session.capabilities = duplex.capabilities(self.model, self.is_resumable)
-        return [self._send(ev.SessionCreated(session=session))]
+        return [self.send(ev.SessionCreated(session=session))]
 
     def _close(self, now: float, reason: str = "client_closed") -> list[Effect]:
         """The terminal: end the live response, give back every reservation, send ``session.closed``."""
@@ -202,7 +204,7 @@ class Session:
         self.ledger.clear()
         self.listener.buffer_bytes = 0
         self.phase = Phase.CLOSED
-        effects.append(self._send(ev.SessionClosed(session_id=self.id, reason=reason)))
+        effects.append(self.send(ev.SessionClosed(session_id=self.id, reason=reason)))
         effects.append(Closed(reason))
         return effects
 
@@ -213,7 +215,7 @@ class Session:
         """OpenAI's error event for a client mistake; the session goes on."""
         if self.is_closed:
             return []
-        return [self._send(ev.Error(error=error.to_error_body()))]
+        return [self.send(ev.Error(error=error.to_error_body()))]
 
     def take_effects(self) -> list[Effect]:
         """The effects queued since the last call, in order (see ``chain.queued``)."""
@@ -261,8 +263,8 @@ class Session:
         if config.turn_detection != old_vad:
             self._reset_vad()
         effects = self.chain.control(AttemptKind.UPDATE, self.epoch, now, config=config.stream_config())
-        effects.append(self._send(ev.SessionUpdated(session=config.to_object(self.id))))
-        return effects + mcp.listing(listings, self.conversation, self._send)
+        effects.append(self.send(ev.SessionUpdated(session=config.to_object(self.id))))
+        return effects + mcp.listing(listings, self.conversation, self.send)
 
     def fix_formats(self, fixed: bool) -> None:
         """A new link: one that fixes the audio formats (a WebRTC call's track, PCM16 at 24 kHz)
@@ -290,7 +292,7 @@ class Session:
         self.config = config
         self.listener.set_format(config.input_format, model.input_rate)
         self._reset_vad()
-        return [self._send(ev.SessionUpdated(session=config.to_object(self.id)))]
+        return [self.send(ev.SessionUpdated(session=config.to_object(self.id)))]
 
     def model_switch_failed(self, error: RemoteProtocolError) -> None:
         """The new model could not open: the session keeps its model and configuration."""
@@ -321,7 +323,7 @@ class Session:
             return []
         kind = output.kind
         if kind in (OutputKind.MCP_TOOLS_LISTED, OutputKind.MCP_TOOLS_FAILED):  # the session's, no epoch's
-            return mcp.listed(output, self.conversation, self._send)
+            return mcp.listed(output, self.conversation, self.send)
         if output.epoch != self.epoch:
             self.num_stale_outputs += 1
             return []
@@ -383,7 +385,7 @@ class Session:
             body = MODEL_APPEND_FAILED.body(detail="the model failed to take input for this response")
             effects += self.speaker.end(now, "failed", {"type": "failed", "error": body})
         message = f"the model refused a {attempt.kind.value}: {error or 'no reason given'}"
-        effects.append(self._send(ev.Error(error=MODEL_APPEND_FAILED.event_body(detail=message))))
+        effects.append(self.send(ev.Error(error=MODEL_APPEND_FAILED.event_body(detail=message))))
         effects.append(ResumeChain())
         return effects
 

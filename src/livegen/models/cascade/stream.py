@@ -31,10 +31,11 @@ gives to the item the turn will become.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
 import logging
-from collections.abc import AsyncIterator, Coroutine, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import AsyncIterator, Coroutine, Hashable, Mapping
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -50,10 +51,12 @@ from livegen.models.cascade import (
     llm,
     replies,
     transcripts,
+    tts,
     vad,
 )
 from livegen.models.cascade.answering import Answering
 from livegen.models.cascade.asr_batch import Priority
+from livegen.models.cascade.settings import CascadeSettings
 from livegen.models.cascade.turn import Speculation, Turn
 from livegen.models.voice import (
     OutputKind,
@@ -64,8 +67,48 @@ from livegen.models.voice import (
     VoiceOutput,
 )
 
-if TYPE_CHECKING:
-    from livegen.models.cascade.model import CascadeModel
+
+class Counts(Protocol):
+    """The model's counters a stream and its parts move (``model.Stats``)."""
+
+    num_speculations: int
+    num_settled: int
+    num_speculation_hits: int
+    num_prepared_used: int
+
+
+class CascadeModel(Protocol):
+    """What a stream uses of its model (``model.CascadeModel``, which opens it), declared here so
+    that this module never imports the model's."""
+
+    @property
+    def vad_path(self) -> str: ...
+
+    @property
+    def settings(self) -> CascadeSettings: ...
+
+    @property
+    def endpointer(self) -> endpoint.Endpointer | None: ...
+
+    @property
+    def llm(self) -> llm.Settings | None: ...
+
+    @property
+    def stats(self) -> Counts: ...
+
+    @property
+    def is_speculative(self) -> bool: ...
+
+    def speak(
+        self, text: str, voice: str = "", owner: Hashable | None = None, speed: float = 1.0
+    ) -> concurrent.futures.Future[tts.Speech]: ...
+
+    async def transcribe(
+        self, audio: np.ndarray, options: asr.Options | None = None, priority: Priority = Priority.FINAL
+    ) -> str: ...
+
+    async def logprobs(self, audio: np.ndarray, text: str, options: asr.Options) -> list[asr.Logprob]: ...
+
 
 logger = logging.getLogger("livegen.models.cascade")
 
