@@ -89,6 +89,11 @@ class Listener:
         config, model = self.owner.config, self.owner.model
         self.turns.configure(config.turn_detection, model.has_vad, model.input_rate)
 
+    def close(self) -> None:
+        """The session closed: every reservation is given back, nothing is buffered."""
+        self.ledger.clear()
+        self.buffer_bytes = 0
+
     # --- the client's input events ---------------------------------------------------
 
     def on_append(self, event: wire.AudioAppend, now: float) -> list[Effect]:

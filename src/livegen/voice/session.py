@@ -161,6 +161,7 @@ class Session:
         return stamped(event, self.ids)
 
     def _reset_vad(self) -> None:
+        """A new turn detection or model: the listener's detector starts afresh."""
         self.listener.reset_turns()
 
     @property
@@ -201,8 +202,7 @@ class Session:
             return []
         effects = self.speaker.end(now, "cancelled", {"type": "cancelled", "reason": "session_closed"})
         self.chain.cancel_all()
-        self.ledger.clear()
-        self.listener.buffer_bytes = 0
+        self.listener.close()
         self.phase = Phase.CLOSED
         effects.append(self.send(ev.SessionClosed(session_id=self.id, reason=reason)))
         effects.append(Closed(reason))
