@@ -162,6 +162,11 @@ def test_serve_picks_the_voice_activity_detector() -> None:
     assert result.exit_code == 2 and "'webrtc' is not one of 'onnx', 'ggml'" in result.output
 
 
+def test_serve_help_names_whisper_base_the_default_recogniser() -> None:
+    help_text = " ".join(_help("--help", "cascade").split())
+    assert "--asr-model TEXT" in help_text and "else whisper-base]" in help_text
+
+
 def test_serve_rejects_unknown_model() -> None:
     result = CliRunner().invoke(main, ["serve", "--world-model", "no-such-model"])
     assert result.exit_code == 2

@@ -71,6 +71,8 @@ CORES = ("livegen.protocol", "livegen.voice", "livegen.world")
 CONTRACTS = ("livegen.models.voice", "livegen.models.world", "livegen.models.controls")
 #: The training package: shipped for `livegen train-world`, never imported by what serves.
 TRAINING = ("livegen.training",)
+#: Scale-out: every module that runs livegen over many processes, and Ray (issue 38).
+CLUSTER = ("livegen.cluster",)
 #: The command line: every ``livegen`` command, on top of everything (issue 38).
 CLI = ("livegen.cli", "livegen.__main__")
 #: What does not serve: the load generators, the command line, the training code.
@@ -92,7 +94,7 @@ class Rule:
 RULES: tuple[Rule, ...] = (
     Rule(
         CORES,
-        ("livegen.runtime", "livegen.server", "livegen.client", "livegen.bench"),
+        ("livegen.runtime", "livegen.server", "livegen.cluster", "livegen.client", "livegen.bench"),
         "a sans-IO core is driven by the runtime and the transports, never the other way round",
     ),
     Rule(
@@ -130,7 +132,7 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         ("livegen.client",),
-        ("livegen.runtime", "livegen.server", "livegen.bench"),
+        ("livegen.runtime", "livegen.server", "livegen.cluster", "livegen.bench"),
         "a client is a peer over the wire: it shares protocol/ with the server, nothing else",
     ),
     Rule(
@@ -163,6 +165,12 @@ RULES: tuple[Rule, ...] = (
         "cli/ sits on top: it parses a command's options and calls the layers below, which never "
         "import a command (issue 38)",
         exempt=CLI,
+    ),
+    Rule(
+        ("livegen.models", "livegen.runtime"),
+        CLUSTER,
+        "a model and its engine do not know whether they are scaled out: cluster/ offers its "
+        "services to them, chosen once from the configuration (issue 38)",
     ),
 )
 
@@ -285,6 +293,7 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
         "livegen/client",
         "livegen/bench",
         "livegen/cli",
+        "livegen/cluster",
     ):
         (tmp_path / name).mkdir(exist_ok=True)
         (tmp_path / name / "__init__.py").write_text("")
@@ -334,6 +343,14 @@ WRONG_IMPORTS = [
     ("livegen/models/probe.py", "from livegen.world.schema import KEYS_V1\n", "livegen.world.schema", 10),
     ("livegen/server/probe.py", "from livegen.cli.serve import serve\n", "livegen.cli.serve", 11),
     ("livegen/bench/probe.py", "COMMAND = 'livegen.cli.talk:talk'\n", "livegen.cli.talk", 11),
+    (
+        "livegen/runtime/probe.py",
+        "from livegen.cluster.speech import connect\n",
+        "livegen.cluster.speech",
+        12,
+    ),
+    ("livegen/models/probe.py", "def f():\n    import livegen.cluster.ray\n", "livegen.cluster.ray", 12),
+    ("livegen/voice/probe.py", "from livegen.cluster.mode import x\n", "livegen.cluster.mode", 0),
 ]
 
 
@@ -363,6 +380,8 @@ RIGHT_IMPORTS = [
     ("livegen/bench/probe.py", "from livegen.training import data\n"),
     ("livegen/cli/probe.py", "def train():\n    from livegen.training.loop import train\n"),
     ("livegen/cli/probe.py", "from livegen.server.app import State\nfrom livegen.cli import main\n"),
+    ("livegen/cluster/probe.py", "from livegen.runtime import engine\nfrom livegen.models import voice\n"),
+    ("livegen/cli/probe.py", "from livegen.cluster import supervisor\n"),
 ]
 
 
@@ -370,6 +389,65 @@ RIGHT_IMPORTS = [
 def test_an_allowed_import_passes(tmp_path: Path, path: str, source: str) -> None:
     src = _tree(tmp_path, {"livegen/runtime/engine.py": "", path: source})
     assert violations(src) == []
+
+
+# --- Ray, in cluster/ only ------------------------------------------------------------
+
+
+def _imports_ray(node: ast.AST) -> bool:
+    """``import ray``, ``from ray... import``, or ``importlib.import_module("ray...")``."""
+    names: list[str] = []
+    if isinstance(node, ast.Import):
+        names = [alias.name for alias in node.names]
+    elif isinstance(node, ast.ImportFrom) and not node.level:
+        names = [node.module or ""]
+    elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        if name == "import_module" and isinstance(node.args[0].value, str):
+            names = [node.args[0].value]
+    return any(n == "ray" or n.startswith("ray.") for n in names)
+
+
+def ray_imports(src: Path) -> list[str]:
+    """Where a module outside ``cluster/`` imports Ray (anywhere: lazily, under TYPE_CHECKING)."""
+    found = []
+    for path in sorted((src / "livegen").rglob("*.py")):
+        if _under(_module_name(path, src), CLUSTER):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if _imports_ray(node):
+                found.append(f"{path.relative_to(src.parent)}:{getattr(node, 'lineno', 0)}")
+    return found
+
+
+def test_only_cluster_imports_ray() -> None:
+    found = ray_imports(SRC)
+    assert not found, "Ray is imported in cluster/ only (cluster/ray.py: import_ray):\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import ray\n",
+        "def f():\n    from ray.util import get_node_ip_address\n",
+        "import importlib\nRAY = importlib.import_module('ray')\n",
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import ray.exceptions\n",
+    ],
+)
+def test_ray_outside_cluster_is_reported(tmp_path: Path, source: str) -> None:
+    src = _tree(tmp_path, {"livegen/runtime/probe.py": source, "livegen/cluster/ray.py": "import ray\n"})
+    assert [where.rpartition(":")[0] for where in ray_imports(src)] == [
+        f"{tmp_path.name}/livegen/runtime/probe.py"
+    ]
+
+
+def test_ray_in_cluster_and_raylike_names_pass(tmp_path: Path) -> None:
+    files = {
+        "livegen/cluster/ray.py": "import ray\n",
+        "livegen/bench/probe.py": "import rayon\nfrom .ray import x\n",
+    }
+    assert ray_imports(_tree(tmp_path, files)) == []
 
 
 # --- function length -------------------------------------------------------------------

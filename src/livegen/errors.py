@@ -142,7 +142,7 @@ class TtsUnavailable(StageUnavailable):
 
 
 class SpeechServiceUnavailable(StageUnavailable):
-    """The cluster's shared speech service (``--workers``, ``models/cascade/service.py``) died
+    """The cluster's shared speech service (``--workers``, ``cluster/speech.py``) died
     or could not be reached during a call: only the responses it was serving fail."""
 
     code = "speech_service_unavailable"
@@ -150,7 +150,7 @@ class SpeechServiceUnavailable(StageUnavailable):
 
 class LockstepServiceUnavailable(ModelError):
     """The cluster's lockstep service of a duplex model (``--workers``,
-    ``runtime/voice/lockstep_service.py``) died or could not be reached: the sessions it was
+    ``cluster/lockstep.py``) died or could not be reached: the sessions it was
     serving end (their state was in it); Ray restarts it and new sessions are admitted."""
 
     code = "lockstep_service_unavailable"

@@ -80,7 +80,11 @@ def test_the_recognisers_table_has_every_recogniser_voice_and_noise_level(
         assert set(result["wer"]) == {label for label, _ in recognisers.VOICES}
         assert all(set(row) == {"clean", "10 dB", "5 dB"} for row in result["wer"].values())
         assert result["rtf_p50"] > 0 and result["wer"]["piper joe (assistant's)"]["clean"] < 0.5
-    assert "whisper-base" in "\n".join(recognisers.render(results))
+        # One turn per clean clip of each timed voice, each ending in its final transcript.
+        assert result["final_ms"]["n"] == len(recognisers.LATENCY_VOICES)
+        assert 0 < result["final_ms"]["p50"] <= result["final_ms"]["p95"]
+    table = recognisers.render(results)
+    assert all(any(line.startswith(f"  {name} ") for line in table[:5]) for name in asr.CHOICES)
 
 
 def test_each_word_is_timed_to_the_delta_that_brought_it() -> None:

@@ -152,7 +152,7 @@ def test_the_page_asks_for_one_frame_chunks_from_a_default_server(
 ) -> None:
     """Issue 30: a page user gets the interactive chunk length without a server flag (4-frame
     chunks kept an input waiting up to 250 ms for the next chunk)."""
-    from livegen.server.world import WorldService
+    from livegen.server.world.service import WorldService
 
     browser, server = open_world(start_server, open_browser)
     [service] = [s for s in server.app.state.livegen.services if isinstance(s, WorldService)]

@@ -42,6 +42,7 @@ CAPABILITIES: dict[str, str] = {
     "live-errors": "GPT-Live: unknown field, append over the bound, malformed message: OpenAI's error",
     "live-keys": "GPT-Live: an ephemeral key opens a session; a wrong key is refused",
     "live-lockstep": "GPT-Live over a lockstep model (moshi-tiny): it speaks; what it cannot do is refused",
+    "live-usage": "GPT-Live: usage in whole seconds; `usage_ratio` from the language model's token counts",
 }
 
 #: Worst first: a cell shows the worst outcome of its tests.

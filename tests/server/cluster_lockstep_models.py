@@ -11,9 +11,9 @@ import json
 import sys
 from typing import Any
 
+from livegen.cluster.supervisor import run
 from livegen.models import Kind, ModelInfo, Registry
 from livegen.server.config import ServerConfig
-from livegen.server.workers import run
 
 NAME = "moshi-two"
 

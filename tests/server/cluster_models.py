@@ -1,7 +1,7 @@
 """Models for the cluster tests' server processes: the scripted voice, the procedural world, and
 the cascade (whose recogniser and speech workers the processes share: its speech service).
 
-The processes are started by ``server/workers.py`` in their own interpreters, so their registry is
+The processes are started by ``cluster/supervisor.py`` in their own interpreters, so their registry is
 named by import path (``cluster_models:registry``, with ``tests/server`` on ``PYTHONPATH``).
 """
 
@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 import sys
 
+from livegen.cluster.supervisor import run
 from livegen.models import Kind, ModelInfo, Registry, default_registry
 from livegen.server.config import ServerConfig
-from livegen.server.workers import run
 from voice.scripted import ScriptedVoice, load
 
 

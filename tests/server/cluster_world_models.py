@@ -12,11 +12,11 @@ import dataclasses
 import json
 import sys
 
+from livegen.cluster.supervisor import run
 from livegen.models import Kind, ModelInfo, Registry
 from livegen.models.room.procedural import ProceduralWorld
 from livegen.models.world import KVGeometry
 from livegen.server.config import ServerConfig
-from livegen.server.workers import run
 
 NAME = "paged-world"
 #: 7 pages a session (1 sink, 2 window, 4 a chunk) of 8 * HEAD_DIM bytes: 200 MiB, two in 512 MiB.

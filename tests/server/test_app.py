@@ -12,7 +12,7 @@ from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket
 
 from livegen.models import Kind, ModelInfo, Registry
-from livegen.server.auth import APIKeyMiddleware, select_subprotocol
+from livegen.server.http.auth import APIKeyMiddleware, select_subprotocol
 from livegen.server.thread import ServerThread
 
 

@@ -367,7 +367,7 @@ def test_speech_voices_speed_and_refusals(server: ServerThread) -> None:
     # Nested deeper than the parser's recursion: a 400 as any bad JSON, never a 500 (issue 30, item 13).
     deep = httpx.post(f"{server.http_url}/v1/audio/speech", headers=AUTH, content=b"[" * 20_000, timeout=30)
     assert error_of(deep, 400)["type"] == "invalid_request_error"
-    # The body is bounded where it arrives (server/bodies.py), as every route's.
+    # The body is bounded where it arrives (server/http/bodies.py), as every route's.
     huge = httpx.post(f"{server.http_url}/v1/audio/speech", headers=AUTH, content=b" " * 70_000, timeout=30)
     assert error_of(huge, 413)["code"] == "request_too_large"
 

@@ -27,8 +27,8 @@ from livegen.models.world import Chunk, Tick
 from livegen.runtime.world.kv_pool import required_bytes
 from livegen.runtime.world.runner import Options, Runner
 from livegen.runtime.world.scheduler import Scheduler
-from livegen.server import budgets
-from livegen.server.budgets import CLOSE_FIRST_MESSAGE_TIMEOUT, CLOSE_NOT_READING
+from livegen.server.http import budgets
+from livegen.server.http.budgets import CLOSE_FIRST_MESSAGE_TIMEOUT, CLOSE_NOT_READING
 from livegen.server.thread import ServerThread
 from livegen.world import Manager
 from runtime.world.harness import GEOMETRY
@@ -303,7 +303,7 @@ def test_malloc_arenas_are_capped_at_the_cores_unless_the_user_set_them(
 
     if platform.libc_ver()[0] != "glibc":
         pytest.skip("mallopt's arena cap is glibc's")
-    code = "from livegen.server.budgets import limit_malloc_arenas; print(limit_malloc_arenas())"
+    code = "from livegen.server.http.budgets import limit_malloc_arenas; print(limit_malloc_arenas())"
     environ = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"} | env
     result = subprocess.run(
         [sys.executable, "-c", code], env=environ, capture_output=True, text=True, check=True

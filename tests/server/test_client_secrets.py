@@ -16,7 +16,7 @@ import pytest
 
 from livegen.errors import RemoteProtocolError
 from livegen.runtime.voice.engine import configured_session
-from livegen.server.client_secrets import ClientSecrets
+from livegen.server.http.client_secrets import ClientSecrets
 from protocol.session_update_cases import CASES, outcome
 
 SINGLE = sorted(name for name, updates in CASES.items() if len(updates) == 1)

@@ -1,6 +1,6 @@
 """Many server processes on one Ray cluster (``--workers``, ``--ray-address``), and the drain.
 
-Real processes: ``livegen serve``'s supervisor (``server/workers.py``, started
+Real processes: ``livegen serve``'s supervisor (``cluster/supervisor.py``, started
 through ``cluster_models.py`` so that it serves the scripted voice and the
 procedural world) with two server processes on one port, joined to a Ray
 cluster of two nodes (Ray's own ``cluster_utils.Cluster``, in a process of its

@@ -1,5 +1,5 @@
 """A lockstep (native duplex) model loaded once per cluster: its one frame clock in the cluster's
-lockstep service (``runtime/voice/lockstep_service.py``), shared by every server process.
+lockstep service (``cluster/lockstep.py``), shared by every server process.
 
 Two server processes of ``moshi-tiny`` with two slots (``cluster_lockstep_models.py``) on Ray's
 two-node test cluster: a session on each is stepped by the one service, the pool refuses a third

@@ -1,6 +1,6 @@
 """Requests relayed between a cluster's processes: a world call's hangup reaches the process
 that holds the call, whichever process it lands on, and an owner slow to answer is waited for,
-not taken for gone (``server/gate.py``, ``server/forward.py``).
+not taken for gone (``cluster/gate.py``, ``cluster/forward.py``).
 
 Real processes, as in ``test_cluster.py`` (``cluster_harness.py``): two server processes on
 Ray's two-node test cluster, each driven through its own private port.
@@ -20,7 +20,7 @@ import pytest
 import websockets
 from cluster_harness import OPENED, Cluster, drop, http, recv, start_answer
 
-from livegen.server.forward import CONNECT_TIMEOUT_S, OWNER_ANSWER_TIMEOUT_S
+from livegen.cluster.forward import CONNECT_TIMEOUT_S, OWNER_ANSWER_TIMEOUT_S
 
 pytest.importorskip("ray")
 

@@ -1,5 +1,5 @@
 """The cascade's speech service shared by a cluster's processes: one recogniser and one speech pool
-for every process (``models/cascade/service.py``), its failures and its restart."""
+for every process (``cluster/speech.py``), its failures and its restart."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A world model loaded once per cluster (``runtime/world/shared.py``): two server processes on
+"""A world model loaded once per cluster (``cluster/world.py``): two server processes on
 Ray's two-node test cluster call one world service, whose KV pool admits sessions for both
 together, and which frees a killed process's sessions.
 

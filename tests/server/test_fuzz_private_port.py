@@ -2,7 +2,7 @@
 cluster's private port).
 
 ``livegen serve --workers 2 --host 127.0.0.1`` with an API key, as in ``test_cluster_guards.py``;
-each process's private port (``server/gate.py``, ``server/forward.py``) is sent, over raw
+each process's private port (``cluster/gate.py``, ``cluster/forward.py``) is sent, over raw
 sockets: seeded garbage, HTTP with forged ``x-livegen-relayed`` marks (no secret, a wrong one,
 with and without a session id), oversized headers, and requests whose sender half-closes its
 socket before or after the request. Each must be answered or closed, never left hanging (a

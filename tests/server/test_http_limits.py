@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from livegen.client.webrtc import Caller, mint
-from livegen.server import client_secrets
+from livegen.server.http import client_secrets
 from livegen.server.thread import ServerThread
 from voice.scripted import registry
 
@@ -294,7 +294,7 @@ def test_a_server_key_that_starts_with_ek_is_the_server_key(start_server: StartS
 
 
 def test_multipart_fields_take_what_browsers_and_sdks_send() -> None:
-    from livegen.server.bodies import multipart_fields
+    from livegen.server.http.bodies import multipart_fields
 
     body = (
         b"preamble\r\n--x y\r\n"

@@ -15,7 +15,7 @@ import pytest
 import websockets
 from websockets.exceptions import InvalidStatus
 
-from livegen.server.origins import OriginPolicy, host_name, parse_list
+from livegen.server.http.origins import OriginPolicy, host_name, parse_list
 from livegen.server.thread import ServerThread
 
 StartServer = Callable[..., ServerThread]

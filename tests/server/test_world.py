@@ -42,8 +42,10 @@ async def test_session_created_describes_the_world(world_server: ServerThread) -
         assert created["fps"] == 16.0 and created["frames_per_chunk"] == 4
         assert created["seed"] == 7 and created["prompt"] == "snow" and created["pacing"] == "asap"
         assert created["output"] == {"format": "png", "quality": 85}
-        control, keys = created["controls"]
+        control, keys, control_2, keys_2 = created["controls"]  # the second player's two (issue 39)
         assert keys["track"] == "keys" and keys["schema"] == "livegen.keys.v1"
+        assert (control_2["track"], keys_2["track"]) == ("action_2", "keys_2")
+        assert (control_2["schema"], keys_2["schema"]) == (control["schema"], keys["schema"])
         assert control["track"] == "action" and control["schema"] == "livegen.action.v1"
         assert control["json_schema"]["properties"]["action"]["enum"] == [
             "none",

@@ -15,7 +15,7 @@ from livegen.protocol import world as wire
 from livegen.runtime.world.capacity import StepCosts
 from livegen.server.config import ServerConfig
 from livegen.server.thread import ServerThread
-from livegen.server.world import WorldService
+from livegen.server.world.service import WorldService
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ import pytest
 from livegen.client.world_call import WorldCaller
 from livegen.server.config import ServerConfig
 from livegen.server.thread import ServerThread
-from livegen.server.world_calls import RECEIVER_SILENT_S
+from livegen.server.webrtc.world_calls import RECEIVER_SILENT_S
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 SESSION = {"seed": 1, "prompt": "a forest room", "frames_per_chunk": 1, "max_chunks_ahead": 1}

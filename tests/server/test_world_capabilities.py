@@ -23,15 +23,17 @@ async def test_session_created_carries_the_capability_block(world_server: Server
         created = await client.create(pacing="asap")
         capabilities = msgspec.convert(created["capabilities"], wire.WorldCapabilities)
         assert capabilities == wire.WorldCapabilities(
-            controls=["action", "keys"],
+            controls=["action", "keys"],  # the owner's: player 2 steers action_2 and keys_2
             fps=16.0,
             frames_per_chunk=4,
             first_chunk_frames=4,
             recording=False,  # no recordings configured on this server
             spectators=True,  # a player may hand out a spectate token
             transports=["websocket", "webrtc"],  # aiortc is installed: POST /v1/worlds/calls
+            players=2,  # a second player may join (session.player_token)
         )
-        assert capabilities.controls == [track["track"] for track in created["controls"]]
+        # Every track is described; the owner's are the first player's (issue 39).
+        assert [track["track"] for track in created["controls"]] == ["action", "keys", "action_2", "keys_2"]
         # session.updated carries the same block.
         await client.send({"type": "session.update", "session": {"output": {"format": "rgb24"}}})
         updated = await client.expect(wire.SessionUpdated)

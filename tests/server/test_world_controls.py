@@ -20,7 +20,7 @@ from livegen.client.world import WorldClient
 from livegen.models.world import Chunk, Tick
 from livegen.protocol import world as wire
 from livegen.server.thread import ServerThread
-from livegen.server.world import WorldService
+from livegen.server.world.service import WorldService
 from world.controlled import registry
 
 

@@ -11,7 +11,7 @@ from livegen.client.world import WorldClient
 from livegen.protocol import world as wire
 from livegen.server.config import ServerConfig
 from livegen.server.thread import ServerThread
-from livegen.server.world import WorldService
+from livegen.server.world.service import WorldService
 
 
 @pytest.fixture(scope="module")

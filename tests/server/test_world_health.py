@@ -11,7 +11,7 @@ from livegen.runtime.world.capacity import StepCosts
 from livegen.runtime.world.kv_pool import required_bytes
 from livegen.runtime.world.scheduler import Scheduler
 from livegen.server import ServerConfig, create_app
-from livegen.server.world import WorldService
+from livegen.server.world.service import WorldService
 
 GEOMETRY = KVGeometry(
     num_layers=1, num_heads=1, head_dim=4, tokens_per_frame=2, window_frames=4, sink_frames=1

@@ -38,7 +38,7 @@ import websockets
 #: malloc arenas are capped as ``livegen serve`` caps them (compare: MALLOC_ARENA_MAX=64 livegen bench churn).
 CHILD = """
 import ctypes, json, os, sys, time
-from livegen.server.budgets import limit_malloc_arenas
+from livegen.server.http.budgets import limit_malloc_arenas
 limit_malloc_arenas()
 from livegen.server.config import ServerConfig
 from livegen.server.thread import ServerThread

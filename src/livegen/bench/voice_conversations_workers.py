@@ -3,7 +3,7 @@
 The in-process bench serves the cascade from a server in the bench's own
 process. This comparison starts, for each ``--workers N`` (in one run, side
 by side), the server as ``livegen serve --workers N --voice-model cascade``
-would (``server/workers.py``; started by ``voice_session_workers.started``,
+would (``cluster/supervisor.py``; started by ``voice_session_workers.started``,
 which the voice-session comparison uses too), and runs the same levels of
 conversations (``voice_conversations.level``) through its one port: the
 kernel spreads the conversations over the processes. Each server process

@@ -8,7 +8,9 @@ question streamed at the pace of speech and then the silence a microphone
 keeps sending, and the time from the last chunk of the speech to the first
 audible output byte the client gets. The two routes alternate turn by turn
 (ABBA), so that load drifts alike on both; the report is the median per
-route and their difference (the issue's goal: within 20 ms).
+route and their difference (the issue's goal: within 20 ms), with the model
+that served both and the machine's load average before and after the run
+(the figures mean little on a busy machine without it).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
 import statistics
 import time
 from typing import Any
@@ -76,7 +79,7 @@ async def _open(connection: Any, route: str) -> None:
             raise click.ClickException(f"the {route} session did not open")
 
 
-async def _run(turns: int) -> dict[str, list[float]]:
+async def _run(turns: int) -> tuple[str, dict[str, list[float]]]:
     from livegen.models import default_registry
     from livegen.server import ServerConfig
     from livegen.server.thread import ServerThread
@@ -91,7 +94,7 @@ async def _run(turns: int) -> dict[str, list[float]]:
         for index in range(turns):
             for route in ROUTES if index % 2 == 0 else ROUTES[::-1]:
                 times[route].append(await _turn(server.http_url, server.ws_url, route, utterance))
-        return times
+        return server.app.state.livegen.voice_model.name, times
     finally:
         server.stop()
 
@@ -100,10 +103,18 @@ async def _run(turns: int) -> dict[str, list[float]]:
 @click.option("--turns", default=10, show_default=True, help="Turns per route (alternated).")
 def command(turns: int) -> None:
     """End of speech to first audio: /v1/live/sessions against /v1/realtime, one server."""
-    times = asyncio.run(_run(turns))
-    click.echo(f"user voice {USER_VOICE}, question {QUESTION!r}, {turns} turns per route, alternated")
+    load_before = os.getloadavg()
+    model, times = asyncio.run(_run(turns))
+    load_after = os.getloadavg()
+    click.echo(f"model {model} on both routes, user voice {USER_VOICE}, question {QUESTION!r}")
+    click.echo(f"{turns} turns per route, alternated; {os.cpu_count()} CPUs, load average (1/5/15 min)")
+    click.echo(f"  before {_load(load_before)}, after {_load(load_after)}")
     for route in ROUTES:
         runs = " ".join(f"{t:.0f}" for t in times[route])
         click.echo(f"{route:>9}: median {statistics.median(times[route]):.0f} ms  ({runs})")
     difference = statistics.median(times["live"]) - statistics.median(times["realtime"])
     click.echo(f"live - realtime: {difference:+.0f} ms (goal: within 20 ms)")
+
+
+def _load(averages: tuple[float, float, float]) -> str:
+    return "/".join(f"{a:.1f}" for a in averages)

@@ -13,8 +13,9 @@ Speech for the benchmark is synthesised by espeak-ng in a formant voice
 - barge-in: from ``input_audio_buffer.speech_started`` to the last audio of
   the old answer;
 - every recogniser side by side on a held-out set in several voices, clean
-  and in noise: word error rate by voice and noise level, and real-time
-  factor (``recognisers``; ``--part recognisers`` runs only this);
+  and in noise: word error rate by voice and noise level, real-time factor,
+  and speech_stopped to final transcript on a session's stream, p50 and p95
+  (``recognisers``; ``--part recognisers`` runs only this);
 - turn cut-offs: the share of mid-sentence pauses that end the turn under
   ``server_vad`` and ``semantic_vad``, the delay at real ends, and the
   end-of-turn model's time per call (``turn_cutoffs``; ``--part cutoffs``).

@@ -3,7 +3,7 @@
 The one-process bench pins its server to one core and asks how many sessions
 a core holds. This comparison asks how many a *machine* holds, so nothing is
 pinned: for each ``--workers N`` (in one run, side by side) it starts the
-server as ``livegen serve --workers N`` would (``server/workers.py``: N=1 is
+server as ``livegen serve --workers N`` would (``cluster/supervisor.py``: N=1 is
 one process without Ray; N>1 a supervisor, a local Ray and N processes on one
 port), serving the bench's tone model, and runs the same levels through the
 shared port (the kernel spreads the sessions over the processes). For each N:
@@ -53,8 +53,8 @@ def tone_registry() -> Any:
 def serve(port: int, workers: int, voice_model: str = "bench-tone") -> None:
     """The server of one comparison: ``livegen serve --workers N`` of ``voice_model`` (the bench's
     tone model, or one of the default registry's), without limits of its own."""
+    from livegen.cluster.supervisor import run
     from livegen.server.config import ServerConfig
-    from livegen.server.workers import run
 
     config = ServerConfig(
         api_key=None,

@@ -27,7 +27,7 @@ import click
 from tqdm import tqdm
 
 from livegen.client.world import WorldClient
-from livegen.runtime.world.ray_worker import import_ray
+from livegen.cluster.ray import import_ray
 from livegen.server.config import ServerConfig
 from livegen.server.thread import ServerThread
 

@@ -396,13 +396,14 @@ def _default(name: str) -> Any:
 @edge_options(_default)
 def serve(**options: Any) -> None:
     """Serve voice and world sessions over WebSockets, with the demo page at /."""
-    from livegen.server.budgets import limit_malloc_arenas
+    from livegen.server.http.budgets import limit_malloc_arenas
 
     limit_malloc_arenas()  # before any model or server thread exists: arenas are taken per thread
     from livegen import logs
+    from livegen.cluster import supervisor as workers
     from livegen.errors import ConfigError
-    from livegen.server import create_app, workers
-    from livegen.server.origins import parse_list
+    from livegen.server import create_app
+    from livegen.server.http.origins import parse_list
 
     logs.configure(options["log_level"])
     options["allowed_origins"] = parse_list(options["allowed_origins"])

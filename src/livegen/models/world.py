@@ -104,6 +104,9 @@ class WorldSpec:
     #: The shortest chunk a session may ask for (``session.update`` ``frames_per_chunk``), for models
     #: that generate frame by frame (``Tick.num_frames``); None: every chunk is ``frames_per_chunk``.
     min_frames_per_chunk: int | None = None
+    #: A shared world's players, each as the control tracks it steers (player 1, the session's
+    #: owner, first; ``world/players.py``); empty: one player, who steers every track.
+    players: tuple[tuple[str, ...], ...] = ()
 
     def for_session(self, frames_per_chunk: int | None) -> WorldSpec:
         """The spec of a session that asked for ``frames_per_chunk`` frames a chunk (None: the

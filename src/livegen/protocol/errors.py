@@ -455,7 +455,7 @@ INTERNAL_ERROR = WireError(
     kind=None,
 )
 
-# --- connecting and resuming (server/voice.py, server/resume.py, server/auth.py) ------
+# --- connecting and resuming (server/realtime/voice.py, server/realtime/resume.py, server/http/auth.py) ---
 INVALID_API_KEY = WireError(
     "invalid_api_key",
     "{detail}",
@@ -523,7 +523,7 @@ RESUME_GAP = WireError(
     "last_event_seq",
 )
 
-# --- vllm-omni's duplex dialect (protocol/realtime/duplex.py, server/voice.py) -----------------
+# --- vllm-omni's duplex dialect (protocol/realtime/duplex.py, server/realtime/voice.py) -----------------
 UNSUPPORTED_PARAMETER = WireError(
     "unsupported_parameter",
     "unsupported parameter {name!r}: {detail}",

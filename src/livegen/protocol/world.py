@@ -93,9 +93,22 @@ class SpectateToken(
     replaces the last."""
 
 
-ClientEvent = SessionUpdate | WorldEvent | ChunkAck | WorldReset | SessionClose | SpectateToken
+class PlayerToken(msgspec.Struct, tag="session.player_token", tag_field="type", forbid_unknown_fields=True):
+    """Ask for a token that lets another player join and steer its own tracks
+    (``/v1/worlds?join=ID&token=T``); a new one replaces the last."""
+
+
+ClientEvent = SessionUpdate | WorldEvent | ChunkAck | WorldReset | SessionClose | SpectateToken | PlayerToken
 CLIENT_TYPES = frozenset(
-    {"session.update", "world.event", "chunk.ack", "world.reset", "session.close", "session.spectate_token"}
+    {
+        "session.update",
+        "world.event",
+        "chunk.ack",
+        "world.reset",
+        "session.close",
+        "session.spectate_token",
+        "session.player_token",
+    }
 )
 
 
@@ -121,7 +134,8 @@ class WorldCapabilities(msgspec.Struct):
     (as the voice session's ``capabilities``). The model's side (controls, frame rate, chunk
     length) and the server's (recordings, spectators, transports) as they apply to this session."""
 
-    #: The control tracks a ``world.event`` may carry (``controls`` describes each).
+    #: The control tracks a ``world.event`` of the owner may carry (``controls`` describes each; in a
+    #: shared world the other players' tracks are theirs, ``player.joined`` names them).
     controls: list[str]
     fps: float
     #: Frames of each chunk after the first, and of chunk 0.
@@ -132,6 +146,8 @@ class WorldCapabilities(msgspec.Struct):
     recording: bool
     spectators: bool
     transports: list[Transport]
+    #: How many players the model takes (``session.player_token``); 1: the owner alone.
+    players: int = 1
 
 
 class SessionObject(msgspec.Struct):
@@ -177,9 +193,17 @@ class Timings(msgspec.Struct):
     encode_ms: float
 
 
+class AppliedEvent(msgspec.Struct):
+    """An event a chunk applied, and the player who sent it (each player numbers its own)."""
+
+    player: int
+    event_id: int
+
+
 class ChunkHeader(msgspec.Struct, tag="world.chunk", tag_field="type"):
     chunk_index: int
     request_id: str
+    #: The owner's (player 1's) applied ids; ``applied_events`` names every player's.
     applied_event_ids: list[int]
     num_frames: int
     width: int
@@ -189,6 +213,8 @@ class ChunkHeader(msgspec.Struct, tag="world.chunk", tag_field="type"):
     timings: Timings
     #: This chunk's step of a prompt transition: {event_id, step, chunks, weight, last_chunk_index}.
     prompt_transition: dict[str, Any] | None = None
+    #: Every event the chunk applied, with its player, in order.
+    applied_events: list[AppliedEvent] = msgspec.field(default_factory=list)
 
 
 class ResetDone(msgspec.Struct, tag="world.reset.done", tag_field="type"):
@@ -225,6 +251,25 @@ class SpectateTokenCreated(msgspec.Struct, tag="session.spectate_token.created",
     url: str
 
 
+class PlayerTokenCreated(msgspec.Struct, tag="session.player_token.created", tag_field="type"):
+    """The answer to ``session.player_token``: who holds ``token`` may join as a player until
+    ``expires_at``, while a seat is free."""
+
+    session_id: str
+    token: str
+    expires_at: float
+    #: The join URL: the path (and query) the joining player's WebSocket opens.
+    url: str
+
+
+class PlayerJoined(msgspec.Struct, tag="player.joined", tag_field="type"):
+    """A joining player's first event: the session, its player number and the tracks it steers."""
+
+    session: dict[str, Any]
+    player: int
+    tracks: list[str]
+
+
 class SpectateStarted(msgspec.Struct, tag="spectate.started", tag_field="type"):
     """A spectator's first event: the session it watches; chunks follow from the next one."""
 
@@ -255,6 +300,8 @@ ServerEvent = (
     | RecordingFailed
     | SpectateTokenCreated
     | SpectateStarted
+    | PlayerTokenCreated
+    | PlayerJoined
 )
 
 _client_decoder = msgspec.json.Decoder(ClientEvent)

@@ -1,7 +1,7 @@
 """WebSocket close codes with which the runtime ends a session, shared by both kinds.
 
 They live here, not in ``server/``, because the engines decide them (a session
-whose client stopped reading); ``server/budgets.py`` re-exports them beside its
+whose client stopped reading); ``server/http/budgets.py`` re-exports them beside its
 own connection-level codes.
 """
 

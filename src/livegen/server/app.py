@@ -8,7 +8,6 @@ connections while a model loads.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -20,53 +19,21 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from livegen.cluster.gate import GateMiddleware, may_see_private
 from livegen.logs import log_event, quiet_client_faults
-from livegen.models import Kind, ModelInfo, Registry, default_registry
-from livegen.server import audio, page
-from livegen.server.auth import APIKeyMiddleware
-from livegen.server.bodies import BodyLimitMiddleware, BodyLimits
-from livegen.server.budgets import ConnectionBudgetMiddleware, export_budgets
-from livegen.server.client_secrets import ClientSecrets
+from livegen.models import Kind, Registry, default_registry
+from livegen.server import page
+from livegen.server.audio import routes as audio
 from livegen.server.config import ServerConfig
-from livegen.server.gate import Gate, GateMiddleware, may_see_private
-from livegen.server.metrics import CONTENT_TYPE_LATEST, Metrics
-from livegen.server.origins import OriginMiddleware, OriginPolicy
+from livegen.server.http.auth import APIKeyMiddleware
+from livegen.server.http.bodies import BodyLimitMiddleware, BodyLimits
+from livegen.server.http.budgets import ConnectionBudgetMiddleware, export_budgets
+from livegen.server.http.origins import OriginMiddleware, OriginPolicy
+from livegen.server.metrics import CONTENT_TYPE_LATEST
 from livegen.server.service import Service
-from livegen.tasks import TaskSet
+from livegen.server.state import State
 
 logger = logging.getLogger("livegen.server")
-
-
-class State:
-    """What every route and service of one app shares."""
-
-    def __init__(self, config: ServerConfig, registry: Registry) -> None:
-        self.config = config
-        self.registry = registry
-        self.metrics = Metrics()
-        self.services: list[Service] = []
-        #: Service name -> error message, for services whose start failed.
-        self.failed: dict[str, str] = {}
-        self.starting: asyncio.Task[None] | None = None
-        #: The app's own background tasks (the services' start, a memory trim): the lifespan
-        #: cancels and awaits them.
-        self.tasks = TaskSet()
-        #: The models chosen for each kind, or None when that kind is not served.
-        self.voice_model: ModelInfo | None = None
-        self.world_model: ModelInfo | None = None
-        #: Ephemeral client keys, minted by the voice service and checked by the auth middleware.
-        self.client_secrets = ClientSecrets(max_bytes=config.max_client_secret_bytes)
-        #: Draining, the server-wide session count and resumes owned elsewhere (``server/gate.py``).
-        self.gate = Gate(config.max_sessions, self.client_secrets)
-        self.stopped = False
-
-    async def stop_services(self) -> None:
-        """End every session (each with its terminal event) and stop the services, once."""
-        if self.stopped:
-            return
-        self.stopped = True
-        for service in self.services:
-            await service.stop()
 
 
 def create_app(config: ServerConfig | None = None, registry: Registry | None = None) -> Starlette:
@@ -125,11 +92,11 @@ def _services(state: State) -> list[Service]:
     """One service per kind of session whose model is configured."""
     services: list[Service] = []
     if state.world_model is not None:
-        from livegen.server.world import WorldService
+        from livegen.server.world.service import WorldService
 
         services.append(WorldService(state))
     if state.voice_model is not None:
-        from livegen.server.voice import VoiceService
+        from livegen.server.realtime.voice import VoiceService
 
         services.append(VoiceService(state))
     return services

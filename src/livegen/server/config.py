@@ -100,16 +100,16 @@ class ServerConfig:
     #: /health is not ready. 0: no frame-clock admission.
     world_realtime_headroom: float = 0.85
     #: Ray cluster to join (e.g. "auto" or "head:6379"): the server's processes register there, resume
-    #: each other's sessions and share counts (``server/cluster.py``); world workers are placed there.
+    #: each other's sessions and share counts (``cluster/coordinator.py``); world workers are placed there.
     #: None: a local Ray, started only when something needs one (``workers`` > 1, world workers).
     ray_address: str | None = None
-    #: Server processes on the one port (``server/workers.py``); 1: this process alone.
+    #: Server processes on the one port (``cluster/supervisor.py``); 1: this process alone.
     workers: int = 1
     #: Seconds a ``SIGTERM`` lets live sessions finish before the rest are ended (``server_shutdown``).
     drain_timeout_s: float = 30.0
-    #: Browser origins allowed (``*``: any); None is the default policy of ``server/origins.py``.
+    #: Browser origins allowed (``*``: any); None is the default policy of ``server/http/origins.py``.
     allowed_origins: tuple[str, ...] | None = None
-    #: ``Host`` header names allowed (``*``: any); None is the default policy of ``server/origins.py``.
+    #: ``Host`` header names allowed (``*``: any); None is the default policy of ``server/http/origins.py``.
     allowed_hosts: tuple[str, ...] | None = None
     #: Most WebSocket connections open at once, all routes together (one more is refused with 503),
     #: and apart from them most HTTP connections not upgraded (one more closes the one waiting longest
@@ -122,7 +122,7 @@ class ServerConfig:
     #: Seconds an idle HTTP keep-alive connection is kept (uvicorn's ``timeout_keep_alive``).
     keep_alive_timeout_s: int = 5
     #: Largest HTTP request head (request line and headers), in bytes, complete or still arriving;
-    #: a larger one is answered 431 and its connection closed (``server/bodies.py``).
+    #: a larger one is answered 431 and its connection closed (``server/http/bodies.py``).
     max_header_bytes: int = 16 * 1024
     #: Seconds a connection may take to send a request head, from connecting or from the head's
     #: first byte on a kept-alive connection; then 408 and closed (slow or silent clients).

@@ -57,7 +57,7 @@ class Metrics:
             self.sessions_open.labels(kind=kind).set(0)
         self.budget = Gauge(
             "livegen_budget",
-            "Configured limits (server/budgets.py): bytes, seconds or counts, by name",
+            "Configured limits (server/http/budgets.py): bytes, seconds or counts, by name",
             ["name"],
             registry=self.registry,
         )

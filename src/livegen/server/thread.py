@@ -18,8 +18,8 @@ import uvicorn
 
 from livegen.models import Registry
 from livegen.server.app import create_app
-from livegen.server.budgets import uvicorn_options
 from livegen.server.config import ServerConfig
+from livegen.server.http.budgets import uvicorn_options
 
 
 class ServerThread:

@@ -26,24 +26,19 @@ from livegen.protocol.realtime.items import (
 
 
 class Item(Protocol):
-    """The fields of a conversation item (``conversation.Item``, which renders and costs its MCP
-    fields here) this module reads: declared here, so it never imports the conversation."""
+    """A conversation item as this module reads it (``voice/conversation.py``'s ``Item``, which
+    calls this module: declared here so that the two do not import each other)."""
 
     @property
     def id(self) -> str: ...
-
     @property
     def type(self) -> str: ...
-
     @property
     def name(self) -> str: ...
-
     @property
     def text(self) -> str | None: ...
-
     @property
     def server_label(self) -> str: ...
-
     @property
     def mcp(self) -> dict[str, Any] | None: ...
 

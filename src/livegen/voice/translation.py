@@ -28,7 +28,7 @@ that ignores the cap is cut at as many words), so endless text is never spoken
 without bound.
 
 Sans-IO: JSON objects in, JSON objects out; the transport
-(``server/translation.py``) moves them.
+(``server/realtime/translation.py``) moves them.
 """
 
 from __future__ import annotations

@@ -3,9 +3,10 @@
 No asyncio, no clock, no randomness: events are accepted, ticks are planned,
 committed or failed as pure state transitions; ``runtime/`` performs them.
 ``events`` (inputs, frozen), ``reducer`` (controls), ``session`` (one world's
-transactions), ``manager`` (sessions by id, tombstones), ``flow`` (credit: how far
-generation may run ahead of the client), ``lifecycle`` (what a socket's message does to
-its session).
+transactions), ``plans`` (a chunk's plan and the effects it leaves), ``players``
+(a shared world's seats, each one's tracks and event queue), ``manager``
+(sessions by id, tombstones), ``flow`` (credit: how far generation may run ahead
+of the client), ``lifecycle`` (what a socket's message does to its session).
 """
 
 from livegen.world.events import ControlInput, Event, FrozenDict, freeze, thaw

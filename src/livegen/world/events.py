@@ -6,8 +6,8 @@ caller can change an accepted event behind the session's back, and so that
 values compare and hash by content. Both are frozen msgspec structs: they are
 built once per client event, and a struct is several times cheaper to build
 than a frozen dataclass (``livegen bench world-session`` measures the path).
-An ``Event`` carries a client-chosen integer id, an optional prompt and at most one control per track; it must
-change something. Both raise ``InvalidRequest`` on bad input, naming the
+An ``Event`` carries a client-chosen integer id, an optional prompt and at most one control per track, and
+the player who sent it; it must change something. Both raise ``InvalidRequest`` on bad input, naming the
 client's event id, before any session state is touched.
 """
 
@@ -148,6 +148,8 @@ class Event(msgspec.Struct, frozen=True):
     prompt: str | None = None
     controls: tuple[ControlInput, ...] = ()
     transition_chunks: int = 0
+    #: The player who sent it (``players.py``): 1, the session's owner, unless a player joined.
+    player: int = 1
 
     @classmethod
     def of(
@@ -156,6 +158,7 @@ class Event(msgspec.Struct, frozen=True):
         prompt: str | None = None,
         controls: Sequence[ControlInput] = (),
         transition_chunks: int = 0,
+        player: int = 1,
     ) -> Event:
         """A validated event; raises ``InvalidRequest`` naming ``event_id``."""
         if type(event_id) is not int or event_id < 0:  # bool is not int here, on purpose
@@ -182,7 +185,7 @@ class Event(msgspec.Struct, frozen=True):
                 event_id=event_id,
             )
         ordered = tuple(controls) if len(controls) < 2 else tuple(sorted(controls, key=lambda c: c.track))
-        return cls(event_id, prompt, ordered, transition_chunks)
+        return cls(event_id, prompt, ordered, transition_chunks, player)
 
 
 def _check_transition(event_id: int, prompt: str | None, chunks: int) -> None:

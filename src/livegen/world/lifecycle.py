@@ -10,7 +10,7 @@ The states, and what each client message does in them::
 
     NEW      session.update: OPEN         anything else: NOT_CREATED (an error, the socket reads on)
     OPEN     session.update: RECONFIGURE  world.event, chunk.ack, world.reset, session.close,
-                                          session.spectate_token: DRIVE
+                                          session.spectate_token, session.player_token: DRIVE
     CLOSED   chunk.ack: IGNORE            anything else: CLOSED (an error, the socket reads on)
 
 A successful OPEN moves NEW to OPEN; a ``session.close`` that closes the
@@ -43,6 +43,7 @@ class Message(StrEnum):
     RESET = "world.reset"
     CLOSE = "session.close"
     SPECTATE_TOKEN = "session.spectate_token"
+    PLAYER_TOKEN = "session.player_token"
 
 
 class Action(StrEnum):
@@ -61,7 +62,14 @@ class Action(StrEnum):
 
 
 _N, _O, _C = State.NEW, State.OPEN, State.CLOSED
-_DRIVEN = (Message.EVENT, Message.ACK, Message.RESET, Message.CLOSE, Message.SPECTATE_TOKEN)
+_DRIVEN = (
+    Message.EVENT,
+    Message.ACK,
+    Message.RESET,
+    Message.CLOSE,
+    Message.SPECTATE_TOKEN,
+    Message.PLAYER_TOKEN,
+)
 
 #: The whole table: (state, message) -> action. Any other pair is a bug.
 DISPATCH: dict[tuple[State, Message], Action] = {

@@ -25,8 +25,11 @@ class Manager:
         new_id: Callable[[], str],
         max_sessions: int = 64,
         reducer_factory: Callable[[], Reducer] | None = None,
+        players: Sequence[Sequence[str]] = (),
     ) -> None:
         self._tracks = tuple(tracks)
+        #: Each player's tracks, as the model declares them (``WorldSpec.players``).
+        self._players = tuple(tuple(tracks) for tracks in players)
         self._new_id = new_id
         self.max_sessions = max_sessions
         self._reducer_factory = reducer_factory
@@ -54,7 +57,14 @@ class Manager:
                 f"server full: {self.max_sessions} world sessions are open", code="too_many_sessions"
             )
         reducer = self._reducer_factory() if self._reducer_factory else None
-        session = Session(session_id, tracks=self._tracks, new_id=self._new_id, reducer=reducer, **options)
+        session = Session(
+            session_id,
+            tracks=self._tracks,
+            new_id=self._new_id,
+            reducer=reducer,
+            players=self._players,
+            **options,
+        )
         self._sessions[session_id] = session
         return session
 

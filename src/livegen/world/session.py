@@ -4,7 +4,8 @@ The core of the world promises (W1-W5, docs/architecture.md). It owns the four i
 (``session_id``; client ``event_id``s, monotonic across reset; ``chunk_index``,
 contiguous and back to 0 on reset; one ``request_id`` per chunk execution),
 the bounded queue of accepted events with its window of recent ids and its
-floors, the committed prompt and controls, the prompt transition in progress
+floors (one per player of a shared world, ``players.py``, each seat steering
+its own tracks), the committed prompt and controls, the prompt transition in progress
 (``Transition``: which chunks blend the new prompt in, and how far), and the
 seed image chunk 0 starts from.
 
@@ -28,25 +29,27 @@ convention: one way for both cores to hand the runtime what to do.
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from enum import StrEnum
 from typing import NoReturn
 
 import msgspec
 
 from livegen.errors import (
-    CapacityExceeded,
     InvalidRequest,
     InvalidState,
     LocalProtocolError,
     ModelContractError,
     ModelError,
 )
-from livegen.models.world import ControlTrack, Frames, PromptBlend, TickMeta
+from livegen.models.world import ControlTrack, Frames, TickMeta
 from livegen.world import schema
 from livegen.world.events import ControlInput, Event, freeze
+from livegen.world.plans import Applied, Effect, Failure, Output, Plan, Rejection, Release, Transition
+from livegen.world.players import OWNER, EventQueue, Seats
 from livegen.world.reducer import LastWriteWins, Prepared, Reducer
+
+__all__ = ["Effect", "Failure", "Output", "Plan", "Rejection", "Release", "Transition"]
 
 
 class Status(StrEnum):
@@ -71,91 +74,6 @@ class Acceptance(msgspec.Struct, frozen=True):
     pending_event_count: int
 
 
-class Transition(msgspec.Struct, frozen=True):
-    """A prompt transition: event ``event_id``'s prompt blends in over ``chunks`` chunks.
-
-    The chunk that applies the event is step 1 (weight 1/N); step N, chunk
-    ``first_chunk_index + chunks - 1``, is the first wholly under the new prompt.
-    """
-
-    event_id: int
-    from_prompt: str
-    first_chunk_index: int
-    chunks: int
-
-    def step(self, chunk_index: int) -> int:
-        return chunk_index - self.first_chunk_index + 1
-
-    def at(self, chunk_index: int) -> dict[str, object]:
-        """What a chunk's header says of the transition it is part of."""
-        step = self.step(chunk_index)
-        return {
-            "event_id": self.event_id,
-            "step": step,
-            "chunks": self.chunks,
-            "weight": step / self.chunks,
-            "last_chunk_index": self.first_chunk_index + self.chunks - 1,
-        }
-
-
-class Plan(msgspec.Struct, frozen=True):
-    """The immutable snapshot of one chunk transaction."""
-
-    meta: TickMeta
-    seed: int
-    prompt: str
-    controls: Mapping[str, ControlInput]
-    prepared: Prepared
-    #: The prompt transition this chunk is a step of, if any.
-    transition: Transition | None = None
-    #: The session's seed image, on chunk 0 only.
-    seed_image: Frames | None = None
-
-    def control_data(self) -> dict[str, object]:
-        """Track -> data, as the model's ``Tick.controls`` takes it."""
-        return {track: control.data for track, control in self.controls.items()}
-
-    def prompt_blend(self) -> PromptBlend | None:
-        """The ``Tick.prompt_blend`` of this chunk: its step of a transition, as a weight."""
-        if self.transition is None:
-            return None
-        weight = self.transition.step(self.meta.chunk_index) / self.transition.chunks
-        return PromptBlend(self.transition.from_prompt, weight)
-
-
-class Output(msgspec.Struct, frozen=True):
-    """Effect: a committed chunk; its output must reach the client."""
-
-    meta: TickMeta
-    output: object
-    transition: Transition | None = None
-
-    def prompt_transition(self) -> dict[str, object] | None:
-        """The header's ``prompt_transition``: this chunk's step of a transition, or None."""
-        return None if self.transition is None else self.transition.at(self.meta.chunk_index)
-
-
-class Rejection(msgspec.Struct, frozen=True):
-    """Effect: events a reducer refused, dropped from the queue; tell the client."""
-
-    error: InvalidRequest
-    event_ids: tuple[int, ...]
-
-
-class Release(msgspec.Struct, frozen=True):
-    """Effect: forget the model-side state (KV pages, game state) of this session."""
-
-    reason: str
-
-
-class Failure(msgspec.Struct, frozen=True):
-    """Effect: a chunk failed; the session is ``failed`` until reset."""
-
-    code: str
-    message: str
-
-
-Effect = Output | Rejection | Release | Failure
 _CLOSED_STATES = (Status.CLOSING, Status.CLEANUP_FAILED, Status.CLOSED)
 
 
@@ -173,6 +91,7 @@ class Session:
         seed: int = 0,
         reducer: Reducer | None = None,
         seed_image: Frames | None = None,
+        players: Sequence[Sequence[str]] = (),
     ) -> None:
         if max_pending_events < 1:
             raise InvalidRequest("max_pending_events must be >= 1", param="max_pending_events")
@@ -188,9 +107,13 @@ class Session:
         self._new_id = new_id
         self._reducer: Reducer = reducer or LastWriteWins()
         self._status = Status.ACTIVE
-        self._pending: dict[int, Event] = {}
-        self._recent: OrderedDict[int, None] = OrderedDict()
-        self._floor = -1
+        #: Who plays (``players.py``): seats, each seat's tracks, and each player's own event queue.
+        self.seats = Seats(players)
+        self._is_shared = bool(players)
+        self._queues = {OWNER: EventQueue(max_pending_events)}
+        #: The queues the tick in flight drew from: a player who leaves and one who takes its seat
+        #: meanwhile have different queues, so the newcomer's ids are never the leaver's.
+        self._drawn_from: dict[int, EventQueue] = {}
         self._in_flight: Plan | None = None
         self._chunk_index = 0
         self._prompt = prompt
@@ -209,21 +132,40 @@ class Session:
 
     @property
     def pending_event_count(self) -> int:
-        return len(self._pending)
+        """The owner's pending events (``pending_ids_of`` gives any player's)."""
+        return len(self._queues[OWNER].pending)
 
     @property
     def pending_ids(self) -> tuple[int, ...]:
-        return tuple(sorted(self._pending))
+        return self.pending_ids_of(OWNER)
+
+    def pending_ids_of(self, player: int) -> tuple[int, ...]:
+        queue = self._queues.get(player)
+        return tuple(sorted(queue.pending)) if queue is not None else ()
 
     @property
     def event_floor(self) -> int:
-        """Ids at or below this are stale: the committed floor, raised by an in-flight tick."""
-        in_flight = self._in_flight.meta.applied_event_ids if self._in_flight else ()
-        return max((self._floor, *in_flight))
+        """The owner's ids at or below this are stale: the committed floor, raised by an in-flight tick."""
+        return self.event_floor_of(OWNER)
+
+    def event_floor_of(self, player: int) -> int:
+        queue = self._queues.get(player)
+        return max((queue.floor if queue is not None else -1, *self._in_flight_ids(player)))
+
+    def _in_flight_ids(self, player: int) -> Iterable[int]:
+        plan = self._in_flight
+        if plan is None or self._drawn_from.get(player) is not self._queues.get(player):
+            return ()
+        return (event_id for who, event_id in plan.applied if who == player)
 
     @property
     def committed_floor(self) -> int:
-        return self._floor
+        return self._queues[OWNER].floor
+
+    @property
+    def players(self) -> tuple[int, ...]:
+        """The seated players, the owner (1) first."""
+        return tuple(sorted(self.seats.taken))
 
     @property
     def in_flight(self) -> Plan | None:
@@ -243,31 +185,39 @@ class Session:
 
     # -- events ----------------------------------------------------------------------------
     def accept(self, event: Event) -> Acceptance:
-        """Queue an event, or report it a duplicate; raise if stale, full or refused."""
+        """Queue an event in its player's queue, or report it a duplicate; raise if stale, full,
+        refused, or not its player's to send."""
         if self._status is not Status.ACTIVE:
             self._refuse(event.event_id)
         if event.controls:
             self._check_controls(event)
-        if event.event_id in self._pending or event.event_id in self._recent:
-            return Acceptance(event.event_id, AcceptStatus.DUPLICATE, len(self._pending))
-        floor = self.event_floor if self._in_flight is not None else self._floor
-        if event.event_id <= floor:
-            raise InvalidState(
-                f"event {event.event_id} is stale: ids at or below {floor} are already applied or in flight",
-                code="stale_event",
-                event_id=event.event_id,
-            )
-        if len(self._pending) >= self.max_pending_events:
-            raise CapacityExceeded(
-                f"event queue full ({self.max_pending_events} pending); retry after the next chunk",
-                code="queue_full",
-                event_id=event.event_id,
-            )
-        self._pending[event.event_id] = event
-        self._recent[event.event_id] = None
-        while len(self._recent) > self.max_pending_events:
-            self._recent.popitem(last=False)
-        return Acceptance(event.event_id, AcceptStatus.ACCEPTED, len(self._pending))
+        queue = self._queues.get(event.player)
+        if queue is None or self._is_shared:  # a one-player world's owner steers every track
+            self.seats.check(event)
+            queue = self._queues[event.player]
+        event_id, pending = event.event_id, queue.pending
+        if event_id in pending or event_id in queue.recent:
+            return Acceptance(event_id, AcceptStatus.DUPLICATE, len(pending))
+        floor = queue.floor if self._in_flight is None else self.event_floor_of(event.player)
+        if event_id <= floor or len(pending) >= queue.max_pending_events:
+            queue.refuse(event, floor)
+        queue.add(event)
+        return Acceptance(event_id, AcceptStatus.ACCEPTED, len(pending))
+
+    def join(self) -> int:
+        """Seat a new player (``too_many_players`` past the model's seats); its event ids are its own."""
+        if self._status in _CLOSED_STATES:
+            raise InvalidState("the session is closed", code="session_closed")
+        player = self.seats.join()
+        self._queues[player] = EventQueue(self.max_pending_events)
+        return player
+
+    def leave(self, player: int) -> None:
+        """A player left: its seat is free and its pending events never apply (the owner never
+        leaves: its session closes)."""
+        if player != OWNER and player in self.seats.taken:
+            self.seats.leave(player)
+            del self._queues[player]
 
     def _refuse(self, event_id: int) -> NoReturn:
         """Events are taken only while active: closed, failed and resetting sessions refuse them."""
@@ -302,22 +252,36 @@ class Session:
         """Snapshot the pending events into the next chunk's plan."""
         if self._status is not Status.ACTIVE or self._in_flight is not None:
             raise LocalProtocolError(f"cannot begin a tick: {self._status.value}, {self._in_flight}")
-        events = [self._pending[event_id] for event_id in sorted(self._pending)]
+        queues = self._queues
+        events = (
+            queues[OWNER].ordered()
+            if len(queues) == 1
+            else [event for player in sorted(queues) for event in queues[player].ordered()]
+        )
         prepared, refused = self._prepare(events)
-        applied = [event for event in events if event.event_id not in refused]
+        applied = [event for event in events if _key(event) not in refused] if refused else events
         prompt, transition = self._prompt_after(applied)
         meta = TickMeta(
             session_id=self.session_id,
             request_id=f"ar-{self.session_id}-{self._chunk_index}-{self._new_id()}",
             chunk_index=self._chunk_index,
-            applied_event_ids=tuple(event.event_id for event in applied),
+            applied_event_ids=tuple(event.event_id for event in applied if event.player == OWNER),
         )
         seed_image = self.seed_image if self._chunk_index == 0 else None
-        plan = Plan(meta, self.seed, prompt, dict(prepared.controls), prepared, transition, seed_image)
+        plan = Plan(
+            meta,
+            self.seed,
+            prompt,
+            dict(prepared.controls),
+            prepared,
+            transition,
+            seed_image,
+            tuple(_key(event) for event in applied),
+        )
         # Every fallible step is behind us: mutate.
         if refused:
             self._drop_refused(refused)
-        self._in_flight = plan
+        self._in_flight, self._drawn_from = plan, dict(self._queues)
         return plan
 
     def _prompt_after(self, applied: Sequence[Event]) -> tuple[str, Transition | None]:
@@ -340,7 +304,7 @@ class Session:
             transition = None
         return prompt, transition
 
-    def _prepare(self, events: Sequence[Event]) -> tuple[Prepared, tuple[int, ...]]:
+    def _prepare(self, events: Sequence[Event]) -> tuple[Prepared, tuple[Applied, ...]]:
         """Reduce events; on a reducer error, find the events to blame and leave them out.
 
         Upstream gap 1: a reducer that raised in ``prepare`` left its event in
@@ -352,13 +316,13 @@ class Session:
             return self._reducer.prepare(self.controls, events, self._chunk_index), ()
         except Exception:
             pass
-        refused = tuple(event.event_id for event in events if not self._prepares_alone(event))
-        kept = [event for event in events if event.event_id not in refused] if refused else []
-        refused = refused or tuple(event.event_id for event in events)
+        refused = tuple(_key(event) for event in events if not self._prepares_alone(event))
+        kept = [event for event in events if _key(event) not in refused] if refused else []
+        refused = refused or tuple(_key(event) for event in events)
         try:
             return self._reducer.prepare(self.controls, kept, self._chunk_index), refused
         except Exception:
-            return Prepared(self.controls), tuple(event.event_id for event in events)
+            return Prepared(self.controls), tuple(_key(event) for event in events)
 
     def _prepares_alone(self, event: Event) -> bool:
         try:
@@ -367,17 +331,19 @@ class Session:
             return False
         return True
 
-    def _drop_refused(self, refused: tuple[int, ...]) -> None:
-        for event_id in refused:
-            del self._pending[event_id]
-            self._recent.pop(event_id, None)
-        names = ", ".join(str(event_id) for event_id in refused)
-        error = InvalidRequest(
-            f"the control reducer refused event(s) {names}; they were dropped and the session goes on",
-            code="event_rejected",
-            event_id=refused[0],
-        )
-        self._effects.append(Rejection(error, refused))
+    def _drop_refused(self, refused: tuple[Applied, ...]) -> None:
+        """Drop the refused events; each player's client hears of its own."""
+        for player in sorted({player for player, _ in refused}):
+            ids = tuple(event_id for who, event_id in refused if who == player)
+            for event_id in ids:
+                self._queues[player].drop(event_id)
+            names = ", ".join(str(event_id) for event_id in ids)
+            error = InvalidRequest(
+                f"the control reducer refused event(s) {names}; they were dropped and the session goes on",
+                code="event_rejected",
+                event_id=ids[0],
+            )
+            self._effects.append(Rejection(error, ids, player))
 
     def commit_tick(self, plan: Plan, echoed: TickMeta, output: object) -> Output:
         """Commit a chunk whose model step succeeded and echoed ``plan.meta`` exactly."""
@@ -390,15 +356,18 @@ class Session:
         except Exception as exc:
             self.fail_tick(plan, "chunk_failed", f"control reducer commit failed: {exc}")
             raise ModelError(f"control reducer commit failed: {exc}") from exc
-        for event_id in plan.meta.applied_event_ids:
-            del self._pending[event_id]
-        self._floor = max((self._floor, *plan.meta.applied_event_ids))
+        if len(self._drawn_from) == 1:  # the owner alone
+            self._queues[OWNER].applied(plan.meta.applied_event_ids)
+        else:
+            for player, queue in self._drawn_from.items():
+                if queue is self._queues.get(player):  # not a player that left
+                    queue.applied([event_id for who, event_id in plan.applied if who == player])
         self._prompt = plan.prompt
         self._transition = plan.transition
         self._controls = dict(plan.controls)
         self._chunk_index += 1
         self._in_flight = None
-        committed = Output(plan.meta, output, plan.transition)
+        committed = Output(plan.meta, output, plan.transition, plan.applied)
         self._effects.append(committed)
         return committed
 
@@ -436,8 +405,8 @@ class Session:
             self._status = Status.FAILED
             self._effects.append(Failure("reset_failed", f"control reducer reset failed: {exc}"))
             return
-        self._floor = max((self._floor, *self._pending))
-        self._pending.clear()
+        for queue in self._queues.values():
+            queue.clear()
         self._prompt = self.initial_prompt
         self._transition = None
         self._controls = self._default_controls()
@@ -461,9 +430,15 @@ class Session:
         if not is_released:
             self._status = Status.CLEANUP_FAILED
             return
-        self._pending.clear()
+        for queue in self._queues.values():
+            queue.pending.clear()
         self._status = Status.CLOSED
 
     def _default_controls(self) -> dict[str, ControlInput]:
         tracks = self._tracks.items()
         return {name: ControlInput(name, track.schema, freeze(track.default)) for name, track in tracks}
+
+
+def _key(event: Event) -> Applied:
+    """An event's identity in a shared world: its player and its player's id for it."""
+    return (event.player, event.event_id)

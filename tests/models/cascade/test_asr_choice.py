@@ -58,7 +58,10 @@ def test_a_directory_that_is_not_a_whisper_model_is_refused_by_name(tmp_path: Pa
         asr.local_choice(tmp_path / "whisper-base")
 
 
-def test_a_local_directory_is_one_more_recogniser_and_the_default(local_whisper: Path) -> None:
+def test_a_local_directory_is_one_more_recogniser_and_the_default(
+    local_whisper: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("LIVEGEN_ASR_MODEL", raising=False)  # conftest.py's pin would name tiny.en
     choices = cascade_model.asr_choices(str(local_whisper))
     assert list(choices) == [*asr.CHOICES, "my-whisper"]
     assert cascade_model.default_asr_model(choices) == "my-whisper"

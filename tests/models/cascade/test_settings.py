@@ -73,17 +73,19 @@ def serve() -> Iterator[Callable[..., dict[str, Any]]]:
 @pytest.mark.slow
 def test_the_flags_reach_the_model_and_beat_the_variables(serve: Callable[..., dict[str, Any]]) -> None:
     argv = ("--vad", "ggml", "--asr-batch", "4", "--asr-workers", "1", "--asr-threads", "1")
-    voice = serve(*argv, "--tts-workers", "1", VAD="onnx", ASR_WORKERS="2", TTS_WORKERS="2")
+    argv += ("--asr-model", "whisper-tiny.en", "--tts-workers", "1")
+    voice = serve(*argv, VAD="onnx", ASR_MODEL="whisper-base", ASR_WORKERS="2", TTS_WORKERS="2")
     assert voice["vad"] == "ggml"
-    assert voice["asr"] == {"batch": 4, "workers": 1, "threads": 1}
+    assert voice["asr"] == {"model": "whisper-tiny.en", "batch": 4, "workers": 1, "threads": 1}
     assert len(voice["tts_workers"]) == 1
 
 
 @pytest.mark.slow
 def test_the_variables_choose_when_no_flag_is_given(serve: Callable[..., dict[str, Any]]) -> None:
-    voice = serve(VAD="GGML", ASR_BATCH="1", TTS_WORKERS="1")
+    voice = serve(VAD="GGML", ASR_MODEL="whisper-tiny.en", ASR_BATCH="1", TTS_WORKERS="1")
     assert voice["vad"] == "ggml"
-    assert voice["asr"] == {"batch": 1, "workers": 1, "threads": 2}  # one decode at a time, 2 threads
+    # One decode at a time, on 2 threads.
+    assert voice["asr"] == {"model": "whisper-tiny.en", "batch": 1, "workers": 1, "threads": 2}
     assert len(voice["tts_workers"]) == 1
 
 

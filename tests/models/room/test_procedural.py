@@ -30,7 +30,8 @@ def test_is_the_default_world_model_where_tiny_world_cannot_load() -> None:
     assert registry.default(Kind.WORLD).name == "procedural-world"  # type: ignore[union-attr]
     model = registry.load("procedural-world")
     assert isinstance(model, WorldModel) and model.spec.kv is None
-    assert [t.name for t in model.spec.controls] == ["action", "keys"]
+    assert [t.name for t in model.spec.controls] == ["action", "keys", "action_2", "keys_2"]
+    assert model.spec.players == (("action", "keys"), ("action_2", "keys_2"))
 
 
 def test_echoes_meta_and_shapes_frames() -> None:
@@ -73,3 +74,24 @@ def test_a_bad_tick_touches_no_session() -> None:
     with pytest.raises(ModelContractError):
         model.step([tick("a", 1, "right"), tick("a", 3)], None)
     assert model.step([tick("a", 1)], None)[0].meta.chunk_index == 1
+
+
+def test_the_second_agent_enters_with_its_first_move_and_each_agent_follows_its_own_track() -> None:
+    """A room nobody joined is the one-player room; player 2's track moves only the second agent."""
+    model = ProceduralWorld()
+    [alone] = model.step([tick("a", 0, "right")], None)
+    state = game.new_game(1)
+    for _ in range(alone.frames.shape[0]):
+        state = game.step(state, "right")
+    assert np.array_equal(alone.frames[-1], game.render(state))
+    home = game.second_agent_home(1)
+    meta = TickMeta("a", "a-1", 1, ())
+    controls = {"action": {"action": "none"}, "action_2": {"action": "down"}}
+    [joined] = model.step([Tick(meta, 1, "", controls)], None)
+    second = game.AGENT_2[state.theme]
+    last = joined.frames[-1]
+    ys, xs = np.nonzero(np.all(last == second, axis=-1))
+    assert (xs.min(), ys.min()) != home and xs.min() == home[0]  # it moved down from where it entered
+    assert np.array_equal(
+        last[state.agent[1], state.agent[0]], alone.frames[-1][state.agent[1], state.agent[0]]
+    )

@@ -1,4 +1,4 @@
-"""A cluster's lockstep service (``runtime/voice/lockstep_service.py``) as its server processes see
+"""A cluster's lockstep service (``cluster/lockstep.py``) as its server processes see
 it: ``RemoteClock`` and ``RemoteMember`` against the service's own body, with the deterministic
 double, through an in-process stand-in of a Ray actor handle (each call a task, awaitable as
 Ray's object refs are; ``kill`` fails the calls in flight and the next ones, as a dead actor's).
@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
+from livegen.cluster.lockstep import LockstepService, RemoteClock, RemoteMember
 from livegen.errors import CapacityExceeded, LockstepServiceUnavailable
 from livegen.models import Kind, ModelInfo
 from livegen.models.lockstep import LockstepFrame
-from livegen.runtime.voice.lockstep_service import LockstepService, RemoteClock, RemoteMember
 from voice.lockstep_double import FRAME_SAMPLES, LockstepDouble, pcm
 
 FRAME_BYTES = 2 * FRAME_SAMPLES

@@ -176,7 +176,7 @@ def _sample(
     held = model._sessions.get("long")
     sizes = {
         "pending events": session.pending_event_count,
-        "recent event ids (idempotency window)": len(session._recent),
+        "recent event ids (idempotency window)": sum(len(q.recent) for q in session._queues.values()),
         "timings of ticks in flight": len(runner._timings),
         "queued messages": len(runner._outbox),
         "runner tasks (sender, releases)": len(runner._tasks),

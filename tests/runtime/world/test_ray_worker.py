@@ -18,11 +18,11 @@ import numpy as np
 import pytest
 
 from livegen.client.world import WorldClient
+from livegen.cluster.world_actors import RayWorker
 from livegen.protocol import world as wire
-from livegen.runtime.world.ray_worker import RayWorker
 from livegen.server import ServerConfig
 from livegen.server.thread import ServerThread
-from livegen.server.world import WorldService
+from livegen.server.world.service import WorldService
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.slow

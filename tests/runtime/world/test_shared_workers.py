@@ -1,4 +1,4 @@
-"""The worker pool over a cluster's shared world services (``shared.py``): admission is the
+"""The worker pool over a cluster's shared world services (``cluster/world.py``): admission is the
 service's, awaited at creation; the service names the pages; a restarted service fails its step.
 
 Test doubles stand in for the services (each admits up to its capacity, as ``WorldHost`` does for

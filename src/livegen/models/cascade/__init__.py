@@ -10,20 +10,18 @@ package imports none of the heavy dependencies.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-from livegen.models.voice import SHARED_SPEECH_ENV
+from livegen.models.voice import SharedSpeech
 
 
-def load(settings: Any = None) -> Any:
+def load(settings: Any = None, speech: SharedSpeech | None = None) -> Any:
     """The registry's loader (``livegen.models.cascade:load``): the model of this process, or, in a
-    server process of a cluster, a view of the cluster's speech service (``service``).
-    ``settings`` is a ``settings.CascadeSettings`` (None: each option's variable, else its default)."""
-    if os.environ.get(SHARED_SPEECH_ENV):
-        from livegen.models.cascade import service
-
-        return service.connect(settings)
+    server process of a cluster, a view of the cluster's speech service (``speech``, handed over by
+    the engine: ``cluster/speech.py``). ``settings`` is a ``settings.CascadeSettings`` (None: each
+    option's variable, else its default)."""
+    if speech is not None:
+        return speech.connect(settings)
     from livegen.models.cascade import model
 
     return model.load(settings)

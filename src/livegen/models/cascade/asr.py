@@ -1,10 +1,10 @@
 """Speech recognition: Whisper through CTranslate2, with a short decoding window.
 
-Two recognisers ship (``CHOICES``): Whisper tiny.en, the default, and Whisper
-base, more accurate and two to three times dearer; both come from pinned PyPI
-packages (``assets``). Any local CTranslate2 Whisper directory (Whisper small,
-distil-whisper, a fine-tune) is a third, named after its directory
-(``local_choice``, ``--asr-model-path``). Which one a server uses is
+Two recognisers ship (``CHOICES``): Whisper base, the default (``DEFAULT``), and
+Whisper tiny.en, the fast option, with more words wrong at a third to a half of
+base's compute; both come from pinned PyPI packages (``assets``). Any local
+CTranslate2 Whisper directory (Whisper small, distil-whisper, a fine-tune) is a
+third, named after its directory (``local_choice``, ``--asr-model-path``). Which one a server uses is
 ``--asr-model`` and a session may pick another with
 ``audio.input.transcription.model`` (``model.CascadeModel`` loads each on
 first use).
@@ -38,6 +38,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from livegen.models.cascade import settings
 
 SAMPLE_RATE = 16_000
 _FRAMES_PER_SECOND = 100
@@ -161,12 +163,9 @@ def local_choice(path: str | Path) -> Choice:
 LOCAL_FILES = ("model.bin", "config.json", "tokenizer.json")
 #: CTranslate2's vocabulary, in one of its two formats.
 VOCABULARIES = ("vocabulary.json", "vocabulary.txt")
-#: The server's recogniser unless ``--asr-model`` says otherwise. Chosen from
-#: ``livegen bench voice-model`` (README, "Speech recognisers"): base with a beam
-#: of 5 gets 15% fewer words wrong than tiny.en on clean held-out speech and
-#: 31% fewer at 10 dB SNR; it costs 2 to 2.6 times the compute, but decoding
-#: starts at a pause (speculation), so the median answer comes no later.
-DEFAULT = "whisper-tiny.en"
+#: The server's recogniser unless ``--asr-model`` (``LIVEGEN_ASR_MODEL``) says otherwise: stated
+#: once, in ``settings`` (which imports nothing heavy, so ``livegen serve --help`` can name it).
+DEFAULT = settings.ASR_MODEL
 
 
 @dataclass(frozen=True)

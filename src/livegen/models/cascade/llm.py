@@ -9,7 +9,8 @@ than an SDK. The prompt is the session's history as the listener heard it
 interrupted. One ``Client`` per stream: its connection pool belongs to the
 stream's event loop.
 
-Function tools go to the endpoint as ``tools``/``tool_choice``; the model's
+Function tools go to the endpoint as ``tools``/``tool_choice`` (to the embedded model, in its
+system message and held to a grammar instead: ``held_to_grammar``); the model's
 calls come back as ``delta.tool_calls`` fragments keyed by ``index``. vLLM sends
 a call's ``id`` and ``function.name`` first and its ``arguments`` in pieces;
 Ollama sends each call whole in one chunk. ``chat_stream.Parser`` joins both the
@@ -45,7 +46,7 @@ from livegen.models.cascade.chat_stream import (
     LLMTooLarge,
     ToolCall,
 )
-from livegen.models.llm import prompt
+from livegen.models.llm import prompt, tool_grammar
 from livegen.models.llm.tool_text import ToolText
 from livegen.models.voice import HistoryTurn, LLMLimits
 
@@ -197,6 +198,19 @@ def has_images(history: Sequence[HistoryTurn]) -> bool:
     return next((bool(turn.images) for turn in reversed(history) if turn.role == "user"), False)
 
 
+def held_to_grammar(chat: Chat, tools: Sequence[Any], tool_choice: Any) -> dict[str, Any]:
+    """The embedded model's request fields for a session with tools (``tool_grammar``): the tools in
+    Qwen2.5's format in the system message, and a grammar that keeps a call well formed. Greedy:
+    at llama.cpp's default temperature one of three "What's the weather in Paris?" with a
+    get_weather tool was answered with an invented forecast instead of the call (measured);
+    greedy chose the call each time, and a plain question was still answered in words."""
+    return {
+        "messages": tool_grammar.system(chat, tools),
+        "grammar": tool_grammar.grammar(tools, tool_choice),
+        "temperature": 0,
+    }
+
+
 def _read_calls(calls: ToolText, event: Event) -> list[Event]:
     """``event`` through ``calls``: words held while they may be a call, the call before the end."""
     if isinstance(event, str):
@@ -242,7 +256,9 @@ class Client:
         body["stream_options"] = {"include_usage": True}
         if reasoning_effort is not None:  # the session's ``reasoning.effort``, as chat completions names it
             body["reasoning_effort"] = reasoning_effort
-        if tools:
+        if self.settings.is_assistant and tool_grammar.applies(tools, tool_choice):
+            body.update(held_to_grammar(chat, tools, tool_choice))
+        elif tools:
             body["tools"] = list(tools)
             body["tool_choice"] = tool_choice
         events: asyncio.Queue[Event | None] = asyncio.Queue()  # bounded by the answer's caps

@@ -312,7 +312,12 @@ class CascadeModel:
         is_ready, reason, workers = self.worker.health()
         sizing = self.asr_sizing  # what the options chose, for an operator to check
         detail: dict[str, object] = {"tts_workers": workers, "vad": self.vad_backend()}
-        detail["asr"] = {"batch": sizing.batch, "workers": sizing.workers, "threads": sizing.threads}
+        detail["asr"] = {
+            "model": self.recognizer.name,  # the server's recogniser: which one a user hears with
+            "batch": sizing.batch,
+            "workers": sizing.workers,
+            "threads": sizing.threads,
+        }
         stages = self.remote_stages()
         if stages:  # which remote stage fails, and why: the server is not ready while one does
             detail["stages"] = {stage.name: stage.report() for stage in stages}

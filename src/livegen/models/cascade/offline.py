@@ -1,6 +1,6 @@
 """Whole clips outside any session: a clip's transcript piece by piece, a text's speech sentence by sentence.
 
-The server's ``/v1/audio/transcriptions`` and ``/v1/audio/speech`` (``server/audio.py``) come
+The server's ``/v1/audio/transcriptions`` and ``/v1/audio/speech`` (``server/audio/routes.py``) come
 here through ``CascadeModel``'s ``ClipAudio`` methods. Nothing new is loaded: a clip is
 recognised through the model's batcher (``CascadeModel.transcribe``, as a session's final, so
 it takes its turn with the sessions' decodes) and spoken by the shared speech workers, which

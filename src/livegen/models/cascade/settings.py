@@ -27,6 +27,13 @@ COUNTS = (
     "asr_batch", "asr_workers", "asr_threads", "tts_workers", "tts_threads",
     "llm_threads", "llm_context", "llm_parallel",
 )  # fmt: skip
+#: The server's recogniser unless ``--asr-model`` says otherwise (``asr.DEFAULT``; here so that the
+#: CLI's help and the catalog name it without importing the recogniser). Chosen from ``livegen bench
+#: voice-model`` (docs/voice-models.md, "Speech recognisers"): Whisper base with a beam of 5 gets
+#: 10.0% of words wrong on unseen voices where tiny.en gets 16.0-17.6% (issue 35), for 2 to 2.6
+#: times the compute; decoding starts at a pause (speculation), so the answer comes little later.
+#: ``whisper-tiny.en`` stays the fast option.
+ASR_MODEL = "whisper-base"
 #: ``--llm``: the embedded model where installed (``auto``), none (``builtin``: the rule-based
 #: responder, unless ``--llm-base-url`` names an endpoint), or one of ``LLM_MODELS`` by name.
 LLM_CHOICES = ("auto", "builtin")

@@ -4,7 +4,12 @@ Small on purpose: the embedded neural world model (``tiny-world``) learns this
 game from its frames, so every rule is local and visible in the picture. A
 32x32 room with walls and a checker floor, an interior wall bar, a crate
 (solid), a coin (gone once touched) and a 4x4 agent that moves 2 px per frame.
-The prompt picks one of six colour themes; the seed fixes the layout.
+The prompt picks one of six colour themes; the seed fixes the layout. A room
+laid out for two players (``new_game(players=2)``, procedural-world) has a
+second agent, in the agent's colours inverted, steered by its own tracks
+(``action_2``, ``keys_2``); it enters at its seeded place with its first move,
+so a room nobody joined is frame for frame the one-player room. The two agents
+block each other.
 
 Pure functions over a frozen ``State``: ``new_game``, ``step``, ``render``.
 No clock, no global randomness: the layout comes from a generator seeded by the
@@ -93,6 +98,9 @@ _PALETTES: dict[str, tuple[tuple[int, int, int], ...]] = {
     ),
 }
 
+#: The second agent's colour in each theme: the first agent's, inverted.
+AGENT_2 = {theme: (255 - r, 255 - g, 255 - b) for theme, (*_, (r, g, b)) in _PALETTES.items()}
+
 #: Both world models of this game (procedural-world, tiny-world) share this timing.
 FPS = 16.0
 FRAMES_PER_CHUNK = 4
@@ -134,13 +142,25 @@ DIRECTION_KEYS = {
 }
 
 
-def frame_actions(controls: Mapping[str, Any], num_frames: int) -> list[str]:
+#: The second player's tracks: the first player's, for the second agent (``new_game(players=2)``).
+SECOND = "_2"
+ACTION_TRACK_2 = replace(
+    ACTION_TRACK, name="action" + SECOND, description="Move the second agent, as 'action' moves the first."
+)
+KEYS_TRACK_2 = replace(
+    KEYS_TRACK, name="keys" + SECOND, description="The second agent's keys, as 'keys' are the first's."
+)
+#: Each player's tracks in a two-player room (``WorldSpec.players``).
+TWO_PLAYERS = (("action", "keys"), ("action" + SECOND, "keys" + SECOND))
+
+
+def frame_actions(controls: Mapping[str, Any], num_frames: int, suffix: str = "") -> list[str]:
     """The action of each frame of a chunk: taps first (one frame each), else the held key, else
-    the ``action`` track."""
-    data = controls.get("action")
+    the ``action`` track (``suffix`` ``_2``: the second player's tracks)."""
+    data = controls.get("action" + suffix)
     held = data.get("action", "none") if isinstance(data, Mapping) else "none"
     held = held if held in ACTIONS else "none"
-    keys = controls.get("keys")
+    keys = controls.get("keys" + suffix)
     keys = keys if isinstance(keys, Mapping) else {}
     downs = [DIRECTION_KEYS[k] for k in keys.get("down", ()) if k in DIRECTION_KEYS]
     held = downs[-1] if downs else held
@@ -149,23 +169,32 @@ def frame_actions(controls: Mapping[str, Any], num_frames: int) -> list[str]:
 
 
 def room_spec(
-    kv: KVGeometry | None = None, description: str = "", *, accepts_seed_image: bool = False
+    kv: KVGeometry | None = None,
+    description: str = "",
+    *,
+    accepts_seed_image: bool = False,
+    players: int = 1,
 ) -> WorldSpec:
-    """The spec both models of the room game serve: same frames, timing and controls.
+    """The spec both models of the room game serve: same frames and timing.
 
     Only tiny-world takes a seed image (a 32x32 first frame it continues from); procedural-world
-    renders the game itself, so an image has nothing to start.
+    renders the game itself, so an image has nothing to start. Only procedural-world takes two
+    players (``players=2``: the second agent's tracks too); tiny-world learnt a room of one agent.
     """
+    two = players == 2
     return WorldSpec(
         width=SIZE,
         height=SIZE,
         fps=FPS,
         frames_per_chunk=FRAMES_PER_CHUNK,
-        controls=(ACTION_TRACK, KEYS_TRACK),
+        controls=(ACTION_TRACK, KEYS_TRACK, ACTION_TRACK_2, KEYS_TRACK_2)
+        if two
+        else (ACTION_TRACK, KEYS_TRACK),
         kv=kv,
         description=description,
         accepts_seed_image=accepts_seed_image,
         min_frames_per_chunk=1,  # both models make any number of frames a chunk
+        players=TWO_PLAYERS if two else (),
     )
 
 
@@ -180,6 +209,8 @@ class State:
     crate: tuple[int, int]
     coin: tuple[int, int] | None
     bar: Rect
+    #: The second agent, once it entered the room (``enter``); None in a one-player room.
+    agent2: tuple[int, int] | None = None
 
 
 def theme_from_prompt(prompt: str, current: str = THEMES[0]) -> str:
@@ -192,6 +223,16 @@ def theme_from_prompt(prompt: str, current: str = THEMES[0]) -> str:
 
 def new_game(seed: int, theme: str = THEMES[0]) -> State:
     """A room laid out by ``seed``; the agent, crate and coin never start overlapping."""
+    return _layout(seed, theme, 1)[0]
+
+
+def second_agent_home(seed: int) -> tuple[int, int]:
+    """Where the second agent of ``seed``'s room enters: placed after the rest, so the rest of the
+    room is the one-player room's."""
+    return _layout(seed, THEMES[0], 2)[1][0]
+
+
+def _layout(seed: int, theme: str, players: int) -> tuple[State, list[tuple[int, int]]]:
     rng = np.random.default_rng(seed)
     inner = SIZE - 2 * WALL
     horizontal = bool(rng.integers(2))
@@ -212,33 +253,55 @@ def new_game(seed: int, theme: str = THEMES[0]) -> State:
     agent = place(AGENT)
     crate = place(CRATE)
     coin = place(COIN)
-    return State(theme=theme, agent=agent, crate=crate, coin=coin, bar=bar)
+    others = [place(AGENT) for _ in range(players - 1)]
+    return State(theme=theme, agent=agent, crate=crate, coin=coin, bar=bar), others
 
 
-def step(state: State, action: str) -> State:
-    """One frame of play: move the agent unless a wall, the bar or the crate blocks it."""
+def step(state: State, action: str, action2: str = "none") -> State:
+    """One frame of play: move each agent unless a wall, the bar, the crate or the other agent
+    blocks it (the first agent moves first)."""
+    state = _move(state, action, is_second=False)
+    return _move(state, action2, is_second=True) if state.agent2 is not None else state
+
+
+def _move(state: State, action: str, *, is_second: bool) -> State:
     dx, dy = MOVES.get(action, (0, 0))
     if dx == dy == 0:
         return state
-    x, y = state.agent[0] + dx * STEP_PX, state.agent[1] + dy * STEP_PX
-    if not agent_fits(state, (x, y)):
+    mover, other = (state.agent2, state.agent) if is_second else (state.agent, state.agent2)
+    assert mover is not None
+    x, y = mover[0] + dx * STEP_PX, mover[1] + dy * STEP_PX
+    if not agent_fits(state, (x, y), other):
         return state
-    return place_agent(state, (x, y))
+    return place_agent(state, (x, y), is_second=is_second)
 
 
-def place_agent(state: State, position: tuple[int, int]) -> State:
-    """``state`` with the agent at ``position``, taking the coin if it touches it."""
+def enter(state: State, home: tuple[int, int]) -> State:
+    """The second agent enters at ``home``, unless the first agent stands there (it waits)."""
+    if state.agent2 is not None or not agent_fits(state, home, state.agent):
+        return state
+    return place_agent(state, home, is_second=True)
+
+
+def place_agent(state: State, position: tuple[int, int], *, is_second: bool = False) -> State:
+    """``state`` with the agent (or the second one) at ``position``, taking the coin if it touches it."""
     coin = state.coin
     if coin is not None and _overlap((*position, AGENT, AGENT), (*coin, COIN, COIN)):
         coin = None
+    if is_second:
+        return replace(state, agent2=position, coin=coin)
     return replace(state, agent=position, coin=coin)
 
 
-def agent_fits(state: State, position: tuple[int, int]) -> bool:
-    """Whether the agent may stand at ``position``: inside the walls, off the bar and the crate."""
+def agent_fits(state: State, position: tuple[int, int], other: tuple[int, int] | None = None) -> bool:
+    """Whether an agent may stand at ``position``: inside the walls, off the bar, the crate and
+    the ``other`` agent."""
     rect = (*position, AGENT, AGENT)
     return (
-        _inside(rect) and not _overlap(rect, state.bar) and not _overlap(rect, (*state.crate, CRATE, CRATE))
+        _inside(rect)
+        and not _overlap(rect, state.bar)
+        and not _overlap(rect, (*state.crate, CRATE, CRATE))
+        and (other is None or not _overlap(rect, (*other, AGENT, AGENT)))
     )
 
 
@@ -259,6 +322,8 @@ def render(state: State) -> Frame:
     if state.coin is not None:
         _fill(frame, (*state.coin, COIN, COIN), coin)
     _fill(frame, (*state.agent, AGENT, AGENT), agent)
+    if state.agent2 is not None:
+        _fill(frame, (*state.agent2, AGENT, AGENT), AGENT_2[state.theme])
     return frame
 
 

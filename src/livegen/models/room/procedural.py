@@ -13,6 +13,11 @@ taps that move the agent for one frame; ``game.frame_actions``). The prompt
 is free text; the first theme word it names (forest, ocean, desert, lava,
 snow, night) sets the colours, else the theme stays. The seed fixes the
 room's layout.
+
+Two players (``WorldSpec.players``): player 1 steers ``action`` and ``keys``,
+player 2 ``action_2`` and ``keys_2``, the second agent, which enters the room
+with its first move (``game.enter``), so a session nobody joined makes the
+one-player room's frames.
 """
 
 from __future__ import annotations
@@ -29,7 +34,8 @@ from livegen.models.world import Chunk, Tick, WorldSpec
 
 DESCRIPTION = (
     "A deterministic top-down room game rendered directly (32x32, 16 fps): "
-    "move the agent with the 'action' track, pick a colour theme in the prompt."
+    "move the agent with the 'action' track, pick a colour theme in the prompt; "
+    "a second player steers the second agent with 'action_2'."
 )
 
 
@@ -37,7 +43,7 @@ class ProceduralWorld:
     """The room game as a world model: exact frames, state per session."""
 
     name = "procedural-world"
-    spec: WorldSpec = game.room_spec(description=DESCRIPTION)
+    spec: WorldSpec = game.room_spec(description=DESCRIPTION, players=2)
 
     def __init__(self) -> None:
         #: Session id -> (state after the last committed-or-generated chunk, next chunk index).
@@ -58,8 +64,12 @@ class ProceduralWorld:
         for tick, state in zip(ticks, starts, strict=True):
             state = replace(state, theme=game.theme_from_prompt(tick.prompt, state.theme))
             frames = []
-            for action in game.frame_actions(tick.controls, tick.num_frames or self.spec.frames_per_chunk):
-                state = game.step(state, action)
+            num_frames = tick.num_frames or self.spec.frames_per_chunk
+            seconds = game.frame_actions(tick.controls, num_frames, game.SECOND)
+            for action, second in zip(game.frame_actions(tick.controls, num_frames), seconds, strict=True):
+                if second != "none" and state.agent2 is None:
+                    state = game.enter(state, game.second_agent_home(tick.seed))
+                state = game.step(state, action, second)
                 frames.append(game.render(state))
             ends[tick.meta.session_id] = (state, tick.meta.chunk_index + 1)
             results.append(Chunk(tick.meta, np.stack(frames)))

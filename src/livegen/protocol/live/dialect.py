@@ -54,6 +54,7 @@ from livegen.protocol.live.delegation import (
     delegated_response,
     response_text,
 )
+from livegen.protocol.live.usage import Meter
 
 #: The most tokens one instructions, thinking or commentary append may carry (OpenAI's bound).
 MAX_APPEND_TOKENS = 500
@@ -105,6 +106,8 @@ class LiveDialect:
     closed: bool = False
     #: The session's timeline: milliseconds of input audio taken.
     input_ms: int = 0
+    #: What the session has used (``usage.py``): the transport tells it the time and each response.
+    meter: Meter = field(default_factory=Meter)
     appended_instructions: list[str] = field(default_factory=list)
     delegations: Delegations = field(default_factory=Delegations)
     #: ``session.update``s the dialect sent itself: their ``session.updated`` is not the client's.
@@ -355,14 +358,16 @@ class LiveDialect:
 
     def closed_event(self, requested: bool) -> live.SessionClosed:
         reason: live.CloseReason = "close_requested" if requested else "connection_lost"
-        usage = live.Usage(seconds=self.input_ms / 1000)
-        return live.SessionClosed(event_id=self._id(), reason=reason, session=self.session(), usage=usage)
+        return live.SessionClosed(
+            event_id=self._id(), reason=reason, session=self.session(), usage=self.usage()
+        )
 
     def usage_event(self) -> live.SessionUsageUpdated:
-        usage = live.Usage(seconds=self.input_ms / 1000)
-        return live.SessionUsageUpdated(
-            event_id=self._id(), usage=usage, context_window=live.ContextWindow(usage_ratio=0.0)
-        )
+        usage, window = self.usage(), self.meter.window()
+        return live.SessionUsageUpdated(event_id=self._id(), usage=usage, context_window=window)
+
+    def usage(self) -> live.Usage:
+        return self.meter.usage(self.input_ms)
 
     # --- the session object -------------------------------------------------------------
     @property

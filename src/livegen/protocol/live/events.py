@@ -286,8 +286,12 @@ class DelegationCreated(Replying, tag="session.delegation.created", kw_only=True
     offset_ms: int
 
 
-class Usage(msgspec.Struct, kw_only=True):
+class Usage(msgspec.Struct, kw_only=True, omit_defaults=True):
+    #: Whole seconds the session has run (OpenAI bills GPT-Live by the second).
     seconds: float
+    #: A WebRTC session's breakdown: inference never pauses here, so all of it is active.
+    active_seconds: int | None = None
+    paused_seconds: int | None = None
 
 
 class ContextWindow(msgspec.Struct, kw_only=True):

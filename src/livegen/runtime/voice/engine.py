@@ -42,7 +42,7 @@ from livegen.protocol.realtime import server as ev
 from livegen.protocol.realtime.fields import decode_session
 from livegen.runtime.voice import handoff as handoffs
 from livegen.runtime.voice.lifecycle import Handoff, Link, LiveSession, Opening
-from livegen.runtime.voice.models import ModelSettings, VoiceModels
+from livegen.runtime.voice.models import ModelSettings, SharedModels, VoiceModels
 from livegen.runtime.voice.owner import SessionOwner
 from livegen.runtime.voice.parking import ParkingBudget, open_reclaiming
 from livegen.runtime.voice.runner import Dialect, Runner, RunnerLimits
@@ -76,7 +76,9 @@ class VoiceEngine:
         settings: VoiceSettings,
         metrics: Any,
         limits: Limits | None = None,
+        shared: SharedModels | None = None,
     ) -> None:
+        """``shared``: a cluster's model services, for a server process of one (none: in-process)."""
         self.registry = registry
         #: Requested model names -> the model that answers (``--served-model-name``, ``--model-alias``).
         self.names = names
@@ -88,7 +90,7 @@ class VoiceEngine:
         hosts = tuple(getattr(settings, "mcp_allowed_hosts", ()))
         timeout_s = float(getattr(settings, "mcp_timeout_s", Limits.mcp_timeout_s))
         self.limits = limits or Limits(mcp_allowed_hosts=hosts, mcp_timeout_s=timeout_s)
-        self.cache = VoiceModels(registry, names, settings)
+        self.cache = VoiceModels(registry, names, settings, shared)
         #: Loaded models by registry name (the cache's own dict).
         self.models: dict[str, VoiceModel] = self.cache.loaded
         self.runners: set[Runner] = set()

@@ -1,6 +1,6 @@
 """A GPT-Live session's link: the client's connection seen through the GPT-Live dialect.
 
-The transport (``server/live.py``) reads ``session.start``, admits the session
+The transport (``server/realtime/live.py``) reads ``session.start``, admits the session
 and wraps its plain link in a ``LiveLink``, which it hands to the engine as any
 session's opening link: the engine runs an ordinary voice session, and every
 event in and out passes through ``protocol/live/dialect.py``. The link adds

@@ -34,12 +34,14 @@ import statistics
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Sequence, Sized
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol
 
 from livegen.errors import CapacityExceeded, ModelContractError, ModelError
 from livegen.logs import log_event
-from livegen.models.lockstep import LockstepFrame, LockstepModel
+from livegen.models.lockstep import LockstepFrame, LockstepModel, LockstepSpec
+from livegen.models.voice import ModelHealth
 from livegen.tasks import TaskSet
 
 logger = logging.getLogger("livegen.runtime.voice.lockstep")
@@ -70,7 +72,7 @@ def worker_of(model: LockstepModel) -> ThreadPoolExecutor:
 
 class Seat:
     """What a session reads of its seat: its output frames, its late frames, whether it failed.
-    A ``Member`` here, or a cluster's remote one (``lockstep_service.RemoteMember``)."""
+    A ``Member`` here, or a cluster's remote one (``cluster.lockstep.RemoteMember``)."""
 
     def __init__(self, session_id: str, slot: int) -> None:
         self.session_id = session_id
@@ -264,4 +266,48 @@ class FrameClock:
         return output
 
 
-__all__ = ["MAX_QUEUED_FRAMES", "FrameClock", "Member", "Seat"]
+class Place(Protocol):
+    """A session's seat as its stream uses it: a ``Member`` here, a cluster's ``RemoteMember``."""
+
+    outputs: asyncio.Queue[Delivered]
+
+    async def put(self, pcm: bytes) -> None: ...
+
+    def clear(self) -> None: ...
+
+
+class ClockedModel(Protocol):
+    """What a session reads of the model behind a clock: here the model, in a cluster its face."""
+
+    @property
+    def spec(self) -> LockstepSpec: ...
+
+    def health(self) -> ModelHealth: ...
+
+
+class Clock(Protocol):
+    """A lockstep model's frame clock as the voice engine serves it: this process's ``FrameClock``,
+    or a cluster's one clock for every process (``cluster/lockstep.py``'s ``RemoteClock``), which
+    the engine is handed (``runtime/voice/models.py``'s ``SharedLockstep``) and never imports."""
+
+    @property
+    def model(self) -> ClockedModel: ...
+
+    @property
+    def members(self) -> Sized: ...
+
+    @property
+    def step_cost_s(self) -> float | None: ...
+
+    @property
+    def missed_frames(self) -> int: ...
+
+    async def join(self, session_id: str, seed: int = 0) -> Place: ...
+
+    # Any: each clock takes back the seats it gave (a Member, a RemoteMember), no other.
+    async def leave(self, member: Any) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+__all__ = ["MAX_QUEUED_FRAMES", "Clock", "ClockedModel", "FrameClock", "Member", "Place", "Seat"]

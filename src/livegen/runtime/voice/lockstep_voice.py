@@ -5,7 +5,7 @@ The voice engine serves a ``LockstepModel`` (``models/lockstep.py``) through
 through the same session core, runner, owner and transports as the cascade.
 Its ``LockstepStream`` is the session's seat (``lockstep.Member``) at the
 model's one ``FrameClock`` (in a cluster, a ``RemoteMember`` at the cluster's
-lockstep service: ``lockstep_service.py``):
+lockstep service: ``cluster/lockstep.py``):
 
 - input: appends (PCM16 at the model rate: the session core resampled them)
   are cut into frames and queued for the clock; a clear drops what is queued;
@@ -33,16 +33,12 @@ import math
 import zlib
 from collections.abc import AsyncIterator
 
-from livegen.models.lockstep import LockstepFrame, LockstepModel
+from livegen.models.lockstep import LockstepFrame
 from livegen.models.voice import ModelHealth, OutputKind, ResponseRequest, StreamConfig, VoiceOutput
-from livegen.runtime.voice.lockstep import FrameClock, Member
-from livegen.runtime.voice.lockstep_service import RemoteClock, RemoteMember, RemoteModel
+from livegen.runtime.voice.lockstep import Clock, ClockedModel, Place
 
 #: The longest a cut model stays muted while it goes on speaking (see the module's docstring).
 MUTE_LIMIT_MS = 2000
-
-#: A model's frame clock: this process's own, or a cluster's lockstep service (``lockstep_service``).
-Clock = FrameClock | RemoteClock
 
 
 class LockstepVoice:
@@ -50,9 +46,7 @@ class LockstepVoice:
 
     has_vad = False  # the session core detects the user's speech (``voice/vad.py``)
 
-    def __init__(
-        self, name: str, model: LockstepModel | RemoteModel, clock: Clock, yield_frames: int
-    ) -> None:
+    def __init__(self, name: str, model: ClockedModel, clock: Clock, yield_frames: int) -> None:
         self.name = name
         self.model = model
         self.clock = clock
@@ -84,9 +78,7 @@ class LockstepVoice:
 class LockstepStream:
     """One session's ``VoiceStream`` on the clock: appends in, the model's turns out."""
 
-    def __init__(
-        self, clock: Clock, member: Member | RemoteMember, yield_frames: int, mute_frames: int
-    ) -> None:
+    def __init__(self, clock: Clock, member: Place, yield_frames: int, mute_frames: int) -> None:
         self.clock = clock
         self.member = member
         self.yield_frames = yield_frames
@@ -154,11 +146,7 @@ class LockstepStream:
     async def aclose(self) -> None:
         if not self._closed:
             self._closed = True
-            member = self.member
-            if isinstance(member, RemoteMember):  # the cluster's clock (``lockstep_service``)
-                await member.clock.leave(member)
-            elif isinstance(self.clock, FrameClock):
-                await self.clock.leave(member)
+            await self.clock.leave(self.member)  # the seat goes back to the clock that gave it
 
 
 __all__ = ["LockstepStream", "LockstepVoice"]

@@ -6,7 +6,11 @@ or on the first session that asks for another, then shared by every session;
 server's remote speech stages (``--asr-base-url``, ``--tts-base-url``) through
 ``RemoteSpeech``; a loader that takes typed settings gets the cascade's
 (``--vad``, ``--asr-workers``...: ``CascadeSettings``, read off the server's
-settings by name). The cache is the engine's, kept in a module of its own so
+settings by name). In a server process of a cluster the engine is handed the
+cluster's services (``cluster/services.py`` chooses them, once): a lockstep
+model's clock (``SharedLockstep``) and the cascade's heavy parts
+(``models.voice.SharedSpeech``, given to the loader); this module never asks
+whether it is in one. The cache is the engine's, kept in a module of its own so
 that the engine holds sessions and the cache holds models: a session's parts
 (``ModelFacts``, a stream) come from here, on its opening and on a
 ``session.update`` that switches model.
@@ -16,28 +20,28 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from livegen.errors import ConfigError
 from livegen.models import Kind, Registry
 from livegen.models.cascade.settings import CascadeSettings
 from livegen.models.lockstep import LockstepModel
-from livegen.models.registry import ServedNames
+from livegen.models.registry import ModelInfo, ServedNames
 from livegen.models.voice import (
     OPENAI_TRANSCRIPTION_MODELS,
     ClipAudio,
     LLMLimits,
     RemoteLLM,
     RemoteSpeech,
+    SharedSpeech,
     SpeechStack,
     StreamConfig,
     VoiceModel,
     VoiceStream,
 )
 from livegen.protocol import errors as wire_errors
-from livegen.runtime.voice import lockstep_service
-from livegen.runtime.voice.lockstep import FrameClock
-from livegen.runtime.voice.lockstep_service import RemoteClock
+from livegen.runtime.voice.lockstep import Clock, FrameClock
 from livegen.runtime.voice.lockstep_voice import LockstepVoice
 from livegen.voice.session import ModelFacts
 from livegen.voice.settings import REALTIME_VOICES
@@ -63,9 +67,34 @@ class ModelSettings(Protocol):
     def duplex_realtime_headroom(self) -> float: ...
 
 
+class SharedLockstep(Protocol):
+    """A cluster's lockstep service (``cluster/lockstep.py``): a lockstep model loaded once for
+    every server process, and its one frame clock."""
+
+    async def connect(self, entry: ModelInfo, options: Mapping[str, str] | None, headroom: float) -> Clock:
+        """This process's face of the model's clock, the service waited for until loaded."""
+        ...
+
+
+@dataclass(frozen=True)
+class SharedModels:
+    """The cluster's model services a server process's voice models use (``cluster/services.py``
+    chooses them); None each: that model runs in this process."""
+
+    lockstep: SharedLockstep | None = None
+    speech: SharedSpeech | None = None
+
+
 class VoiceModels:
-    def __init__(self, registry: Registry, names: ServedNames, settings: ModelSettings) -> None:
+    def __init__(
+        self,
+        registry: Registry,
+        names: ServedNames,
+        settings: ModelSettings,
+        shared: SharedModels | None = None,
+    ) -> None:
         self.registry = registry
+        self.shared = shared or SharedModels()
         #: Requested model names -> the model that answers (``--served-model-name``, ``--model-alias``).
         self.names = names
         self.settings = settings
@@ -83,19 +112,21 @@ class VoiceModels:
                 if entry.name not in self.loaded:
                     # The weights options (--voice-model-path...) are the served model's only.
                     options = self.settings.voice_options() if entry.name == self.names.default else None
-                    settings = CascadeSettings.of(self.settings)  # a bad one fails the load, by flag
-                    if lockstep_service.in_cluster(entry):  # once per cluster, in its service
-                        headroom = self.settings.duplex_realtime_headroom
-                        model = await lockstep_service.connect(entry, options, headroom)
-                    else:
-                        model = await asyncio.to_thread(self.registry.load, entry.name, options, settings)
-                    self.loaded[entry.name] = self._configured(entry.name, model)
+                    self.loaded[entry.name] = self._configured(entry.name, await self._load(entry, options))
         return self.loaded[entry.name]
+
+    async def _load(self, entry: ModelInfo, options: Mapping[str, str] | None) -> Any:
+        settings = CascadeSettings.of(self.settings)  # a bad one fails the load, by flag
+        if entry.lockstep and self.shared.lockstep is not None:  # once per cluster, in its service
+            headroom = self.settings.duplex_realtime_headroom
+            return self._lockstep(entry.name, await self.shared.lockstep.connect(entry, options, headroom))
+        load = self.registry.load
+        return await asyncio.to_thread(load, entry.name, options, settings, speech=self.shared.speech)
 
     def _configured(self, name: str, model: Any) -> VoiceModel:
         settings = self.settings
-        if isinstance(model, LockstepModel | RemoteClock):  # served at its frame clock, batched
-            model = self._lockstep(name, model)
+        if isinstance(model, LockstepModel):  # served at its frame clock, batched
+            model = self._lockstep(name, FrameClock(model, headroom=settings.duplex_realtime_headroom))
         if settings.llm_base_url and isinstance(model, RemoteLLM):
             model.use_llm(
                 settings.llm_base_url,
@@ -109,13 +140,9 @@ class VoiceModels:
             model = model.with_speech(stack)
         return model  # type: ignore[no-any-return]
 
-    def _lockstep(self, name: str, model: LockstepModel | RemoteClock) -> LockstepVoice:
-        """A lockstep model as a voice model, with its own frame clock (``runtime/voice/lockstep.py``),
-        or, in a cluster, the cluster's (``runtime/voice/lockstep_service.py``)."""
-        if isinstance(model, RemoteClock):
-            clock: FrameClock | RemoteClock = model
-        else:
-            clock = FrameClock(model, headroom=self.settings.duplex_realtime_headroom)
+    def _lockstep(self, name: str, clock: Clock) -> LockstepVoice:
+        """A lockstep model as a voice model at its frame clock: its own (``runtime/voice/lockstep.py``)
+        or, in a cluster, the cluster's (``cluster/lockstep.py``)."""
         yield_frames = round(self.settings.duplex_yield_ms / clock.model.spec.frame_ms)
         return LockstepVoice(name, clock.model, clock, yield_frames)
 

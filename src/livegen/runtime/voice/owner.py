@@ -22,8 +22,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
@@ -42,9 +42,48 @@ from livegen.runtime.voice.runner import FAILED_CLOSE_CODE
 from livegen.voice.lifecycle import Action, Event, State, transition
 
 if TYPE_CHECKING:
-    from livegen.runtime.voice.engine import VoiceEngine
+    from livegen.models.voice import VoiceModel
+    from livegen.runtime.voice.lifecycle import Link
+    from livegen.runtime.voice.parking import ParkingBudget
+    from livegen.runtime.voice.runner import Dialect, Runner
 
 logger = logging.getLogger("livegen.runtime.voice")
+
+
+class Grace(Protocol):
+    @property
+    def resume_grace_s(self) -> float: ...
+
+
+class Engine(Protocol):
+    """The voice engine as an owner uses it (``runtime/voice/engine.py``'s ``VoiceEngine``, which
+    builds the owners: declared here so that the two do not import each other)."""
+
+    @property
+    def settings(self) -> Grace: ...
+    @property
+    def parking(self) -> ParkingBudget: ...
+    @property
+    def metrics(self) -> Any: ...
+    @property
+    def events_in(self) -> Any: ...
+    @property
+    def live(self) -> dict[str, LiveSession]: ...
+
+    async def open_runner(
+        self,
+        session_id: str,
+        name: str,
+        model: VoiceModel,
+        send_text: Callable[[str], Awaitable[None]],
+        dialect: Dialect | None = None,
+        session_type: str = "realtime",
+        formats_fixed: bool = False,
+    ) -> Runner: ...
+    def enlist(self, runner: Runner) -> Callable[[], None]: ...
+    async def refuse(self, link: Link, error: RemoteProtocolError, close_code: int) -> None: ...
+    async def send_error(self, link: Link, error: RemoteProtocolError) -> None: ...
+
 
 #: A client that closes with these meant to leave; any other loss parks the session for a resume.
 CLEAN_CLOSE_CODES = frozenset({1000, 1001})
@@ -78,7 +117,7 @@ class SessionOwner:
         "state",
     )
 
-    def __init__(self, engine: VoiceEngine, opening: Opening) -> None:
+    def __init__(self, engine: Engine, opening: Opening) -> None:
         self.engine = engine
         self.opening = opening
         self.state = State.OPENING

@@ -1,6 +1,6 @@
 """A translation session's link: the client's connection seen through the translation dialect.
 
-The transport (``server/translation.py``) wraps its plain link in a
+The transport (``server/realtime/translation.py``) wraps its plain link in a
 ``TranslationLink`` and hands it to the engine as any session's opening link;
 every event in and out passes through ``voice/translation.py``'s dialect, so
 the engine runs an ordinary voice session that translates. The link also

@@ -4,5 +4,5 @@
 workers (in this process, or Ray actors); ``owner`` serves one socket's
 session (dispatch, open and close, metrics); ``scheduler`` batches due sessions
 into one model step; ``runner`` drives one session's output; ``kv_pool`` bounds
-KV memory; ``workers`` and ``ray_worker`` run the model.
+KV memory; ``workers`` runs the model (``cluster/world_actors.py``: in Ray actors).
 """

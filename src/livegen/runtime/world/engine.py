@@ -1,9 +1,10 @@
 """``WorldEngine``: the world model and every world session of a server.
 
 As nano-vllm's ``LLMEngine`` owns its scheduler, the engine owns the model
-(loaded in ``start``: in this process, or in ``--world-workers`` Ray actors
-with their KV pools; in a cluster of server processes, the cluster's shared
-world services, ``shared.py``, loaded once for every process), the scheduler
+(loaded in ``start``: in this process, or by the workers it is handed,
+``WorldSettings.workers``: ``--world-workers`` Ray actors with their KV pools,
+or, in a cluster of server processes, the cluster's shared world services,
+loaded once for every process; ``cluster/services.py`` chose), the scheduler
 that batches due sessions into one model step, and the session manager (ids,
 ``--max-sessions``, tombstones). It opens a session's runner from its first
 ``session.update``, reconfigures it from later ones, describes it for
@@ -11,8 +12,9 @@ that batches due sessions into one model step, and the session manager (ids,
 until the model is loaded, nor while the KV pool or the realtime capacity is
 full. It serves each player's link (``serve``: a ``SessionOwner``,
 ``owner.py``, decodes its client's messages and hands them here or to the
-session's runner) and each spectator's (``spectate``), and ends them all on
-``stop``; the transports (``server/world.py``, ``server/world_calls.py``) only
+session's runner), each spectator's (``spectate``) and each player's who joins
+another's session (``join``, ``players.py``), and ends them all on
+``stop``; the transports (``server/world/service.py``, ``server/webrtc/world_calls.py``) only
 move text and bytes. ``WorldSettings.of`` reads the server's options.
 """
 
@@ -20,32 +22,29 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import importlib.util
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import msgspec
 
-from livegen.errors import ConfigError, InvalidRequest, InvalidState, RemoteProtocolError
+from livegen.errors import InvalidRequest, InvalidState, RemoteProtocolError
 from livegen.logs import log_event
 from livegen.models import ModelInfo, Registry
 from livegen.models.world import WorldModel
 from livegen.protocol import world as wire
 from livegen.runtime.world.calibrate import calibrate
 from livegen.runtime.world.owner import Link, SessionOwner
+from livegen.runtime.world.players import PlayerLimits, Players
 from livegen.runtime.world.recording import Recordings, RecordingSettings
-from livegen.runtime.world.runner import Options, Runner
+from livegen.runtime.world.runner import Runner
 from livegen.runtime.world.scheduler import DEFAULT_KV_BUDGET_BYTES, Scheduler
-from livegen.runtime.world.shared import SharedWorld
 from livegen.runtime.world.spectators import SpectatorLimits, Spectators
-from livegen.runtime.world.workers import Worker
+from livegen.runtime.world.updates import check_fixed, options_of
+from livegen.runtime.world.workers import WorkerSource
 from livegen.world import AcceptStatus, ControlInput, Event, Manager, thaw
 from livegen.world.images import decode_seed_image
-
-if TYPE_CHECKING:
-    from livegen.runtime.world.ray_worker import Cluster
 
 logger = logging.getLogger("livegen.world")
 DEFAULT_MAX_PENDING_EVENTS = 64
@@ -70,9 +69,10 @@ class WorldSettings:
     spectators: SpectatorLimits | None = None
     #: The transports a session may use (``session.capabilities``): WebRTC where calls are served.
     transports: tuple[wire.Transport, ...] = ("websocket",)
-    #: This process's cluster (``--workers``, ``--ray-address``): the model runs in the cluster's
-    #: shared world services (``shared.py``, ``max(1, world_workers)`` of them); None: its own.
-    shared: SharedWorld | None = None
+    #: Where the model runs outside this process, chosen once (``cluster/services.py``): the
+    #: ``--world-workers`` Ray actors, or a cluster's shared world services (``--workers``,
+    #: ``--ray-address``: ``max(1, world_workers)`` of them); None: in this process.
+    workers: WorkerSource | None = None
 
     @classmethod
     def of(
@@ -81,8 +81,10 @@ class WorldSettings:
         recordings: RecordingSettings | None,
         *,
         webrtc: bool,
+        workers: WorkerSource | None = None,
     ) -> WorldSettings:
-        """The settings the server's options (``ServerConfig``) give; ``webrtc``: calls are served."""
+        """The settings the server's options (``ServerConfig``) give; ``webrtc``: calls are served;
+        ``workers``: where the model runs, when not here (``cluster/services.py`` chose)."""
         return cls(
             max_sessions=config.max_sessions,
             max_unsent_bytes=config.max_unsent_bytes,
@@ -98,7 +100,7 @@ class WorldSettings:
                 max_unsent_bytes=config.max_unsent_bytes,
             ),
             transports=("websocket", "webrtc") if webrtc else ("websocket",),
-            shared=SharedWorld.from_env(),
+            workers=workers,
         )
 
 
@@ -132,13 +134,12 @@ class WorldEngine:
         self.model: WorldModel | None = None
         self.scheduler: Scheduler | None = None
         self.manager: Manager | None = None
-        #: The Ray connection when the model runs in Ray actors (``--world-workers``).
-        self.cluster: Cluster | None = None
-        if settings.world_workers > 0 and importlib.util.find_spec("ray") is None:
-            raise ConfigError("--world-workers needs Ray: pip install 'livegen[ray]'")
         #: The recordings directory (``recording.py``), or None when recordings are off.
         self.recordings = Recordings(settings.recordings) if settings.recordings is not None else None
         self.spectators = Spectators(settings.spectators) if settings.spectators is not None else None
+        #: Players who join another's session (``players.py``); their tokens last as spectators'.
+        ttl = settings.spectators.token_ttl_s if settings.spectators is not None else 600.0
+        self.players = Players(PlayerLimits(ttl, settings.max_unsent_bytes))
         #: Every player's session owner (``owner.py``), one per link, until its link closes.
         self.owners: set[SessionOwner] = set()
 
@@ -147,11 +148,9 @@ class WorldEngine:
         settings = self.settings
         headroom = settings.realtime_headroom
         model: WorldModel | None = None
-        if settings.shared is not None:
-            workers = await self._attach_shared(settings.shared)
-            scheduler = Scheduler(workers=workers, realtime_headroom=headroom)
-        elif settings.world_workers > 0:
-            workers = await self._start_ray_workers(settings.world_workers)
+        if settings.workers is not None:
+            options = dict(settings.model_options)
+            workers = await settings.workers.start(self.entry, options, DEFAULT_KV_BUDGET_BYTES)
             scheduler = Scheduler(workers=workers, realtime_headroom=headroom)
         else:
             options = dict(settings.model_options)
@@ -162,6 +161,7 @@ class WorldEngine:
             await calibrate(scheduler)
         self.manager = Manager(
             tracks=scheduler.spec.controls,
+            players=scheduler.spec.players,
             new_id=lambda: uuid.uuid4().hex[:12],
             max_sessions=settings.max_sessions,
         )
@@ -173,24 +173,8 @@ class WorldEngine:
             await owner.shutdown()
         if self.scheduler is not None:
             await self.scheduler.stop()
-        if self.cluster is not None:
-            await self.cluster.close()
-
-    async def _start_ray_workers(self, num_workers: int) -> list[Worker]:
-        from livegen.runtime.world.ray_worker import Cluster
-
-        self.cluster = await Cluster.connect(self.settings.ray_address, num_workers)
-        options = dict(self.settings.model_options)
-        workers = await self.cluster.start_workers(self.entry.name, num_workers, options)
-        log_event(logger, "world.workers_started", model=self.entry.name, num_workers=num_workers)
-        return list(workers)
-
-    async def _attach_shared(self, cluster: SharedWorld) -> list[Worker]:
-        from livegen.runtime.world.shared import attach
-
-        options, count = dict(self.settings.model_options), max(1, self.settings.world_workers)
-        workers = await attach(self.entry, options, count, DEFAULT_KV_BUDGET_BYTES, cluster)
-        return list(workers)
+        if self.settings.workers is not None:
+            await self.settings.workers.close()
 
     def health(self) -> dict[str, Any]:
         report: dict[str, Any] = {"ready": False, "model": self.entry.name}
@@ -241,6 +225,10 @@ class WorldEngine:
         """One spectator's link (``spectators.py``): read-only, from its admission to its close."""
         assert self.spectators is not None, "a server that takes spectators gives their limits"
         await self.spectators.serve(session_id, token, link, self.describe)
+
+    async def join(self, session_id: str, token: str, link: Link) -> None:
+        """One joining player's link (``players.py``): it steers its own tracks of the session."""
+        await self.players.serve(session_id, token, link, self.accept_as, self.describe)
 
     # -- sessions --------------------------------------------------------------------------
     def check_model(self, update: wire.SessionConfig) -> None:
@@ -293,7 +281,7 @@ class WorldEngine:
             scheduler,
             send_text,
             send_bytes,
-            _options(update),
+            options_of(update),
             on_error=on_error,
             max_unsent_bytes=self.settings.max_unsent_bytes,
         )
@@ -348,9 +336,13 @@ class WorldEngine:
             raise InvalidRequest("spectators are off on this server", code="spectators_disabled")
         runner.send(self.spectators.mint(runner))
 
+    def player_token(self, runner: Runner) -> None:
+        """``session.player_token``: a token another player joins with (``players.py``)."""
+        runner.send(self.players.mint(runner))
+
     def reconfigure(self, runner: Runner, update: wire.SessionConfig) -> None:
         """A later ``session.update``: output and pacing change; what made the world is fixed."""
-        _check_fixed(runner, update)
+        check_fixed(runner, update)
         options, output = runner.options, update.output
         is_switching = update.pacing == "realtime" and not runner.is_realtime
         if is_switching:  # an asap session is not charged: now it is, and may not fit
@@ -378,6 +370,18 @@ class WorldEngine:
             for tap in list(runner.taps):
                 tap.event(logged)
         self.wake()
+
+    def accept_as(self, runner: Runner, event: wire.WorldEvent, player: int) -> wire.EventAccepted:
+        """A joined player's ``world.event``, for its own tracks; the answer is that player's."""
+        controls = [ControlInput.of(c.track, c.schema, c.data) for c in event.controls or ()]
+        built = Event.of(event.event_id, event.prompt, controls, event.transition_chunks or 0, player)
+        acceptance = runner.session.accept(built)
+        if acceptance.status is AcceptStatus.ACCEPTED and runner.taps:
+            logged = msgspec.to_builtins(event)
+            for tap in list(runner.taps):
+                tap.event(logged, player)
+        self.wake()
+        return wire.EventAccepted(event.event_id, acceptance.status.value, acceptance.pending_event_count)
 
     def describe(self, runner: Runner) -> dict[str, Any]:
         """The session object of ``session.created`` and ``session.updated``, as the events carry it."""
@@ -418,61 +422,14 @@ class WorldEngine:
     def capabilities(self, runner: Runner) -> wire.WorldCapabilities:
         """``session.capabilities``: the session's controls and timing, the server's features."""
         spec, settings = runner.spec, self.settings
+        own = runner.session.seats.tracks(1)  # a shared world's owner steers its own tracks only
         return wire.WorldCapabilities(
-            controls=[track.name for track in spec.controls],
+            controls=[track.name for track in spec.controls if own is None or track.name in own],
             fps=spec.fps,
             frames_per_chunk=spec.frames_per_chunk,
             first_chunk_frames=spec.frames_in_chunk(0),
             recording=settings.recordings is not None,
             spectators=settings.spectators is not None,
             transports=list(settings.transports),
+            players=runner.session.seats.num_players,
         )
-
-
-def _options(update: wire.SessionConfig) -> Options:
-    """The runner's options from a session's first ``session.update``."""
-    output = update.output or wire.OutputConfig()
-    return Options(
-        pacing=update.pacing or "realtime",
-        format=output.format,
-        quality=output.quality,
-        max_chunks_ahead=update.max_chunks_ahead or 4,
-        frames_per_chunk=update.frames_per_chunk,
-        recording=bool(update.recording),
-    )
-
-
-def _check_fixed(runner: Runner, update: wire.SessionConfig) -> None:
-    """Refuse a later ``session.update`` that would change what the world was made from."""
-    session = runner.session
-    fixed = {
-        "seed": (update.seed, session.seed),
-        "prompt": (update.prompt, session.initial_prompt),
-        "max_pending_events": (update.max_pending_events, session.max_pending_events),
-    }
-    length = update.frames_per_chunk
-    if length is not None and length not in (runner.options.frames_per_chunk, runner.spec.frames_per_chunk):
-        raise InvalidRequest(
-            "session.frames_per_chunk is fixed once the session exists (give it in the first session.update)",
-            code="invalid_request",
-            param="session.frames_per_chunk",
-        )
-    if update.recording is not None and update.recording != runner.options.recording:
-        raise InvalidRequest(
-            "session.recording is fixed once the session exists (give it in the first session.update)",
-            code="invalid_request",
-            param="session.recording",
-        )
-    if update.seed_image is not None:
-        raise InvalidRequest(
-            "session.seed_image is fixed once the session exists (give it in the first session.update)",
-            code="invalid_request",
-            param="session.seed_image",
-        )
-    for name, (asked, current) in fixed.items():
-        if asked is not None and asked != current:
-            raise InvalidRequest(
-                f"session.{name} is fixed once the session exists (send a world.event for a new prompt)",
-                code="invalid_request",
-                param=f"session.{name}",
-            )

@@ -1,6 +1,6 @@
 """``SessionOwner``: one world socket's session, from its first message to its close.
 
-The transport (``server/world.py``) accepts a socket, wraps it as a ``Link``
+The transport (``server/world/service.py``) accepts a socket, wraps it as a ``Link``
 (send text, send bytes, receive, close with a code) and hands it to the engine
 (``WorldEngine.serve``), which makes its owner; from
 then on the owner does the engine's side of the conversation. It reads the
@@ -15,7 +15,7 @@ the socket ends.
 Bad input never ends a session or the server: each bad message gets an
 ``error`` event (with the client's ``event_id`` where it had one) and the
 owner reads on. A client that does not read its output is closed once its
-unsent bytes pass ``--max-unsent-bytes`` (``server/budgets.py``). A bug of ours
+unsent bytes pass ``--max-unsent-bytes`` (``server/http/budgets.py``). A bug of ours
 fails this one session (close code 1011), logged once; never the server.
 """
 
@@ -49,6 +49,7 @@ _MESSAGES: dict[type[wire.ClientEvent], Message] = {
     wire.WorldReset: Message.RESET,
     wire.SessionClose: Message.CLOSE,
     wire.SpectateToken: Message.SPECTATE_TOKEN,
+    wire.PlayerToken: Message.PLAYER_TOKEN,
 }
 
 #: Close code of a session failed by a bug of ours (RFC 6455 "internal error").
@@ -218,6 +219,8 @@ class SessionOwner:
             await runner.reset()
         elif isinstance(event, wire.SpectateToken):
             self.engine.spectate_token(runner)
+        elif isinstance(event, wire.PlayerToken):
+            self.engine.player_token(runner)
         elif isinstance(event, wire.SessionClose):
             await runner.close()
             if runner.session.status is Status.CLOSED:

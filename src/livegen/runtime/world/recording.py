@@ -204,8 +204,11 @@ class Recorder:
         line = {**msgspec.to_builtins(header), "t_ms": self._now_ms()}
         self._put(("chunk", line, frames), int(frames.nbytes))
 
-    def event(self, event: dict[str, Any]) -> None:
-        self._put(("line", {"type": "world.event", "t_ms": self._now_ms(), "event": event}, None), 1024)
+    def event(self, event: dict[str, Any], player: int = 1) -> None:
+        line = {"type": "world.event", "t_ms": self._now_ms(), "event": event}
+        if player != 1:  # a joined player's (shared worlds): its ids are its own
+            line["player"] = player
+        self._put(("line", line, None), 1024)
 
     def reset(self) -> None:
         self._put(("line", {"type": "world.reset", "t_ms": self._now_ms()}, None), 64)

@@ -42,8 +42,8 @@ class RecordingUnreadable(LivegenError):
 @dataclasses.dataclass
 class Recording:
     header: dict[str, Any]
-    #: Accepted events by id, as the client sent them.
-    events: dict[int, dict[str, Any]]
+    #: Accepted events by (player, id), as the client sent them (player 1 is the owner).
+    events: dict[tuple[int, int], dict[str, Any]]
     #: Chunk lines in order, with ``{"type": "world.reset"}`` lines where resets came.
     steps: list[dict[str, Any]]
 
@@ -74,12 +74,12 @@ def read_recording(path: Path) -> Recording:
         raise RecordingUnreadable(f"cannot read {path}: {exc}") from exc
     if not lines or not isinstance(lines[0], dict) or lines[0].get("type") != "recording.header":
         raise RecordingUnreadable(f"{path} does not start with a recording.header line")
-    events: dict[int, dict[str, Any]] = {}
+    events: dict[tuple[int, int], dict[str, Any]] = {}
     steps: list[dict[str, Any]] = []
     for line in lines[1:]:
         kind = line.get("type") if isinstance(line, dict) else None
         if kind == "world.event":
-            events[int(line["event"]["event_id"])] = line["event"]
+            events[int(line.get("player", 1)), int(line["event"]["event_id"])] = line["event"]
         elif kind in ("world.chunk", "world.reset"):
             steps.append(line)
     return Recording(lines[0], events, steps)
@@ -207,14 +207,40 @@ def _chunks_from(steps: list[dict[str, Any]], start: int) -> Iterator[dict[str, 
 
 
 def _accept(engine: WorldEngine, runner: Runner, recording: Recording, chunk: dict[str, Any] | None) -> None:
-    """Accept, in id order, the events ``chunk`` applied when it was recorded."""
-    for event_id in sorted((chunk or {}).get("applied_event_ids", ())):
-        event = recording.events.get(int(event_id))
+    """Accept, in each player's id order, the events ``chunk`` applied when it was recorded."""
+    for player, event_id in _applied(chunk or {}):
+        event = recording.events.get((player, event_id))
         if event is None:
             raise RecordingUnreadable(
-                f"chunk {chunk and chunk['chunk_index']} applied event {event_id}, not in the log"
+                f"chunk {chunk and chunk['chunk_index']} applied event {event_id} of player {player}, "
+                "not in the log"
             )
-        engine.accept(runner, msgspec.convert(event, wire.WorldEvent))
+        world_event = msgspec.convert(event, wire.WorldEvent)
+        if player == 1:
+            engine.accept(runner, world_event)
+        else:
+            _accept_as(engine, runner, world_event, player)
+
+
+def _applied(chunk: dict[str, Any]) -> list[tuple[int, int]]:
+    """(player, event id) of what a recorded chunk applied (a log from before shared worlds:
+    the owner's ids)."""
+    if applied := chunk.get("applied_events"):
+        return sorted((int(item["player"]), int(item["event_id"])) for item in applied)
+    return [(1, int(event_id)) for event_id in sorted(chunk.get("applied_event_ids", ()))]
+
+
+def _accept_as(engine: WorldEngine, runner: Runner, event: wire.WorldEvent, player: int) -> None:
+    """A joined player's event, seating it as it was; an id its seat's floor refuses was a new
+    player's in that seat, whose ids were its own: it takes the seat afresh."""
+    session = runner.session
+    while player not in session.players:
+        session.join()
+    if event.event_id <= session.event_floor_of(player):
+        session.leave(player)
+        while player not in session.players:
+            session.join()
+    engine.accept_as(runner, event, player)
 
 
 def _compare(recorded: dict[str, Any], header: wire.ChunkHeader, frames: list[bytes]) -> str | None:
@@ -224,6 +250,11 @@ def _compare(recorded: dict[str, Any], header: wire.ChunkHeader, frames: list[by
         return f"{where}: the replay made chunk {header.chunk_index} in its place"
     if list(header.applied_event_ids) != list(recorded["applied_event_ids"]):
         return f"{where}: applied events {header.applied_event_ids}, recorded {recorded['applied_event_ids']}"
+    replayed = [(e.player, e.event_id) for e in header.applied_events]
+    if "applied_events" in recorded and replayed != [
+        (e["player"], e["event_id"]) for e in recorded["applied_events"]
+    ]:
+        return f"{where}: applied events of players {replayed}, recorded {recorded['applied_events']}"
     digests = [hashlib.sha256(frame).hexdigest() for frame in frames]
     expected = list(recorded.get("frame_sha256", ()))
     if len(digests) != len(expected):

@@ -21,7 +21,7 @@ Output is bounded in bytes, not only in events: ``unsent_bytes`` counts what
 is queued for the socket (``runtime/outbox.py``) and not yet written (a queued
 chunk counts its raw frames until it is encoded, then its encoded bytes). Past
 ``max_unsent_bytes`` the outbox refuses, the runner stops stepping and sets
-``overflowed``; the endpoint closes the socket (``server/budgets.py``). Acks
+``overflowed``; the endpoint closes the socket (``server/http/budgets.py``). Acks
 count only chunks already written to the socket, so a client that acks indexes
 it never read cannot open credit for chunks that would only pile up here.
 """
@@ -137,6 +137,8 @@ class Runner:
         self.overflowed = asyncio.Event()
         #: Who else sees the session's output: its recording, its spectators (``taps.py``).
         self.taps: list[Tap] = []
+        #: Each joined player's error sink (``players.py``): a refusal of its events is its own.
+        self.guests: dict[int, Callable[[LivegenError], None]] = {}
 
     def start(self) -> None:
         self._scheduler.add(self)  # first: a full KV pool refuses before anything starts
@@ -241,7 +243,10 @@ class Runner:
                 self.flow.committed()
                 self._put(_ChunkJob(effect, queue_ms, model_ms), _raw_bytes(effect))
             elif isinstance(effect, Rejection):
-                self.send_error(effect.error)
+                if effect.player in self.guests:
+                    self.guests[effect.player](effect.error)
+                elif effect.player == 1:
+                    self.send_error(effect.error)
             elif isinstance(effect, Failure):
                 code = effect.code if effect.code == "state_evicted" else "chunk_failed"
                 message = f"{effect.message}; the session is failed until world.reset"
@@ -381,6 +386,7 @@ class Runner:
             media_time_ms=spec.media_time_ms(meta.chunk_index),
             timings=wire.Timings(round(job.queue_ms, 3), round(job.model_ms, 3), round(encode_ms, 3)),
             prompt_transition=job.output.prompt_transition(),
+            applied_events=[wire.AppliedEvent(player, event_id) for player, event_id in job.output.applied],
         )
         for tap in list(self.taps):  # before the player's socket, which may be slow
             tap.chunk(header, chunk.frames, frames)

@@ -36,7 +36,7 @@ measured every session is admitted.
 By default there is one worker, in this process (``LocalWorker``); each worker
 runs its model calls in submission order, so a release always lands between
 steps, never during one. A worker that died and was restarted (a cluster's
-shared world service, ``shared.py``) fails its whole step with
+shared world service, ``cluster/world.py``) fails its whole step with
 ``state_evicted``, without bisection: every session of it lost its state.
 """
 

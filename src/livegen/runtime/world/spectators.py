@@ -112,7 +112,7 @@ class _Watched:
             for frame in encoded:
                 spectator.put(frame)
 
-    def event(self, event: dict[str, Any]) -> None:
+    def event(self, event: dict[str, Any], player: int = 1) -> None:
         pass
 
     def reset(self) -> None:

@@ -23,8 +23,9 @@ class Tap(Protocol):
         """A chunk on its way to the player: its header, raw RGB frames, and encoded frames."""
         ...
 
-    def event(self, event: dict[str, Any]) -> None:
-        """A ``world.event`` the session accepted, as the client sent it."""
+    def event(self, event: dict[str, Any], player: int = 1) -> None:
+        """A ``world.event`` the session accepted, as the client sent it, and whose it was
+        (``players.py``: 1 is the owner)."""
         ...
 
     def reset(self) -> None:

@@ -4,7 +4,7 @@ A ``Worker`` owns one copy of the model and that copy's KV storage, and runs
 its calls (steps and releases) one at a time, in submission order, so a
 release always lands between steps, never during one. ``LocalWorker`` is the
 default: the model in this process, one dedicated thread. ``RayWorker``
-(``ray_worker.py``) is the same contract in a Ray actor, for when one machine
+(``cluster/world_actors.py``) is the same contract in a Ray actor, for when one machine
 is not enough.
 
 The ``WorkerPool`` owns placement, the scheduler (``scheduler.py``)
@@ -20,7 +20,7 @@ A worker that is lost (its process died) takes no new rollouts: its sessions
 fail, and move to a live worker on their ``world.reset``.
 
 In a cluster of server processes the workers are the cluster's shared world
-services (``shared.py``): their pages and admissions are the service's, so the
+services (``cluster/world.py``): their pages and admissions are the service's, so the
 pool keeps no KV pool for them, admits a session with an awaited call
 (``reserve``) before its runner starts, and never moves a session between them.
 """
@@ -28,20 +28,18 @@ pool keeps no KV pool for them, admits a session with an awaited call
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 
 from livegen.errors import CapacityExceeded, LocalProtocolError, StateEvicted
+from livegen.models.registry import ModelInfo
 from livegen.models.world import Chunk, Tick, WorldModel, WorldSpec
 from livegen.runtime.world.kv_pool import Pool
 
-if TYPE_CHECKING:
-    from livegen.runtime.world.shared import SharedWorker
-
 T = TypeVar("T")
-#: A page a shared service names (``shared.py``): a tick to one carries one per page to write.
+#: A page a shared service names (``cluster/world.py``): a tick to one carries one per page to write.
 UNNAMED_PAGE = -1
 
 
@@ -333,4 +331,45 @@ class WorkerPool:
                 raise result
 
 
-__all__ = ["UNNAMED_PAGE", "LocalWorker", "Worker", "WorkerPool", "WorkerRestarted"]
+class SharedWorker(Worker, Protocol):
+    """A worker that is one of a cluster's shared services (``cluster/world.py``): it pages and
+    admits sessions itself, for every process, and the pool reads its counts."""
+
+    is_shared: bool
+    #: The service's sessions (of every process) and capacity, as its last answer said.
+    num_sessions: int
+    capacity: int | None
+
+    @property
+    def is_full(self) -> bool: ...
+
+    async def admit(self, session_id: str) -> None: ...
+
+    def forget(self, session_id: str) -> None: ...
+
+    def refresh(self) -> None: ...
+
+
+class WorkerSource(Protocol):
+    """Workers that run the model outside this process, chosen once from the configuration
+    (``cluster/services.py``): ``--world-workers`` Ray actors (``cluster/world_actors.py``) or a
+    cluster's shared services (``cluster/world.py``). None in the settings: the model runs here."""
+
+    async def start(self, entry: ModelInfo, options: Mapping[str, Any], kv_budget_bytes: int) -> list[Worker]:
+        """The workers, each with its model loaded (waited for)."""
+        ...
+
+    async def close(self) -> None:
+        """Let the workers go (the engine stopped)."""
+        ...
+
+
+__all__ = [
+    "UNNAMED_PAGE",
+    "LocalWorker",
+    "SharedWorker",
+    "Worker",
+    "WorkerPool",
+    "WorkerRestarted",
+    "WorkerSource",
+]

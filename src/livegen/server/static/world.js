@@ -285,7 +285,9 @@ export class WorldPanel {
     this.el.canvas.width = this.spec.width;
     this.el.canvas.height = this.spec.height;
     this.el.canvas.parentElement.style.aspectRatio = `${this.spec.width} / ${this.spec.height}`;
-    this.tracks = normalizeTracks(session.controls);
+    // A shared world's other players' tracks are theirs: the pad shows the ones this page steers.
+    const own = session.capabilities?.controls;
+    this.tracks = normalizeTracks((session.controls || []).filter((c) => !own || own.includes(c.track)));
     this.moveTrack = this.tracks.find((track) => DIRECTIONS.every((d) => track.values.includes(d))) || null;
     this.keysTrack = this.tracks.find((track) => track.schema === KEYS_SCHEMA) || null;
     this.mouseTrack = this.tracks.find((track) => track.schema === MOUSE_SCHEMA) || null;
