@@ -12,7 +12,8 @@ from livegen.protocol import realtime as wire
 from livegen.protocol.audio import AudioFormat
 from livegen.protocol.realtime import server as ev
 from livegen.protocol.realtime.duplex import DuplexDialect, EventAck, Heartbeat, parse_resume, wants_duplex
-from livegen.voice.config import Config, ServerVad
+from livegen.voice.config import Config
+from livegen.voice.turn_detection import ServerVad
 
 
 def session_event(kind: str, turn_detection: ServerVad | None = None, rate: int = 16_000) -> ev.ServerEvent:

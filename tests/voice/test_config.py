@@ -6,7 +6,8 @@ import pytest
 
 from livegen.errors import InvalidRequest
 from livegen.protocol.realtime.fields import decode_session
-from livegen.voice.config import SEMANTIC_SILENCE_MS, Config, apply_update
+from livegen.voice.config import Config, apply_update
+from livegen.voice.turn_detection import SEMANTIC_SILENCE_MS
 
 
 def _apply(config: Config, session: dict[str, object]) -> Config:

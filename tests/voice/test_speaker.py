@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -11,23 +12,38 @@ from livegen.errors import RemoteProtocolError
 from livegen.models.voice import OutputKind, VoiceOutput
 from livegen.protocol.audio import AudioFormat, OutputEncoder
 from livegen.protocol.realtime.session import format_object
+from livegen.voice.attempts import Attempts
 from livegen.voice.calls import CallLedger
-from livegen.voice.chain import DropOutput, Send
+from livegen.voice.chain import DropOutput, Effect, Send
+from livegen.voice.config import Config
 from livegen.voice.conversation import Conversation
 from livegen.voice.output import Speaker
 from livegen.voice.response import Response
-from livegen.voice.settings import Limits
+from livegen.voice.settings import Limits, ModelFacts
 
 RATE = 24_000
+
+
+@dataclass
+class Owner:
+    """What a speaker reads of its session (``output.Owner``); no interruption happens here."""
+
+    config: Config = field(default_factory=lambda: Config(model="m"))
+    model: ModelFacts = field(default_factory=lambda: ModelFacts("m", RATE, RATE, False))
+    epoch: int = 0
+
+    def interrupt(self, now: float, reason: str) -> list[Effect]:
+        raise AssertionError("the speaker alone never advances the fence in these tests")
 
 
 def new_speaker(lead_ms: float = 0.0) -> tuple[Speaker, list[tuple[str, float]]]:
     counter = itertools.count()
     finished: list[tuple[str, float]] = []
     speaker = Speaker(
+        Owner(),
+        Attempts(),
         lambda p: f"{p}_{next(counter)}",
         Limits(lead_ms=lead_ms),
-        RATE,
         Conversation(),
         CallLedger(),
         lambda response, now: finished.append((response.id, now)),
@@ -115,10 +131,10 @@ def test_an_ack_names_a_known_answer() -> None:
     response = new_response()
     speaker.begin(response)
     speaker.on_output(response, out(OutputKind.AUDIO_DELTA, audio=bytes(RATE * 2)), 0.0)
-    speaker.ack("resp_1", None, 300)
+    speaker.heard.ack("resp_1", None, 300)
     playback = next(iter(speaker.playbacks.values()))
     assert playback.played_ms == 300
     with pytest.raises(RemoteProtocolError):
-        speaker.ack("resp_other", None, 10)
+        speaker.heard.ack("resp_other", None, 10)
     with pytest.raises(RemoteProtocolError):
-        speaker.ack("resp_1", None, -1)
+        speaker.heard.ack("resp_1", None, -1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from livegen.voice.config import ServerVad
+from livegen.voice.turn_detection import ServerVad
 from livegen.voice.turns import TurnPolicy
 
 

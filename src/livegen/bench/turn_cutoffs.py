@@ -324,7 +324,7 @@ def stops(clip: Clip, mode: Mode, judge: Judge) -> list[int]:
 def modes() -> list[Mode]:
     """server_vad, and semantic_vad at each eagerness (silence as a session gets it) before and after."""
     from livegen.models.voice import TurnDetection
-    from livegen.voice.config import SEMANTIC_SILENCE_MS
+    from livegen.voice.turn_detection import SEMANTIC_SILENCE_MS
 
     found = [Mode("server_vad", TurnDetection())]
     for eagerness in EAGERNESS:

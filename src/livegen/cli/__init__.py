@@ -1,7 +1,7 @@
 """The ``livegen`` command: every subcommand lives in this package, one module per command.
 
 This package sits on top of everything else (nothing imports it; tests/test_layers.py
-checks): ``serve.py`` (and ``serve_cascade.py``, ``serve_help.py``) is the server's
+checks): ``serve.py`` (and ``serve_cascade.py``, ``serve_edge.py``, ``serve_help.py``) is the server's
 command line, ``talk.py`` and ``world.py`` the clients' commands, ``replay.py``
 ``livegen world replay``, ``models.py`` the model list, ``train_world.py`` the training
 command and ``bench.py`` the benchmarks' group. Every subcommand is named here by import

@@ -1,6 +1,8 @@
 """``livegen serve``: the server's command line, one option per ``ServerConfig`` setting.
 
-``serve_help.py`` sorts the options into the groups of ``--help GROUP`` and reads ``--config``.
+``serve_help.py`` sorts the options into the groups of ``--help GROUP`` and reads ``--config``;
+``serve_cascade.py`` (the cascade voice model) and ``serve_edge.py`` (HTTP limits, the audio API,
+TLS, WebRTC) hold the options of two concerns apart.
 
 Each option reads its default from ``ServerConfig`` (``_default``), where it is stated once, so
 ``--help`` shows what a server started without the flag does; ``tests/test_cli.py`` checks it.
@@ -14,6 +16,7 @@ from typing import Any
 import click
 
 from livegen.cli.serve_cascade import cascade_options
+from livegen.cli.serve_edge import edge_options
 from livegen.cli.serve_help import ServeCommand, config_option
 from livegen.models.voice import LLMLimits  # light: the defaults of the --llm-* limits
 from livegen.server.config import ServerConfig  # light: the server's package loads its app lazily
@@ -390,131 +393,7 @@ def _default(name: str) -> Any:
     help="Comma list of browser origins allowed (scheme://host[:port]), or '*'. "
     "[default: loopback origins without --api-key, any with one; the server's own page always]",
 )
-@click.option(
-    "--allowed-hosts",
-    default=None,
-    help="Comma list of Host names allowed (DNS-rebinding guard), or '*'. "
-    "[default: the bound host, localhost and any IP address]",
-)
-@click.option(
-    "--max-connections",
-    default=_default("max_connections"),
-    show_default=True,
-    type=click.IntRange(1),
-    help="Open WebSocket connections, all routes; apart from them, open HTTP connections (slow or "
-    "silent ones too). One more WebSocket is refused with HTTP 503; one more HTTP connection closes "
-    "the one waiting longest for a request head, or gets 503 if every one is mid-request.",
-)
-@click.option(
-    "--max-unsent-bytes",
-    default=_default("max_unsent_bytes"),
-    show_default=True,
-    type=click.IntRange(1024),
-    help="Bytes queued for one socket but not yet written; past it the socket closes with 4002.",
-)
-@click.option(
-    "--first-message-timeout",
-    "first_message_timeout_s",
-    default=_default("first_message_timeout_s"),
-    show_default=True,
-    type=click.FloatRange(0),
-    help="Seconds a WebSocket may stay silent after connecting; then it closes with 4003 (0: no limit).",
-)
-@click.option(
-    "--keep-alive-timeout",
-    "keep_alive_timeout_s",
-    default=_default("keep_alive_timeout_s"),
-    show_default=True,
-    type=click.IntRange(1),
-    help="Seconds an idle HTTP keep-alive connection is kept open.",
-)
-@click.option(
-    "--max-header-bytes",
-    default=_default("max_header_bytes"),
-    show_default=True,
-    type=click.IntRange(1024),
-    help="Largest HTTP request head (request line and headers), complete or arriving; larger: 431.",
-)
-@click.option(
-    "--header-timeout",
-    "header_timeout_s",
-    default=_default("header_timeout_s"),
-    show_default=True,
-    type=click.FloatRange(0),
-    help="Seconds a connection may take to send a request head; then 408 and closed (0: no limit).",
-)
-@click.option(
-    "--max-body-bytes",
-    default=_default("max_body_bytes"),
-    show_default=True,
-    type=click.IntRange(1024),
-    help="Largest HTTP request body on any route (call offers, key mints); larger: 413.",
-)
-@click.option(
-    "--body-timeout",
-    "body_timeout_s",
-    default=_default("body_timeout_s"),
-    show_default=True,
-    type=click.FloatRange(0.1),
-    help="Seconds a request body may take to arrive in full after its head; then 408 and closed.",
-)
-@click.option(
-    "--max-client-secret-mib",
-    "max_client_secret_bytes",
-    default=_default("max_client_secret_bytes") // (1024 * 1024),
-    show_default=True,
-    type=click.IntRange(1),
-    callback=lambda _ctx, _param, mib: mib * 1024 * 1024,
-    help="MiB of session configuration all live ephemeral keys hold together (and at most 10,000 "
-    "keys); past it a mint is refused with 429 until keys expire.",
-)
-@click.option(
-    "--max-audio-bytes",
-    default=_default("max_audio_bytes"),
-    show_default=True,
-    type=click.IntRange(1024),
-    help="Largest upload to /v1/audio/transcriptions (OpenAI's 25 MiB); more is refused with HTTP 413.",
-)
-@click.option(
-    "--max-audio-seconds",
-    "max_audio_s",
-    default=_default("max_audio_s"),
-    show_default=True,
-    type=click.FloatRange(1),
-    help="Longest audio /v1/audio/transcriptions decodes, in seconds; longer is refused with HTTP 400.",
-)
-@click.option(
-    "--max-audio-requests",
-    default=_default("max_audio_requests"),
-    show_default=True,
-    type=click.IntRange(1),
-    help="/v1/audio/ requests (transcriptions, speech) served at once; more are refused with HTTP 429.",
-)
-@click.option(
-    "--ssl-certfile",
-    type=click.Path(exists=True, dir_okay=False),
-    default=None,
-    help="PEM certificate (chain) to serve TLS: https:// and wss://. Needs --ssl-keyfile.",
-)
-@click.option(
-    "--ssl-keyfile",
-    type=click.Path(exists=True, dir_okay=False),
-    default=None,
-    help="PEM private key of --ssl-certfile.",
-)
-@click.option(
-    "--webrtc-ice-servers",
-    default=None,
-    help="Comma-separated STUN/TURN URLs for WebRTC calls behind NAT (e.g. stun:stun.example.org:3478); "
-    "without them only host candidates are offered (loopback, LAN).",
-)
-@click.option(
-    "--webrtc-max-calls",
-    default=_default("webrtc_max_calls"),
-    show_default=True,
-    type=click.IntRange(1),
-    help="WebRTC calls at once.",
-)
+@edge_options(_default)
 def serve(**options: Any) -> None:
     """Serve voice and world sessions over WebSockets, with the demo page at /."""
     from livegen.server.http.budgets import limit_malloc_arenas

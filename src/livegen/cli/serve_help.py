@@ -4,8 +4,8 @@ The server has many options, one per ``ServerConfig`` setting; one flat ``--help
 all was a manual nobody read. Here they are sorted into groups by the settings they feed
 (vLLM's ``--help=<group>``): plain ``--help`` shows the common ones and names the groups,
 ``--help GROUP`` shows one group and ``--help all`` every option. The option definitions stay
-in ``serve.py``, unchanged in shape; ``GROUPS`` names each by its parameter name, and an
-option that is in no group is a common one.
+in ``serve.py`` (and the modules it takes two concerns' options from), unchanged in shape;
+``GROUPS`` names each by its parameter name, and an option that is in no group is a common one.
 
 ``--config FILE`` reads any option from a TOML file, keyed by the flag without its dashes
 (``world-workers = 2``); the file fills click's ``default_map``, so a flag or an option's

@@ -15,6 +15,12 @@ its tools, a rate on its format), so it is checked here, in a fixed order (a
 payload with two mistakes is refused for the same one every time). Applying is
 pure and all-or-nothing: a bad field raises ``InvalidRequest`` and the session
 keeps its old configuration.
+
+This module owns ``Config`` (what the session is set to, rendered as its
+session object) and the order an update is applied in; two parts with rules of
+their own are apart: ``formats.py`` (the audio formats and sample rates, in
+their several spellings) and ``turn_detection.py`` (``ServerVad`` and its
+bounds). ``checks.py`` words the mistakes they share.
 """
 
 from __future__ import annotations
@@ -27,24 +33,15 @@ from msgspec import UNSET, UnsetType
 
 from livegen.models.voice import McpServer, StreamConfig, TurnDetection, is_openai_transcription_model
 from livegen.protocol.audio import (
-    DEFAULT_PCM_RATE,
-    MAX_RATE,
-    MIN_RATE,
     AudioFormat,
-    Encoding,
-    format_of,
-    parse_format,
 )
 from livegen.protocol.errors import (
-    AUDIO_FORMAT_FIXED,
     INVALID_TYPE,
     INVALID_VALUE,
     MISSING_REQUIRED_PARAMETER,
     STRING_ABOVE_MAX_LENGTH,
-    UNSUPPORTED_TURN_DETECTION,
 )
 from livegen.protocol.realtime.fields import (
-    AudioFormatShape,
     AudioInputShape,
     AudioOutputShape,
     AudioShape,
@@ -52,7 +49,6 @@ from livegen.protocol.realtime.fields import (
     ReasoningShape,
     SessionShape,
     TranscriptionShape,
-    TurnDetectionShape,
     parse_truncation,
 )
 from livegen.protocol.realtime.server import as_dict
@@ -62,25 +58,22 @@ from livegen.protocol.realtime.session import (
     AudioOutputObject,
     NoiseReductionObject,
     ReasoningObject,
-    SemanticVadObject,
-    ServerVadObject,
     SessionAudio,
     SessionObject,
     TranscriptionAudio,
     TranscriptionObject,
     TranscriptionSessionObject,
-    TurnDetectionObject,
     format_object,
 )
 from livegen.voice import tools as fn
+from livegen.voice.checks import expect, one_of
+from livegen.voice.formats import format_updates
 from livegen.voice.mcp_tools import McpTool
 from livegen.voice.settings import REALTIME_VOICES
+from livegen.voice.turn_detection import ServerVad, turn_detection
 
 T = TypeVar("T")
 
-#: ``semantic_vad`` where the model has no end-of-turn model (the cascade has one): its eagerness
-#: picks how long a silence ends the turn ("low" waits longer for the user to go on).
-SEMANTIC_SILENCE_MS = {"low": 1200, "medium": 700, "auto": 700, "high": 350}
 #: OpenAI's ``noise_reduction.type`` values (``models/cascade/denoise.py`` says how each is tuned).
 NOISE_REDUCTION_TYPES = ("near_field", "far_field")
 #: The one ``include`` value: transcription events carry ``logprobs``.
@@ -95,35 +88,6 @@ MAX_TRANSCRIPTION_PROMPT_CHARS = 1024
 REASONING_EFFORTS = ("minimal", "low", "medium", "high", "xhigh")
 #: OpenAI's ``transcription.delay`` values (``models/cascade/captions.py`` maps each to a step).
 TRANSCRIPTION_DELAYS = ("minimal", "low", "medium", "high", "xhigh")
-#: The ``idle_timeout_ms`` livegen takes (the wire decoder checks the same range first).
-IDLE_TIMEOUT_MS = (100, 3_600_000)
-
-
-@dataclass(frozen=True)
-class ServerVad:
-    threshold: float = 0.5
-    prefix_padding_ms: int = 300
-    silence_duration_ms: int = 500
-    create_response: bool = True
-    interrupt_response: bool = True
-    idle_timeout_ms: int | None = None
-    #: Set when the client asked for ``semantic_vad``: the same detector, timed by eagerness.
-    eagerness: str | None = None
-
-    def to_object(self) -> TurnDetectionObject:
-        if self.eagerness is not None:
-            return SemanticVadObject(self.eagerness, self.create_response, self.interrupt_response)
-        return ServerVadObject(
-            self.threshold,
-            self.prefix_padding_ms,
-            self.silence_duration_ms,
-            self.create_response,
-            self.interrupt_response,
-            self.idle_timeout_ms,
-        )
-
-    def to_wire(self) -> dict[str, Any]:
-        return as_dict(self.to_object())
 
 
 @dataclass(frozen=True)
@@ -235,15 +199,6 @@ class Config:
         return as_dict(self.to_object(session_id))
 
 
-def _expect(value: Any, kind: type | tuple[type, ...], param: str) -> Any:
-    """``value`` if it is a ``kind``; else ``invalid_type`` (a null where null means nothing)."""
-    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
-        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        detail = f"Invalid type for '{param}': expected a {names}, but got {type(value).__name__} instead."
-        raise INVALID_TYPE.error(detail=detail, param=param)
-    return value
-
-
 def _object(value: T | None, param: str) -> T:
     """A nested object the update names: null is refused (the same words as when it was a dict)."""
     if value is None:
@@ -258,7 +213,7 @@ def _is_set(value: T | UnsetType | None) -> TypeGuard[T]:
 
 
 def _modalities(value: list[str] | None, param: str) -> tuple[str, ...]:
-    _expect(value, list, param)
+    expect(value, list, param)
     assert value is not None
     if not value or any(m not in ("audio", "text") for m in value):
         raise INVALID_VALUE.error(
@@ -268,83 +223,18 @@ def _modalities(value: list[str] | None, param: str) -> tuple[str, ...]:
     return ("audio",) if "audio" in value else ("text",)
 
 
-def _turn_detection(
-    value: TurnDetectionShape | None, current: ServerVad | None, param: str
-) -> ServerVad | None:
-    if value is None:
-        return None
-    kind = "server_vad" if value.type is UNSET else value.type
-    if kind == "semantic_vad":
-        return _semantic_vad(value, current, param)
-    if kind != "server_vad":
-        raise UNSUPPORTED_TURN_DETECTION.error(kind=kind, param=f"{param}.type")
-    vad = current if current is not None and current.eagerness is None else ServerVad()
-    updates: dict[str, Any] = {}
-    if value.threshold is not UNSET:
-        threshold = _expect(value.threshold, (int, float), f"{param}.threshold")
-        if not 0.0 <= threshold <= 1.0:
-            raise INVALID_VALUE.error(
-                detail=f"{param}.threshold must be in [0, 1]", param=f"{param}.threshold"
-            )
-        updates["threshold"] = float(threshold)
-    for name, ms in (
-        ("prefix_padding_ms", value.prefix_padding_ms),
-        ("silence_duration_ms", value.silence_duration_ms),
-    ):
-        if ms is not UNSET:
-            number = _expect(ms, int, f"{param}.{name}")
-            if not 0 <= number <= 10_000:
-                raise INVALID_VALUE.error(
-                    detail=f"{param}.{name} must be 0..10000 ms", param=f"{param}.{name}"
-                )
-            updates[name] = number
-    updates.update(_response_flags(value, param))
-    if value.idle_timeout_ms is not UNSET:
-        updates["idle_timeout_ms"] = _idle_timeout(value.idle_timeout_ms, f"{param}.idle_timeout_ms")
-    return replace(vad, **updates)
-
-
-def _response_flags(value: TurnDetectionShape, param: str) -> dict[str, Any]:
-    """``create_response`` and ``interrupt_response``, where the update names them."""
-    flags = (("create_response", value.create_response), ("interrupt_response", value.interrupt_response))
-    return {name: _expect(flag, bool, f"{param}.{name}") for name, flag in flags if flag is not UNSET}
-
-
-def _idle_timeout(value: int | None, param: str) -> int | None:
-    """None (off) or MIN..MAX ms: a negative one would answer at once, forever, with no input."""
-    if value is None:
-        return None
-    number: int = _expect(value, int, param)
-    low, high = IDLE_TIMEOUT_MS
-    if not low <= number <= high:
-        detail = f"Invalid value for '{param}': expected {low}..{high} ms, got {number}."
-        raise INVALID_VALUE.error(detail=detail, param=param)
-    return number
-
-
-def _semantic_vad(value: TurnDetectionShape, current: ServerVad | None, param: str) -> ServerVad:
-    eagerness = value.eagerness
-    if eagerness is UNSET:
-        eagerness = current.eagerness if current and current.eagerness else "auto"
-    if not isinstance(eagerness, str) or eagerness not in SEMANTIC_SILENCE_MS:
-        detail = f"{param}.eagerness must be one of {', '.join(SEMANTIC_SILENCE_MS)}, got {eagerness!r}"
-        raise INVALID_VALUE.error(detail=detail, param=f"{param}.eagerness")
-    vad = ServerVad(eagerness=eagerness, silence_duration_ms=SEMANTIC_SILENCE_MS[eagerness])
-    return replace(vad, **_response_flags(value, param))
-
-
 def apply_update(config: Config, session: SessionShape) -> Config:
     """``config`` with the fields of a ``session.update`` applied (GA or beta shape), in the order
     the session has always checked them, so that a payload with two mistakes names the same one."""
     updates = _identity_updates(config, session)
     audio_in, audio_out = _audio(session.audio)
-    updates.update(_format_updates(config, session, audio_in, audio_out))
+    updates.update(format_updates(config, session, audio_in, audio_out))
     for param, detection in (
         ("session.audio.input.turn_detection", audio_in.turn_detection),
         ("session.turn_detection", session.turn_detection),
     ):
         if detection is not UNSET:
-            updates["turn_detection"] = _turn_detection(detection, config.turn_detection, param)
+            updates["turn_detection"] = turn_detection(detection, config.turn_detection, param)
     for voice in (audio_out.voice, session.voice):
         if _is_set(voice):
             updates["voice"] = voice
@@ -370,7 +260,7 @@ def reasoning_effort(value: ReasoningShape | None, param: str) -> str | None:
     """``reasoning``'s effort (``session.update``'s or ``response.create``'s); null: none named."""
     if value is None or value.effort is UNSET or value.effort is None:
         return None
-    return _one_of(value.effort, REASONING_EFFORTS, f"{param}.effort")
+    return one_of(value.effort, REASONING_EFFORTS, f"{param}.effort")
 
 
 def _steering(transcription: TranscriptionShape, param: str) -> dict[str, Any]:
@@ -385,7 +275,7 @@ def _steering(transcription: TranscriptionShape, param: str) -> dict[str, Any]:
         raise INVALID_VALUE.error(detail=detail, param=f"{param}.keywords")
     delay = transcription.delay or ""
     if delay:
-        _one_of(delay, TRANSCRIPTION_DELAYS, f"{param}.delay")
+        one_of(delay, TRANSCRIPTION_DELAYS, f"{param}.delay")
     return {"transcription_keywords": keywords, "transcription_delay": delay}
 
 
@@ -416,7 +306,7 @@ def _hearing_updates(session: SessionShape, audio_in: AudioInputShape) -> dict[s
     if session.include is not UNSET:
         include = session.include or []  # null: nothing extra, as an empty list
         for index, name in enumerate(include):
-            _one_of(name, (LOGPROBS,), f"session.include[{index}]")
+            one_of(name, (LOGPROBS,), f"session.include[{index}]")
         updates["include"] = tuple(dict.fromkeys(include))
     return updates
 
@@ -427,17 +317,7 @@ def _noise_reduction(value: NoiseReductionShape | None, param: str) -> str | Non
         return None
     if value.type is UNSET:
         raise MISSING_REQUIRED_PARAMETER.error(name=param, param=param)
-    return _one_of(value.type, NOISE_REDUCTION_TYPES, param)
-
-
-def _one_of(value: str, supported: tuple[str, ...], param: str) -> str:
-    """``value`` if it is one of ``supported``; else OpenAI's ``invalid_value`` for an enum."""
-    if value not in supported:
-        names = [f"'{name}'" for name in supported]  # as OpenAI lists them: 'a', 'b', and 'c'
-        listed = " and ".join(names) if len(names) < 3 else ", ".join(names[:-1]) + f", and {names[-1]}"
-        detail = f"Invalid value: '{value}'. Supported values are: {listed}."
-        raise INVALID_VALUE.error(detail=detail, param=param)
-    return value
+    return one_of(value.type, NOISE_REDUCTION_TYPES, param)
 
 
 def _identity_updates(config: Config, session: SessionShape) -> dict[str, Any]:
@@ -453,7 +333,7 @@ def _identity_updates(config: Config, session: SessionShape) -> dict[str, Any]:
         # Whether the session may still switch is the session's call (voice/session.py).
         updates["model"] = session.model
     if session.instructions is not UNSET:
-        updates["instructions"] = _expect(session.instructions, str, "session.instructions")
+        updates["instructions"] = expect(session.instructions, str, "session.instructions")
     for param, modalities in (
         ("session.output_modalities", session.output_modalities),
         ("session.modalities", session.modalities),
@@ -473,73 +353,6 @@ def _audio(audio: AudioShape | UnsetType | None) -> tuple[AudioInputShape, Audio
     return audio_in, audio_out
 
 
-def _format_updates(
-    config: Config, session: SessionShape, audio_in: AudioInputShape, audio_out: AudioOutputShape
-) -> dict[str, Any]:
-    """The audio formats an update names (GA or beta), with any ``sample_rate_hz`` applied."""
-    updates: dict[str, Any] = {}
-    for name, named in (
-        (
-            "input_format",
-            (
-                ("session.audio.input.format", audio_in.format),
-                ("session.input_audio_format", session.input_audio_format),
-            ),
-        ),
-        (
-            "output_format",
-            (
-                ("session.audio.output.format", audio_out.format),
-                ("session.output_audio_format", session.output_audio_format),
-            ),
-        ),
-    ):
-        for param, value in named:
-            if (fmt := _format(value, param)) is not None:
-                updates[name] = fmt
-                _check_fixed(config, name, fmt, param)
-    input_rates = (
-        ("session.sample_rate_hz", session.sample_rate_hz),
-        ("session.audio.input.sample_rate_hz", audio_in.sample_rate_hz),
-    )
-    output_rates = (("session.audio.output.sample_rate_hz", audio_out.sample_rate_hz),)
-    for name, sources, explicit in (
-        ("input_format", input_rates, audio_in.format),
-        ("output_format", output_rates, audio_out.format),
-    ):
-        rate = _sample_rate(sources, explicit)
-        if rate is not None:
-            fmt = updates.get(name, getattr(config, name))
-            param = next(p for p, value in sources if value is not UNSET)
-            updates[name] = _with_rate(fmt, rate, param)
-            _check_fixed(config, name, updates[name], param)
-    return updates
-
-
-def _check_fixed(config: Config, name: str, fmt: AudioFormat, param: str) -> None:
-    """Refuse a format change the session's transport cannot honour (``Config.formats_fixed``)."""
-    fixed: AudioFormat = getattr(config, name)
-    if config.formats_fixed and fmt != fixed:
-        raise AUDIO_FORMAT_FIXED.error(
-            field=param, fixed=format_words(fixed), asked=format_words(fmt), param=param
-        )
-
-
-def format_words(fmt: AudioFormat) -> str:
-    return f"{fmt.encoding.value} at {fmt.rate} Hz"
-
-
-def _format(value: AudioFormatShape | str | UnsetType | None, param: str) -> AudioFormat | None:
-    """A GA format object or a beta name (None where neither is given); a GA object's absent
-    type is PCM, its absent rate 24 kHz."""
-    if value is UNSET or value is None:
-        return None
-    if isinstance(value, str):
-        return parse_format(value, param)
-    kind = Encoding.PCM.value if value.type is UNSET else value.type
-    return format_of(kind, DEFAULT_PCM_RATE if value.rate is UNSET else value.rate, param)
-
-
 def _tool_updates(config: Config, session: SessionShape) -> dict[str, Any]:
     tools, mcp_tools = config.tools, config.mcp_tools
     if session.tools is not UNSET:
@@ -554,30 +367,6 @@ def _tool_updates(config: Config, session: SessionShape) -> dict[str, Any]:
 
 def _truncation_to_wire(value: str | float) -> Any:
     return value if isinstance(value, str) else {"type": "retention_ratio", "retention_ratio": value}
-
-
-def _sample_rate(sources: tuple[tuple[str, Any], ...], explicit: object) -> int | None:
-    """The ``sample_rate_hz`` named by any of ``sources`` (they must agree, also with a GA format
-    object's explicit ``rate``), or None."""
-    rates: dict[str, Any] = {param: rate for param, rate in sources if rate is not UNSET}
-    if isinstance(explicit, AudioFormatShape) and explicit.rate is not UNSET and rates:
-        rates["format.rate"] = explicit.rate
-    for param, rate in rates.items():
-        if not isinstance(rate, int) or isinstance(rate, bool) or not MIN_RATE <= rate <= MAX_RATE:
-            detail = f"{param} must be an integer from {MIN_RATE} to {MAX_RATE} Hz, got {rate!r}"
-            raise INVALID_VALUE.error(detail=detail, param=param)
-    if len(set(rates.values())) > 1:
-        raise INVALID_VALUE.error(detail=f"the sample rates named disagree: {rates}", param=next(iter(rates)))
-    return next(iter(rates.values()), None)
-
-
-def _with_rate(fmt: AudioFormat, rate: int, param: str) -> AudioFormat:
-    if fmt.encoding is Encoding.PCM:
-        return replace(fmt, rate=rate)
-    if rate != fmt.rate:
-        detail = f"{param} is {rate} Hz, but {fmt.encoding.value} is always {fmt.rate} Hz"
-        raise INVALID_VALUE.error(detail=detail, param=param)
-    return fmt
 
 
 def check_voice(voice: str, accepts: Callable[[str], bool] | None) -> None:

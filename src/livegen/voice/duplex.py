@@ -29,7 +29,7 @@ cannot keep (``duplex_setting``). Pure functions; no I/O.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from msgspec import UNSET
 
@@ -38,13 +38,55 @@ from livegen.models.voice import OutputKind, VoiceOutput
 from livegen.protocol.errors import DUPLEX_UNSUPPORTED
 from livegen.protocol.realtime.fields import AudioInputShape, AudioShape, SessionShape
 from livegen.protocol.realtime.session import CapabilitiesObject
-from livegen.voice.chain import Effect
+from livegen.voice.chain import Effect, Send
 from livegen.voice.config import Config
+from livegen.voice.conversation import Conversation
 from livegen.voice.options import plan_response, session_options
-from livegen.voice.settings import ModelFacts
+from livegen.voice.response import Response
+from livegen.voice.settings import IdFactory, ModelFacts
+from livegen.voice.turns import TurnPolicy
 
-if TYPE_CHECKING:
-    from livegen.voice.session import Session
+
+class Voice(Protocol):
+    """What a model's own turn asks of the session's speaker (``output.Speaker``)."""
+
+    @property
+    def response(self) -> Response | None: ...
+
+    def begin(self, response: Response) -> Send: ...
+
+    def finish_now(self, now: float) -> list[Effect]: ...
+
+    def on_output(self, response: Response, output: VoiceOutput, now: float) -> list[Effect]: ...
+
+
+class Owner(Protocol):
+    """What a model's own turn reads of its session (``session.Session``), and the barge-in it asks
+    for; declared here, so this module never imports the session."""
+
+    @property
+    def speaker(self) -> Voice: ...
+
+    @property
+    def turns(self) -> TurnPolicy: ...
+
+    @property
+    def config(self) -> Config: ...
+
+    @property
+    def conversation(self) -> Conversation: ...
+
+    @property
+    def ids(self) -> IdFactory: ...
+
+    @property
+    def epoch(self) -> int: ...
+
+    @property
+    def model(self) -> ModelFacts: ...
+
+    def barge_in(self, now: float) -> list[Effect]: ...
+
 
 #: The outputs of a duplex model's own turns, which carry no response id.
 TURN_KINDS = frozenset({OutputKind.AUDIO_DELTA, OutputKind.TEXT_DELTA, OutputKind.RESPONSE_DONE})
@@ -52,7 +94,7 @@ TURN_KINDS = frozenset({OutputKind.AUDIO_DELTA, OutputKind.TEXT_DELTA, OutputKin
 _VAD = "session.audio.input.turn_detection"
 
 
-def on_turn_output(session: Session, output: VoiceOutput, now: float) -> list[Effect]:
+def on_turn_output(session: Owner, output: VoiceOutput, now: float) -> list[Effect]:
     """One output of the model's own turn (it passed the fence): begin, feed or end its response."""
     speaker = session.speaker
     response = speaker.response

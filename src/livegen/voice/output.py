@@ -1,54 +1,57 @@
 """What a voice session says: model outputs become wire events, paced audio, one terminal each.
 
-The ``Speaker`` is the session's output half, a plain object that the session
-(``voice/session.py``) owns and calls. It holds the live response and the
-playback ledgers, turns the model's outputs into OpenAI's response events,
-holds audio back to real time plus a lead (``tick``), and ends each response
-exactly once (``end``), cutting its item to what the listener heard. The fence
+The ``Speaker`` is the session's output half, beside the ``Listener``
+(``listener.py``), its input half; the session (``voice/session.py``) owns
+both. The speaker holds the live response, takes the client's requests about
+it (create, cancel, clear the output, acks), turns the model's outputs into
+OpenAI's response events, holds audio back to real time plus a lead
+(``tick``), and ends each response exactly once (``end``), cutting its item to
+what the listener heard (``heard.py`` keeps the playback ledgers). The fence
 (which outputs are current) is the session's: the speaker is only given
-outputs that passed it. When a response ends the speaker tells its owner
-through ``on_finished`` (the session cancels the attempts bound to it and
-starts the idle clock), so every way a response ends settles the same state.
+outputs that passed it, and asks its owner (``Owner``, the narrow interface it
+declares) to advance it. When a response ends the speaker settles the attempts
+bound to it and tells its owner through ``on_finished`` (the listener starts the
+idle clock), so every way a response ends settles the same state.
 """
 
 from __future__ import annotations
 
 import base64
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from msgspec import UNSET
 
 from livegen.models.voice import OutputKind, VoiceOutput
+from livegen.protocol import realtime as wire
 from livegen.protocol.audio import pcm_ms
 from livegen.protocol.errors import (
-    INVALID_VALUE,
+    CONVERSATION_ALREADY_HAS_ACTIVE_RESPONSE,
     MODEL_FAILED,
     MODEL_FAILURES,
-    OUTBOX_OVERFLOW,
+    NO_RESPONSES_IN_TRANSCRIPTION,
     OUTPUT_OVERFLOW,
+    RESPONSE_CANCEL_NOT_ACTIVE,
     STAGE_FAILURES,
-    TRUNCATE_BEYOND_AUDIO,
-    UNKNOWN_RESPONSE,
 )
 from livegen.protocol.realtime import server as ev
 from livegen.protocol.realtime.items import content_part
-from livegen.voice import mcp, usage
+from livegen.voice import duplex, mcp, usage
+from livegen.voice.attempts import Attempts
 from livegen.voice.calls import CallLedger
-from livegen.voice.chain import DropOutput, Effect, Send, stamped
+from livegen.voice.chain import AttemptKind, DropOutput, Effect, Run, Send, stamped
+from livegen.voice.config import Config
 from livegen.voice.conversation import Conversation, Item
+from livegen.voice.heard import Heard
 from livegen.voice.ledger import Playback
+from livegen.voice.options import ResponseOptions, plan_response, response_options, session_options
 from livegen.voice.response import AudioChunk, Response
-from livegen.voice.settings import IdFactory, Limits
+from livegen.voice.settings import IdFactory, Limits, ModelFacts
 
 #: The outputs of a response's MCP calls (``voice/mcp.py``).
 MCP_KINDS = frozenset({OutputKind.MCP_CALL, OutputKind.MCP_CALL_DONE, OutputKind.MCP_APPROVAL_REQUEST})
 #: The phases of an answer's message items (OpenAI's): a spoken preamble, then the answer.
 PHASES = ("commentary", "final_answer")
-#: Playback ledgers kept for acks and truncation after their responses end.
-MAX_PLAYBACKS = 16
-#: A truncate this far past the audio is clamped (clients' playback clocks overshoot a little).
-TRUNCATE_SLACK_MS = 250
 
 #: Called once when a response ends, with the response and ``now``.
 Finished = Callable[[Response, float], None]
@@ -58,30 +61,85 @@ def _no_hook(response: Response, now: float) -> None:
     return None
 
 
+class Owner(Protocol):
+    """What the speaker reads of its session to plan an answer, and the fence it asks to advance."""
+
+    @property
+    def config(self) -> Config: ...
+
+    @property
+    def model(self) -> ModelFacts: ...
+
+    @property
+    def epoch(self) -> int: ...
+
+    def interrupt(self, now: float, reason: str) -> list[Effect]: ...
+
+
 class Speaker:
-    """The live response, the playback ledgers, and every event of the response lifecycle."""
+    """The live response, the client's requests about it, and every event of its lifecycle."""
 
     def __init__(
         self,
+        owner: Owner,
+        chain: Attempts,
         ids: IdFactory,
         limits: Limits,
-        output_rate: int,
         conversation: Conversation,
         calls: CallLedger,
         on_finished: Finished = _no_hook,
     ) -> None:
+        self.owner = owner
+        self.chain = chain
         self.ids = ids
         self.limits = limits
-        #: The model's output rate (PCM16 Hz); the session updates it when the model changes.
-        self.output_rate = output_rate
         self.conversation = conversation
         self.calls = calls
         self.on_finished = on_finished
         self.response: Response | None = None
-        self.playbacks: dict[str, Playback] = {}
+        self.heard = Heard(ids, conversation, calls)
+        #: Playback ledgers of recent answers, by item id (``heard``'s).
+        self.playbacks: dict[str, Playback] = self.heard.playbacks
 
     def _send(self, event: ev.ServerEvent) -> Send:
         return stamped(event, self.ids)
+
+    # --- the client's requests -------------------------------------------------------
+
+    def on_response_create(self, event: wire.ResponseCreate, now: float) -> list[Effect]:
+        config = self.owner.config
+        if config.is_transcription:
+            raise NO_RESPONSES_IN_TRANSCRIPTION.error()
+        if self.owner.model.is_duplex:
+            raise duplex.refused_event(event.TYPE)
+        if self.response is not None:
+            raise CONVERSATION_ALREADY_HAS_ACTIVE_RESPONSE.error(response_id=self.response.id)
+        options = response_options(event.response or {}, config, self.conversation, self.ids)
+        return self.respond(now, options)
+
+    def respond(self, now: float, options: ResponseOptions | None = None) -> list[Effect]:
+        """Pre-create a response (``response.created``) and put its request on the chain."""
+        config, epoch = self.owner.config, self.owner.epoch
+        plan = options or session_options(config)
+        response, request = plan_response(
+            plan, config, self.conversation, self.ids("resp"), epoch, self.owner.model.output_rate
+        )
+        respond = self.chain.add(AttemptKind.RESPOND, epoch, now, request=request, response_id=response.id)
+        return [self.begin(response), Run(respond)]
+
+    def on_response_cancel(self, event: wire.ResponseCancel, now: float) -> list[Effect]:
+        if self.response is None or event.response_id not in (None, self.response.id):
+            raise RESPONSE_CANCEL_NOT_ACTIVE.error()
+        return self.owner.interrupt(now, "client_cancelled")
+
+    def on_output_clear(self, event: wire.OutputAudioClear, now: float) -> list[Effect]:
+        effects = self.owner.interrupt(now, "client_cancelled")
+        effects.append(self._send(ev.OutputAudioBufferCleared(response_id=None)))
+        return effects
+
+    def on_playback_ack(self, event: wire.PlaybackAck, now: float) -> list[Effect]:
+        self.heard.ack(event.response_id, event.item_id, event.played_ms)
+        return []
 
     # --- the response lifecycle ------------------------------------------------------
 
@@ -110,105 +168,20 @@ class Speaker:
             effects += self._close_message(response, chunk.item, chunk.playback, status, now)
         response.pending_audio.clear()
         if response.item is not None:
-            effects += self._close_item(response, status, now)
+            effects += self._close_message(response, response.item, response.playback, status, now)
         if status != "completed":
-            self.abandon_calls(response.id)
+            self.heard.abandon_calls(response.id)
         mcp.abandon(response)
         if response.usage is None:
             response.usage = usage.counted(response.request_words, response.outputs)
         effects.append(self._send(ev.ResponseDone(response=response.to_object(status, details))))
+        self.chain.cancel_bound(response.id)  # the terminal is sent: what is bound to it is owed nothing
         self.on_finished(response, now)
         return effects
 
-    def on_outbox_overflow(self, now: float) -> list[Effect]:
-        """The client reads too slowly: fail the live response, with a clear error."""
-        return self.end(now, "failed", {"type": "failed", "error": OUTBOX_OVERFLOW.body()})
-
     def is_speaking(self, now: float) -> bool:
         """A response is running, or audio already sent is still playing at the client."""
-        return self.response is not None or any(p.is_playing(now) for p in self.playbacks.values())
-
-    # --- what was heard --------------------------------------------------------------
-
-    def ack(self, response_id: str | None, item_id: str | None, played_ms: float) -> None:
-        """The client's playback position of an answer, named by its response or item id."""
-        playback = None
-        if response_id or item_id:
-            playback = next(
-                (
-                    p
-                    for p in self.playbacks.values()
-                    if response_id in (None, p.response_id) and item_id in (None, p.item_id)
-                ),
-                None,
-            )
-        if playback is None:
-            raise UNKNOWN_RESPONSE.error()
-        if played_ms < 0:
-            raise INVALID_VALUE.error(detail="played_ms must be >= 0", param="played_ms")
-        playback.ack(played_ms)
-
-    def truncated(self, item_id: str, end_ms: float) -> Send:
-        return self._send(ev.ItemTruncated(item_id=item_id, content_index=0, audio_end_ms=round(end_ms)))
-
-    def truncate_item(self, item: Item, end_ms: float) -> None:
-        """Cut ``item`` to ``end_ms`` of audio, and its transcript to the words spoken by then."""
-        playback = self.playbacks.get(item.id)
-        end_ms = min(end_ms, item.audio_ms)
-        if playback is not None:
-            playback.committed_ms = end_ms
-            if item.text is not None:
-                item.text = item.text[: playback.text_length_at(end_ms, len(item.text))]
-        elif item.text is not None and item.audio_ms > 0:
-            item.text = item.text[: round(len(item.text) * end_ms / item.audio_ms)]
-        if end_ms < item.audio_ms:
-            item.status = "incomplete"
-        item.audio_ms = end_ms
-
-    def check_truncate(self, item: Item, content_index: int, audio_end_ms: int) -> None:
-        """Refuse a client's truncation of anything but assistant audio, or past its end."""
-        if item.role != "assistant" or item.content_type != "output_audio":
-            detail = f"item {item.id!r} has no assistant audio to truncate"
-            raise INVALID_VALUE.error(detail=detail, param="item_id")
-        if content_index != 0:
-            raise INVALID_VALUE.error(detail="content_index must be 0", param="content_index")
-        playback = self.playbacks.get(item.id)
-        generated = item.generated_audio_ms if playback is None else playback.generated_ms
-        if not 0 <= audio_end_ms <= generated + TRUNCATE_SLACK_MS:
-            raise TRUNCATE_BEYOND_AUDIO.error(audio_ms=generated, audio_end_ms=audio_end_ms)
-
-    def cut(self, item: Item, audio_end_ms: int, now: float) -> Send:
-        """The client stopped playing ``item`` at ``audio_end_ms``: history keeps what was heard."""
-        end_ms = min(float(audio_end_ms), item.audio_ms)
-        playback = self.playbacks.get(item.id)
-        if playback is not None:
-            playback.stop(now)  # no later barge-in for this audio
-        self.truncate_item(item, end_ms)
-        return self.truncated(item.id, end_ms)
-
-    def stop_playing(self, now: float) -> list[Effect]:
-        """An interruption: every answer still playing stops where it is heard; history keeps that."""
-        effects: list[Effect] = []
-        for playback in self.playbacks.values():
-            if playback.is_playing(now):
-                item = self.conversation.find(playback.item_id)
-                heard = playback.stop(now)
-                self.abandon_calls(playback.response_id)  # the answer that asked was cut
-                if item is not None:
-                    self.truncate_item(item, heard)
-                    effects.append(self.truncated(item.id, heard))
-        return effects
-
-    def abandon_calls(self, response_id: str) -> None:
-        """The user did not let the answer that made these calls stand: their outputs are refused."""
-        abandoned = set(self.calls.abandon_response(response_id))
-        for item in self.conversation.items():
-            if item.type == "function_call" and item.call_id in abandoned:
-                item.status = "incomplete"
-
-    def _close_item(self, response: Response, status: str, now: float) -> list[Effect]:
-        assert response.item is not None
-        return self._close_message(response, response.item, response.playback, status, now)
+        return self.response is not None or self.heard.is_playing(now)
 
     def _close_message(
         self, response: Response, item: Item, playback: Playback | None, status: str, now: float
@@ -219,9 +192,9 @@ class Speaker:
                 playback.committed_ms = playback.generated_ms
             else:  # history keeps what was heard; audio never sent is gone
                 heard = playback.stop(now)
-                self.truncate_item(item, heard)
+                self.heard.truncate_item(item, heard)
                 if response.is_audio:
-                    effects.append(self.truncated(item.id, heard))
+                    effects.append(self.heard.truncated(item.id, heard))
         item.status = "completed" if status == "completed" else "incomplete"
         refs = response.item_refs(item)
         text = item.text or ""
@@ -341,9 +314,7 @@ class Speaker:
         previous = self.conversation.add(item) if response.conversation != "none" else None
         playback = Playback(response_id=response.id, item_id=item.id)
         response.playback = playback
-        self.playbacks[item.id] = playback
-        while len(self.playbacks) > MAX_PLAYBACKS:
-            del self.playbacks[next(iter(self.playbacks))]
+        self.heard.add(playback)
         part = content_part("audio" if response.is_audio else "text", "")
         effects: list[Effect] = [
             self._send(
@@ -431,7 +402,7 @@ class Speaker:
         effects = self._ensure_item(response)
         item, playback = response.item, response.playback
         assert item is not None and playback is not None
-        duration = pcm_ms(len(pcm), self.output_rate)
+        duration = pcm_ms(len(pcm), self.owner.model.output_rate)
         if response.num_pending_ms + duration > self.limits.max_buffered_output_ms:
             details = {"type": "failed", "error": OUTPUT_OVERFLOW.body()}
             return effects + self.end(now, "failed", details)

@@ -17,74 +17,82 @@ moment, and model outputs of an older epoch are dropped here, before any
 event is built. The response of an older epoch has already been finished by
 whoever advanced the epoch, so nothing is left waiting for them.
 
-The session keeps the state that every part reads (configuration, epoch,
-attempts, input ledger) and dispatches; three plain objects it owns do the
-rest, each through a narrow interface and testable alone:
+The session keeps what every part reads (the configuration, the model, the
+epoch), its lifecycle and the model switch, and dispatches each client event
+to the part that owns it. The parts are plain objects it owns, each with its
+own state, testable alone, and each declaring the narrow interface it needs of
+the session (an ``Owner`` protocol), so none imports this module:
 
-- ``speaker`` (``output.py``): the live response, playback, response events;
-- ``turns`` (``turns.py``): speech edges and the idle timeout become
-  ``TurnStep`` decisions (barge in, commit, respond) the session carries out;
+- ``chain`` (``attempts.py``): the live attempts, in wire order;
+- ``listener`` (``listener.py``): the input buffer from append to commit, its
+  reservations, and the turn policy (``turns.py``: speech edges and the idle
+  timeout become commits, barge-ins and answers);
+- ``speaker`` (``output.py``): the live response, the client's requests about
+  it, playback (``heard.py``), response events;
 - ``conversation`` (``conversation.py``): the items, in order, bounded.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import replace
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import Any
 
-from livegen.errors import CapacityExceeded, RemoteProtocolError
+from livegen.errors import RemoteProtocolError
 from livegen.models.voice import OutputKind, VoiceOutput
 from livegen.protocol import realtime as wire
-from livegen.protocol.audio import AudioFormat, InputDecoder, pcm_ms
+from livegen.protocol.audio import AudioFormat
 from livegen.protocol.errors import (
     CANNOT_UPDATE_VOICE,
-    CONVERSATION_ALREADY_HAS_ACTIVE_RESPONSE,
-    INPUT_AUDIO_BUFFER_COMMIT_EMPTY,
     INVALID_RESUME,
     MODEL_APPEND_FAILED,
     MODEL_CHANGE_UNSUPPORTED,
-    NO_RESPONSES_IN_TRANSCRIPTION,
-    RESPONSE_CANCEL_NOT_ACTIVE,
-    TOO_MANY_PENDING_COMMITS,
+    OUTBOX_OVERFLOW,
     UNKNOWN_EVENT_TYPE,
 )
 from livegen.protocol.realtime import server as ev
-from livegen.protocol.realtime.session import AnySessionObject, SessionObject
+from livegen.protocol.realtime.session import SessionObject
 from livegen.voice import duplex, item_events, mcp
+from livegen.voice.attempts import Attempts
 from livegen.voice.calls import CallLedger
 from livegen.voice.chain import (
-    INPUT_KINDS,
     Attempt,
     AttemptKind,
-    AttemptState,
     Closed,
     Effect,
     Outcome,
     ResumeChain,
-    Run,
     Send,
     SwitchModel,
     queued,
     stamped,
 )
-from livegen.voice.config import Config, apply_update, check_transcription_model, check_voice, format_words
-from livegen.voice.conversation import Conversation, Item
-from livegen.voice.input_rate import InputRate
-from livegen.voice.ledger import InputLedger, Playback
+from livegen.voice.config import Config, apply_update, check_transcription_model, check_voice
+from livegen.voice.conversation import Conversation
+from livegen.voice.formats import format_words
+from livegen.voice.ledger import Playback
+from livegen.voice.listener import Listener
 from livegen.voice.mcp_tools import check_hosts
-from livegen.voice.options import ResponseOptions, plan_response, response_options, session_options
 from livegen.voice.output import Speaker
 from livegen.voice.response import Response
 from livegen.voice.settings import IdFactory, Limits, ModelFacts
-from livegen.voice.turns import TurnPolicy, TurnStep
-from livegen.voice.vad import Edge
+
+#: A client event's handler: the event and ``now``, to the effects it queues.
+Handler = Callable[[Any, float], list[Effect]]
 
 
 class Phase(StrEnum):
     OPEN = "open"
     CLOSED = "closed"
+
+
+def _refuse_resume(event: wire.SessionResume, now: float) -> list[Effect]:
+    raise INVALID_RESUME.error(
+        detail="session.resume is the first event of a new connection to "
+        "/v1/realtime?session_id=<id>, not an event inside a session"
+    )
 
 
 class Session:
@@ -107,66 +115,54 @@ class Session:
         self.config = Config(model=model.name, session_type=session_type)
         self.phase = Phase.OPEN
         self.epoch = 0
-        self.ledger = InputLedger(self.limits.max_input_bytes)
-        self._input_rate = InputRate(self.limits.input_rate_factor, self.limits.input_burst_ms)
         self.conversation = Conversation()
         self.calls = CallLedger()
-        self.speaker = Speaker(
-            ids, self.limits, model.output_rate, self.conversation, self.calls, self._response_finished
-        )
-        self.turns = TurnPolicy(ids)
-        self.attempts: list[Attempt] = []  # live attempts, in wire order
-        self._next_seq = 0
-        self._decoder = InputDecoder(self.config.input_format, model.input_rate)
-        #: Input ms accepted since the session began (the VAD clock) and since the last commit.
-        self.input_ms = 0.0
-        self.buffer_bytes = 0
+        self.chain = Attempts()
+        #: The live attempts, in wire order (the chain's list: one object, pruned in place).
+        self.attempts: list[Attempt] = self.chain.live
+        self.speaker = Speaker(self, self.chain, ids, self.limits, self.conversation, self.calls)
+        self.listener = Listener(self, ids, self.limits, self.chain, self.conversation, self.speaker)
+        self.speaker.on_finished = self.listener.answered
+        #: The parts' state that callers read through the session (the same objects).
+        self.ledger = self.listener.ledger
+        self.playbacks: dict[str, Playback] = self.speaker.playbacks
+        self.turns = self.listener.turns
         self.num_stale_outputs = 0
-        #: The model may change (session.update) until it has been given input or a request.
-        self._is_model_locked = False
         self._pending_config: Config | None = None
         self._pending_event_id: str | None = None
         self._effects: list[Effect] = []
         #: Whether a dropped link may resume the session (the server's grace period; its runtime sets it).
         self.is_resumable = True
         self._reset_vad()
+        self._handlers = self._route()
 
-    # --- helpers ---------------------------------------------------------------------
+    def _route(self) -> dict[type[wire.ClientEvent], Handler]:
+        """Each client event to the part that owns what it changes."""
+        listener, speaker = self.listener, self.speaker
+        return {
+            wire.SessionUpdate: self._on_session_update,
+            wire.AudioAppend: listener.on_append,
+            wire.AudioCommit: listener.on_commit,
+            wire.AudioClear: listener.on_clear,
+            wire.ItemCreate: functools.partial(item_events.on_create, self),
+            wire.ItemRetrieve: functools.partial(item_events.on_retrieve, self),
+            wire.ItemDelete: functools.partial(item_events.on_delete, self),
+            wire.ItemTruncate: functools.partial(item_events.on_truncate, self),
+            wire.ResponseCreate: speaker.on_response_create,
+            wire.ResponseCancel: speaker.on_response_cancel,
+            wire.OutputAudioClear: speaker.on_output_clear,
+            wire.PlaybackAck: speaker.on_playback_ack,
+            wire.SessionClose: lambda event, now: self._close(now, "client_closed"),
+            wire.SessionResume: _refuse_resume,
+        }
 
-    def _send(self, event: ev.ServerEvent) -> Send:
+    def send(self, event: ev.ServerEvent) -> Send:
+        """``event`` stamped with a fresh id, to send."""
         return stamped(event, self.ids)
 
-    def _attempt(self, kind: AttemptKind, now: float, **fields: Any) -> Attempt:
-        if kind is not AttemptKind.UPDATE:
-            self._is_model_locked = True
-        attempt = Attempt(self._next_seq, kind, self.epoch, received_at=now, **fields)
-        self._next_seq += 1
-        self.attempts.append(attempt)
-        return attempt
-
-    def _control(self, kind: AttemptKind, now: float, **fields: Any) -> list[Effect]:
-        """A cancel, clear or update for the model; one still queued of its kind is brought up to date.
-
-        Coalescing keeps these bounded (one queued per kind) however fast a client sends them,
-        and is exact: a queued clear or cancel has nothing of the newer epoch ahead of it, and
-        only the newest configuration matters.
-        """
-        for attempt in self.attempts:
-            if attempt.kind is kind:
-                attempt.epoch = self.epoch
-                attempt.config = fields.get("config", attempt.config)
-                return []
-        return [Run(self._attempt(kind, now, **fields))]
-
-    def _session_object(self, config: Config) -> AnySessionObject:
-        """The session object with what its model can do (``capabilities``, an extension)."""
-        session = config.to_object(self.id)
-        if isinstance(session, SessionObject):
-            session.capabilities = duplex.capabilities(self.model, self.is_resumable)
-        return session
-
     def _reset_vad(self) -> None:
-        self.turns.configure(self.config.turn_detection, self.model.has_vad, self.model.input_rate)
+        """A new turn detection or model: the listener's detector starts afresh."""
+        self.listener.reset_turns()
 
     @property
     def response(self) -> Response | None:
@@ -174,47 +170,52 @@ class Session:
         return self.speaker.response
 
     @property
-    def playbacks(self) -> dict[str, Playback]:
-        """Playback ledgers of recent answers (the speaker's), by item id."""
-        return self.speaker.playbacks
-
-    @property
     def is_closed(self) -> bool:
         return self.phase is Phase.CLOSED
 
     @property
     def num_pending_commits(self) -> int:
-        return sum(1 for a in self.attempts if a.kind is AttemptKind.COMMIT)
+        return self.chain.num_pending_commits
+
+    @property
+    def buffer_bytes(self) -> int:
+        """Input bytes buffered since the last commit (the listener's)."""
+        return self.listener.buffer_bytes
+
+    @property
+    def input_ms(self) -> float:
+        """Input ms accepted since the session began, the VAD clock (the listener's)."""
+        return self.listener.input_ms
 
     # --- lifecycle -------------------------------------------------------------------
 
     @queued
     def open(self, now: float) -> list[Effect]:
-        return [self._send(ev.SessionCreated(session=self._session_object(self.config)))]
+        session = self.config.to_object(self.id)
+        if isinstance(session, SessionObject):  # what its model can do (``capabilities``, an extension)
+            session.capabilities = duplex.capabilities(self.model, self.is_resumable)
+        return [self.send(ev.SessionCreated(session=session))]
 
     def _close(self, now: float, reason: str = "client_closed") -> list[Effect]:
         """The terminal: end the live response, give back every reservation, send ``session.closed``."""
         if self.is_closed:
             return []
         effects = self.speaker.end(now, "cancelled", {"type": "cancelled", "reason": "session_closed"})
-        for attempt in self.attempts:
-            attempt.move(AttemptState.CANCELLED)
-        self.attempts.clear()
-        self.ledger.clear()
-        self.buffer_bytes = 0
+        self.chain.cancel_all()
+        self.listener.close()
         self.phase = Phase.CLOSED
-        effects.append(self._send(ev.SessionClosed(session_id=self.id, reason=reason)))
+        effects.append(self.send(ev.SessionClosed(session_id=self.id, reason=reason)))
         effects.append(Closed(reason))
         return effects
 
-    def _reject(self, error: RemoteProtocolError) -> list[Effect]:
+    close = queued(_close)
+
+    @queued
+    def reject(self, error: RemoteProtocolError) -> list[Effect]:
         """OpenAI's error event for a client mistake; the session goes on."""
         if self.is_closed:
             return []
-        return [self._send(ev.Error(error=error.to_error_body()))]
-
-    close = queued(_close)
-    reject = queued(_reject)
+        return [self.send(ev.Error(error=error.to_error_body()))]
 
     def take_effects(self) -> list[Effect]:
         """The effects queued since the last call, in order (see ``chain.queued``)."""
@@ -232,7 +233,7 @@ class Session:
         if handler is None:  # pragma: no cover - every decoded type has a handler
             raise UNKNOWN_EVENT_TYPE.error(event_type=event.TYPE, supported=wire.supported())
         try:
-            return handler(self, event, now)
+            return handler(event, now)
         except RemoteProtocolError as error:
             raise error.with_event_id(event.event_id) from None
 
@@ -244,8 +245,12 @@ class Session:
         config, listings = mcp.with_servers(self.config, config, self.ids, self.limits.mcp_timeout_s)
         if config.model != self.config.model:
             config = replace(config, model=self.canonical_name(config.model))
-        if config.model != self.config.model:
-            return self._switch_model(config, event.event_id)
+        if config.model != self.config.model:  # allowed until the model has been given input or a request
+            if self.chain.is_model_locked:
+                raise MODEL_CHANGE_UNSUPPORTED.error(model=self.config.model)
+            self.chain.cancel_all()  # updates owed to the old stream: the new one opens with the config
+            self._pending_config, self._pending_event_id = config, event.event_id
+            return [SwitchModel(config.model, config.stream_config())]
         if config.voice != self.config.voice and any(p.generated_ms for p in self.playbacks.values()):
             raise CANNOT_UPDATE_VOICE.error()
         if config.voice != self.config.voice:
@@ -253,25 +258,13 @@ class Session:
         if config.transcription_model != self.config.transcription_model:
             check_transcription_model(config.transcription_model, self.model.transcription_models)
         if config.input_format != self.config.input_format:
-            self._decoder = InputDecoder(config.input_format, self.model.input_rate)
-        old_vad = self.config.turn_detection
-        self.config = config
+            self.listener.set_format(config.input_format, self.model.input_rate)
+        old_vad, self.config = self.config.turn_detection, config
         if config.turn_detection != old_vad:
             self._reset_vad()
-        effects = self._control(AttemptKind.UPDATE, now, config=config.stream_config())
-        effects.append(self._send(ev.SessionUpdated(session=config.to_object(self.id))))
-        return effects + mcp.listing(listings, self.conversation, self._send)
-
-    def _switch_model(self, config: Config, event_id: str | None) -> list[Effect]:
-        """A new model, allowed until the current one has been given input or asked to respond."""
-        if self._is_model_locked:
-            raise MODEL_CHANGE_UNSUPPORTED.error(model=self.config.model)
-        for attempt in self.attempts:  # updates owed to the old stream: the new one opens with the config
-            attempt.move(AttemptState.CANCELLED)
-        self.attempts.clear()
-        self._pending_config = config
-        self._pending_event_id = event_id
-        return [SwitchModel(config.model, config.stream_config())]
+        effects = self.chain.control(AttemptKind.UPDATE, self.epoch, now, config=config.stream_config())
+        effects.append(self.send(ev.SessionUpdated(session=config.to_object(self.id))))
+        return effects + mcp.listing(listings, self.conversation, self.send)
 
     def fix_formats(self, fixed: bool) -> None:
         """A new link: one that fixes the audio formats (a WebRTC call's track, PCM16 at 24 kHz)
@@ -296,169 +289,30 @@ class Session:
             return []
         self._pending_config = None
         self.model = model
-        self.speaker.output_rate = model.output_rate
         self.config = config
-        self._decoder = InputDecoder(config.input_format, model.input_rate)
+        self.listener.set_format(config.input_format, model.input_rate)
         self._reset_vad()
-        return [self._send(ev.SessionUpdated(session=config.to_object(self.id)))]
+        return [self.send(ev.SessionUpdated(session=config.to_object(self.id)))]
 
-    @queued
-    def model_switch_failed(self, error: RemoteProtocolError) -> list[Effect]:
+    def model_switch_failed(self, error: RemoteProtocolError) -> None:
         """The new model could not open: the session keeps its model and configuration."""
         self._pending_config = None
         error.with_event_id(self._pending_event_id)
-        return self._reject(error)
-
-    def _on_append(self, event: wire.AudioAppend, now: float) -> list[Effect]:
-        decoder = self._decoder
-        # Bounded before decoding, from the base64 length, so a refused flood costs nothing.
-        audio_ms = len(event.audio) * 3 // 4 * 1000 / (decoder.wire.rate * decoder.wire.bytes_per_sample)
-        self._input_rate.check(audio_ms, now)
-        data = event.audio_bytes()
-        decoder.check(data)
-        if not data:
-            return []
-        # Reserve before decoding so a refused append leaves the resampler untouched.
-        reservation = self.ledger.reserve(decoder.estimate(len(data)))
-        pcm = decoder.decode(data)
-        self.ledger.resize(reservation, len(pcm))
-        self._input_rate.spend(audio_ms)
-        self.buffer_bytes += len(pcm)
-        self.input_ms += pcm_ms(len(pcm), self.model.input_rate)
-        append = self._attempt(AttemptKind.APPEND, now, pcm=pcm, reservation=reservation)
-        effects: list[Effect] = [Run(append)]
-        for transition in self.turns.feed(pcm):
-            if transition.edge is Edge.STARTED:
-                effects += self._speech_started(transition.audio_ms, now)
-            else:
-                effects += self._speech_stopped(transition.audio_ms, now)
-        return effects
-
-    def _on_commit(self, event: wire.AudioCommit, now: float) -> list[Effect]:
-        if self.buffer_bytes == 0:
-            raise INPUT_AUDIO_BUFFER_COMMIT_EMPTY.error(min_ms=1, buffered_ms=0.0)
-        return self._commit(self.ids("item"), now)
-
-    def _commit(self, item_id: str, now: float) -> list[Effect]:
-        if self.num_pending_commits >= self.limits.max_pending_commits:
-            raise TOO_MANY_PENDING_COMMITS.error(pending=self.num_pending_commits)
-        effects: list[Effect] = []
-        tail = self._decoder.flush()  # the turn's last ms, held in the resampler
-        if tail:
-            reservation = self.ledger.reserve(len(tail), is_forced=True)
-            effects.append(Run(self._attempt(AttemptKind.APPEND, now, pcm=tail, reservation=reservation)))
-        self.buffer_bytes = 0
-        self.turns.committed()
-        item = Item(id=item_id, role="user", content_type="input_audio")
-        previous = self.conversation.add(item)
-        commit = self._attempt(AttemptKind.COMMIT, now, item_id=item_id)
-        return [
-            *effects,
-            Run(commit),
-            self._send(ev.InputAudioBufferCommitted(item_id=item_id, previous_item_id=previous)),
-            self._send(ev.ItemAdded(item=item.to_object(), previous_item_id=previous)),
-            self._send(ev.ItemDone(item=item.to_object(), previous_item_id=previous)),
-        ]
-
-    def _on_clear(self, event: wire.AudioClear, now: float) -> list[Effect]:
-        effects = self._advance_epoch(now, "client_cancelled")
-        # Only audio after the last commit is dropped: committed turns still reach the model.
-        last_commit = max((a.seq for a in self.attempts if a.kind is AttemptKind.COMMIT), default=-1)
-        dropped = [a for a in self.attempts if a.kind is AttemptKind.APPEND and a.seq > last_commit]
-        if dropped and dropped[0].reservation is not None:
-            self.ledger.rollback(dropped[0].reservation)
-        for attempt in dropped:
-            attempt.move(AttemptState.CANCELLED)
-        self.attempts = [a for a in self.attempts if a.is_live]
-        self._decoder.flush()  # what the resampler held is uncommitted audio too: dropped
-        self.buffer_bytes = 0
-        self.turns.dropped()
-        effects += self._control(AttemptKind.CLEAR, now)
-        effects.append(self._send(ev.InputAudioBufferCleared()))
-        return effects
-
-    def _on_response_create(self, event: wire.ResponseCreate, now: float) -> list[Effect]:
-        if self.config.is_transcription:
-            raise NO_RESPONSES_IN_TRANSCRIPTION.error()
-        if self.model.is_duplex:
-            raise duplex.refused_event(event.TYPE)
-        if self.response is not None:
-            raise CONVERSATION_ALREADY_HAS_ACTIVE_RESPONSE.error(response_id=self.response.id)
-        options = response_options(event.response or {}, self.config, self.conversation, self.ids)
-        return self._create_response(now, options)
-
-    def _create_response(self, now: float, options: ResponseOptions | None = None) -> list[Effect]:
-        """Pre-create a response (``response.created``) and put its request on the chain."""
-        plan = options or session_options(self.config)
-        response, request = plan_response(
-            plan, self.config, self.conversation, self.ids("resp"), self.epoch, self.model.output_rate
-        )
-        respond = self._attempt(AttemptKind.RESPOND, now, request=request, response_id=response.id)
-        return [self.speaker.begin(response), Run(respond)]
-
-    def _on_response_cancel(self, event: wire.ResponseCancel, now: float) -> list[Effect]:
-        if self.response is None or event.response_id not in (None, self.response.id):
-            raise RESPONSE_CANCEL_NOT_ACTIVE.error()
-        return self._advance_epoch(now, "client_cancelled")
-
-    def _on_output_clear(self, event: wire.OutputAudioClear, now: float) -> list[Effect]:
-        effects = self._advance_epoch(now, "client_cancelled")
-        effects.append(self._send(ev.OutputAudioBufferCleared(response_id=None)))
-        return effects
-
-    def _on_playback_ack(self, event: wire.PlaybackAck, now: float) -> list[Effect]:
-        self.speaker.ack(event.response_id, event.item_id, event.played_ms)
-        return []
-
-    def _on_close(self, event: wire.SessionClose, now: float) -> list[Effect]:
-        return self._close(now, "client_closed")
-
-    def _on_resume(self, event: wire.SessionResume, now: float) -> list[Effect]:
-        raise INVALID_RESUME.error(
-            detail="session.resume is the first event of a new connection to "
-            "/v1/realtime?session_id=<id>, not an event inside a session"
-        )
-
-    _handlers: ClassVar[dict[type[wire.ClientEvent], Callable[[Session, Any, float], list[Effect]]]] = {
-        wire.SessionUpdate: _on_session_update,
-        wire.AudioAppend: _on_append,
-        wire.AudioCommit: _on_commit,
-        wire.AudioClear: _on_clear,
-        wire.ItemCreate: item_events.on_create,
-        wire.ItemRetrieve: item_events.on_retrieve,
-        wire.ItemDelete: item_events.on_delete,
-        wire.ItemTruncate: item_events.on_truncate,
-        wire.ResponseCreate: _on_response_create,
-        wire.ResponseCancel: _on_response_cancel,
-        wire.OutputAudioClear: _on_output_clear,
-        wire.PlaybackAck: _on_playback_ack,
-        wire.SessionClose: _on_close,
-        wire.SessionResume: _on_resume,
-    }
+        self.reject(error)
 
     # --- the fence and interruption ---------------------------------------------------
 
-    def _advance_epoch(self, now: float, reason: str) -> list[Effect]:
+    def interrupt(self, now: float, reason: str) -> list[Effect]:
         """Advance the fence; end the live response (cancelled), truncating history to what was heard."""
         effects = self.speaker.end(now, "cancelled", {"type": "cancelled", "reason": reason})
         self.epoch += 1
-        effects += self.speaker.stop_playing(now)
-        effects += self._control(AttemptKind.CANCEL, now)
+        effects += self.speaker.heard.stop_playing(now)
+        effects += self.chain.control(AttemptKind.CANCEL, self.epoch, now)
         return effects
 
     def barge_in(self, now: float) -> list[Effect]:
         """The user took the turn: the live response ends cancelled, cut where it was heard."""
-        return self._advance_epoch(now, "turn_detected")
-
-    def _response_finished(self, response: Response, now: float) -> None:
-        """The speaker ended ``response``: its attempts are owed nothing; the idle clock starts."""
-        for attempt in self.attempts:
-            if attempt.response_id == response.id:
-                attempt.move(AttemptState.CANCELLED)  # the speaker sent its terminal: this is it
-        self.attempts = [a for a in self.attempts if a.is_live]
-        # The idle clock starts when the user has heard the whole answer.
-        playback = response.playback
-        self.turns.answered(now if playback is None else playback.played_until(now), self.input_ms)
+        return self.interrupt(now, "turn_detected")
 
     # --- model outputs and the clock -------------------------------------------------
 
@@ -469,16 +323,16 @@ class Session:
             return []
         kind = output.kind
         if kind in (OutputKind.MCP_TOOLS_LISTED, OutputKind.MCP_TOOLS_FAILED):  # the session's, no epoch's
-            return mcp.listed(output, self.conversation, self._send)
+            return mcp.listed(output, self.conversation, self.send)
         if output.epoch != self.epoch:
             self.num_stale_outputs += 1
             return []
         if self.model.is_duplex and output.response_id is None and kind in duplex.TURN_KINDS:
             return duplex.on_turn_output(self, output, now)
         if kind is OutputKind.SPEECH_STARTED:
-            return self._speech_started(output.audio_ms, now) if self.model.has_vad else []
+            return self.listener.speech_started(output.audio_ms, now) if self.model.has_vad else []
         if kind is OutputKind.SPEECH_STOPPED:
-            return self._speech_stopped(output.audio_ms, now) if self.model.has_vad else []
+            return self.listener.speech_stopped(output.audio_ms, now) if self.model.has_vad else []
         if kind in (OutputKind.TRANSCRIPT_DELTA, OutputKind.TRANSCRIPT_DONE):
             return self.speaker.on_transcript(output, self.turns.item_id)
         response = self.speaker.live(output.response_id)
@@ -493,16 +347,13 @@ class Session:
         """Release audio that is due; fire the idle timeout when it is due."""
         if self.is_closed:
             return []
-        effects = self.speaker.tick(now)
-        deadline = self._idle_deadline()
-        if deadline is not None and now >= deadline:
-            effects += self._take_turn(self.turns.timed_out(self.input_ms, self.buffer_bytes > 0), now)
-        return effects
+        return self.speaker.tick(now) + self.listener.tick(now)
 
     def next_deadline(self) -> float | None:
         """When ``tick`` next has something to do, if anything."""
         # No list and no min() of one: this runs before every event the runtime handles.
-        speaking, idle = self.speaker.next_deadline(), self._idle_deadline()
+        speaking = self.speaker.next_deadline()
+        idle = None if self.is_closed else self.listener.idle_deadline()
         if speaking is None or idle is None:
             return idle if speaking is None else speaking
         return min(speaking, idle)
@@ -510,92 +361,32 @@ class Session:
     @queued
     def on_outbox_overflow(self, now: float) -> list[Effect]:
         """The client reads too slowly: fail the live response, with a clear error."""
-        return self.speaker.on_outbox_overflow(now)
-
-    def _idle_deadline(self) -> float | None:
-        vad = self.config.turn_detection
-        if vad is None or vad.idle_timeout_ms is None:
-            return None  # no idle timeout (the common case), asked before every event: decided first
-        # The idle timeout answers, and a transcription session never does.
-        can_idle = self.response is None and not self.config.is_transcription and not self.is_closed
-        return self.turns.deadline(vad, can_idle)
-
-    # --- turns -------------------------------------------------------------------------
-
-    def _speech_started(self, audio_ms: float, now: float) -> list[Effect]:
-        vad = self.config.turn_detection
-        if vad is None:
-            return []
-        return self._take_turn(self.turns.started(vad, audio_ms, self.speaker.is_speaking(now)), now)
-
-    def _speech_stopped(self, audio_ms: float, now: float) -> list[Effect]:
-        vad = self.config.turn_detection
-        if vad is None:
-            return []
-        can_respond = self.response is None and not self.config.is_transcription and not self.model.is_duplex
-        return self._take_turn(self.turns.stopped(vad, audio_ms, self.buffer_bytes > 0, can_respond), now)
-
-    def _take_turn(self, step: TurnStep, now: float) -> list[Effect]:
-        """Carry out the turn policy's decision: its event, then barge in, commit, respond."""
-        effects: list[Effect] = [step.event]
-        if step.barge_in:
-            effects += self.barge_in(now)
-        if step.commit is not None:
-            try:
-                effects += self._commit(step.commit, now)
-            except CapacityExceeded as error:
-                return [*effects, *self._reject(error)]
-        if step.respond:
-            effects += self._create_response(now)
-        return effects
+        return self.speaker.end(now, "failed", {"type": "failed", "error": OUTBOX_OVERFLOW.body()})
 
     # --- the chain's reports -----------------------------------------------------------
 
     @queued
     def settle(self, attempt: Attempt, outcome: Outcome, now: float, error: str = "") -> list[Effect]:
-        """The runtime ran ``attempt``; settle what it reserved. A cancelled attempt is ignored."""
+        """The runtime ran ``attempt``; settle what it reserved. A cancelled attempt is ignored.
+
+        A failed input attempt breaks the chain: it and every later input attempt are rolled
+        back (``Listener.broken``), and the response they were bound to fails."""
         if not attempt.is_live or self.is_closed:
             return []
-        self.attempts.remove(attempt)
+        self.chain.settle(attempt, outcome is Outcome.OK)
         if outcome is Outcome.OK:
-            attempt.move(AttemptState.DONE)
             if attempt.reservation is not None:
                 self.ledger.commit(attempt.reservation)
             return []
-        attempt.move(AttemptState.FAILED)
-        effects = [*self._break_chain(attempt, now)]
-        message = f"the model refused a {attempt.kind.value}: {error or 'no reason given'}"
-        effects.append(self._send(ev.Error(error=MODEL_APPEND_FAILED.event_body(detail=message))))
-        effects.append(ResumeChain())
-        return effects
-
-    def _drop_uncommitted(self, now: float) -> list[Effect]:
-        """The turn in progress is rolled back: the model, the resampler and the detector drop
-        what they hold of it too, so the next append starts afresh (a model that refused input
-        for being full would otherwise refuse every append after)."""
-        self.buffer_bytes = 0
-        self.turns.dropped()
-        self._decoder.flush()
-        return self._control(AttemptKind.CLEAR, now)
-
-    def _break_chain(self, failed: Attempt, now: float) -> list[Effect]:
-        """A failed input attempt: roll back it and every later input attempt; fail their response."""
-        effects: list[Effect] = []
-        if failed.reservation is not None:
-            self.ledger.rollback(failed.reservation)
-        later = [a for a in self.attempts if a.kind in INPUT_KINDS and a.seq > failed.seq]
-        if failed.kind in INPUT_KINDS:
-            for attempt in later:
-                attempt.move(AttemptState.FAILED)
-                if attempt.reservation is not None:
-                    self.ledger.rollback(attempt.reservation)
-            self.attempts = [a for a in self.attempts if a.is_live]
-            effects += self._drop_uncommitted(now)
-        bound = {a.response_id for a in [failed, *later] if a.response_id}
+        later = self.chain.break_after(attempt)
+        effects = self.listener.broken(attempt, later, now)
+        bound = {a.response_id for a in [attempt, *later] if a.response_id}
         if self.response is not None and self.response.id in bound:
-            error = MODEL_APPEND_FAILED.body(detail="the model failed to take input for this response")
-            details = {"type": "failed", "error": error}
-            effects += self.speaker.end(now, "failed", details)
+            body = MODEL_APPEND_FAILED.body(detail="the model failed to take input for this response")
+            effects += self.speaker.end(now, "failed", {"type": "failed", "error": body})
+        message = f"the model refused a {attempt.kind.value}: {error or 'no reason given'}"
+        effects.append(self.send(ev.Error(error=MODEL_APPEND_FAILED.event_body(detail=message))))
+        effects.append(ResumeChain())
         return effects
 
 

@@ -1,12 +1,12 @@
 """Turn policy of a voice session: speech edges commit turns and barge in; the idle timeout.
 
-A plain object that the session (``voice/session.py``) owns and asks. Server
+A plain object that the session's listener (``voice/listener.py``) owns and asks. Server
 VAD (the model's own detector, or ``vad.py``'s, which the policy keeps) reports
 speech edges: speech starting interrupts a response that is still speaking
 (barge-in, through the session's fence); speech stopping commits the turn and,
 with ``create_response``, asks for an answer. ``idle_timeout_ms`` answers a
 silent user: it is timed from when the last answer finished playing, and fires
-once per answer. The policy decides and the session acts: each edge returns a
+once per answer. The policy decides and the listener acts: each edge returns a
 ``TurnStep`` (the event, then whether to barge in, commit, respond), so the
 policy never reaches into the chain, the conversation or the speaker.
 """
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from livegen.protocol.realtime import server as ev
 from livegen.voice.chain import Send, stamped
-from livegen.voice.config import ServerVad
 from livegen.voice.settings import IdFactory
+from livegen.voice.turn_detection import ServerVad
 from livegen.voice.vad import EnergyVad, Transition
 
 

@@ -61,12 +61,12 @@ async def test_a_session_with_noise_reduction_hears_the_denoised_input(cascade: 
         for start in range(0, len(pcm), 640):
             await stream.append(0, pcm[start : start + 640])
         # What the detector and the recogniser were given (leading silence is not kept: its tail).
-        start = stream._buffer_start
-        assert _rms(stream._audio(start, len(noise))) < _rms(noise[start:]) / 4
+        start = stream._turn.start
+        assert _rms(stream._turn.audio(start, len(noise))) < _rms(noise[start:]) / 4
         await stream.update(StreamConfig(turn_detection=None))
         await stream.append(0, pcm)
-        start = stream._buffer_start
-        kept = stream._audio(start, 2 * len(noise))
+        start = stream._turn.start
+        kept = stream._turn.audio(start, 2 * len(noise))
         assert _rms(kept) == pytest.approx(_rms(noise[start - len(noise) :]), rel=0.01)
     finally:
         await stream.aclose()

@@ -26,7 +26,7 @@ from livegen.errors import ConfigError
 from livegen.models.cascade import endpoint, vad
 from livegen.models.voice import OutputKind, StreamConfig, TurnDetection
 from livegen.server.thread import ServerThread
-from livegen.voice.config import SEMANTIC_SILENCE_MS
+from livegen.voice.turn_detection import SEMANTIC_SILENCE_MS
 from models.cascade.support import USER_VOICE, Driver, RealtimeCall, speak_afresh
 
 SEMANTIC = TurnDetection(silence_duration_ms=700, eagerness="auto")

@@ -17,7 +17,7 @@ Output has exactly the length of the input, delayed by ``DELAY_SAMPLES``
 (44 ms, enough for what the resamplers and the model hold back), plus the
 model's own 30 ms of look-ahead: about 75 ms in all. Positions in the input
 buffer stay sample for sample, and the commit's trailing tail
-(``stream._TAIL_S``, 250 ms) covers the lag. The resamplers are soxr's
+(``turn._TAIL_S``, 250 ms) covers the lag. The resamplers are soxr's
 low-quality ones: their shorter filters halve the lag of the high-quality
 ones, and their roll-off above 6 kHz costs Whisper nothing.
 

@@ -1,6 +1,6 @@
 """An answer's speech: pieces synthesised a little ahead of real time, sent as audio deltas.
 
-``stream.Stream`` speaks each answer through these: a producer asks the
+``answering.Answering`` speaks each answer through these (``voicing``): a producer asks the
 speech workers for a piece's audio only while the answer is less than
 ``MAX_AHEAD_S`` ahead of real time (``Pacing``), so a long answer does not take
 a core for all its length at once, and a barge-in wastes less. The stream

@@ -1,7 +1,7 @@
 """One session's transcripts of the user's turns: live captions while a turn is spoken, then the
 completed transcript, which continues what the captions sent, with its logprobs when asked.
 
-``stream.Stream`` owns the audio, the turns and when each happens; this
+``stream.Stream`` owns the turns and when each happens (``turn.Turn`` the audio); this
 module owns what the client reads of the user's words. The two halves share
 one promise: the captions send a prefix that never changes (``captions``
 local agreement), and the completed transcript is that prefix plus the

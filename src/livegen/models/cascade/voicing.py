@@ -1,8 +1,8 @@
 """How a cascade stream says an answer: its pieces' text and audio in order, paced, with a spoken
 preamble first when the answer is slow (``preambles``).
 
-A mixin of ``stream.Stream`` (which owns the outputs, the speech workers and the barge-in gate),
-apart so that the stream's module stays about turns and responses.
+A mixin of ``answering.Answering`` (given the stream's outputs, speech workers and barge-in gate),
+apart so that the answering module stays about what is answered, this one about how it is said.
 """
 
 from __future__ import annotations
