@@ -41,6 +41,7 @@ def test_a_server_of_its_own_runs_every_model_in_process(environ: None) -> None:
     assert services.world() is None
 
 
+@pytest.mark.cluster  # it reads --world-workers' configuration (tests/test_markers.py's sign), starts no Ray
 def test_world_workers_alone_are_ray_actors_of_this_process(environ: None) -> None:
     workers = choose(ServerConfig(world_workers=2, ray_address="ray://x:1")).world()
     assert isinstance(workers, RayWorkers)
