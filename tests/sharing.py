@@ -55,10 +55,12 @@ class SharedRegistry(Registry):
         self._cache = cache
         self._mine: dict[str, Any] = {}
 
-    def load(self, name: str, options: Mapping[str, Any] | None = None, settings: Any = None) -> Any:
+    def load(
+        self, name: str, options: Mapping[str, Any] | None = None, settings: Any = None, speech: Any = None
+    ) -> Any:
         entry = self.get(name)
-        if not is_shared(entry):
-            return super().load(name, options, settings)
+        if not is_shared(entry) or speech is not None:  # a cluster's speech service: this server's own
+            return super().load(name, options, settings, speech)
         if entry.name not in self._mine:
             environ = sorted((k, v) for k, v in os.environ.items() if k.startswith("LIVEGEN_"))
             key = repr((entry.name, sorted((options or {}).items()), settings, environ))

@@ -5,7 +5,7 @@ meaningless; what is checked is that each family's real class, feature
 extractor and ``generate`` run through the recogniser interface the cascade
 uses (``transcribe``, ``transcribe_batch``, the batcher that serves every
 session), the same way twice, and that a saved model directory is picked up
-by ``--asr-model-path`` (``asr.local_choice``) as that family, not as Whisper.
+by ``--asr-model-path`` (``local_choice``) as that family, not as Whisper.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import pytest
 
 from livegen.errors import ConfigError
 from livegen.models.asr import transformers_asr
+from livegen.models.asr.local import local_choice
 from livegen.models.cascade import asr, asr_batch
 
 pytest.importorskip("transformers")
@@ -73,7 +74,7 @@ def test_a_saved_model_directory_is_a_recogniser_of_its_family(
     directory = tmp_path / f"my-{tiny.family.stem}"
     tiny._model.save_pretrained(directory)
     tiny._feature_extractor.save_pretrained(directory)
-    choice = asr.local_choice(directory)
+    choice = local_choice(directory)
     assert choice.name == directory.name and tiny.family.model_class in choice.description
     loaded = asr.Recognizer.of(choice, threads=1)
     assert loaded.transcribe(AUDIO).text == tiny.transcribe(AUDIO).text
@@ -83,4 +84,4 @@ def test_a_directory_of_another_model_type_is_not_taken_for_one(tmp_path: Path) 
     (tmp_path / "config.json").write_text('{"model_type": "bert"}')
     assert transformers_asr.family_of(tmp_path) is None
     with pytest.raises(ConfigError, match="no CTranslate2 Whisper model"):
-        asr.local_choice(tmp_path)
+        local_choice(tmp_path)

@@ -26,6 +26,7 @@ from click.testing import CliRunner
 
 from livegen.cli import main
 from livegen.errors import ConfigError
+from livegen.models.asr.local import LOCAL_FILES, local_choice
 from livegen.models.cascade import asr, assets
 from livegen.models.cascade import model as cascade_model
 from livegen.server.thread import ServerThread
@@ -44,18 +45,18 @@ def local_whisper(tmp_path: Path) -> Path:
 
 def test_a_directory_that_is_not_a_whisper_model_is_refused_by_name(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="is not a directory"):
-        asr.local_choice(tmp_path / "absent")
+        local_choice(tmp_path / "absent")
     (tmp_path / "half").mkdir()
     (tmp_path / "half" / "model.bin").write_bytes(b"")
     with pytest.raises(
         ConfigError, match=r"lacks config\.json, tokenizer\.json, vocabulary\.json or vocabulary\.txt"
     ):
-        asr.local_choice(tmp_path / "half")
+        local_choice(tmp_path / "half")
     (tmp_path / "whisper-base").mkdir()
-    for name in (*asr.LOCAL_FILES, "vocabulary.txt"):
+    for name in (*LOCAL_FILES, "vocabulary.txt"):
         (tmp_path / "whisper-base" / name).write_bytes(b"")
     with pytest.raises(ConfigError, match="name of a packaged recogniser"):
-        asr.local_choice(tmp_path / "whisper-base")
+        local_choice(tmp_path / "whisper-base")
 
 
 def test_a_local_directory_is_one_more_recogniser_and_the_default(
@@ -74,7 +75,7 @@ def test_a_local_directory_is_one_more_recogniser_and_the_default(
 def test_a_local_directory_hears(cascade: Any, local_whisper: Path) -> None:
     import numpy as np
 
-    recognizer = asr.Recognizer.of(asr.local_choice(local_whisper), threads=1)
+    recognizer = asr.Recognizer.of(local_choice(local_whisper), threads=1)
     pcm = speak_as_user(cascade, "What time is it?", trail_s=0.3)
     text = recognizer.transcribe(np.frombuffer(pcm, "<i2").astype(np.float32) / 32768.0).text
     assert recognizer.name == "my-whisper"

@@ -2,7 +2,7 @@
 
 A user with weights on disk (a Hugging Face directory: ``config.json`` whose
 ``model_type`` is one of ``FAMILIES``, the weights, the processor's files)
-passes it as ``--asr-model-path``; ``cascade.asr.local_choice`` sees the
+passes it as ``--asr-model-path``; ``asr.local.local_choice`` sees the
 ``model_type`` and loads it here instead of as CTranslate2 Whisper. Nothing
 is fetched: every ``from_pretrained`` is ``local_files_only``.
 

@@ -4,7 +4,7 @@ Two recognisers ship (``CHOICES``): Whisper base, the default (``DEFAULT``), and
 Whisper tiny.en, the fast option, with more words wrong at a third to a half of
 base's compute; both come from pinned PyPI packages (``assets``). Any local
 CTranslate2 Whisper directory (Whisper small, distil-whisper, a fine-tune) is a
-third, named after its directory (``local_choice``, ``--asr-model-path``). Which one a server uses is
+third, named after its directory (``models/asr/local.py``, ``--asr-model-path``). Which one a server uses is
 ``--asr-model`` and a session may pick another with
 ``audio.input.transcription.model`` (``model.CascadeModel`` loads each on
 first use).
@@ -121,48 +121,6 @@ CHOICES = {
 }
 
 
-def local_choice(path: str | Path) -> Choice:
-    """A recogniser from a local directory (``--asr-model-path``), named after it: CTranslate2
-    Whisper, or a transformers speech-to-text model (``models/asr/transformers_asr``) when its
-    ``config.json`` names one of those families.
-
-    Checked before anything loads, so a wrong path fails at startup by name,
-    not at the first turn: the directory must hold ``model.bin``,
-    ``config.json``, ``tokenizer.json`` (faster-whisper would otherwise
-    fetch a tokenizer from a hub) and a vocabulary, and its name must not be a packaged one's.
-    Greedy, as a bigger model is chosen for accuracy and a beam multiplies its cost.
-    """
-    from livegen.errors import ConfigError
-    from livegen.models.asr import transformers_asr
-
-    directory = Path(path).expanduser().resolve()
-    if not directory.is_dir():
-        raise ConfigError(f"--asr-model-path {str(path)!r} is not a directory")
-    if directory.name in CHOICES:
-        raise ConfigError(f"--asr-model-path {str(directory)!r} has the name of a packaged recogniser")
-    if (family := transformers_asr.family_of(directory)) is not None:
-        name = directory.name
-        return Choice(
-            name,
-            f"{family.model_class} (transformers) from {directory}",
-            lambda: directory,
-            loader=lambda threads, workers: transformers_asr.from_directory(directory, name, threads),
-        )
-    missing = [name for name in LOCAL_FILES if not (directory / name).is_file()]
-    if not any((directory / name).is_file() for name in VOCABULARIES):
-        missing.append(" or ".join(VOCABULARIES))
-    if missing:
-        raise ConfigError(
-            f"--asr-model-path {str(directory)!r} is no CTranslate2 Whisper model: it lacks "
-            f"{', '.join(missing)} (convert one with ct2-transformers-converter --copy_files tokenizer.json)"
-        )
-    return Choice(directory.name, f"CTranslate2 Whisper from {directory}, int8", lambda: directory)
-
-
-#: What a CTranslate2 Whisper directory holds.
-LOCAL_FILES = ("model.bin", "config.json", "tokenizer.json")
-#: CTranslate2's vocabulary, in one of its two formats.
-VOCABULARIES = ("vocabulary.json", "vocabulary.txt")
 #: The server's recogniser unless ``--asr-model`` (``LIVEGEN_ASR_MODEL``) says otherwise: stated
 #: once, in ``settings`` (which imports nothing heavy, so ``livegen serve --help`` can name it).
 DEFAULT = settings.ASR_MODEL

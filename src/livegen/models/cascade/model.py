@@ -449,7 +449,9 @@ def asr_choices(path: str | None = None) -> dict[str, asr.Choice]:
     path = CascadeSettings(asr_model_path=path or None).with_env().asr_model_path
     choices = dict(asr.CHOICES)
     if path:
-        local = asr.local_choice(path)
+        from livegen.models.asr.local import local_choice  # a user's directory: its kinds load on use
+
+        local = local_choice(path)
         choices[local.name] = local
     return choices
 

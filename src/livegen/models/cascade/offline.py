@@ -23,7 +23,7 @@ import re
 from collections import deque
 from collections.abc import AsyncGenerator, Iterator
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -32,7 +32,23 @@ from livegen.models.cascade import asr, sentences
 from livegen.models.voice import ClipSegment
 
 if TYPE_CHECKING:
-    from livegen.models.cascade.model import CascadeModel
+    import concurrent.futures
+    from collections.abc import Hashable
+
+    from livegen.models.cascade.speech_jobs import Speech
+
+
+class CascadeModel(Protocol):
+    """The cascade model as a whole clip uses it (``model.CascadeModel``, whose ``ClipAudio``
+    methods call this module: declared here so that the two do not import each other)."""
+
+    async def transcribe(self, audio: np.ndarray, options: asr.Options | None = None) -> str: ...
+    async def logprobs(self, audio: np.ndarray, text: str, options: asr.Options) -> list[asr.Logprob]: ...
+    def recognizer_for(self, name: str) -> asr.Recognizer: ...
+    def speak(
+        self, text: str, voice: str = "", owner: Hashable | None = None, speed: float = 1.0
+    ) -> concurrent.futures.Future[Speech]: ...
+
 
 #: Most audio Whisper hears at once, in seconds.
 PIECE_S = asr.WINDOWS_S[-1]

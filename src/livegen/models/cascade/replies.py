@@ -43,7 +43,7 @@ from livegen import tasks
 from livegen.models.cascade import chat_stream, llm, responder, sentences
 from livegen.models.cascade.mcp import MAX_ROUNDS
 from livegen.models.cascade.mcp_session import McpRun
-from livegen.models.cascade.tts import Speech
+from livegen.models.cascade.speech_jobs import Speech
 from livegen.models.voice import Usage
 
 logger = logging.getLogger("livegen.models.cascade")

@@ -17,7 +17,8 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
 from livegen.models.cascade import replies
-from livegen.models.cascade.tts import Speech, SynthesisError
+from livegen.models.cascade.speech_jobs import Speech
+from livegen.models.cascade.tts import SynthesisError
 
 logger = logging.getLogger("livegen.models.cascade")
 

@@ -27,13 +27,11 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from livegen.errors import ModelError
 from livegen.models.cascade import wire
-
-if TYPE_CHECKING:
-    from livegen.models.cascade.tts import Job, Pool
+from livegen.models.cascade.speech_jobs import Job
 
 logger = logging.getLogger("livegen.models.cascade")
 
@@ -48,6 +46,19 @@ class SpeechWorkerStuck(SpeechWorkerError):
     """The speech worker stopped answering (a stopped process, a hung synthesiser)."""
 
     code = "speech_worker_stuck"
+
+
+class Pool(Protocol):
+    """The speech pool as a slot's supervisor uses it (``tts.Pool``, which starts the slots:
+    declared here so that the two do not import each other)."""
+
+    closing: threading.Event
+
+    @property
+    def is_closed(self) -> bool: ...
+    def take(self, slot: Slot, timeout: float) -> tuple[Job, str] | None: ...
+    def part_done(self, job: Job, reply: dict[str, Any], payload: bytes) -> None: ...
+    def part_failed(self, job: Job, error: ModelError) -> None: ...
 
 
 @dataclass(frozen=True)

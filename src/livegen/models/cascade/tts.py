@@ -30,11 +30,11 @@ import threading
 import time
 from collections import deque
 from collections.abc import Hashable
-from dataclasses import dataclass, field
 from typing import Any
 
 from livegen.errors import ModelError
 from livegen.models.cascade import sentences
+from livegen.models.cascade.speech_jobs import Job, Speech
 from livegen.models.cascade.supervisor import Slot, SpeechWorkerError, SpeechWorkerStuck, Timing, discard
 
 SAMPLE_RATE = 24_000
@@ -46,27 +46,6 @@ class SynthesisError(ModelError):
     """The engine could not say this text (a bad voice, say); the worker is fine."""
 
     code = "speech_synthesis_failed"
-
-
-@dataclass(frozen=True)
-class Speech:
-    pcm: bytes
-    #: The engine that spoke: "piper", or "espeak" when Piper is not there.
-    engine: str
-
-
-@dataclass
-class Job:
-    """One ``speak`` call: its parts, spoken one at a time, and the audio so far."""
-
-    owner: Hashable
-    parts: deque[str]
-    engine: str
-    voice: str
-    speed: float
-    future: concurrent.futures.Future[Speech] = field(default_factory=concurrent.futures.Future)
-    pcm: list[bytes] = field(default_factory=list)
-    engine_used: str = ""
 
 
 def default_workers() -> int:

@@ -14,7 +14,7 @@ from typing import Any
 
 from livegen import tasks
 from livegen.models.cascade import barge_in, preambles, remote_tts, replies, speaking, tts
-from livegen.models.cascade.tts import Speech
+from livegen.models.cascade.speech_jobs import Speech
 from livegen.models.voice import OutputKind
 
 

@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from livegen.errors import InvalidRequest, InvalidState, LivegenError, ProtocolError
@@ -36,10 +37,29 @@ from livegen.world import Status
 from livegen.world.lifecycle import Action, Message, State, dispatch
 
 if TYPE_CHECKING:
-    from livegen.runtime.world.engine import WorldEngine
     from livegen.runtime.world.runner import Runner
 
 logger = logging.getLogger("livegen.world")
+
+
+class WorldEngine(Protocol):
+    """The world engine as an owner uses it (``engine.WorldEngine``, which builds the owners:
+    declared here so that the two do not import each other)."""
+
+    def check_model(self, update: wire.SessionConfig) -> None: ...
+    async def open(
+        self,
+        update: wire.SessionConfig,
+        send_text: Callable[[str], Awaitable[None]],
+        send_bytes: Callable[[bytes], Awaitable[None]],
+        on_error: Callable[[str], None],
+    ) -> Runner: ...
+    def spectate_token(self, runner: Runner) -> None: ...
+    def player_token(self, runner: Runner) -> None: ...
+    def reconfigure(self, runner: Runner, update: wire.SessionConfig) -> None: ...
+    def accept(self, runner: Runner, event: wire.WorldEvent) -> None: ...
+    def describe(self, runner: Runner) -> dict[str, Any]: ...
+
 
 #: Each client event as ``world/lifecycle.py``'s table tells them apart.
 _MESSAGES: dict[type[wire.ClientEvent], Message] = {
