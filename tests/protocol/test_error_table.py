@@ -30,9 +30,8 @@ CORE = sorted(
 CORE = [p for p in CORE if p.name not in ("errors.py", "world.py")]  # the table itself; worlds differ
 #: Modules that refuse voice connections: every code they write must be the table's.
 EDGE = [
-    SRC / "server" / "voice.py",
-    SRC / "server" / "resume.py",
-    SRC / "server" / "auth.py",
+    *(SRC / "server" / "realtime").glob("*.py"),
+    *(SRC / "server" / "http").glob("*.py"),
     SRC / "runtime" / "voice" / "engine.py",
     SRC / "runtime" / "voice" / "lifecycle.py",
 ]
@@ -48,7 +47,8 @@ def literal_codes(tree: ast.AST) -> list[tuple[int, str]]:
                 found.append((node.value.lineno, node.value.value))
         elif isinstance(node, ast.Dict):
             for key, value in zip(node.keys, node.values, strict=True):
-                if isinstance(key, ast.Constant) and key.value == "code" and isinstance(value, ast.Constant):
+                is_text = isinstance(value, ast.Constant) and isinstance(value.value, str)
+                if isinstance(key, ast.Constant) and key.value == "code" and is_text:  # not a close code
                     found.append((value.lineno, str(value.value)))
     return found
 

@@ -331,11 +331,11 @@ async def _send_event(send: Send, error: dict[str, str | None], code: int) -> No
 async def _refuse_full(scope: Scope, receive: Receive, send: Send, kind: str, limit: int) -> None:
     """The server-wide count is full: a voice client gets OpenAI's error event then close 1013,
     as a full process answers it; a world client a refused handshake."""
-    error = wire_errors.TOO_MANY_SESSIONS.error(limit=limit)
     if kind != "voice":
-        body = {"error": {**error.to_error_body(), "message": f"the server holds {limit} world sessions"}}
+        body = wire_errors.TOO_MANY_WORLD_SESSIONS.http_body(limit=limit)
         await send_denial(scope, receive, send, 503, json.dumps(body).encode())
         return
+    error = wire_errors.TOO_MANY_SESSIONS.error(limit=limit)
     await receive()  # websocket.connect
     await send({"type": "websocket.accept", "subprotocol": select_subprotocol(scope)})
     await send_refusal(send, error, 1013)

@@ -79,6 +79,10 @@ class WireError:
         """``{type, code, message}``: a response's ``status_details.error``."""
         return {"type": self.error_type, "code": self.code, "message": self.text(**fields)}
 
+    def http_body(self, **fields: Any) -> dict[str, Any]:
+        """An HTTP refusal's body, OpenAI's: ``{"error": {type, code, message, param}}``."""
+        return {"error": {**self.body(**fields), "param": self.param}}
+
     def event_body(self, **fields: Any) -> dict[str, Any]:
         """The ``error`` object of an ``error`` event not caused by one client event."""
         return {**self.body(**fields), "param": self.param, "event_id": None}
@@ -464,6 +468,28 @@ INVALID_API_KEY = WireError(
     error_type="authentication_error",
     kind=Unauthorized,
 )
+TOO_MANY_CONNECTIONS = WireError(
+    "too_many_connections",
+    "the server holds {limit} connections; retry later",
+    "livegen",
+    "a WebSocket over `--max-connections`: refused with HTTP 503 before the upgrade",
+    error_type="server_error",
+    kind=None,
+)
+HOST_NOT_ALLOWED = WireError(
+    "host_not_allowed",
+    "host {host} is not allowed",
+    "livegen",
+    "a `Host` header naming none of the server's names (DNS rebinding): HTTP 403",
+    kind=None,
+)
+ORIGIN_NOT_ALLOWED = WireError(
+    "origin_not_allowed",
+    "origin {origin} is not allowed (see --allowed-origins)",
+    "livegen",
+    "a browser `Origin` outside `--allowed-origins`: HTTP 403",
+    kind=None,
+)
 MODEL_NOT_READY = WireError(
     "model_not_ready",
     "the voice model is still loading; retry shortly",
@@ -475,6 +501,13 @@ TOO_MANY_SESSIONS = WireError(
     "the server holds {limit} voice sessions",
     "livegen",
     "at connect, over `--max-sessions`: the socket closes (1013)",
+)
+TOO_MANY_WORLD_SESSIONS = WireError(
+    "too_many_sessions",
+    "the server holds {limit} world sessions",
+    "livegen",
+    "a world session over the cluster's server-wide `--max-sessions`: HTTP 503 before the upgrade",
+    kind=None,
 )
 REALTIME_CAPACITY = WireError(
     "realtime_capacity",

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from livegen.logs import log_event
+from livegen.protocol import errors as wire_errors
 from livegen.runtime.closes import CLOSE_NOT_READING as CLOSE_NOT_READING
 from livegen.runtime.closes import NOT_READING_REASON as NOT_READING_REASON
 from livegen.server.http.bodies import protocol_class
@@ -160,13 +161,10 @@ class ConnectionBudgetMiddleware:
             self._trimming = self._tasks.spawn(asyncio.to_thread(_malloc_trim))
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
-        code = "too_many_connections"
-        self.metrics.refused.labels(code=code).inc()
-        message = f"the server holds {self.max_connections} connections; retry later"
-        log_event(logger, "ws.refused", logging.WARNING, code=code, path=scope["path"])
-        body = json.dumps(
-            {"error": {"type": "server_error", "code": code, "message": message, "param": None}}
-        ).encode()
+        refusal = wire_errors.TOO_MANY_CONNECTIONS
+        self.metrics.refused.labels(code=refusal.code).inc()
+        log_event(logger, "ws.refused", logging.WARNING, code=refusal.code, path=scope["path"])
+        body = json.dumps(refusal.http_body(limit=self.max_connections)).encode()
         await send_denial(scope, receive, send, 503, body)
 
 

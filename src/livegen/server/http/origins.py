@@ -37,6 +37,8 @@ from urllib.parse import urlsplit
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from livegen.logs import log_event
+from livegen.protocol import errors as wire_errors
+from livegen.protocol.errors import WireError
 
 logger = logging.getLogger("livegen.server")
 
@@ -143,19 +145,21 @@ class OriginMiddleware:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         host, origin = headers.get("host"), headers.get("origin")
         if not self.policy.is_host_allowed(host):
-            await self._refuse(scope, receive, send, "host_not_allowed", f"host {host!r} is not allowed")
+            await self._refuse(scope, receive, send, wire_errors.HOST_NOT_ALLOWED, host=repr(host))
         elif not self.policy.is_origin_allowed(origin, host):
-            message = f"origin {origin!r} is not allowed (see --allowed-origins)"
-            await self._refuse(scope, receive, send, "origin_not_allowed", message)
+            await self._refuse(scope, receive, send, wire_errors.ORIGIN_NOT_ALLOWED, origin=repr(origin))
         else:
             await self.app(scope, receive, send)
 
-    async def _refuse(self, scope: Scope, receive: Receive, send: Send, code: str, message: str) -> None:
-        self.on_refused(code)
-        log_event(logger, "http.refused", logging.WARNING, code=code, path=scope["path"], reason=message)
-        body = json.dumps(
-            {"error": {"type": "invalid_request_error", "code": code, "message": message, "param": None}}
-        ).encode()
+    async def _refuse(
+        self, scope: Scope, receive: Receive, send: Send, refusal: WireError, **fields: str
+    ) -> None:
+        self.on_refused(refusal.code)
+        message = refusal.text(**fields)
+        log_event(
+            logger, "http.refused", logging.WARNING, code=refusal.code, path=scope["path"], reason=message
+        )
+        body = json.dumps(refusal.http_body(**fields)).encode()
         await send_denial(scope, receive, send, 403, body)
 
 
