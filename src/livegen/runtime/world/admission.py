@@ -4,7 +4,7 @@ It owns the measured step costs (``capacity.StepCosts``, medians of recent
 steps by chunk length and batch size), the realtime headroom and the
 media-clock phases; the scheduler (``scheduler.py``) owns the sessions and the
 loop, the worker pool (``workers.py``) their placement, and both are read here
-through the narrow ``Sessions`` and ``Placement`` protocols.
+through the narrow ``Admitted`` and ``WorkerMap`` protocols.
 
 A new realtime session is refused (``CapacityExceeded``, code
 ``realtime_capacity``) when, on every live worker, the batch that would
@@ -61,7 +61,7 @@ class LiveWorker(Protocol):
     is_alive: bool
 
 
-class Placement(Protocol):
+class WorkerMap(Protocol):
     """What admission needs of the worker pool: its workers, and which one holds a session."""
 
     @property
@@ -76,7 +76,7 @@ class Admission:
     def __init__(
         self,
         sessions: Mapping[str, Admitted],
-        placement: Placement,
+        placement: WorkerMap,
         spec: WorldSpec,
         realtime_headroom: float = REALTIME_HEADROOM,
     ) -> None:
