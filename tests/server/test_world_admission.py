@@ -35,7 +35,7 @@ def fits_one(server: ServerThread) -> None:
     for _ in range(32):
         costs.record(4, 1, 0.1)
         costs.record(4, 2, 0.3)
-    service.engine.scheduler.costs = costs
+    service.engine.scheduler.admission.costs = costs
 
 
 async def test_an_asap_session_is_not_charged_until_it_asks_for_realtime(world_server: ServerThread) -> None:

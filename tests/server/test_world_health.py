@@ -93,10 +93,10 @@ async def test_not_ready_while_one_more_session_would_miss_the_frame_clock() -> 
     assert scheduler is not None
     try:
         scheduler.add(IdleRunner("one"))  # type: ignore[arg-type]
-        scheduler.costs = StepCosts(scheduler.spec.fps)  # measured: 100 ms a step of one or two
-        scheduler.costs.record(4, 1, 0.1)
-        scheduler.costs.record(4, 2, 0.1)
-        scheduler.costs.record(4, 3, 0.3)
+        scheduler.admission.costs = StepCosts(scheduler.spec.fps)  # measured: 100 ms a step of one or two
+        scheduler.admission.costs.record(4, 1, 0.1)
+        scheduler.admission.costs.record(4, 2, 0.1)
+        scheduler.admission.costs.record(4, 3, 0.3)
         assert service.health()["ready"] is True
         assert service.health()["realtime"]["capacity"] == {"4": 2}  # two in one 100 ms step: 40%
         scheduler.add(IdleRunner("two"))  # type: ignore[arg-type]
@@ -117,9 +117,9 @@ async def test_metrics_show_the_measured_step_per_batch_size_and_what_it_allows(
     try:
         scheduler = service.engine.scheduler
         assert scheduler is not None
-        scheduler.costs = StepCosts(scheduler.spec.fps)
-        scheduler.costs.record(4, 1, 0.05)
-        scheduler.costs.record(4, 2, 0.1)
+        scheduler.admission.costs = StepCosts(scheduler.spec.fps)
+        scheduler.admission.costs.record(4, 1, 0.05)
+        scheduler.admission.costs.record(4, 2, 0.1)
         text = app.state.livegen.metrics.render().decode()
         assert 'livegen_world_step_seconds{batch="2",frames="4"} 0.1' in text
         # 50 ms more a session, 4 steps a second: 4 sessions need 80%, 5 would need 100%

@@ -23,8 +23,8 @@ step, so two processes never write the same pages. Sessions are keyed in the
 actor by the process's cluster tag and the session id (``tag.id``): ids
 minted by two processes never collide there.
 
-The frame clock's admission (``realtime_capacity``, ``scheduler.py``) stays
-each process's, from the step times it measures; a step waits in the actor
+The frame clock's admission (``realtime_capacity``, ``runtime/world/admission.py``)
+stays each process's, from the step times it measures; a step waits in the actor
 behind the other processes' steps, so a process's time per tick grows with
 their sessions, and its estimate of the service's load counts them too.
 

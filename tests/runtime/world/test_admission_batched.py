@@ -23,9 +23,10 @@ import pytest
 from livegen.errors import CapacityExceeded
 from livegen.models.room import game
 from livegen.models.world import Chunk, Tick
+from livegen.runtime.world.admission import REALTIME_HEADROOM
 from livegen.runtime.world.calibrate import calibrate
 from livegen.runtime.world.capacity import StepCosts
-from livegen.runtime.world.scheduler import REALTIME_HEADROOM, Scheduler
+from livegen.runtime.world.scheduler import Scheduler
 from runtime.world.harness import RunnerHarness, until
 
 #: At 4 fps a chunk of 4 frames lasts a second: the scripted costs dwarf the real clock's share of a
@@ -70,7 +71,7 @@ def harness_for(model: ScriptedCostModel) -> RunnerHarness:
 
 
 def measured(harness: RunnerHarness, batch: int) -> bool:
-    return batch in harness.scheduler.costs.measured().get(SPEC.frames_per_chunk, {})
+    return batch in harness.scheduler.admission.costs.measured().get(SPEC.frames_per_chunk, {})
 
 
 @pytest.mark.parametrize("capacity", [2, 4, 8])
@@ -82,14 +83,14 @@ async def test_realtime_sessions_are_admitted_while_their_batch_keeps_the_frame_
         for count in range(1, capacity + 1):
             harness.open(pacing="realtime", max_chunks_ahead=1000)  # admitted
             await until(lambda count=count: measured(harness, count))  # they batch: one step of all
-        costs = harness.scheduler.costs
+        costs = harness.scheduler.admission.costs
         assert costs.estimate(4, capacity) >= model.base_s + model.per_tick_s * capacity
-        assert harness.scheduler.worker_load(0) <= REALTIME_HEADROOM  # every admitted one on time
+        assert harness.scheduler.admission.worker_load(0) <= REALTIME_HEADROOM  # every admitted one on time
         with pytest.raises(CapacityExceeded) as refused:
             harness.open(pacing="realtime", max_chunks_ahead=1000)
         assert refused.value.code == "realtime_capacity"
         assert harness.scheduler.num_sessions == capacity  # the refused one holds nothing
-        assert harness.scheduler.capacity()["capacity"] == {"4": capacity}
+        assert harness.scheduler.admission.capacity()["capacity"] == {"4": capacity}
     finally:
         await harness.scheduler.stop()
 
@@ -152,7 +153,7 @@ async def test_one_sessions_short_chunks_are_charged_beside_the_others_batch() -
     await harness.scheduler.start()
     try:
         await calibrate(harness.scheduler)  # both chunk lengths measured before any session
-        assert harness.scheduler.costs.estimate(1, 1) == pytest.approx(0.16, rel=0.1)
+        assert harness.scheduler.admission.costs.estimate(1, 1) == pytest.approx(0.16, rel=0.1)
         for _ in range(8):  # one batch of eight: 440 ms, once a second (44%)
             harness.open(pacing="realtime", max_chunks_ahead=1000)
         with pytest.raises(CapacityExceeded) as refused:  # +4 steps of 160 ms a second: 108%

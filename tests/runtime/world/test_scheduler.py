@@ -209,12 +209,12 @@ async def test_admission_refuses_a_session_the_frame_clock_cannot_hold() -> None
     harness.scheduler.clock = lambda: now[0]
     await harness.scheduler.start()
     harness.open(max_chunks_ahead=2)  # asap: never charged, it measures the step
-    await until(lambda: harness.scheduler.costs.is_measured)
-    assert harness.scheduler.costs.estimate(4, 1) == pytest.approx(0.1)
-    assert harness.scheduler.worker_load(0, {4: 1}) == pytest.approx(0.4)
+    await until(lambda: harness.scheduler.admission.costs.is_measured)
+    assert harness.scheduler.admission.costs.estimate(4, 1) == pytest.approx(0.1)
+    assert harness.scheduler.admission.worker_load(0, {4: 1}) == pytest.approx(0.4)
     harness.open(pacing="realtime", max_chunks_ahead=2)  # the first realtime one: admitted
     harness.open(pacing="realtime", max_chunks_ahead=2)  # two need 80% of the worker's time: admitted
-    assert harness.scheduler.is_realtime_full
+    assert harness.scheduler.admission.is_realtime_full
     with pytest.raises(CapacityExceeded) as error:
         harness.open(pacing="realtime")  # three would need 120%
     assert error.value.code == "realtime_capacity"
@@ -239,7 +239,7 @@ async def test_admission_follows_a_sustained_slowdown_not_a_burst(tick_s: Any, e
     await harness.scheduler.start()
     harness.open(max_chunks_ahead=40)
     await until(lambda: len(harness.model.batches) == 40)
-    assert harness.scheduler.costs.estimate(4, 1) == pytest.approx(estimate)
+    assert harness.scheduler.admission.costs.estimate(4, 1) == pytest.approx(estimate)
     harness.open(pacing="realtime", max_chunks_ahead=1)
     if estimate > 0.1:  # two sessions need 2 x 4 chunks/s x 0.3 s: more than the worker has
         with pytest.raises(CapacityExceeded):

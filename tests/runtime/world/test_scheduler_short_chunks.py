@@ -102,8 +102,8 @@ async def test_admission_counts_sixteen_one_frame_chunks_a_second() -> None:
     )
     await harness.scheduler.start()
     first = harness.open(max_chunks_ahead=2)  # asap: it measures the step, never charged
-    await until(lambda: harness.scheduler.costs.is_measured)
-    assert harness.scheduler.worker_load(0, {1: 1}) == pytest.approx(16 * 0.02)
+    await until(lambda: harness.scheduler.admission.costs.is_measured)
+    assert harness.scheduler.admission.worker_load(0, {1: 1}) == pytest.approx(16 * 0.02)
     harness.open(pacing="realtime", max_chunks_ahead=2)
     harness.open(pacing="realtime", max_chunks_ahead=2)  # two need 64%: admitted
     with pytest.raises(CapacityExceeded) as error:

@@ -87,8 +87,10 @@ async def test_admission_charges_a_session_for_its_frames_whatever_its_chunk_len
     await until(lambda: harness.scheduler.num_steps >= 8)
     await harness.scheduler.stop()
     # 25 ms a frame: a chunk of n frames steps in n x 25 ms, 16/n times a second: 40% of the worker
-    assert harness.scheduler.costs.estimate(frames_per_chunk, 1) == pytest.approx(frames_per_chunk * FRAME_S)
-    assert harness.scheduler.worker_load(0, {frames_per_chunk: 1}) == pytest.approx(16 * FRAME_S)
+    assert harness.scheduler.admission.costs.estimate(frames_per_chunk, 1) == pytest.approx(
+        frames_per_chunk * FRAME_S
+    )
+    assert harness.scheduler.admission.worker_load(0, {frames_per_chunk: 1}) == pytest.approx(16 * FRAME_S)
 
 
 def test_a_session_gets_the_nearest_length_the_model_makes() -> None:

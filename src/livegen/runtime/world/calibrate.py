@@ -1,13 +1,13 @@
 """Measuring a batch's cost before any session asks: the scheduler's start-up calibration.
 
-Admission (``scheduler.py``) needs what a batch of n sessions costs before n
+Admission (``admission.py``) needs what a batch of n sessions costs before n
 sessions exist: with only one session measured, the next is judged from one
 session's step scaled up, and a model whose step is mostly a fixed cost (the
 page's 1-frame chunks on tiny-world) refused the second browser tab (issue 39).
 So ``calibrate`` steps short rollouts of stand-in sessions through the real
 worker path (placement, KV pages, the model's step, release) at a few batch
 sizes and each chunk length the model makes, and records the steps with
-context (past each rollout's first chunk) in the scheduler's ``StepCosts``.
+context (past each rollout's first chunk) in the admission's ``StepCosts``.
 Live steps then replace these numbers as sessions run (the medians keep the
 most recent ``capacity.STEPS_KEPT``).
 
@@ -62,9 +62,11 @@ async def calibrate(scheduler: Scheduler, batches: tuple[int, ...] = BATCHES, ch
             except Exception as exc:  # a model that cannot step stand-ins: live steps measure it
                 log_event(logger, "world.calibration_failed", logging.WARNING, error=repr(exc))
                 return
-            if scheduler.costs.load({frames: batch}) > (scheduler.realtime_headroom or 1.0):
+            if scheduler.admission.costs.load({frames: batch}) > (
+                scheduler.admission.realtime_headroom or 1.0
+            ):
                 break  # already past the frame clock: no larger batch of this length is admitted
-    log_event(logger, "world.calibrated", step_ms=scheduler.capacity()["step_ms"])
+    log_event(logger, "world.calibrated", step_ms=scheduler.admission.capacity()["step_ms"])
 
 
 async def _rollouts(scheduler: Scheduler, spec: WorldSpec, batch: int, chunks: int) -> None:
@@ -83,7 +85,7 @@ async def _rollouts(scheduler: Scheduler, spec: WorldSpec, batch: int, chunks: i
                 *(_timed_step(scheduler, spec, index, worker_ids, chunk) for index, worker_ids in ids.items())
             )
             for elapsed in seconds if chunk > 0 else ():
-                scheduler.costs.record(spec.frames_per_chunk, batch, elapsed, calibration=True)
+                scheduler.admission.costs.record(spec.frames_per_chunk, batch, elapsed, calibration=True)
     finally:
         for session_id in (session_id for worker_ids in ids.values() for session_id in worker_ids):
             with contextlib.suppress(LivegenError):

@@ -1,7 +1,8 @@
 """What a batched world step costs, measured per chunk length and batch size, and what it allows.
 
-The scheduler (``scheduler.py``) records every step it makes here: its chunk
-length (frames), how many ticks it batched and how long it took. A batch does
+The scheduler (``scheduler.py``) records every step it makes here, in its
+admission (``admission.py``): its chunk length (frames), how many ticks it
+batched and how long it took. A batch does
 not cost its size times one tick: tiny-world on a CPU steps one session in
 about a third of the time it steps four (issue 39: 86.6 fps alone, 32.2 fps
 each of four), so admission that charged every session one session's step

@@ -193,12 +193,12 @@ class WorldEngine:
             if workers.is_shared:  # every process's sessions, as the cluster's services last said
                 report["kv"]["shared"] = [worker.name for worker in workers.workers]
         scheduler = self.scheduler
-        if scheduler.costs.is_measured:
-            report["realtime"] = scheduler.capacity()
+        if scheduler.admission.costs.is_measured:
+            report["realtime"] = scheduler.admission.capacity()
         if workers.is_full:
             is_running = len(lost) < len(workers.workers)
             report.update(ready=False, reason="KV pool full" if is_running else "no world worker is running")
-        elif scheduler.is_realtime_full:
+        elif scheduler.admission.is_realtime_full:
             report.update(ready=False, reason="realtime capacity full")
         return report
 
@@ -347,7 +347,7 @@ class WorldEngine:
         is_switching = update.pacing == "realtime" and not runner.is_realtime
         if is_switching:  # an asap session is not charged: now it is, and may not fit
             assert self.scheduler is not None
-            self.scheduler.check_realtime(runner.spec.frames_per_chunk)
+            self.scheduler.admission.check_realtime(runner.spec.frames_per_chunk)
         runner.options = dataclasses.replace(  # a new object: a chunk mid-encode keeps its snapshot
             options,
             pacing=update.pacing or options.pacing,

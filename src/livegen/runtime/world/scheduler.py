@@ -1,7 +1,8 @@
 """The world scheduler: one loop that steps every due session together, in one batch.
 
-It owns the loop and the worker pool (``workers.py``: which worker holds
-which session's state, and each worker's KV pages); runners
+It owns the loop, the admission (``admission.py``) and the worker pool
+(``workers.py``: which worker holds which session's state, and each worker's
+KV pages); runners
 (``world_runner.py``) own their sessions and say when they are due (pacing
 deadline, flow-control credit). Each round the scheduler asks every due runner
 for its plan, fills in KV pages for models that declare geometry, runs
@@ -18,20 +19,10 @@ others get their chunks from the smaller steps, the same frames a batch gives
 (W6). One client's input the model cannot take (issue 30: a mouse motion no
 float holds) no longer fails every session batched with it.
 
-Admission knows what a batch costs (issue 39): every step's time is recorded
-by its chunk length and batch size (``capacity.StepCosts``, medians of recent
-steps), and a new realtime session is refused (``CapacityExceeded``, code
-``realtime_capacity``) when, on every live worker, the batch that would
-include it would need more than ``realtime_headroom`` of the worker's time to
-make each of its realtime sessions' chunks in real time. A session is charged
-for its own chunk length (a 1-frame chunk 16 times a second costs what a
-1-frame step costs, its overhead included). ``pacing: asap`` sessions are
-never charged: they join a realtime step only while the realtime load with
-them stays within the headroom, and step on their own only in the gap before
-the worker's next realtime deadline, so they use what is left. A realtime
-session's media clock is anchored in phase with the others of its chunk
-length, so their chunks fall due together and batch. Until a step has been
-measured every session is admitted.
+Admission (``admission.py``) owns what a batch costs and whether one more
+realtime session fits (issue 39): every step's time is recorded there by its
+chunk length and batch size, the loop asks it which due ``asap`` sessions may
+step now, and ``add`` and ``reserve`` ask it before placing a realtime session.
 
 By default there is one worker, in this process (``LocalWorker``); each worker
 runs its model calls in submission order, so a release always lands between
@@ -47,14 +38,14 @@ import collections
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from livegen.errors import CapacityExceeded, LivegenError, StateEvicted
+from livegen.errors import LivegenError, StateEvicted
 from livegen.logs import log_event
-from livegen.models.world import Chunk, Tick, WorldModel, WorldSpec
-from livegen.runtime.world.capacity import StepCosts, ceil_phase
+from livegen.models.world import Chunk, Tick, WorldModel
+from livegen.runtime.world.admission import REALTIME_HEADROOM, Admission, Admitted
 from livegen.runtime.world.kv_pool import Pool
 from livegen.runtime.world.workers import LocalWorker, Worker, WorkerPool, WorkerRestarted
 from livegen.tasks import TaskSet
@@ -64,26 +55,10 @@ logger = logging.getLogger("livegen.world")
 
 #: Default KV budget for models with KV geometry: enough for a laptop.
 DEFAULT_KV_BUDGET_BYTES = 512 * 1024 * 1024
-#: The share of the workers' time realtime sessions may need: the rest absorbs uneven steps,
-#: encoding and the sockets, so that every admitted session still gets its frames on time.
-REALTIME_HEADROOM = 0.85
 
 
-class Steppable(Protocol):
-    """What the scheduler needs of a runner."""
-
-    session_id: str
-    #: The model's spec as the session sees it (its chunk length, ``WorldSpec.for_session``).
-    spec: WorldSpec
-
-    @property
-    def is_realtime(self) -> bool:
-        """Paced to the media clock (charged by admission), not ``asap``."""
-        ...
-
-    def restart_clock(self, phase: Callable[[float], float]) -> None:
-        """Anchor the media clock so the next chunk is due now, moved to ``phase(anchor)``."""
-        ...
+class Steppable(Admitted, Protocol):
+    """What the scheduler needs of a runner: what admission reads, and its ticks."""
 
     def is_due(self, now: float, early_s: float = 0.0) -> bool: ...
     def next_deadline(self) -> float | None: ...
@@ -129,12 +104,8 @@ class Scheduler:
         #: The last step's seconds: a session due within it joins this round's batch rather than
         #: waiting behind it for the next (one batched step costs less than two in a row).
         self.batch_window_s = 0.0
-        #: Measured step seconds by chunk length and batch size (``capacity.py``).
-        self.costs = StepCosts(self.spec.fps)
-        #: The share of a worker's time its realtime sessions may need (0: no such limit).
-        self.realtime_headroom = realtime_headroom
-        #: Chunk length -> the media-clock origin its realtime sessions are anchored in phase with.
-        self._phases: dict[int, float] = {}
+        #: Step costs, the realtime headroom and the media-clock phases (``admission.py``).
+        self.admission = Admission(self._runners, self.workers, self.spec, realtime_headroom)
 
     @property
     def num_sessions(self) -> int:
@@ -161,13 +132,13 @@ class Scheduler:
         """Admit a new session to a cluster's shared world service before its runner starts
         (``workers.WorkerPool.reserve``; nothing in a server of its own, where ``add`` admits)."""
         if realtime:
-            self.check_realtime(self.spec.for_session(frames_per_chunk).frames_per_chunk)
+            self.admission.check_realtime(self.spec.for_session(frames_per_chunk).frames_per_chunk)
         await self.workers.reserve(session_id)
 
     def add(self, runner: Steppable) -> None:
         """Admit a session (raises ``CapacityExceeded`` when the KV pool or the frame clock is full)."""
         if runner.is_realtime:
-            self.check_realtime(runner.spec.frames_per_chunk)
+            self.admission.check_realtime(runner.spec.frames_per_chunk)
         self.workers.admit(runner.session_id)
         self._runners[runner.session_id] = runner
         self.align(runner)
@@ -175,12 +146,8 @@ class Scheduler:
 
     def align(self, runner: Steppable) -> None:
         """Anchor a realtime runner's media clock in phase with the others of its chunk length
-        (on creation, reset, or a switch to realtime pacing): their chunks fall due together."""
-        if not runner.is_realtime:
-            return
-        frames = runner.spec.frames_per_chunk
-        period = frames / runner.spec.fps
-        runner.restart_clock(lambda base: ceil_phase(self._phases.setdefault(frames, base), period, base))
+        (``admission.Admission.align``: on creation, reset, or a switch to realtime pacing)."""
+        self.admission.align(runner)
 
     def remove(self, session_id: str) -> None:
         self._runners.pop(session_id, None)
@@ -193,126 +160,6 @@ class Scheduler:
     def wake(self) -> None:
         self._wake.set()
 
-    # -- admission ---------------------------------------------------------------------------
-    def _live_workers(self) -> list[int]:
-        return [index for index, worker in enumerate(self.workers.workers) if worker.is_alive]
-
-    def realtime_batches(self, index: int) -> collections.Counter[int]:
-        """Chunk length -> realtime sessions placed on worker ``index``."""
-        return collections.Counter(
-            runner.spec.frames_per_chunk
-            for runner in self._runners.values()
-            if runner.is_realtime and self.workers.worker_index(runner.session_id) == index
-        )
-
-    def worker_load(self, index: int, extra: Mapping[int, int] | None = None) -> float:
-        """The share of worker ``index``'s time its realtime sessions need, with ``extra`` more
-        (chunk length -> count): each length's batch once per chunk period (0 unmeasured)."""
-        batches = self.realtime_batches(index)
-        batches.update(extra or {})
-        return self.costs.load(batches)
-
-    @property
-    def realtime_load(self) -> float:
-        """The busiest live worker's realtime load (0 unmeasured)."""
-        return max((self.worker_load(index) for index in self._live_workers()), default=0.0)
-
-    @property
-    def num_realtime(self) -> int:
-        return sum(runner.is_realtime for runner in self._runners.values())
-
-    def _fit_load(self, frames: int) -> float | None:
-        """The least load a live worker would have with one more realtime session of ``frames``
-        frames a chunk; None when it fits anyway (no limit, nothing measured, no realtime yet)."""
-        if self.realtime_headroom <= 0 or not self.costs.is_measured or not self.num_realtime:
-            return None
-        return min((self.worker_load(index, {frames: 1}) for index in self._live_workers()), default=None)
-
-    def check_realtime(self, frames: int) -> None:
-        """Refuse (``realtime_capacity``) one more realtime session of ``frames``-frame chunks that
-        would make some realtime session's batch miss the frame clock on every worker."""
-        load = self._fit_load(frames)
-        if load is not None and load > self.realtime_headroom:
-            raise CapacityExceeded(
-                f"the world model cannot make one more session's frames in real time (with it, "
-                f"{self.num_realtime + 1} realtime sessions would need {load:.0%} of a worker's time, "
-                f"over the {self.realtime_headroom:.0%} headroom); retry later",
-                code="realtime_capacity",
-            )
-
-    @property
-    def is_realtime_full(self) -> bool:
-        """True when one more realtime session of the model's chunk length would not fit."""
-        load = self._fit_load(self.spec.frames_per_chunk)
-        return load is not None and load > self.realtime_headroom
-
-    def capacity(self) -> dict[str, object]:
-        """What ``/health`` and ``/metrics`` show: step time per batch size, and the realtime
-        sessions of each measured chunk length (all of that length) it allows on the live workers."""
-        headroom, live = self.realtime_headroom or 1.0, len(self._live_workers())
-        measured = self.costs.measured()
-        allowed = {str(f): (self.costs.capacity(f, headroom) or 0) * live for f in measured}
-        return {
-            "step_ms": {
-                str(length): {str(n): round(s * 1000, 2) for n, s in sizes.items()}
-                for length, sizes in measured.items()
-            },
-            "sessions": self.num_realtime,
-            "capacity": allowed,
-            "load": round(self.realtime_load, 3),
-            "headroom": self.realtime_headroom,
-        }
-
-    def _fit_asap(self, due: list[Steppable], now: float) -> list[Steppable]:
-        """The due sessions to step now: every realtime one, and the ``asap`` ones that leave the
-        realtime ones their frame clock (``_asap_share``)."""
-        asap: dict[int, list[Steppable]] = {}
-        for runner in due:
-            if not runner.is_realtime:
-                asap.setdefault(self.workers.worker_index(runner.session_id), []).append(runner)
-        if not asap:
-            return due
-        kept = {id(runner) for runner in due if runner.is_realtime}
-        for index, runners in asap.items():
-            realtime = [r for r in due if r.is_realtime and self.workers.worker_index(r.session_id) == index]
-            kept.update(id(runner) for runner in self._asap_share(index, runners, realtime, now))
-        return [runner for runner in due if id(runner) in kept]
-
-    def _asap_share(
-        self, index: int, asap: list[Steppable], realtime: list[Steppable], now: float
-    ) -> list[Steppable]:
-        """With realtime sessions due: the asap ones of their chunk lengths while the realtime load
-        with them stays within the headroom. Without: the asap ones (of one chunk length) whose
-        step ends before the worker's next realtime deadline."""
-        limit = self.realtime_headroom or 1.0
-        taken: list[Steppable] = []
-        if realtime:
-            lengths = {runner.spec.frames_per_chunk for runner in realtime}
-            extra: collections.Counter[int] = collections.Counter()
-            for runner in asap:
-                frames = runner.spec.frames_per_chunk
-                if (
-                    frames in lengths
-                    and self.worker_load(index, extra + collections.Counter({frames: 1})) <= limit
-                ):
-                    extra[frames] += 1
-                    taken.append(runner)
-            return taken
-        deadlines = [
-            d
-            for runner in self._runners.values()
-            if runner.is_realtime
-            and self.workers.worker_index(runner.session_id) == index
-            and (d := runner.next_deadline()) is not None
-        ]
-        frames = asap[0].spec.frames_per_chunk
-        for runner in (r for r in asap if r.spec.frames_per_chunk == frames):
-            cost = self.costs.estimate(frames, len(taken) + 1)
-            if deadlines and cost is not None and now + cost > min(deadlines):
-                break
-            taken.append(runner)
-        return taken
-
     # -- the loop --------------------------------------------------------------------------
     async def _loop(self) -> None:
         while True:
@@ -322,7 +169,7 @@ class Scheduler:
                 await self._sleep(now, waiting)
                 continue
             window = self.batch_window_s
-            due = self._fit_asap([runner for runner in waiting if runner.is_due(now, window)], now)
+            due = self.admission.fit_asap([runner for runner in waiting if runner.is_due(now, window)], now)
             if not due:  # only asap sessions, and no gap for them before a realtime deadline
                 await self._sleep(now, waiting)
                 continue
@@ -412,7 +259,7 @@ class Scheduler:
             return
         model_ms = (self.clock() - started) * 1000
         self.batch_window_s = model_ms / 1000
-        self.costs.record(entries[0].runner.spec.frames_per_chunk, len(entries), model_ms / 1000)
+        self.admission.costs.record(entries[0].runner.spec.frames_per_chunk, len(entries), model_ms / 1000)
         self.num_steps += 1
         self.num_ticks += len(entries)
         by_request = {chunk.meta.request_id: chunk for chunk in chunks}

@@ -1,4 +1,4 @@
-"""World workers: where model calls run, and which worker holds which session's state.
+"""World workers: where model calls run, and the pool that sends each session's calls to one.
 
 A ``Worker`` owns one copy of the model and that copy's KV storage, and runs
 its calls (steps and releases) one at a time, in submission order, so a
@@ -7,13 +7,14 @@ default: the model in this process, one dedicated thread. ``RayWorker``
 (``cluster/world_actors.py``) is the same contract in a Ray actor, for when one machine
 is not enough.
 
-The ``WorkerPool`` owns placement, the scheduler (``scheduler.py``)
-owns the loop and the runners own their sessions. A session's state lives in
-the worker that stepped it, so its ticks go there (session affinity). A
-rollout's first chunk (a new session, or after a reset) needs no state, so it
-goes to the least loaded worker, which may move the session. Each worker has
-its own paged KV pool (``kv_pool.py``), sized by the per-worker budget,
-because its pages index its own tensors. Releases (reset, close, failure,
+The ``WorkerPool`` owns the workers' calls and KV pages, its ``Placement``
+(``placement.py``) which worker holds which session, the scheduler
+(``scheduler.py``) owns the loop and the runners own their sessions. A
+session's state lives in the worker that stepped it, so its ticks go there
+(session affinity). A rollout's first chunk (a new session, or after a reset)
+needs no state, so it goes to the least loaded worker, which may move the
+session. Each worker has its own paged KV pool (``kv_pool.py``), sized by
+the per-worker budget, because its pages index its own tensors. Releases (reset, close, failure,
 disconnect) fan out to every worker that ever held the session: releasing is
 idempotent, and a worker whose earlier release failed gets another chance.
 A worker that is lost (its process died) takes no new rollouts: its sessions
@@ -30,13 +31,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, cast
 
 from livegen.errors import CapacityExceeded, LocalProtocolError, StateEvicted
 from livegen.models.registry import ModelInfo
 from livegen.models.world import Chunk, Tick, WorldModel, WorldSpec
 from livegen.runtime.world.kv_pool import Pool
+from livegen.runtime.world.placement import Placement, Slot
 
 T = TypeVar("T")
 #: A page a shared service names (``cluster/world.py``): a tick to one carries one per page to write.
@@ -96,34 +97,25 @@ class LocalWorker:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
 
-@dataclass
-class _Slot:
-    """One worker, its KV bookkeeping and the sessions placed on it."""
-
-    worker: Worker
-    kv: Pool | None
-    sessions: set[str] = field(default_factory=set)
-
-
 class WorkerPool:
-    """Places sessions on workers, plans their KV pages, and fans releases out."""
+    """Runs the workers' calls, plans their KV pages and fans releases out; where each session
+    is placed is its ``Placement``'s (``placement.py``)."""
 
     def __init__(self, workers: Sequence[Worker], kv_budget_bytes: int) -> None:
         if not workers:
             raise ValueError("a worker pool needs at least one worker")
         self.spec = workers[0].spec
         kv = self.spec.kv and not getattr(workers[0], "is_shared", False)  # a service pages its own
-        self._slots = [
-            _Slot(worker, Pool.for_spec(self.spec, kv_budget_bytes) if kv else None) for worker in workers
+        slots = [
+            Slot(worker, Pool.for_spec(self.spec, kv_budget_bytes) if kv else None) for worker in workers
         ]
-        #: Session id -> index of the slot it is placed on (admitted to that slot's KV pool).
-        self._placed: dict[str, int] = {}
-        #: Session id -> slots that ever held its model state (were sent one of its ticks).
-        self._holders: dict[str, set[int]] = {}
-        #: Sessions placed with ``place``: their first chunk does not move them.
-        self._pinned: set[str] = set()
         #: The workers are a cluster's shared services: they admit and page sessions themselves.
         self.is_shared = all(getattr(worker, "is_shared", False) for worker in workers)
+        #: Which slot holds which session, and where a rollout's first chunk goes.
+        self.placement: Placement[Worker] = Placement(slots, is_shared=self.is_shared)
+        self._slots = slots
+        #: Session id -> slots that ever held its model state (were sent one of its ticks).
+        self._holders: dict[str, set[int]] = {}
 
     @property
     def workers(self) -> list[Worker]:
@@ -135,7 +127,7 @@ class WorkerPool:
 
     @property
     def num_sessions(self) -> int:
-        return len(self._placed)
+        return self.placement.num_sessions
 
     @property
     def kv_capacity(self) -> int | None:
@@ -166,17 +158,11 @@ class WorkerPool:
     @property
     def is_full(self) -> bool:
         """No live worker can take another session."""
-        return not any(self._can_take(slot) for slot in self._slots)
+        return self.placement.is_full
 
     @property
     def lost_workers(self) -> list[str]:
         return [slot.worker.name for slot in self._slots if not slot.worker.is_alive]
-
-    @staticmethod
-    def _can_take(slot: _Slot) -> bool:
-        if getattr(slot.worker, "is_shared", False):
-            return not cast("SharedWorker", slot.worker).is_full
-        return slot.worker.is_alive and (slot.kv is None or not slot.kv.is_full)
 
     async def start(self) -> None:
         await asyncio.gather(
@@ -189,16 +175,16 @@ class WorkerPool:
     # -- placement -------------------------------------------------------------------------
     def admit(self, session_id: str) -> None:
         """Place a new session on the least loaded worker (``CapacityExceeded`` when all are full)."""
-        if session_id in self._placed:
+        if session_id in self.placement:
             return
         if self.is_shared:
             raise LocalProtocolError(f"session {session_id!r} was not reserved on a shared world service")
-        self._place(session_id, self._least_loaded(exclude=None))
+        self.placement.admit(session_id)
 
     async def reserve(self, session_id: str) -> None:
         """Admit a new session to a shared service, the least loaded first (awaited: it asks the
         services); nothing for workers of this process, which ``admit`` places at once."""
-        if not self.is_shared or session_id in self._placed:
+        if not self.is_shared or session_id in self.placement:
             return
         shared = self._shared()
         refusal: Exception | None = None
@@ -211,8 +197,7 @@ class WorkerPool:
             except asyncio.CancelledError:  # the service may have admitted it: take that back
                 shared[index].forget(session_id)
                 raise
-            self._slots[index].sessions.add(session_id)
-            self._placed[session_id] = index
+            self.placement.put(session_id, index)
             return
         if isinstance(refusal, CapacityExceeded):
             raise refusal
@@ -221,66 +206,18 @@ class WorkerPool:
     def remove(self, session_id: str) -> None:
         """The session left (close, disconnect) after its release: forget it."""
         self._holders.pop(session_id, None)
-        self._pinned.discard(session_id)
-        self._unplace(session_id)
-
-    def _unplace(self, session_id: str) -> None:
-        index = self._placed.pop(session_id, None)
-        if index is not None:
-            slot = self._slots[index]
-            slot.sessions.discard(session_id)
-            if slot.kv is not None:
-                slot.kv.release(session_id)
-            if self.is_shared:
-                cast("SharedWorker", slot.worker).forget(session_id)
+        self.placement.remove(session_id)
 
     def worker_index(self, session_id: str) -> int:
-        try:
-            return self._placed[session_id]
-        except KeyError:
-            raise LocalProtocolError(f"session {session_id!r} is not placed on a worker") from None
+        return self.placement.index(session_id)
 
     def holders(self, session_id: str) -> set[int]:
         """Indices of the workers that ever held this session's model state."""
         return set(self._holders.get(session_id, ()))
 
-    def _least_loaded(self, exclude: int | None) -> int:
-        candidates = [
-            index
-            for index, slot in enumerate(self._slots)
-            if self._can_take(slot) or (index == exclude and slot.worker.is_alive)
-        ]
-        if not any(slot.worker.is_alive for slot in self._slots):
-            raise CapacityExceeded("no world worker is running; see the server's log", code="no_workers")
-        if not candidates:
-            pools = self.kv_pools
-            raise CapacityExceeded(
-                f"KV pools full: {len(pools)} workers of {pools[0].capacity} sessions each",
-                code="kv_pool_full",
-            )
-        # A session moving off ``exclude`` frees its place there: count it as gone; on a tie it stays.
-        return min(candidates, key=lambda i: (len(self._slots[i].sessions) - (i == exclude), i != exclude, i))
-
     def place(self, session_id: str, index: int) -> None:
         """Place a session on worker ``index`` where it stays (calibration's stand-ins)."""
-        self._place(session_id, index)
-        self._pinned.add(session_id)
-
-    def _place(self, session_id: str, index: int) -> None:
-        slot = self._slots[index]
-        if slot.kv is not None:
-            slot.kv.admit(session_id)
-        slot.sessions.add(session_id)
-        self._placed[session_id] = index
-
-    def _rebalance(self, session_id: str) -> int:
-        """A session starting a rollout holds no state anywhere: it may move to a less loaded worker."""
-        current = self.worker_index(session_id)
-        target = self._least_loaded(exclude=current)
-        if target != current:
-            self._unplace(session_id)
-            self._place(session_id, target)
-        return target
+        self.placement.place(session_id, index)
 
     # -- ticks -----------------------------------------------------------------------------
     def plan(
@@ -288,9 +225,7 @@ class WorkerPool:
     ) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
         """(worker index, context pages, pages to write) for the session's next tick (of ``pages``
         pages where the session's chunks are shorter than the model's)."""
-        # A service admitted it, or it was placed where it must stay: it stays there.
-        is_moving = chunk_index == 0 and not self.is_shared and session_id not in self._pinned
-        index = self._rebalance(session_id) if is_moving else self.worker_index(session_id)
+        index = self.placement.for_chunk(session_id, chunk_index)
         self._holders.setdefault(session_id, set()).add(index)
         if self.is_shared:  # the service names the pages: the tick says how many
             count = pages or self.spec.pages_in_chunk(chunk_index)
@@ -306,7 +241,7 @@ class WorkerPool:
 
     def clear(self, session_id: str) -> None:
         """Free the session's KV pages (failure, reset); it stays placed."""
-        index = self._placed.get(session_id)
+        index = self.placement.get(session_id)
         kv = self._slots[index].kv if index is not None else None
         if kv is not None:
             kv.clear(session_id)
@@ -321,8 +256,9 @@ class WorkerPool:
         """
         self.clear(session_id)
         holders = sorted(self._holders.get(session_id, ()))
-        if not holders and session_id in self._placed:
-            holders = [self._placed[session_id]]  # a release with no step yet: tell its worker anyway
+        placed = self.placement.get(session_id)
+        if not holders and placed is not None:
+            holders = [placed]  # a release with no step yet: tell its worker anyway
         results = await asyncio.gather(
             *(self._slots[i].worker.release(session_id) for i in holders), return_exceptions=True
         )

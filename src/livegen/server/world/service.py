@@ -86,14 +86,14 @@ class CapacityCollector(Collector):
         )
         scheduler = self.engine.scheduler
         if scheduler is not None:
-            for frames, sizes in scheduler.costs.measured().items():
+            for frames, sizes in scheduler.admission.costs.measured().items():
                 for batch, seconds in sizes.items():
                     step.add_metric([str(frames), str(batch)], seconds)
-            report = scheduler.capacity()
+            report = scheduler.admission.capacity()
             for length, count in cast("dict[str, int]", report["capacity"]).items():
                 allowed.add_metric([length], count)
-            realtime.add_metric([], scheduler.num_realtime)
-            load.add_metric([], scheduler.realtime_load)
+            realtime.add_metric([], scheduler.admission.num_realtime)
+            load.add_metric([], scheduler.admission.realtime_load)
         yield from (step, allowed, realtime, load)
 
 
