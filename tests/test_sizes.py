@@ -36,7 +36,6 @@ LARGE_CLASSES: dict[str, int] = {
     "livegen.runtime.world.runner.Runner": 33,
     "livegen.runtime.world.scheduler.Scheduler": 30,
     "livegen.runtime.world.workers.WorkerPool": 28,
-    "livegen.world.session.Session": 33,
 }
 
 
