@@ -143,9 +143,9 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         ("livegen.server",),
-        ("livegen.runtime.world.runner", "livegen.world"),
+        ("livegen.runtime.world.runner", "livegen.runtime.world.sender", "livegen.world"),
         "a world transport hands its socket to the engine's session owner (runtime/world/owner.py); "
-        "the runner and the sans-IO core are the engine's (issue 24)",
+        "the runner, its sender and the sans-IO core are the engine's (issue 24)",
     ),
     Rule(
         ("livegen.server",),

@@ -84,17 +84,17 @@ async def test_acks_of_chunks_never_written_open_no_credit() -> None:
     assert not runner.is_due(0.0)  # one chunk ahead, none acked
     runner.ack(10**6)
     assert not runner.is_due(0.0)  # chunk 0 was never written: its ack is no credit
-    assert runner.unsent_bytes >= 4 * 32 * 32 * 3
+    assert runner.sender.unsent_bytes >= 4 * 32 * 32 * 3
     runner.abort_sending()
-    assert runner.unsent_bytes == 0
+    assert runner.sender.unsent_bytes == 0
 
 
 async def test_unsent_bytes_past_the_budget_stop_the_runner_and_flag_it() -> None:
     runner, model = stuck_runner(Options(pacing="asap", max_chunks_ahead=8), max_unsent_bytes=20_000)
     step(runner, model)
-    assert not runner.overflowed.is_set() and runner.is_due(0.0)
+    assert not runner.sender.overflowed.is_set() and runner.is_due(0.0)
     step(runner, model)  # 2 x 12,288 raw bytes queued: over 20,000
-    assert runner.overflowed.is_set() and runner.is_overflowing
+    assert runner.sender.overflowed.is_set() and runner.sender.is_overflowing
     assert not runner.is_due(0.0)  # nothing more is made for a client that does not read
     runner.abort_sending()
 

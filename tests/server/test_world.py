@@ -15,6 +15,7 @@ from livegen.models.world import Frames
 from livegen.protocol import world as wire
 from livegen.runtime.world import engine as world_engine
 from livegen.runtime.world import runner as world_runner
+from livegen.runtime.world import sender as world_sender
 from livegen.server.config import ServerConfig
 from livegen.server.thread import ServerThread
 from sharing import Registries
@@ -81,7 +82,7 @@ async def test_session_update_mid_encode_changes_only_later_chunks(
     decode, and later chunks are rgb24.
     """
     is_encoding, is_reconfigured = threading.Event(), threading.Event()
-    real_encode, real_reconfigure = world_runner.encode_chunk, world_engine.WorldEngine.reconfigure
+    real_encode, real_reconfigure = world_sender.encode_chunk, world_engine.WorldEngine.reconfigure
     num_held: list[int] = []
 
     def held_encode(frames: Frames, fmt: str, quality: int = 85) -> list[bytes]:
@@ -97,7 +98,7 @@ async def test_session_update_mid_encode_changes_only_later_chunks(
         real_reconfigure(self, runner, update)
         is_reconfigured.set()
 
-    monkeypatch.setattr(world_runner, "encode_chunk", held_encode)
+    monkeypatch.setattr(world_sender, "encode_chunk", held_encode)
     monkeypatch.setattr(world_engine.WorldEngine, "reconfigure", reconfigure)
     client, _ = await connect(world_server, output={"format": "jpeg", "quality": 37})
     async with client:

@@ -2,8 +2,9 @@
 
 No asyncio, no clock, no randomness: events are accepted, ticks are planned,
 committed or failed as pure state transitions; ``runtime/`` performs them.
-``events`` (inputs, frozen), ``reducer`` (controls), ``session`` (one world's
-transactions), ``plans`` (a chunk's plan and the effects it leaves), ``players``
+``events`` (inputs, frozen), ``reducer`` (controls), ``tracks`` (a world's control
+tracks, their checks and defaults), ``session`` (one world's transactions),
+``plans`` (a chunk's plan, the effects it leaves, the prompt in force), ``players``
 (a shared world's seats, each one's tracks and event queue), ``manager``
 (sessions by id, tombstones), ``flow`` (credit: how far generation may run ahead
 of the client), ``lifecycle`` (what a socket's message does to its session).

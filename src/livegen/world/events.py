@@ -188,6 +188,15 @@ class Event(msgspec.Struct, frozen=True):
         return cls(event_id, prompt, ordered, transition_chunks, player)
 
 
+#: (player, event id) of an event: each player of a shared world numbers its own events.
+Applied = tuple[int, int]
+
+
+def key(event: Event) -> Applied:
+    """An event's identity in a shared world: its player and its player's id for it."""
+    return (event.player, event.event_id)
+
+
 def _check_transition(event_id: int, prompt: str | None, chunks: int) -> None:
     if type(chunks) is not int or not 0 <= chunks <= MAX_TRANSITION_CHUNKS:
         raise InvalidRequest(

@@ -2,22 +2,20 @@
 
 A ``Plan`` is the immutable snapshot of one chunk (``session.py``'s ``begin_tick``);
 the effects (``Output``, ``Rejection``, ``Release``, ``Failure``) are what the
-session core hands the runtime to do. Sans-IO data, no behaviour beyond reading itself.
+session core hands the runtime to do. ``Prompts`` owns the committed prompt and
+the transition going on, from which each plan's prompt is drawn. Sans-IO.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import msgspec
 
 from livegen.errors import InvalidRequest
 from livegen.models.world import Frames, PromptBlend, TickMeta
-from livegen.world.events import ControlInput
+from livegen.world.events import Applied, ControlInput, Event
 from livegen.world.reducer import Prepared
-
-#: (player, event id) of an applied event: each player numbers its own events (``players.py``).
-Applied = tuple[int, int]
 
 
 class Transition(msgspec.Struct, frozen=True):
@@ -45,6 +43,39 @@ class Transition(msgspec.Struct, frozen=True):
             "weight": step / self.chunks,
             "last_chunk_index": self.first_chunk_index + self.chunks - 1,
         }
+
+
+class Prompts:
+    """The committed prompt and the transition going on: what each next chunk's prompt is."""
+
+    def __init__(self, initial: str) -> None:
+        self.initial = initial
+        self.prompt = initial
+        self.transition: Transition | None = None
+
+    def after(self, applied: Sequence[Event], chunk_index: int) -> tuple[str, Transition | None]:
+        """The chunk's prompt, and the transition it is a step of: a new one, or the one going on.
+
+        A new transition starts from the prompt in force before the chunk (where a transition was
+        still going on, its target: the blend restarts from there).
+        """
+        prompt, transition = self.prompt, self.transition
+        for event in applied:
+            if event.prompt is None:
+                continue
+            transition = None
+            if event.transition_chunks > 1:
+                transition = Transition(event.event_id, self.prompt, chunk_index, event.transition_chunks)
+            prompt = event.prompt
+        if transition is not None and transition.step(chunk_index) > transition.chunks:
+            transition = None
+        return prompt, transition
+
+    def commit(self, plan: Plan) -> None:
+        self.prompt, self.transition = plan.prompt, plan.transition
+
+    def reset(self) -> None:
+        self.prompt, self.transition = self.initial, None
 
 
 class Plan(msgspec.Struct, frozen=True):

@@ -11,7 +11,9 @@ own ``EventQueue``: its pending events, its window of recent ids (duplicates)
 and its floor (stale ids). A chunk applies every player's pending events; a
 player's events set only its own tracks (``Seats.check``), so the order of
 two players' events within a chunk changes nothing, and only the owner sets
-the prompt. Sans-IO, as the rest of ``world/``: no clock, no ids, no I/O.
+the prompt. ``Roster`` holds the seats and every seated player's queue, and
+which queues the chunk in flight drew from. Sans-IO, as the rest of
+``world/``: no clock, no ids, no I/O.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from livegen.errors import CapacityExceeded, InvalidRequest, InvalidState
-from livegen.world.events import Event
+from livegen.world.events import Applied, Event
+from livegen.world.plans import Plan, Rejection
 
 #: The session's owner: the player whose ``session.update`` made it.
 OWNER = 1
@@ -140,3 +143,80 @@ class Seats:
                     param="controls",
                     event_id=event.event_id,
                 )
+
+
+class Roster:
+    """The seats of a world and each seated player's event queue.
+
+    ``drawn_from`` is the queues the tick in flight drew from: a player who leaves and one who
+    takes its seat meanwhile have different queues, so the newcomer's ids are never the leaver's.
+    """
+
+    def __init__(self, players: Sequence[Sequence[str]], max_pending_events: int) -> None:
+        self.seats = Seats(players)
+        self.max_pending_events = max_pending_events
+        self._is_shared = bool(players)
+        self.queues = {OWNER: EventQueue(max_pending_events)}
+        self.drawn_from: dict[int, EventQueue] = {}
+
+    def queue_for(self, event: Event) -> EventQueue:
+        """The queue of the event's player, once its seat may send it (refused otherwise)."""
+        queue = self.queues.get(event.player)
+        if queue is None or self._is_shared:  # a one-player world's owner steers every track
+            self.seats.check(event)
+            queue = self.queues[event.player]
+        return queue
+
+    def join(self) -> int:
+        player = self.seats.join()
+        self.queues[player] = EventQueue(self.max_pending_events)
+        return player
+
+    def leave(self, player: int) -> None:
+        if player != OWNER and player in self.seats.taken:
+            self.seats.leave(player)
+            del self.queues[player]
+
+    def floor(self, player: int, in_flight: Plan | None) -> int:
+        """The player's ids at or below this are stale: its committed floor, raised by the tick in flight."""
+        queue = self.queues.get(player)
+        floor = queue.floor if queue is not None else -1
+        if in_flight is None or self.drawn_from.get(player) is not queue:
+            return floor
+        return max((floor, *(event_id for who, event_id in in_flight.applied if who == player)))
+
+    def pending(self) -> list[Event]:
+        """Every player's pending events for the next chunk, the owner's first, each in id order."""
+        queues = self.queues
+        if len(queues) == 1:
+            return queues[OWNER].ordered()
+        return [event for player in sorted(queues) for event in queues[player].ordered()]
+
+    def draw(self) -> None:
+        """The next chunk is planned: remember whose queues it drew from."""
+        self.drawn_from = dict(self.queues)
+
+    def applied(self, plan: Plan) -> None:
+        """The chunk committed: its events leave their queues (not those of a player that left)."""
+        if len(self.drawn_from) == 1:  # the owner alone
+            self.queues[OWNER].applied(plan.meta.applied_event_ids)
+            return
+        for player, queue in self.drawn_from.items():
+            if queue is self.queues.get(player):
+                queue.applied([event_id for who, event_id in plan.applied if who == player])
+
+    def drop(self, refused: tuple[Applied, ...]) -> list[Rejection]:
+        """Drop the events a reducer refused; each player's client hears of its own."""
+        rejections = []
+        for player in sorted({player for player, _ in refused}):
+            ids = tuple(event_id for who, event_id in refused if who == player)
+            for event_id in ids:
+                self.queues[player].drop(event_id)
+            names = ", ".join(str(event_id) for event_id in ids)
+            error = InvalidRequest(
+                f"the control reducer refused event(s) {names}; they were dropped and the session goes on",
+                code="event_rejected",
+                event_id=ids[0],
+            )
+            rejections.append(Rejection(error, ids, player))
+        return rejections

@@ -6,6 +6,9 @@ away), ``commit`` makes the reducer's private state durable only after the
 chunk committed, ``reset`` forgets it. The session core owns when each phase
 runs (``world/session.py``); a reducer owns what controls mean.
 
+``Blaming`` wraps a reducer so that a chunk's ``prepare`` finds the events that
+make it raise and leaves them out, instead of failing every later tick.
+
 ``LastWriteWins`` is the default: per track, the last event's value holds,
 except for the parts of ``livegen.keys.v1`` and ``livegen.mouse.v1`` that
 are events rather than states (taps, motion), which it gathers per chunk.
@@ -21,7 +24,7 @@ from typing import Protocol
 import msgspec
 
 from livegen.models.controls import KEYS_V1, MAX_TAPS_PER_CHUNK, MOUSE_V1
-from livegen.world.events import ControlInput, Event, FrozenDict
+from livegen.world.events import Applied, ControlInput, Event, FrozenDict, key
 
 
 class Prepared(msgspec.Struct, frozen=True):
@@ -128,3 +131,41 @@ def _merge(previous: ControlInput | None, control: ControlInput) -> ControlInput
 
 
 _MOTION = ("dx", "dy", "wheel")
+
+
+class Blaming:
+    """A reducer whose ``prepare`` blames the events that make it raise, and leaves them out.
+
+    Upstream gap 1: a reducer that raised in ``prepare`` left its event in
+    the queue, failing every later tick. ``prepare`` is speculative, so
+    trying each event alone is safe; the ones that fail alone are refused
+    (or all of them, when only their combination fails).
+    """
+
+    def __init__(self, reducer: Reducer) -> None:
+        self.reducer = reducer
+
+    def prepare(
+        self, current: Mapping[str, ControlInput], events: Sequence[Event], chunk_index: int
+    ) -> tuple[Prepared, tuple[Applied, ...]]:
+        """The chunk's controls, and the events refused (empty when every event reduced)."""
+        try:
+            return self.reducer.prepare(current, events, chunk_index), ()
+        except Exception:
+            pass
+        refused = tuple(
+            key(event) for event in events if not self._prepares_alone(current, event, chunk_index)
+        )
+        kept = [event for event in events if key(event) not in refused] if refused else []
+        refused = refused or tuple(key(event) for event in events)
+        try:
+            return self.reducer.prepare(current, kept, chunk_index), refused
+        except Exception:
+            return Prepared(current), tuple(key(event) for event in events)
+
+    def _prepares_alone(self, current: Mapping[str, ControlInput], event: Event, chunk_index: int) -> bool:
+        try:
+            self.reducer.prepare(current, [event], chunk_index)
+        except Exception:
+            return False
+        return True

@@ -80,7 +80,7 @@ class Client:
             try:
                 runner.accept(Event.of(1, None, [control]))  # long applied: stale
             except InvalidState as exc:
-                runner.send_error(exc)
+                runner.sender.send_error(exc)
 
 
 def _small_tiny_world() -> tinyworld.TinyWorld:
@@ -176,9 +176,9 @@ def _sample(
     held = model._sessions.get("long")
     sizes = {
         "pending events": session.pending_event_count,
-        "recent event ids (idempotency window)": sum(len(q.recent) for q in session._queues.values()),
+        "recent event ids (idempotency window)": sum(len(q.recent) for q in session.roster.queues.values()),
         "timings of ticks in flight": len(runner._timings),
-        "queued messages": len(runner._outbox),
+        "queued messages": len(runner.sender._outbox),
         "runner tasks (sender, releases)": len(runner._tasks),
         "chunks committed, not yet written": runner.flow.unsent,
         "lead steps": len(runner._lead.steps_s),
@@ -203,7 +203,7 @@ async def _idle_totals(runner: Runner, client: Client) -> Totals:
     flow = runner.flow
 
     def is_idle() -> bool:
-        return not (runner._ticking or flow.unsent or len(runner._outbox) or runner._has_credit())
+        return not (runner._ticking or flow.unsent or len(runner.sender._outbox) or runner._has_credit())
 
     await until(is_idle)
     await asyncio.sleep(0.05)

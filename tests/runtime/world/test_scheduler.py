@@ -176,7 +176,7 @@ async def test_a_start_ack_paces_the_next_chunk_to_the_clients_playback() -> Non
     assert plan is not None
     [chunk] = model.step([Tick(plan.meta, 0, "", {})], None)
     runner.tick_done(plan, chunk, 40.0)  # a 40 ms step
-    await until(lambda: runner.num_chunks_sent == 1)
+    await until(lambda: runner.sender.num_chunks_sent == 1)
     assert not runner.is_due(now[0] + 10)  # no credit before an ack
     now[0] = 100.5
     runner.ack(0, at="start")  # chunk 0's first frame shows at 100.5: chunk 1 is needed at 100.75
@@ -261,8 +261,8 @@ async def test_a_client_that_does_not_read_is_flagged_not_buffered_forever() -> 
     runner = Runner(manager.create(), manager, scheduler, never_sends, never_sends, Options())
     runner.start()
     for event_id in range(1, MAX_QUEUED_EVENTS + 10):
-        runner.send(wire.EventAccepted(event_id, "accepted", 0))
-    assert runner.is_overflowing
+        runner.sender.send(wire.EventAccepted(event_id, "accepted", 0))
+    assert runner.sender.is_overflowing
     runner.abort_sending()
 
 

@@ -85,7 +85,7 @@ async def test_a_start_ack_leads_a_one_frame_chunk_by_its_step_time() -> None:
     assert plan is not None
     [chunk] = model.step([Tick(plan.meta, 0, "", {})], None)
     runner.tick_done(plan, chunk, 10.0)  # a 10 ms step
-    await until(lambda: runner.num_chunks_sent == 1)
+    await until(lambda: runner.sender.num_chunks_sent == 1)
     now[0] = 100.5
     runner.ack(0, at="start")  # chunk 0 shows at 100.5, so chunk 1 is needed a frame later
     lead = LEAD_FACTOR * 0.010 + LEAD_MARGIN_S
@@ -129,7 +129,7 @@ async def test_a_chunk_shown_late_makes_the_next_ones_start_that_much_sooner() -
         assert plan is not None and plan.meta.chunk_index == index
         [chunk] = model.step([Tick(plan.meta, 0, "", {})], None)
         runner.tick_done(plan, chunk, 10.0)
-        await until(lambda: runner.num_chunks_sent == index + 1)  # noqa: B023 - awaited here
+        await until(lambda: runner.sender.num_chunks_sent == index + 1)  # noqa: B023 - awaited here
         now[0] = shown_at
         runner.ack(index, at="start")
     lead = LEAD_FACTOR * 0.010 + LEAD_MARGIN_S + 0.030

@@ -285,7 +285,7 @@ class WorldEngine:
             on_error=on_error,
             max_unsent_bytes=self.settings.max_unsent_bytes,
         )
-        runner.send(wire.SessionCreated(self.describe(runner)))
+        runner.sender.send(wire.SessionCreated(self.describe(runner)))
         try:
             runner.start()
         except RemoteProtocolError:
@@ -321,11 +321,11 @@ class WorldEngine:
         def failed(code: str, message: str) -> None:
             if recorder in runner.taps:
                 runner.taps.remove(recorder)
-            runner.send(wire.RecordingFailed(recorder.recording_id, code, message))
+            runner.sender.send(wire.RecordingFailed(recorder.recording_id, code, message))
 
         recorder = self.recordings.start(header, spec.width, spec.height, spec.fps, failed)
         runner.taps.append(recorder)
-        runner.send(wire.RecordingStarted(recorder.recording_id, self.recordings.format.container))
+        runner.sender.send(wire.RecordingStarted(recorder.recording_id, self.recordings.format.container))
         log_event(
             logger, "world.recording_started", session=runner.session_id, recording=recorder.recording_id
         )
@@ -334,11 +334,11 @@ class WorldEngine:
         """``session.spectate_token``: a token spectators join with (``spectators.py``)."""
         if self.spectators is None or self.spectators.limits.per_session == 0:
             raise InvalidRequest("spectators are off on this server", code="spectators_disabled")
-        runner.send(self.spectators.mint(runner))
+        runner.sender.send(self.spectators.mint(runner))
 
     def player_token(self, runner: Runner) -> None:
         """``session.player_token``: a token another player joins with (``players.py``)."""
-        runner.send(self.players.mint(runner))
+        runner.sender.send(self.players.mint(runner))
 
     def reconfigure(self, runner: Runner, update: wire.SessionConfig) -> None:
         """A later ``session.update``: output and pacing change; what made the world is fixed."""

@@ -160,15 +160,15 @@ class SessionOwner:
     async def _received_before_overflow(self, receiving: asyncio.Task[Any]) -> bool:
         """Wait for the next message; False if the runner's output passed a budget first."""
         runner = self.session.runner
-        if runner is None or (not runner.is_overflowing and receiving.done()):
+        if runner is None or (not runner.sender.is_overflowing and receiving.done()):
             await receiving
             return True
-        overflow = self._tasks.spawn(runner.overflowed.wait())
+        overflow = self._tasks.spawn(runner.sender.overflowed.wait())
         try:
             await asyncio.wait({receiving, overflow}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             overflow.cancel()
-        return not runner.is_overflowing
+        return not runner.sender.is_overflowing
 
     async def _close_not_reading(self) -> None:
         """The client does not read: drop its output and session now, then say why and close."""
@@ -260,7 +260,7 @@ class SessionOwner:
             self.metrics.sessions_open.labels(kind="world").inc()
             return
         engine.reconfigure(session.runner, update)
-        session.runner.send(wire.SessionUpdated(engine.describe(session.runner)))
+        session.runner.sender.send(wire.SessionUpdated(engine.describe(session.runner)))
 
     def _closed(self) -> None:
         self.metrics.sessions_open.labels(kind="world").dec()
@@ -268,7 +268,7 @@ class SessionOwner:
     # -- output ----------------------------------------------------------------------------
     async def _send_error(self, error: ProtocolError) -> None:
         if self.session.runner is not None:
-            self.session.runner.send_error(error)
+            self.session.runner.sender.send_error(error)
             return
         # No runner, so no sender task: this socket has no other writer now.
         self._count_error(error.code)
@@ -276,7 +276,7 @@ class SessionOwner:
 
     def _unsent_bytes(self) -> int:
         runner = self.session.runner
-        return runner.unsent_bytes if runner is not None else 0
+        return runner.sender.unsent_bytes if runner is not None else 0
 
     def _count_error(self, code: str) -> None:
         self.metrics.errors.labels(kind="world", code=code).inc()

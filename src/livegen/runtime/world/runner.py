@@ -1,7 +1,7 @@
-"""The runner of one world session: pacing, flow control, output, reset and close.
+"""The runner of one world session: pacing, flow control, reset and close.
 
-It owns the session's core (``world.Session``) and the one ordered path of
-messages to its client; the scheduler (``scheduler.py``) owns the model
+It owns the session's core (``world.Session``) and its sender (``sender.py``:
+the one ordered path of messages to its client); the scheduler (``scheduler.py``) owns the model
 and calls back into the runner to begin, finish or fail its ticks. All core
 calls are synchronous and run on the event loop, so they never interleave;
 the only awaits are the worker's release calls and the socket.
@@ -12,18 +12,14 @@ way at most ``max_chunks_ahead`` chunks go beyond the last ``chunk.ack``
 (credit: ``world/flow.py``). A client that acks at a chunk's start gets the next
 chunk generated while that one plays, started its measured step time (with a
 margin) before the client needs it, so it takes in the latest input.
-Frames are encoded in a thread by Pillow (libjpeg-turbo for JPEG), off the
-event loop. A committed chunk's output sits in the core's effects until this
-runner moves it to the send queue, in the same synchronous call as the commit,
-so no cancellation can come between them (upstream gap 2).
+A committed chunk's output sits in the core's effects until this runner moves
+it to the send queue, in the same synchronous call as the commit, so no
+cancellation can come between them (upstream gap 2).
 
-Output is bounded in bytes, not only in events: ``unsent_bytes`` counts what
-is queued for the socket (``runtime/outbox.py``) and not yet written (a queued
-chunk counts its raw frames until it is encoded, then its encoded bytes). Past
-``max_unsent_bytes`` the outbox refuses, the runner stops stepping and sets
-``overflowed``; the endpoint closes the socket (``server/http/budgets.py``). Acks
-count only chunks already written to the socket, so a client that acks indexes
-it never read cannot open credit for chunks that would only pile up here.
+Output is bounded in bytes, not only in events (``sender.py``): once the
+client is over a budget the runner stops stepping. Acks count only chunks
+already written to the socket, so a client that acks indexes it never read
+cannot open credit for chunks that would only pile up here.
 """
 
 from __future__ import annotations
@@ -31,17 +27,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from livegen.errors import LivegenError, ModelError, ProtocolError
+from livegen.errors import LivegenError, ModelError
 from livegen.logs import log_event
 from livegen.models.world import Chunk
 from livegen.protocol import world as wire
-from livegen.protocol.frames import encode_chunk
-from livegen.runtime.outbox import Bounds, Outbox
 from livegen.runtime.world.scheduler import Scheduler
+from livegen.runtime.world.sender import MAX_QUEUED_EVENTS, SendBytes, Sender, SendText
 from livegen.runtime.world.taps import Tap
 from livegen.tasks import TaskSet
 from livegen.world import (
@@ -60,17 +54,13 @@ from livegen.world.flow import FlowControl
 from livegen.world.lead import LEAD_FACTOR, LEAD_MARGIN_S, Lead
 
 logger = logging.getLogger("livegen.world")
-SendText = Callable[[str], Awaitable[None]]
-#: Events (not chunks: flow control bounds those) queued for a client that does not read.
-MAX_QUEUED_EVENTS = 1024
-SendBytes = Callable[[bytes], Awaitable[None]]
 
 
 @dataclass(frozen=True)
 class Options:
     """A session's output settings; a ``session.update`` replaces them whole, never edits them.
 
-    Frozen so that a chunk's one snapshot (``_send_chunk``) cannot change under
+    Frozen so that a chunk's one snapshot (``sender.py``) cannot change under
     it while it encodes: its header and its frames always agree on the format.
     """
 
@@ -82,13 +72,6 @@ class Options:
     frames_per_chunk: int | None = None
     #: Whether the session asked to be recorded (``session.update`` ``recording``); fixed after.
     recording: bool = False
-
-
-@dataclass
-class _ChunkJob:
-    output: Output
-    queue_ms: float
-    model_ms: float
 
 
 class Runner:
@@ -108,9 +91,6 @@ class Runner:
         self.options = options
         self._manager = manager
         self._scheduler = scheduler
-        self._send_text = send_text
-        self._send_bytes = send_bytes
-        self._on_error = on_error
         #: The model's spec as this session sees it: its own chunk length (``WorldSpec.for_session``).
         self.spec = spec = scheduler.spec.for_session(options.frames_per_chunk)
         self._chunk_s = spec.frames_per_chunk / spec.fps
@@ -127,14 +107,10 @@ class Runner:
         self._timings: dict[str, tuple[float, float]] = {}
         self._settled = asyncio.Event()
         self._settled.set()
-        self._outbox: Outbox[bytes | _ChunkJob] = Outbox(Bounds(MAX_QUEUED_EVENTS, max_unsent_bytes))
+        #: The one ordered path to the client (``sender.py``): its queue, its budgets, its writer.
+        self.sender = Sender(self, send_text, send_bytes, on_error, max_unsent_bytes)
         #: The sender and the background releases of failed ticks: ended by ``abort_sending``/``stop``.
         self._tasks = TaskSet()
-        self._sender: asyncio.Task[None] | None = None
-        self.num_chunks_sent = 0
-        self.is_overflowing = False
-        #: Set once the client is over a budget (events or bytes); the endpoint closes it.
-        self.overflowed = asyncio.Event()
         #: Who else sees the session's output: its recording, its spectators (``taps.py``).
         self.taps: list[Tap] = []
         #: Each joined player's error sink (``players.py``): a refusal of its events is its own.
@@ -142,7 +118,7 @@ class Runner:
 
     def start(self) -> None:
         self._scheduler.add(self)  # first: a full KV pool refuses before anything starts
-        self._sender = self._tasks.spawn(self._send_loop(), name=f"livegen-world-send-{self.session_id}")
+        self.sender.start(self._tasks)
 
     @property
     def is_realtime(self) -> bool:
@@ -154,11 +130,6 @@ class Runner:
         index = self.session.chunk_index
         played_s = self.spec.media_time_ms(index - 1) / 1000 if index else 0.0
         self._anchor = phase(self._clock() - played_s)
-
-    @property
-    def unsent_bytes(self) -> int:
-        """Bytes queued for the socket and not yet written."""
-        return self._outbox.num_bytes
 
     # -- scheduler side --------------------------------------------------------------------
     def _has_credit(self) -> bool:
@@ -181,7 +152,7 @@ class Runner:
         return deadline
 
     def _is_ready(self) -> bool:
-        if self._is_holding or self._ticking is not None or self.is_overflowing:
+        if self._is_holding or self._ticking is not None or self.sender.is_overflowing:
             return False
         return self.session.status is Status.ACTIVE and self._has_credit()
 
@@ -227,7 +198,7 @@ class Runner:
 
     def crashed(self, message: str) -> None:
         """The scheduler dropped this session after a bug; tell the client, which may close."""
-        self._queue_error("internal_error", message, None, "server_error")
+        self.sender.queue_error("internal_error", message, None, "server_error")
 
     def _settle(self) -> None:
         self._ticking = None
@@ -241,23 +212,25 @@ class Runner:
             if isinstance(effect, Output):
                 queue_ms, model_ms = self._timings.pop(effect.meta.request_id, (0.0, 0.0))
                 self.flow.committed()
-                self._put(_ChunkJob(effect, queue_ms, model_ms), _raw_bytes(effect))
+                self.sender.chunk(effect, queue_ms, model_ms)
             elif isinstance(effect, Rejection):
                 if effect.player in self.guests:
                     self.guests[effect.player](effect.error)
                 elif effect.player == 1:
-                    self.send_error(effect.error)
+                    self.sender.send_error(effect.error)
             elif isinstance(effect, Failure):
                 code = effect.code if effect.code == "state_evicted" else "chunk_failed"
                 message = f"{effect.message}; the session is failed until world.reset"
-                self._queue_error(code, message, None, "server_error")
+                self.sender.queue_error(code, message, None, "server_error")
             elif isinstance(effect, Release) and effect.reason == "failed":
                 self._tasks.spawn(self._release())
 
     # -- client side -----------------------------------------------------------------------
     def accept(self, event: Event) -> Acceptance:
         acceptance = self.session.accept(event)
-        self.send(wire.EventAccepted(event.event_id, acceptance.status.value, acceptance.pending_event_count))
+        self.sender.send(
+            wire.EventAccepted(event.event_id, acceptance.status.value, acceptance.pending_event_count)
+        )
         return acceptance
 
     def ack(self, chunk_index: int, at: str = "end") -> None:
@@ -284,13 +257,15 @@ class Runner:
             self._is_holding = False
         self._drain()
         if self.session.status is not Status.ACTIVE:
-            self._queue_error("reset_failed", "releasing the model state failed; retry", None, "server_error")
+            self.sender.queue_error(
+                "reset_failed", "releasing the model state failed; retry", None, "server_error"
+            )
             return
         self.flow.reset()
         self._lead.reset()
         self._anchor = self._ready_since = self._clock()
         self._scheduler.align(self)
-        self.send(wire.ResetDone())
+        self.sender.send(wire.ResetDone())
         for tap in list(self.taps):
             tap.reset()
         self._scheduler.wake()
@@ -308,9 +283,9 @@ class Runner:
             if is_released:
                 self._scheduler.remove(self.session_id)
             elif is_sending:
-                self._queue_error("cleanup_failed", "closing failed; send session.close again", None)
+                self.sender.queue_error("cleanup_failed", "closing failed; send session.close again", None)
         if is_sending and self.session.status is Status.CLOSED:
-            self.send(wire.SessionClosed())
+            self.sender.send(wire.SessionClosed())
 
     async def _release(self) -> bool:
         try:
@@ -320,109 +295,21 @@ class Runner:
             return False
         return True
 
-    # -- output ----------------------------------------------------------------------------
-    def send(self, event: wire.ServerEvent) -> None:
-        """Queue an event for the client; past ``MAX_QUEUED_EVENTS`` the client is not reading."""
-        data = wire.encode(event)
-        self._put(data, len(data))
-
-    def _put(self, item: bytes | _ChunkJob, size: int) -> None:
-        """Queue a message; one past a bound (events or bytes) means the client is not reading."""
-        if not self._outbox.put(item, size):
-            self._overflow()
-
-    def _overflow(self) -> None:
-        """The client is not reading: stop stepping; the endpoint closes the socket."""
-        self.is_overflowing = True  # other sessions go on
-        self.overflowed.set()
-
-    def send_error(self, error: LivegenError) -> None:
-        if isinstance(error, ProtocolError):
-            body = error.to_error_body()
-            self._queue_error(body["code"], body["message"], body["event_id"], body["type"], body["param"])
-        else:
-            self._queue_error("internal_error", str(error), None, "server_error")
-
-    def _queue_error(
-        self,
-        code: str,
-        message: str,
-        event_id: int | str | None,
-        error_type: str = "invalid_request_error",
-        param: str | None = None,
-    ) -> None:
-        self._on_error(code)
-        self.send(wire.Error(wire.ErrorBody(error_type, code, message, param, event_id)))
-
-    async def _send_loop(self) -> None:
-        try:
-            await self._outbox.send_all(self._write)
-        except Exception as exc:  # the socket is gone; the endpoint sees the disconnect
-            log_event(logger, "world.send_failed", logging.INFO, session=self.session_id, error=repr(exc))
-
-    async def _write(self, item: bytes | _ChunkJob) -> None:
-        if isinstance(item, bytes):
-            await self._send_text(item.decode())
-        else:
-            await self._send_chunk(item)
-
-    async def _send_chunk(self, job: _ChunkJob) -> None:
-        chunk = job.output.output
-        assert isinstance(chunk, Chunk)
-        started = time.perf_counter()
-        options = self.options  # this chunk's settings, though a session.update lands while it encodes
-        frames = await asyncio.to_thread(encode_chunk, chunk.frames, options.format, options.quality)
-        encode_ms = (time.perf_counter() - started) * 1000
-        self._outbox.charge(sum(len(frame) for frame in frames) - _raw_bytes(job.output))
-        meta, spec = job.output.meta, self.spec
-        header = wire.ChunkHeader(
-            chunk_index=meta.chunk_index,
-            request_id=meta.request_id,
-            applied_event_ids=list(meta.applied_event_ids),
-            num_frames=len(frames),
-            width=spec.width,
-            height=spec.height,
-            format=options.format,  # type: ignore[arg-type]
-            media_time_ms=spec.media_time_ms(meta.chunk_index),
-            timings=wire.Timings(round(job.queue_ms, 3), round(job.model_ms, 3), round(encode_ms, 3)),
-            prompt_transition=job.output.prompt_transition(),
-            applied_events=[wire.AppliedEvent(player, event_id) for player, event_id in job.output.applied],
-        )
-        for tap in list(self.taps):  # before the player's socket, which may be slow
-            tap.chunk(header, chunk.frames, frames)
-        await self._send_text(wire.encode(header).decode())
-        for frame in frames:
-            await self._send_bytes(frame)
-            self._outbox.charge(-len(frame))
-        self.flow.written()
-        self.num_chunks_sent += 1
-
+    # -- ending ----------------------------------------------------------------------------
     async def flush_and_stop(self, grace_s: float = 5.0) -> None:
         """Send what is queued (for up to ``grace_s``), then stop the sender and every task."""
-        self._outbox.close()
-        if self._sender is not None:
-            with contextlib.suppress(TimeoutError, Exception):
-                async with asyncio.timeout(grace_s):
-                    await asyncio.shield(self._sender)
+        await self.sender.flush(grace_s)
         await self.stop()
 
     def abort_sending(self) -> None:
         """Stop writing and drop what is queued (its memory goes now, not when the socket does);
         ``stop`` then awaits the tasks."""
-        self._outbox.close()
-        if self._sender is not None:
-            self._sender.cancel()
-        self._outbox.clear()
+        self.sender.abort()
 
     async def stop(self) -> None:
         """Cancel and await the runner's tasks (the sender, background releases)."""
         await self._tasks.aclose()
-        self._outbox.clear()
-
-
-def _raw_bytes(output: Output) -> int:
-    chunk = output.output
-    return int(chunk.frames.nbytes) if isinstance(chunk, Chunk) else 0
+        self.sender.clear()
 
 
 __all__ = ["LEAD_FACTOR", "LEAD_MARGIN_S", "MAX_QUEUED_EVENTS", "Options", "Runner"]

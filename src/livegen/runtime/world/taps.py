@@ -1,7 +1,7 @@
 """``Tap``: what else sees a world session's output besides its player: a recording, spectators.
 
-A runner (``runner.py``) holds a list of taps and calls them, on the event
-loop, with each chunk as it goes out (its header, its raw frames and the frames
+A runner (``runner.py``) holds a list of taps; it and its sender (``sender.py``)
+call them, on the event loop, with each chunk as it goes out (its header, its raw frames and the frames
 as encoded for the player), each accepted event, each reset and the session's
 close. A tap must never block or await: it queues what it needs for its own
 writer (a thread for a recording, a task per spectator) and, when that writer
