@@ -9,10 +9,13 @@
 // come from the model's control tracks in `session.created`: keys and
 // on-screen buttons send a track's new value on press and its "none" on
 // release (the tracks are sticky). Event ids rise for the whole session, across
-// resets. Everything the tests look at is also in `window.livegen.world`.
+// resets. A page opened with a join link (`?join=ID&token=T`, world-players.js) plays another's
+// world as its next player, over the WebSocket, steering only the tracks the server gave it.
+// Everything the tests look at is also in `window.livegen.world`.
 
 import { api, describeClose, median } from "./connection.js";
 import { WorldCallLink } from "./world-call.js";
+import { Invite, joinLink } from "./world-players.js";
 import { DIRECTIONS, buildPad, normalizeTracks } from "./world-tracks.js";
 
 const KEYS = {
@@ -89,7 +92,11 @@ export class WorldPanel {
       transport: null, // "webrtc" or "websocket", once connected
       fallback: null, // why WebRTC was not used, when it failed
       errors: [],
+      player: null, // this page's player number in a shared world it joined
+      inviteLink: null, // the last invite link the owner's page showed
     };
+    this.joining = joinLink(); // the world this page was opened to join, or null
+    this.invite = new Invite(root, status, this.stats, (event) => this.send(event));
     this.clear();
     this.idleWords = this.el.state.textContent;
     this.el.start.addEventListener("click", () => this.start());
@@ -146,6 +153,11 @@ export class WorldPanel {
       none: "This server serves no world model.",
     };
     this.setState("off", model ? this.idleWords : words[why]);
+    // A join link plays as soon as there is a world to join (once the key is in, where needed).
+    if (model && this.joining && !this.joinTried) {
+      this.joinTried = true;
+      this.start();
+    }
   }
 
   setState(state, words) {
@@ -155,7 +167,7 @@ export class WorldPanel {
     const live = state === "live" || state === "failed" || state === "resetting";
     this.el.start.disabled = live || state === "connecting" || !this.model;
     this.el.stop.disabled = !(live || state === "connecting");
-    this.el.reset.disabled = !live;
+    this.el.reset.disabled = !live || this.joining !== null; // reset is the owner's
     this.el.overlay.hidden = state === "live" || state === "resetting";
     if (state !== "live") this.el.overlay.textContent = words;
   }
@@ -165,7 +177,8 @@ export class WorldPanel {
     this.setState("connecting", "Connecting…");
     this.stats.chunksAhead = this.chunksAhead;
     this.stats.fallback = null;
-    if (api.transport === "webrtc") this.call();
+    if (this.joining) this.openSocket(this.joining);
+    else if (api.transport === "webrtc") this.call();
     else this.openSocket();
   }
 
@@ -200,12 +213,14 @@ export class WorldPanel {
     this.drawTimes.push(now);
   }
 
-  openSocket() {
-    const words = this.stats.fallback ? `World: ${this.stats.fallback}…` : "World: connecting to /v1/worlds…";
+  /** Play over the WebSocket: a new session, or `joining` ({join, token}) another's as a player. */
+  openSocket(joining = null) {
+    let words = this.stats.fallback ? `World: ${this.stats.fallback}…` : "World: connecting to /v1/worlds…";
+    if (joining) words = `World: joining ${joining.join} as a player…`;
     this.status.set(words, "busy");
     let ws;
     try {
-      ws = api.openSocket("/v1/worlds", {}, [SUBPROTOCOL]);
+      ws = api.openSocket("/v1/worlds", joining ?? {}, [SUBPROTOCOL]);
     } catch (error) {
       this.fail(error.message);
       return;
@@ -214,7 +229,7 @@ export class WorldPanel {
     ws.binaryType = "arraybuffer";
     ws.onopen = () => {
       this.stats.transport = "websocket";
-      this.create();
+      if (!joining) this.create(); // a player's session exists: the server seats it
     };
     ws.onmessage = (event) => {
       if (typeof event.data === "string") this.onServerEvent(JSON.parse(event.data));
@@ -250,6 +265,12 @@ export class WorldPanel {
     const type = event.type;
     if (type === "session.created") {
       this.onSessionCreated(event.session || {});
+      this.invite.show(event.session?.capabilities);
+    } else if (type === "player.joined") {
+      this.stats.player = event.player;
+      this.onSessionCreated(event.session || {}, event.tracks || []);
+    } else if (type === "session.player_token.created") {
+      this.invite.onCreated(event);
     } else if (type === "world.chunk" && this.ws instanceof WorldCallLink) {
       this.stats.chunksReceived += 1;
       if (!this.isResetting) this.ws.chunk(event); // its frames are on the video track
@@ -274,7 +295,8 @@ export class WorldPanel {
     }
   }
 
-  onSessionCreated(session) {
+  /** The session to play; `own`: the tracks this page steers (a joined player's, or the owner's). */
+  onSessionCreated(session, own = session.capabilities?.controls) {
     this.spec = {
       id: session.id,
       width: session.width || 32,
@@ -286,7 +308,6 @@ export class WorldPanel {
     this.el.canvas.height = this.spec.height;
     this.el.canvas.parentElement.style.aspectRatio = `${this.spec.width} / ${this.spec.height}`;
     // A shared world's other players' tracks are theirs: the pad shows the ones this page steers.
-    const own = session.capabilities?.controls;
     this.tracks = normalizeTracks((session.controls || []).filter((c) => !own || own.includes(c.track)));
     this.moveTrack = this.tracks.find((track) => DIRECTIONS.every((d) => track.values.includes(d))) || null;
     this.keysTrack = this.tracks.find((track) => track.schema === KEYS_SCHEMA) || null;
@@ -295,16 +316,28 @@ export class WorldPanel {
     this.setState("live", this.liveWords());
     const over = this.stats.transport === "webrtc" ? "over WebRTC" : "over the WebSocket";
     const size = `${this.spec.width}×${this.spec.height} at ${this.spec.fps} fps`;
+    if (this.stats.player) {
+      this.status.set(`World: player ${this.stats.player} in ${this.spec.id}, ${size}, ${over}`, "ok");
+      return;
+    }
     this.status.set(`World: live, ${size}, ${this.stats.fallback ?? over}`, this.stats.fallback ? "warn" : "ok");
   }
 
   liveWords() {
-    return this.moveTrack ? "Live — move with the arrow keys or WASD" : "Live";
+    const who = this.stats.player ? `Player ${this.stats.player}` : "Live";
+    return this.moveTrack ? `${who} — move with the arrow keys or WASD` : who;
   }
 
   onError(error) {
     const words = error.message || error.code || "server error";
     this.stats.errors.push(error.code || words);
+    // Refused before any session is playing (a full server, a bad or expired join link): nothing
+    // will come, so the panel stops with the server's own words rather than hang on "Connecting".
+    if (this.ws && !this.spec) {
+      this.stop("failed", words);
+      return;
+    }
+    if (error.code === "single_player_model") this.invite.onRefused();
     if (error.code === "chunk_failed") {
       this.setState("failed", "The world failed. Press Reset to start it again.");
       this.status.set(`World: ${words}`, "error");
@@ -367,7 +400,9 @@ export class WorldPanel {
     this.isStalled = true;
     this.stats.stalls += 1;
     this.numStalls += 1;
-    if (this.numStalls >= STALLS_PER_STEP && this.chunksAhead < MAX_CHUNKS_AHEAD) {
+    // Flow control is the owner's: a joined player only shows what comes.
+    const canStep = !this.stats.player && this.chunksAhead < MAX_CHUNKS_AHEAD;
+    if (this.numStalls >= STALLS_PER_STEP && canStep) {
       this.numStalls = 0;
       this.chunksAhead += 1;
       this.stats.chunksAhead = this.chunksAhead;
@@ -523,17 +558,22 @@ export class WorldPanel {
   sendPrompt() {
     const prompt = this.el.prompt.value.trim();
     if (!prompt || !this.ws || this.stats.state !== "live") return;
+    if (this.stats.player) {
+      this.status.set("World: only the world's owner (player 1) sets the prompt", "warn");
+      return;
+    }
     this.sendEvent({ prompt });
     this.status.set(`World: prompt sent: “${prompt}”`, "ok");
   }
 
   sendPacing() {
     this.nextFrameAt = 0; // a new cadence starts with the next frame
-    if (this.ws) this.send({ type: "session.update", session: { pacing: this.pacing() } });
+    // A joined player's toggle paces its own drawing only: the session's pacing is the owner's.
+    if (this.ws && !this.stats.player) this.send({ type: "session.update", session: { pacing: this.pacing() } });
   }
 
   reset() {
-    if (!this.ws) return;
+    if (!this.ws || this.stats.player) return;
     this.isResetting = true;
     this.dropQueued();
     this.actions.clear();
@@ -553,7 +593,8 @@ export class WorldPanel {
     this.ws = null;
     if (ws) {
       ws.onclose = null;
-      if (ws.readyState === WebSocket.OPEN && state === "ended") {
+      // A player leaves by closing: ending the session is the owner's.
+      if (ws.readyState === WebSocket.OPEN && state === "ended" && !this.stats.player) {
         ws.send(JSON.stringify({ type: "session.close" }));
       }
       if (ws.readyState <= WebSocket.OPEN) ws.close(1000);
@@ -562,6 +603,7 @@ export class WorldPanel {
     this.clear();
     this.stats = stats;
     this.el.pad.replaceChildren();
+    this.invite.hide();
     this.el.fps.textContent = "–";
     if (state === "failed") {
       this.setState("failed-closed", `Stopped: ${words}`);
