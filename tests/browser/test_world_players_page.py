@@ -111,6 +111,7 @@ def test_a_second_player_joins_from_the_invite_link_and_steers_its_own_agent(
     assert where(moved, second_colour) not in (None, second_at)
     assert where(moved, first_colour) == first_home
     assert stats(player)["eventsAccepted"] >= 2
+    assert stats(player)["latenciesMs"], "the player's own events came back in its chunks' applied_events"
     assert stats(player)["errors"] == [] and stats(owner)["errors"] == []
     assert stats(owner)["state"] == "live"
 

@@ -13,30 +13,13 @@
 // world as its next player, over the WebSocket, steering only the tracks the server gave it.
 // Everything the tests look at is also in `window.livegen.world`.
 
-import { api, describeClose, median } from "./connection.js";
+import { api, describeClose } from "./connection.js";
 import { WorldCallLink } from "./world-call.js";
 import { Invite, joinLink } from "./world-players.js";
+import { KEYS_SCHEMA, MOUSE_SCHEMA, listenForInput } from "./world-input.js";
+import { decodeFrame, showChunk, showFps } from "./world-readouts.js";
 import { DIRECTIONS, buildPad, normalizeTracks } from "./world-tracks.js";
 
-const KEYS = {
-  ArrowUp: "up",
-  KeyW: "up",
-  ArrowDown: "down",
-  KeyS: "down",
-  ArrowLeft: "left",
-  KeyA: "left",
-  ArrowRight: "right",
-  KeyD: "right",
-};
-// Keys sent on a model's `livegen.keys.v1` track (as KeyboardEvent.code): the server turns a
-// press and release within one chunk into a tap, so a quick tap is never lost.
-const KEY_CODES = new Set([...Object.keys(KEYS), "Space", "ShiftLeft"]);
-const KEYS_SCHEMA = "livegen.keys.v1";
-// A model's `livegen.mouse.v1` track gets drags and wheel over the canvas, summed and sent at
-// most this often (the server sums them again over a chunk).
-const MOUSE_SCHEMA = "livegen.mouse.v1";
-const MOUSE_FLUSH_MS = 100;
-const LATENCY_WINDOW = 30;
 // Offered with the key: a browser that offers subprotocols fails the handshake
 // unless the server picks one, and the server never echoes the key itself.
 const SUBPROTOCOL = "livegen.world.v1";
@@ -108,13 +91,7 @@ export class WorldPanel {
       this.sendPrompt();
     });
     const canvas = this.el.canvas;
-    canvas.addEventListener("pointermove", (event) => this.onPointer(event, event.movementX, event.movementY));
-    canvas.addEventListener("pointerdown", (event) => this.onPointer(event, 0, 0));
-    canvas.addEventListener("pointerup", (event) => this.onPointer(event, 0, 0));
-    canvas.addEventListener("wheel", (event) => this.onWheel(event), { passive: false });
-    window.addEventListener("keydown", (event) => this.onKey(event, true));
-    window.addEventListener("keyup", (event) => this.onKey(event, false));
-    window.addEventListener("blur", () => this.releaseAll());
+    listenForInput(this, canvas);
     requestAnimationFrame((now) => this.tick(now));
   }
 
@@ -208,7 +185,7 @@ export class WorldPanel {
 
   /** A frame of the call was drawn; `meta` is the chunk it starts, if it starts one. */
   onCallFrame(meta, now) {
-    if (meta) this.onChunkShown(meta, now);
+    if (meta) showChunk(this, meta, now);
     this.stats.framesDrawn += 1;
     this.drawTimes.push(now);
   }
@@ -372,7 +349,7 @@ export class WorldPanel {
 
   tick(now) {
     requestAnimationFrame((next) => this.tick(next));
-    this.showFps(now);
+    showFps(this, now);
     const head = this.queue[0];
     if (!this.spec) return;
     const interval = 1000 / this.spec.fps;
@@ -417,7 +394,7 @@ export class WorldPanel {
       else this.context2d.drawImage(frame, 0, 0, this.spec.width, this.spec.height);
     }
     if (chunk.next === 0) {
-      this.onChunkShown(chunk.meta, now);
+      showChunk(this, chunk.meta, now);
       // Credit back as the chunk starts playing: the next one is generated while it plays.
       this.send({ type: "chunk.ack", chunk_index: chunk.meta.chunk_index, at: "start" });
       this.stats.acksSent += 1;
@@ -426,31 +403,6 @@ export class WorldPanel {
     this.stats.framesDrawn += 1;
     this.drawTimes.push(now);
     if (chunk.next >= chunk.frames.length) this.queue.shift();
-  }
-
-  onChunkShown(meta, now) {
-    this.stats.lastChunkIndex = meta.chunk_index;
-    const modelMs = meta.timings?.model_ms;
-    const timing = typeof modelMs === "number" ? ` · model ${modelMs.toFixed(1)} ms` : "";
-    this.el.chunk.textContent = `#${meta.chunk_index}${timing} · ${this.chunksAhead} ahead`;
-    for (const id of meta.applied_event_ids || []) {
-      const sentAt = this.sentAt.get(id);
-      if (sentAt == null) continue;
-      this.sentAt.delete(id);
-      this.stats.latenciesMs.push(Math.round(now - sentAt));
-      if (this.stats.latenciesMs.length > LATENCY_WINDOW) this.stats.latenciesMs.shift();
-      const typical = Math.round(median(this.stats.latenciesMs));
-      this.el.latency.textContent = `${Math.round(now - sentAt)} ms (median ${typical} ms)`;
-    }
-  }
-
-  showFps(now) {
-    while (this.drawTimes.length && now - this.drawTimes[0] > 1000) this.drawTimes.shift();
-    const fps = this.drawTimes.length;
-    if (fps !== this.stats.fps) {
-      this.stats.fps = fps;
-      this.el.fps.textContent = this.ws ? String(fps) : "–";
-    }
   }
 
   dropQueued() {
@@ -479,76 +431,6 @@ export class WorldPanel {
     for (const button of this.el.pad.querySelectorAll("button")) {
       button.classList.toggle("held", button.dataset.track === track.name && button.dataset.value === value);
     }
-  }
-
-  onKey(event, isDown) {
-    if (this.keysTrack && this.ws && KEY_CODES.has(event.code)) {
-      if (event.target.closest?.("input, textarea, select")) return;
-      event.preventDefault();
-      if (isDown && event.repeat) return;
-      this.heldCodes = this.heldCodes.filter((code) => code !== event.code);
-      if (isDown) this.heldCodes.push(event.code);
-      this.sendKeys();
-      return;
-    }
-    const direction = KEYS[event.code];
-    if (!direction || !this.moveTrack || !this.ws) return;
-    if (event.target.closest?.("input, textarea, select")) return;
-    event.preventDefault();
-    if (isDown && event.repeat) return;
-    this.held = this.held.filter((held) => held !== direction);
-    if (isDown) this.held.push(direction);
-    this.setControl(this.moveTrack, this.held.at(-1) ?? this.moveTrack.rest);
-  }
-
-  onPointer(event, dx, dy) {
-    if (!this.mouseTrack || !this.ws) return;
-    const mouse = this.mouse;
-    mouse.buttons = event.buttons;
-    if (event.buttons) {
-      mouse.dx += dx;
-      mouse.dy += dy;
-    }
-    this.queueMouse();
-  }
-
-  onWheel(event) {
-    if (!this.mouseTrack || !this.ws) return;
-    event.preventDefault();
-    this.mouse.wheel += Math.sign(event.deltaY);
-    this.queueMouse();
-  }
-
-  queueMouse() {
-    const mouse = this.mouse;
-    const changed = mouse.dx || mouse.dy || mouse.wheel || mouse.buttons !== mouse.sentButtons;
-    if (!changed || mouse.timer !== null) return;
-    mouse.timer = setTimeout(() => this.flushMouse(), MOUSE_FLUSH_MS);
-  }
-
-  flushMouse() {
-    const mouse = this.mouse;
-    mouse.timer = null;
-    if (!this.mouseTrack || this.stats.state !== "live") return;
-    const data = { dx: mouse.dx, dy: mouse.dy, wheel: mouse.wheel, buttons: mouse.buttons & 31 };
-    mouse.dx = mouse.dy = mouse.wheel = 0;
-    mouse.sentButtons = data.buttons;
-    this.sendEvent({ controls: [{ track: this.mouseTrack.name, schema: MOUSE_SCHEMA, data }] });
-  }
-
-  sendKeys() {
-    if (!this.keysTrack || this.stats.state !== "live") return;
-    const data = { down: [...this.heldCodes] };
-    this.sendEvent({ controls: [{ track: this.keysTrack.name, schema: KEYS_SCHEMA, data }] });
-  }
-
-  releaseAll() {
-    if (this.heldCodes.length) {
-      this.heldCodes = [];
-      this.sendKeys();
-    }
-    this.held = [];
-    if (this.moveTrack) this.setControl(this.moveTrack, this.moveTrack.rest);
   }
 
   buildPad() {
@@ -613,19 +495,4 @@ export class WorldPanel {
       this.status.set("World: ended", "info");
     }
   }
-}
-
-async function decodeFrame(data, meta) {
-  if (meta.format === "rgb24") {
-    const rgb = new Uint8Array(data);
-    const rgba = new Uint8ClampedArray(meta.width * meta.height * 4);
-    for (let i = 0, j = 0; i < rgb.length; i += 3, j += 4) {
-      rgba[j] = rgb[i];
-      rgba[j + 1] = rgb[i + 1];
-      rgba[j + 2] = rgb[i + 2];
-      rgba[j + 3] = 255;
-    }
-    return new ImageData(rgba, meta.width, meta.height);
-  }
-  return createImageBitmap(new Blob([data], { type: `image/${meta.format || "png"}` }));
 }
