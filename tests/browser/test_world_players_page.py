@@ -2,7 +2,7 @@
 on one server both play their own worlds at once; the first tab's "Invite a player" gives a page
 link, and a second browser that opens it plays the same procedural-world as player 2 over the
 WebSocket, its arrow keys moving the second agent, not the first; a bad link says the server's
-refusal in words.
+refusal (a wrong token, an expired one) in words.
 
 The joined player's frames come over the WebSocket as the owner's call encodes them for its
 track (``rgb24``), so its canvas holds the game's exact pixels: the agents are found by colour.
@@ -116,18 +116,31 @@ def test_a_second_player_joins_from_the_invite_link_and_steers_its_own_agent(
     assert stats(owner)["state"] == "live"
 
 
-def test_a_bad_invite_link_says_the_servers_refusal(
-    start_server: Callable[..., ServerThread], open_browser: Callable[..., Browser]
+@pytest.mark.parametrize(
+    ("ttl_s", "spoil", "code", "words"),
+    [
+        (600.0, "not", "invalid_player_token", "no live world session has this id and player token"),
+        (0.0, "", "player_token_expired", "the player token has expired"),  # expired as it is made
+    ],
+)
+def test_a_bad_or_expired_invite_link_says_the_servers_refusal(
+    start_server: Callable[..., ServerThread],
+    open_browser: Callable[..., Browser],
+    ttl_s: float,
+    spoil: str,
+    code: str,
+    words: str,
 ) -> None:
-    owner, _ = open_world(start_server, open_browser)
+    owner, _ = open_world(start_server, open_browser, world_spectate_token_ttl_s=ttl_s)
     owner.find("world-invite").click()
     link = owner.wait_for(
         lambda: owner.find("world-invite-link").get_attribute("value"), what="the invite link"
     )
     player = open_browser()
-    unlock(player, link.replace("token=", "token=not"))
+    unlock(player, link.replace("token=", f"token={spoil}"))
     player.wait_for(lambda: stats(player)["state"] == "failed-closed", what="the refusal")
-    words = player.text("world-state")
-    assert words.startswith("Stopped: no live world session has this id and player token"), words
-    assert stats(player)["errors"] == ["invalid_player_token"]
-    assert stats(owner)["state"] == "live"  # the owner goes on
+    shown = player.text("world-state")
+    assert shown.startswith(f"Stopped: {words}"), shown
+    assert words in player.text("status")
+    assert stats(player)["errors"] == [code] and stats(player)["player"] is None
+    assert stats(owner)["state"] == "live" and stats(owner)["errors"] == []  # the owner goes on
