@@ -33,7 +33,12 @@ def unlock(browser: Browser, url: str) -> None:
     browser.find("api-key-submit").click()
 
 
-def where(frame: np.ndarray, colour: tuple[int, int, int]) -> tuple[int, int] | None:
+def drawn_past(browser: Browser, count: int) -> Callable[[], bool]:
+    """Whether the tab has drawn more than ``count`` frames."""
+    return lambda: bool(stats(browser)["framesDrawn"] > count)
+
+
+def where(frame: np.ndarray, colour: tuple[int, ...]) -> tuple[int, int] | None:
     """The top-left pixel of ``colour`` in the frame (an agent's position), or None if absent."""
     ys, xs = np.nonzero(np.all(frame == colour, axis=-1))
     return (int(xs.min()), int(ys.min())) if len(xs) else None
@@ -69,7 +74,7 @@ def test_two_tabs_on_one_server_both_play(
     assert stats(second)["state"] == "live", second.text("world-state")
     drawn = {tab: stats(tab)["framesDrawn"] for tab in (first, second)}
     for tab in (first, second):  # both go on playing, neither at the other's expense
-        tab.wait_for(lambda t=tab: stats(t)["framesDrawn"] > drawn[t] + 16, what="a second more of frames")
+        tab.wait_for(drawn_past(tab, drawn[tab] + 16), what="a second more of frames")
         assert stats(tab)["state"] == "live" and stats(tab)["errors"] == []
         assert stats(tab)["player"] is None  # each owns its world
     # The invite is offered only where the model takes more than one player.
