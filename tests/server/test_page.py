@@ -19,6 +19,9 @@ MODULES = [
     "voice-conversation.js",
     "webrtc.js",
     "world-tracks.js",
+    "world-input.js",
+    "world-readouts.js",
+    "world-players.js",
     "audio-worklet.js",
 ]
 
@@ -36,6 +39,8 @@ def test_index_is_html_with_every_test_id(shared_servers: Servers) -> None:
         "world-canvas",
         "world-prompt",
         "world-reset",
+        "world-invite",
+        "world-invite-link",
         "status",
     ):
         assert f'data-testid="{test_id}"' in response.text

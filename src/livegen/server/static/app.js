@@ -32,10 +32,17 @@ async function servedModels() {
   const response = await fetch("/health", { cache: "no-store" });
   const body = await response.json(); // 503 while loading still says what is being loaded
   const services = body.services || {};
-  return {
-    voice: services.voice ? { id: services.voice.model, isReady: Boolean(services.voice.ready) } : null,
-    world: services.world ? { id: services.world.model, isReady: Boolean(services.world.ready) } : null,
-  };
+  return { voice: servedModel(services.voice), world: servedModel(services.world, WORLD_FULL) };
+}
+
+// A loaded world model that is not ready is full (another tab may be using its realtime capacity):
+// Start is still offered, and the server's refusal says why, where "loading" would never end.
+const WORLD_FULL = new Set(["realtime capacity full", "KV pool full"]);
+
+function servedModel(service, full = new Set()) {
+  if (!service) return null;
+  const busy = !service.ready && full.has(service.reason) ? service.reason : null;
+  return { id: service.model, isReady: Boolean(service.ready) || busy !== null, busy };
 }
 
 async function connect() {
@@ -81,7 +88,7 @@ async function showServed() {
     setTimeout(showServed, HEALTH_POLL_MS);
     return;
   }
-  const ready = [served.voice, served.world].filter(Boolean).map((model) => model.id);
+  const ready = [served.voice, served.world].filter(Boolean).map((m) => (m.busy ? `${m.id} (${m.busy})` : m.id));
   const names = ready.join(" and ");
   const words = ready.length ? `Ready: ${names}` : "Connected, but this server serves no models";
   status.set(words, "ok");

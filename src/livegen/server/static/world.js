@@ -9,31 +9,17 @@
 // come from the model's control tracks in `session.created`: keys and
 // on-screen buttons send a track's new value on press and its "none" on
 // release (the tracks are sticky). Event ids rise for the whole session, across
-// resets. Everything the tests look at is also in `window.livegen.world`.
+// resets. A page opened with a join link (`?join=ID&token=T`, world-players.js) plays another's
+// world as its next player, over the WebSocket, steering only the tracks the server gave it.
+// Everything the tests look at is also in `window.livegen.world`.
 
-import { api, describeClose, median } from "./connection.js";
+import { api, describeClose } from "./connection.js";
 import { WorldCallLink } from "./world-call.js";
+import { Invite, joinLink } from "./world-players.js";
+import { KEYS_SCHEMA, MOUSE_SCHEMA, listenForInput } from "./world-input.js";
+import { decodeFrame, showChunk, showFps } from "./world-readouts.js";
 import { DIRECTIONS, buildPad, normalizeTracks } from "./world-tracks.js";
 
-const KEYS = {
-  ArrowUp: "up",
-  KeyW: "up",
-  ArrowDown: "down",
-  KeyS: "down",
-  ArrowLeft: "left",
-  KeyA: "left",
-  ArrowRight: "right",
-  KeyD: "right",
-};
-// Keys sent on a model's `livegen.keys.v1` track (as KeyboardEvent.code): the server turns a
-// press and release within one chunk into a tap, so a quick tap is never lost.
-const KEY_CODES = new Set([...Object.keys(KEYS), "Space", "ShiftLeft"]);
-const KEYS_SCHEMA = "livegen.keys.v1";
-// A model's `livegen.mouse.v1` track gets drags and wheel over the canvas, summed and sent at
-// most this often (the server sums them again over a chunk).
-const MOUSE_SCHEMA = "livegen.mouse.v1";
-const MOUSE_FLUSH_MS = 100;
-const LATENCY_WINDOW = 30;
 // Offered with the key: a browser that offers subprotocols fails the handshake
 // unless the server picks one, and the server never echoes the key itself.
 const SUBPROTOCOL = "livegen.world.v1";
@@ -89,7 +75,11 @@ export class WorldPanel {
       transport: null, // "webrtc" or "websocket", once connected
       fallback: null, // why WebRTC was not used, when it failed
       errors: [],
+      player: null, // this page's player number in a shared world it joined
+      inviteLink: null, // the last invite link the owner's page showed
     };
+    this.joining = joinLink(); // the world this page was opened to join, or null
+    this.invite = new Invite(root, status, this.stats, (event) => this.send(event));
     this.clear();
     this.idleWords = this.el.state.textContent;
     this.el.start.addEventListener("click", () => this.start());
@@ -101,13 +91,7 @@ export class WorldPanel {
       this.sendPrompt();
     });
     const canvas = this.el.canvas;
-    canvas.addEventListener("pointermove", (event) => this.onPointer(event, event.movementX, event.movementY));
-    canvas.addEventListener("pointerdown", (event) => this.onPointer(event, 0, 0));
-    canvas.addEventListener("pointerup", (event) => this.onPointer(event, 0, 0));
-    canvas.addEventListener("wheel", (event) => this.onWheel(event), { passive: false });
-    window.addEventListener("keydown", (event) => this.onKey(event, true));
-    window.addEventListener("keyup", (event) => this.onKey(event, false));
-    window.addEventListener("blur", () => this.releaseAll());
+    listenForInput(this, canvas);
     requestAnimationFrame((now) => this.tick(now));
   }
 
@@ -146,6 +130,11 @@ export class WorldPanel {
       none: "This server serves no world model.",
     };
     this.setState("off", model ? this.idleWords : words[why]);
+    // A join link plays as soon as there is a world to join (once the key is in, where needed).
+    if (model && this.joining && !this.joinTried) {
+      this.joinTried = true;
+      this.start();
+    }
   }
 
   setState(state, words) {
@@ -155,7 +144,7 @@ export class WorldPanel {
     const live = state === "live" || state === "failed" || state === "resetting";
     this.el.start.disabled = live || state === "connecting" || !this.model;
     this.el.stop.disabled = !(live || state === "connecting");
-    this.el.reset.disabled = !live;
+    this.el.reset.disabled = !live || this.joining !== null; // reset is the owner's
     this.el.overlay.hidden = state === "live" || state === "resetting";
     if (state !== "live") this.el.overlay.textContent = words;
   }
@@ -165,7 +154,8 @@ export class WorldPanel {
     this.setState("connecting", "Connecting…");
     this.stats.chunksAhead = this.chunksAhead;
     this.stats.fallback = null;
-    if (api.transport === "webrtc") this.call();
+    if (this.joining) this.openSocket(this.joining);
+    else if (api.transport === "webrtc") this.call();
     else this.openSocket();
   }
 
@@ -195,17 +185,19 @@ export class WorldPanel {
 
   /** A frame of the call was drawn; `meta` is the chunk it starts, if it starts one. */
   onCallFrame(meta, now) {
-    if (meta) this.onChunkShown(meta, now);
+    if (meta) showChunk(this, meta, now);
     this.stats.framesDrawn += 1;
     this.drawTimes.push(now);
   }
 
-  openSocket() {
-    const words = this.stats.fallback ? `World: ${this.stats.fallback}…` : "World: connecting to /v1/worlds…";
+  /** Play over the WebSocket: a new session, or `joining` ({join, token}) another's as a player. */
+  openSocket(joining = null) {
+    let words = this.stats.fallback ? `World: ${this.stats.fallback}…` : "World: connecting to /v1/worlds…";
+    if (joining) words = `World: joining ${joining.join} as a player…`;
     this.status.set(words, "busy");
     let ws;
     try {
-      ws = api.openSocket("/v1/worlds", {}, [SUBPROTOCOL]);
+      ws = api.openSocket("/v1/worlds", joining ?? {}, [SUBPROTOCOL]);
     } catch (error) {
       this.fail(error.message);
       return;
@@ -214,7 +206,7 @@ export class WorldPanel {
     ws.binaryType = "arraybuffer";
     ws.onopen = () => {
       this.stats.transport = "websocket";
-      this.create();
+      if (!joining) this.create(); // a player's session exists: the server seats it
     };
     ws.onmessage = (event) => {
       if (typeof event.data === "string") this.onServerEvent(JSON.parse(event.data));
@@ -250,6 +242,12 @@ export class WorldPanel {
     const type = event.type;
     if (type === "session.created") {
       this.onSessionCreated(event.session || {});
+      this.invite.show(event.session?.capabilities);
+    } else if (type === "player.joined") {
+      this.stats.player = event.player;
+      this.onSessionCreated(event.session || {}, event.tracks || []);
+    } else if (type === "session.player_token.created") {
+      this.invite.onCreated(event);
     } else if (type === "world.chunk" && this.ws instanceof WorldCallLink) {
       this.stats.chunksReceived += 1;
       if (!this.isResetting) this.ws.chunk(event); // its frames are on the video track
@@ -274,7 +272,8 @@ export class WorldPanel {
     }
   }
 
-  onSessionCreated(session) {
+  /** The session to play; `own`: the tracks this page steers (a joined player's, or the owner's). */
+  onSessionCreated(session, own = session.capabilities?.controls) {
     this.spec = {
       id: session.id,
       width: session.width || 32,
@@ -286,7 +285,6 @@ export class WorldPanel {
     this.el.canvas.height = this.spec.height;
     this.el.canvas.parentElement.style.aspectRatio = `${this.spec.width} / ${this.spec.height}`;
     // A shared world's other players' tracks are theirs: the pad shows the ones this page steers.
-    const own = session.capabilities?.controls;
     this.tracks = normalizeTracks((session.controls || []).filter((c) => !own || own.includes(c.track)));
     this.moveTrack = this.tracks.find((track) => DIRECTIONS.every((d) => track.values.includes(d))) || null;
     this.keysTrack = this.tracks.find((track) => track.schema === KEYS_SCHEMA) || null;
@@ -295,16 +293,28 @@ export class WorldPanel {
     this.setState("live", this.liveWords());
     const over = this.stats.transport === "webrtc" ? "over WebRTC" : "over the WebSocket";
     const size = `${this.spec.width}×${this.spec.height} at ${this.spec.fps} fps`;
+    if (this.stats.player) {
+      this.status.set(`World: player ${this.stats.player} in ${this.spec.id}, ${size}, ${over}`, "ok");
+      return;
+    }
     this.status.set(`World: live, ${size}, ${this.stats.fallback ?? over}`, this.stats.fallback ? "warn" : "ok");
   }
 
   liveWords() {
-    return this.moveTrack ? "Live — move with the arrow keys or WASD" : "Live";
+    const who = this.stats.player ? `Player ${this.stats.player}` : "Live";
+    return this.moveTrack ? `${who} — move with the arrow keys or WASD` : who;
   }
 
   onError(error) {
     const words = error.message || error.code || "server error";
     this.stats.errors.push(error.code || words);
+    // Refused before any session is playing (a full server, a bad or expired join link): nothing
+    // will come, so the panel stops with the server's own words rather than hang on "Connecting".
+    if (this.ws && !this.spec) {
+      this.stop("failed", words);
+      return;
+    }
+    if (error.code === "single_player_model") this.invite.onRefused();
     if (error.code === "chunk_failed") {
       this.setState("failed", "The world failed. Press Reset to start it again.");
       this.status.set(`World: ${words}`, "error");
@@ -339,7 +349,7 @@ export class WorldPanel {
 
   tick(now) {
     requestAnimationFrame((next) => this.tick(next));
-    this.showFps(now);
+    showFps(this, now);
     const head = this.queue[0];
     if (!this.spec) return;
     const interval = 1000 / this.spec.fps;
@@ -367,7 +377,9 @@ export class WorldPanel {
     this.isStalled = true;
     this.stats.stalls += 1;
     this.numStalls += 1;
-    if (this.numStalls >= STALLS_PER_STEP && this.chunksAhead < MAX_CHUNKS_AHEAD) {
+    // Flow control is the owner's: a joined player only shows what comes.
+    const canStep = !this.stats.player && this.chunksAhead < MAX_CHUNKS_AHEAD;
+    if (this.numStalls >= STALLS_PER_STEP && canStep) {
       this.numStalls = 0;
       this.chunksAhead += 1;
       this.stats.chunksAhead = this.chunksAhead;
@@ -382,7 +394,7 @@ export class WorldPanel {
       else this.context2d.drawImage(frame, 0, 0, this.spec.width, this.spec.height);
     }
     if (chunk.next === 0) {
-      this.onChunkShown(chunk.meta, now);
+      showChunk(this, chunk.meta, now);
       // Credit back as the chunk starts playing: the next one is generated while it plays.
       this.send({ type: "chunk.ack", chunk_index: chunk.meta.chunk_index, at: "start" });
       this.stats.acksSent += 1;
@@ -391,31 +403,6 @@ export class WorldPanel {
     this.stats.framesDrawn += 1;
     this.drawTimes.push(now);
     if (chunk.next >= chunk.frames.length) this.queue.shift();
-  }
-
-  onChunkShown(meta, now) {
-    this.stats.lastChunkIndex = meta.chunk_index;
-    const modelMs = meta.timings?.model_ms;
-    const timing = typeof modelMs === "number" ? ` · model ${modelMs.toFixed(1)} ms` : "";
-    this.el.chunk.textContent = `#${meta.chunk_index}${timing} · ${this.chunksAhead} ahead`;
-    for (const id of meta.applied_event_ids || []) {
-      const sentAt = this.sentAt.get(id);
-      if (sentAt == null) continue;
-      this.sentAt.delete(id);
-      this.stats.latenciesMs.push(Math.round(now - sentAt));
-      if (this.stats.latenciesMs.length > LATENCY_WINDOW) this.stats.latenciesMs.shift();
-      const typical = Math.round(median(this.stats.latenciesMs));
-      this.el.latency.textContent = `${Math.round(now - sentAt)} ms (median ${typical} ms)`;
-    }
-  }
-
-  showFps(now) {
-    while (this.drawTimes.length && now - this.drawTimes[0] > 1000) this.drawTimes.shift();
-    const fps = this.drawTimes.length;
-    if (fps !== this.stats.fps) {
-      this.stats.fps = fps;
-      this.el.fps.textContent = this.ws ? String(fps) : "–";
-    }
   }
 
   dropQueued() {
@@ -446,76 +433,6 @@ export class WorldPanel {
     }
   }
 
-  onKey(event, isDown) {
-    if (this.keysTrack && this.ws && KEY_CODES.has(event.code)) {
-      if (event.target.closest?.("input, textarea, select")) return;
-      event.preventDefault();
-      if (isDown && event.repeat) return;
-      this.heldCodes = this.heldCodes.filter((code) => code !== event.code);
-      if (isDown) this.heldCodes.push(event.code);
-      this.sendKeys();
-      return;
-    }
-    const direction = KEYS[event.code];
-    if (!direction || !this.moveTrack || !this.ws) return;
-    if (event.target.closest?.("input, textarea, select")) return;
-    event.preventDefault();
-    if (isDown && event.repeat) return;
-    this.held = this.held.filter((held) => held !== direction);
-    if (isDown) this.held.push(direction);
-    this.setControl(this.moveTrack, this.held.at(-1) ?? this.moveTrack.rest);
-  }
-
-  onPointer(event, dx, dy) {
-    if (!this.mouseTrack || !this.ws) return;
-    const mouse = this.mouse;
-    mouse.buttons = event.buttons;
-    if (event.buttons) {
-      mouse.dx += dx;
-      mouse.dy += dy;
-    }
-    this.queueMouse();
-  }
-
-  onWheel(event) {
-    if (!this.mouseTrack || !this.ws) return;
-    event.preventDefault();
-    this.mouse.wheel += Math.sign(event.deltaY);
-    this.queueMouse();
-  }
-
-  queueMouse() {
-    const mouse = this.mouse;
-    const changed = mouse.dx || mouse.dy || mouse.wheel || mouse.buttons !== mouse.sentButtons;
-    if (!changed || mouse.timer !== null) return;
-    mouse.timer = setTimeout(() => this.flushMouse(), MOUSE_FLUSH_MS);
-  }
-
-  flushMouse() {
-    const mouse = this.mouse;
-    mouse.timer = null;
-    if (!this.mouseTrack || this.stats.state !== "live") return;
-    const data = { dx: mouse.dx, dy: mouse.dy, wheel: mouse.wheel, buttons: mouse.buttons & 31 };
-    mouse.dx = mouse.dy = mouse.wheel = 0;
-    mouse.sentButtons = data.buttons;
-    this.sendEvent({ controls: [{ track: this.mouseTrack.name, schema: MOUSE_SCHEMA, data }] });
-  }
-
-  sendKeys() {
-    if (!this.keysTrack || this.stats.state !== "live") return;
-    const data = { down: [...this.heldCodes] };
-    this.sendEvent({ controls: [{ track: this.keysTrack.name, schema: KEYS_SCHEMA, data }] });
-  }
-
-  releaseAll() {
-    if (this.heldCodes.length) {
-      this.heldCodes = [];
-      this.sendKeys();
-    }
-    this.held = [];
-    if (this.moveTrack) this.setControl(this.moveTrack, this.moveTrack.rest);
-  }
-
   buildPad() {
     buildPad(this);
   }
@@ -523,17 +440,22 @@ export class WorldPanel {
   sendPrompt() {
     const prompt = this.el.prompt.value.trim();
     if (!prompt || !this.ws || this.stats.state !== "live") return;
+    if (this.stats.player) {
+      this.status.set("World: only the world's owner (player 1) sets the prompt", "warn");
+      return;
+    }
     this.sendEvent({ prompt });
     this.status.set(`World: prompt sent: “${prompt}”`, "ok");
   }
 
   sendPacing() {
     this.nextFrameAt = 0; // a new cadence starts with the next frame
-    if (this.ws) this.send({ type: "session.update", session: { pacing: this.pacing() } });
+    // A joined player's toggle paces its own drawing only: the session's pacing is the owner's.
+    if (this.ws && !this.stats.player) this.send({ type: "session.update", session: { pacing: this.pacing() } });
   }
 
   reset() {
-    if (!this.ws) return;
+    if (!this.ws || this.stats.player) return;
     this.isResetting = true;
     this.dropQueued();
     this.actions.clear();
@@ -553,7 +475,8 @@ export class WorldPanel {
     this.ws = null;
     if (ws) {
       ws.onclose = null;
-      if (ws.readyState === WebSocket.OPEN && state === "ended") {
+      // A player leaves by closing: ending the session is the owner's.
+      if (ws.readyState === WebSocket.OPEN && state === "ended" && !this.stats.player) {
         ws.send(JSON.stringify({ type: "session.close" }));
       }
       if (ws.readyState <= WebSocket.OPEN) ws.close(1000);
@@ -562,6 +485,7 @@ export class WorldPanel {
     this.clear();
     this.stats = stats;
     this.el.pad.replaceChildren();
+    this.invite.hide();
     this.el.fps.textContent = "–";
     if (state === "failed") {
       this.setState("failed-closed", `Stopped: ${words}`);
@@ -571,19 +495,4 @@ export class WorldPanel {
       this.status.set("World: ended", "info");
     }
   }
-}
-
-async function decodeFrame(data, meta) {
-  if (meta.format === "rgb24") {
-    const rgb = new Uint8Array(data);
-    const rgba = new Uint8ClampedArray(meta.width * meta.height * 4);
-    for (let i = 0, j = 0; i < rgb.length; i += 3, j += 4) {
-      rgba[j] = rgb[i];
-      rgba[j + 1] = rgb[i + 1];
-      rgba[j + 2] = rgb[i + 2];
-      rgba[j + 3] = 255;
-    }
-    return new ImageData(rgba, meta.width, meta.height);
-  }
-  return createImageBitmap(new Blob([data], { type: `image/${meta.format || "png"}` }));
 }
