@@ -124,6 +124,47 @@ async def test_the_gate_releases_held_speech_only_for_words_whisper_is_sure_of()
     assert await verdict("Stop.", barge_in.MIN_MEAN_LOGPROB - 0.5)  # a command, however unsure
 
 
+def gated_append(gate: barge_in.Gate, turns: vad.Turns, pattern: str) -> list[vad.Turn]:
+    """One append over a playing answer, as the stream makes it: hold, feed, step."""
+    events = gate.hold(turns, now=0.0)
+    events += feed(turns, pattern)
+    gate.step(turns, lambda start: np.zeros(1, np.float32))
+    return events
+
+
+@pytest.mark.parametrize(("logprob", "starts"), [(-0.2, True), (barge_in.MIN_MEAN_LOGPROB_WHOLE - 1, False)])
+async def test_a_held_segment_waits_for_its_verdict_however_slow_the_decode(
+    logprob: float, starts: bool
+) -> None:
+    """A busy machine's decode outlasting ``HOLD_GAP_MS`` of silence: the held words still barge
+    in once Whisper is sure of them (they were dropped before the verdict came), and still do not
+    when it is unsure."""
+    decoded = asyncio.Event()
+
+    async def transcribe(audio: np.ndarray) -> str:
+        await decoded.wait()
+        return "what time is it"
+
+    async def score(audio: np.ndarray, text: str) -> list[asr.Logprob]:
+        return [asr.Logprob(word, logprob) for word in text.split()]
+
+    gate = barge_in.Gate(transcribe, score, asyncio.ensure_future)
+    gate.is_on, gate.playing_until = True, float("inf")
+    turns = vad.Turns(TurnDetection())
+    assert gated_append(gate, turns, "#" * (barge_in.CHECK_MS // vad.FRAME_MS)) == []  # a check runs
+    for _ in range(2 * vad.HOLD_GAP_MS // vad.FRAME_MS):  # silence, far past the gap
+        assert gated_append(gate, turns, ".") == []
+    assert turns.held is not None, "dropped while its check was deciding"
+    decoded.set()
+    await asyncio.sleep(0.01)
+    events = [t.event for t in gated_append(gate, turns, ".")]
+    assert (vad.Event.SPEECH_STARTED in events) is starts
+    if not starts:
+        for _ in range(2):
+            gated_append(gate, turns, ".")
+        assert turns.held is None, "an unsure verdict lets the sound go"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("config", "is_held"),

@@ -24,8 +24,10 @@ whatever their score: Whisper is unsure of a lone "Stop." heard after 288 ms
 two checks ("what time is it" is under 800 ms of speech, and Whisper may be
 unsure of its first 288 ms) is checked once more, whole, after ``END_MS`` of
 silence, with a lower bar (``MIN_MEAN_LOGPROB_WHOLE``: Whisper's junk on a
-whole hum scored -1.7 to -2.4); the detector keeps it for
-``vad.HOLD_GAP_MS``, time for that verdict.
+whole hum scored -1.7 to -2.4); the detector keeps it past
+``vad.HOLD_GAP_MS`` until that verdict (``Gate.is_deciding``): on a busy
+machine a decode may take longer than the gap, and a real barge-in dropped
+while its check ran was lost.
 
 So real speech barges in after about ``CHECK_MS`` of speech and one short
 decode, noise never does, and a backchannel does only if it goes on for
@@ -145,7 +147,22 @@ class Gate:
         """Before an append is fed: hold new speech back while an answer plays (if the session
         opted in); the held segment's start, if a check heard words in it."""
         turns.min_speech_ms = MAX_HOLD_MS if self.is_on and now < self.playing_until else 0
+        turns.keep_held = self.is_deciding(turns)
         return turns.release() if self.take(turns) else []
+
+    def is_deciding(self, turns: vad.Turns) -> bool:
+        """Whether the segment ``turns`` holds still awaits a verdict: a check of it is running, or
+        its whole check (``MIN_WORD_MS`` of speech or more, not all of it checked) is yet to run.
+        The detector keeps it meanwhile, however long a busy machine's decode takes."""
+        held = turns.held
+        if held is None:
+            return False
+        is_running = self._task is not None and not self._task.done()
+        if is_running and held[0] == self._segment:
+            return True
+        voiced_ms = held[1] * 1000 // vad.SAMPLE_RATE
+        checked_ms = self._checked_ms if held[0] == self._segment else 0
+        return voiced_ms >= MIN_WORD_MS and voiced_ms > checked_ms
 
     def take(self, turns: vad.Turns) -> bool:
         """Whether the segment ``turns`` holds was found to be speech; forgets the verdict."""

@@ -107,6 +107,9 @@ class Turns:
         self.min_speech_ms = 0
         #: A held segment: its first speech frame, its speech so far, where its last speech ended.
         self._held: tuple[int, int, int] | None = None
+        #: Keep the held segment past ``HOLD_GAP_MS`` of silence: a check of it is still deciding
+        #: (``barge_in.Gate``), and on a busy machine its decode may take longer than the gap.
+        self.keep_held = False
 
     @property
     def uses_endpoint(self) -> bool:
@@ -159,7 +162,8 @@ class Turns:
     def _hold(self, frame_start: int, is_speech: bool) -> list[Turn]:
         """A segment that must reach ``min_speech_ms`` of speech before it starts."""
         if not is_speech:
-            if self._held is not None and self.position - self._held[2] >= HOLD_GAP_MS * SAMPLE_RATE // 1000:
+            gap = HOLD_GAP_MS * SAMPLE_RATE // 1000
+            if self._held is not None and self.position - self._held[2] >= gap and not self.keep_held:
                 self._held = None  # too short: a cough, a backchannel
             return []
         first, voiced, _ = self._held or (frame_start, 0, 0)
