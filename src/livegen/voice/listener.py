@@ -23,30 +23,20 @@ from livegen.protocol.errors import INPUT_AUDIO_BUFFER_COMMIT_EMPTY, TOO_MANY_PE
 from livegen.protocol.realtime import server as ev
 from livegen.voice.attempts import Attempts
 from livegen.voice.chain import INPUT_KINDS, Attempt, AttemptKind, Effect, Run, Send, stamped
-from livegen.voice.config import Config
 from livegen.voice.conversation import Conversation, Item
 from livegen.voice.input_rate import InputRate
 from livegen.voice.ledger import InputLedger
+from livegen.voice.output import Owner as SpeakerOwner
 from livegen.voice.output import Speaker
 from livegen.voice.response import Response
-from livegen.voice.settings import IdFactory, Limits, ModelFacts
+from livegen.voice.settings import IdFactory, Limits
 from livegen.voice.turns import TurnPolicy, TurnStep
 from livegen.voice.vad import Edge
 
 
-class Owner(Protocol):
-    """What the listener reads of its session, and the fence it asks the session to advance."""
-
-    @property
-    def config(self) -> Config: ...
-
-    @property
-    def model(self) -> ModelFacts: ...
-
-    @property
-    def epoch(self) -> int: ...
-
-    def interrupt(self, now: float, reason: str) -> list[Effect]: ...
+class Owner(SpeakerOwner, Protocol):
+    """What the listener reads of its session and the fence it asks to advance (as the speaker
+    does), and the barge-in it asks for."""
 
     def barge_in(self, now: float) -> list[Effect]: ...
 
